@@ -1,0 +1,36 @@
+/* Shared pieces of the smelt command-line tool. */
+#ifndef SMELT_CLI_H
+#define SMELT_CLI_H
+
+#include <stdbool.h>
+
+#include "frontend/frontend.h"
+#include "ir/interp.h"
+#include "ir/ir.h"
+#include "passes/passes.h"
+
+#define SMELT_VERSION "0.1.0"
+
+/* Prints "smelt CMD: message" and a hint to use --help; returns 2. */
+int cli_usage(const char *cmd, const char *fmt, ...) SMELT_PRINTF(2, 3);
+/* Prints a status as-is to stderr, frees it, returns 1. */
+int cli_fail(smelt_status st);
+
+/* Options shared by the commands that load a YAML model. */
+typedef struct {
+  FeDim dims[32];
+  int ndims;
+  DType dtype;
+} ModelOpts;
+
+/* Tries to consume one model option at argv[*i] ("--dim k=v", "--dtype f16").
+ * Returns 1 if consumed, 0 if not a model option, 2 on a usage error. */
+int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo);
+smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out);
+/* Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL if argv[*i] is not that flag. */
+const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool *missing);
+
+int cli_compile(int argc, char **argv);
+int cli_run(int argc, char **argv);
+
+#endif

@@ -1,0 +1,407 @@
+/* Graph construction and rewriting primitives.
+ *
+ * Values and nodes live in two growable arrays and are named by index.
+ * Everything else a graph refers to (names, operand arrays, attributes,
+ * constant data) is carved from the graph's arena.  Rewrites never delete in
+ * place: a pass marks nodes dead and rewires uses, and ir_graph_compact()
+ * later drops dead nodes and restores topological order with a stable
+ * depth-first sort, so passes may append nodes wherever convenient. */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static void *xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n);
+  if (!q && n) {
+    fputs("smelt: out of memory\n", stderr);
+    abort();
+  }
+  return q;
+}
+
+static void *xarena(Arena *a, size_t n) {
+  void *p = arena_alloc(a, n);
+  if (!p) {
+    fputs("smelt: out of memory\n", stderr);
+    abort();
+  }
+  return p;
+}
+
+static const char *xstrdup(Graph *g, const char *s) { return s ? strcpy(xarena(&g->arena, strlen(s) + 1), s) : NULL; }
+
+#define GROW(arr, n, cap)                                                   \
+  do {                                                                      \
+    if ((n) == (cap)) {                                                     \
+      (cap) = (cap) ? 2 * (cap) : 16;                                       \
+      (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));               \
+    }                                                                       \
+  } while (0)
+
+int64_t ir_type_numel(const TensorType *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) n *= t->dim[i];
+  return n;
+}
+
+size_t ir_type_bytes(const TensorType *t) { return (size_t)ir_type_numel(t) * dt_size(t->dt); }
+
+bool ir_type_equal(const TensorType *a, const TensorType *b) {
+  if (a->dt != b->dt || a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+char *ir_type_str(const TensorType *t, char *buf, size_t n) {
+  size_t k = (size_t)snprintf(buf, n, "%s[", dt_name(t->dt));
+  for (int i = 0; i < t->rank && k < n; i++)
+    k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->dim[i]);
+  if (k < n) snprintf(buf + k, n - k, "]");
+  return buf;
+}
+
+Graph *ir_graph_create(const char *name) {
+  Graph *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->name = xstrdup(g, name ? name : "model");
+  return g;
+}
+
+void ir_graph_destroy(Graph *g) {
+  if (!g) return;
+  free(g->val);
+  free(g->node);
+  free(g->inputs);
+  free(g->outputs);
+  arena_free_all(&g->arena);
+  free(g);
+}
+
+static int new_value(Graph *g, const char *name, ValueKind kind, SrcLoc loc) {
+  GROW(g->val, g->nval, g->cap_val);
+  Value *v = &g->val[g->nval];
+  memset(v, 0, sizeof *v);
+  v->name = xstrdup(g, name);
+  v->kind = kind;
+  v->node = -1;
+  v->loc = loc;
+  return g->nval++;
+}
+
+int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc) {
+  int v = new_value(g, name, VK_INPUT, loc);
+  g->val[v].type = t;
+  GROW(g->inputs, g->ninputs, g->cap_inputs);
+  g->inputs[g->ninputs++] = v;
+  return v;
+}
+
+int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc) {
+  int v = new_value(g, name, VK_CONST, loc);
+  size_t n = ir_type_bytes(&t);
+  void *p = xarena(&g->arena, n ? n : 1);
+  if (data) memcpy(p, data, n);
+  g->val[v].type = t;
+  g->val[v].data = p;
+  return v;
+}
+
+int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *const *out_names,
+                SrcLoc loc) {
+  assert(op >= 0 && op < OP_COUNT && nin >= 0 && nout >= 1);
+  GROW(g->node, g->nnode, g->cap_node);
+  int id = g->nnode++;
+  Node *n = &g->node[id];
+  memset(n, 0, sizeof *n);
+  n->op = op;
+  n->nin = nin;
+  n->nout = nout;
+  n->in = xarena(&g->arena, sizeof(int) * (size_t)(nin ? nin : 1));
+  n->out = xarena(&g->arena, sizeof(int) * (size_t)nout);
+  for (int i = 0; i < nin; i++) {
+    assert(in[i] >= 0 && in[i] < g->nval);
+    n->in[i] = in[i];
+  }
+  n->loc = loc;
+  n->group = -1;
+  for (int i = 0; i < nout; i++) {
+    int v = new_value(g, out_names[i], VK_NODE, loc);
+    g->val[v].node = id;
+    g->val[v].out_index = i;
+    g->node[id].out[i] = v; /* g->node may not move here, but be explicit */
+  }
+  return id;
+}
+
+void ir_add_output(Graph *g, int value) {
+  GROW(g->outputs, g->noutputs, g->cap_outputs);
+  g->outputs[g->noutputs++] = value;
+}
+
+/* A value is live when it is an input, a used constant, or produced by a
+ * live node; dead nodes' results and orphaned constants keep their slots
+ * but are invisible to lookups and the printer. */
+int ir_find_value(const Graph *g, const char *name) {
+  for (int v = g->nval - 1; v >= 0; v--) {
+    const Value *x = &g->val[v];
+    if (x->kind == VK_DEAD || (x->kind == VK_NODE && g->node[x->node].dead)) continue;
+    if (strcmp(x->name, name) == 0) return v;
+  }
+  return -1;
+}
+
+/* ---- attributes ---- */
+
+static Attr *attr_slot(Graph *g, int node, const char *name) {
+  Node *n = &g->node[node];
+  for (int i = 0; i < n->nattr; i++)
+    if (strcmp(n->attr[i].name, name) == 0) return &n->attr[i];
+  Attr *a = xarena(&g->arena, sizeof(Attr) * (size_t)(n->nattr + 1));
+  if (n->nattr) memcpy(a, n->attr, sizeof(Attr) * (size_t)n->nattr);
+  n->attr = a;
+  Attr *s = &a[n->nattr++];
+  memset(s, 0, sizeof *s);
+  s->name = xstrdup(g, name);
+  return s;
+}
+
+void ir_set_attr_int(Graph *g, int node, const char *name, int64_t v) {
+  Attr *a = attr_slot(g, node, name);
+  a->type = AT_INT;
+  a->i = v;
+}
+
+void ir_set_attr_bool(Graph *g, int node, const char *name, bool v) {
+  Attr *a = attr_slot(g, node, name);
+  a->type = AT_BOOL;
+  a->i = v;
+}
+
+void ir_set_attr_float(Graph *g, int node, const char *name, double v) {
+  Attr *a = attr_slot(g, node, name);
+  a->type = AT_FLOAT;
+  a->f = v;
+}
+
+void ir_set_attr_ints(Graph *g, int node, const char *name, const int64_t *v, int n) {
+  Attr *a = attr_slot(g, node, name);
+  int64_t *p = xarena(&g->arena, sizeof(int64_t) * (size_t)(n ? n : 1));
+  if (n) memcpy(p, v, sizeof(int64_t) * (size_t)n);
+  a->type = AT_INTS;
+  a->ints = p;
+  a->n = n;
+}
+
+void ir_set_attr_dtype(Graph *g, int node, const char *name, DType dt) {
+  Attr *a = attr_slot(g, node, name);
+  a->type = AT_DTYPE;
+  a->dt = dt;
+}
+
+void ir_set_attr_enum(Graph *g, int node, const char *name, const char *word) {
+  Attr *a = attr_slot(g, node, name);
+  a->type = AT_ENUM;
+  a->s = xstrdup(g, word);
+}
+
+/* Defaults in ops.def are written in YAML flow syntax: 1e-05, true, [1,1]. */
+void ir_fill_default_attrs(Graph *g, int node) {
+  Op op = g->node[node].op;
+  int na = ir_op_attr_count(op);
+  for (int i = 0; i < na; i++) {
+    AttrSpec s;
+    ir_op_attr_spec(op, i, &s);
+    if (!s.has_default || ir_attr(&g->node[node], s.name)) continue;
+    switch (s.type) {
+    case AT_INT: ir_set_attr_int(g, node, s.name, strtoll(s.dflt, NULL, 10)); break;
+    case AT_FLOAT: ir_set_attr_float(g, node, s.name, strtod(s.dflt, NULL)); break;
+    case AT_BOOL: ir_set_attr_bool(g, node, s.name, strcmp(s.dflt, "true") == 0); break;
+    case AT_DTYPE: ir_set_attr_dtype(g, node, s.name, dt_from_name(s.dflt)); break;
+    case AT_ENUM: ir_set_attr_enum(g, node, s.name, s.dflt); break;
+    case AT_INTS: {
+      int64_t v[IR_MAX_RANK * 2];
+      int n = 0;
+      for (const char *p = s.dflt + 1; *p && *p != ']';) {
+        char *e;
+        assert(n < IR_MAX_RANK * 2);
+        v[n++] = strtoll(p, &e, 10);
+        p = *e == ',' ? e + 1 : e;
+      }
+      ir_set_attr_ints(g, node, s.name, v, n);
+      break;
+    }
+    }
+  }
+}
+
+const Attr *ir_attr(const Node *n, const char *name) {
+  for (int i = 0; i < n->nattr; i++)
+    if (strcmp(n->attr[i].name, name) == 0) return &n->attr[i];
+  return NULL;
+}
+
+static const Attr *must_attr(const Node *n, const char *name) {
+  const Attr *a = ir_attr(n, name);
+  if (!a) {
+    fprintf(stderr, "smelt: internal error: %s node lacks attribute '%s'\n", ir_op_name(n->op), name);
+    abort();
+  }
+  return a;
+}
+
+int64_t ir_attr_int(const Node *n, const char *name) { return must_attr(n, name)->i; }
+double ir_attr_float(const Node *n, const char *name) { return must_attr(n, name)->f; }
+const char *ir_attr_enum(const Node *n, const char *name) { return must_attr(n, name)->s; }
+
+/* ---- rewriting ---- */
+
+void ir_replace_all_uses(Graph *g, int from, int to) {
+  for (int i = 0; i < g->nnode; i++) {
+    Node *n = &g->node[i];
+    if (n->dead) continue;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == from) n->in[j] = to;
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == from) g->outputs[i] = to;
+}
+
+int *ir_use_counts(const Graph *g) {
+  int *c = xrealloc(NULL, sizeof(int) * (size_t)(g->nval ? g->nval : 1));
+  memset(c, 0, sizeof(int) * (size_t)(g->nval ? g->nval : 1));
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    for (int j = 0; j < n->nin; j++) c[n->in[j]]++;
+  }
+  for (int i = 0; i < g->noutputs; i++) c[g->outputs[i]]++;
+  return c;
+}
+
+/* Stable topological sort: visit nodes in their current order and emit each
+ * after its producers (iterative DFS, so deep graphs cannot overflow the C
+ * stack).  A cycle is an internal error: passes only ever build DAGs. */
+smelt_status ir_graph_compact(Graph *g) {
+  int n = g->nnode;
+  int *state = calloc((size_t)n + 1, sizeof(int)); /* 0 new, 1 on stack, 2 done */
+  int *order = malloc(sizeof(int) * ((size_t)n + 1));
+  int *stack = malloc(sizeof(int) * ((size_t)n + 1));
+  int *pos = malloc(sizeof(int) * ((size_t)n + 1));
+  if (!state || !order || !stack || !pos) {
+    free(state), free(order), free(stack), free(pos);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  int norder = 0;
+  smelt_status st = NULL;
+  for (int root = 0; root < n && !st; root++) {
+    if (g->node[root].dead || state[root]) continue;
+    int sp = 0;
+    stack[sp] = root;
+    pos[sp++] = 0;
+    state[root] = 1;
+    while (sp > 0 && !st) {
+      int cur = stack[sp - 1];
+      Node *nd = &g->node[cur];
+      if (pos[sp - 1] < nd->nin) {
+        int v = nd->in[pos[sp - 1]++];
+        if (g->val[v].kind != VK_NODE) continue;
+        int p = g->val[v].node;
+        if (g->node[p].dead) {
+          st = st_error(ST_INTERNAL, "internal error: node '%s' uses '%s' whose producer was removed",
+                        ir_node_name(g, nd), g->val[v].name);
+        } else if (state[p] == 1) {
+          st = st_error(ST_INTERNAL, "internal error: cycle through '%s'", g->val[v].name);
+        } else if (state[p] == 0) {
+          state[p] = 1;
+          stack[sp] = p;
+          pos[sp++] = 0;
+        }
+      } else {
+        state[cur] = 2;
+        order[norder++] = cur;
+        sp--;
+      }
+    }
+  }
+  if (!st) {
+    Node *nodes = xrealloc(NULL, sizeof(Node) * (size_t)(norder ? norder : 1));
+    int *newid = state; /* reuse: old id -> new id */
+    for (int i = 0; i < n; i++) newid[i] = -1;
+    for (int i = 0; i < norder; i++) {
+      nodes[i] = g->node[order[i]];
+      newid[order[i]] = i;
+    }
+    for (int v = 0; v < g->nval; v++) {
+      if (g->val[v].kind != VK_NODE) continue;
+      g->val[v].node = newid[g->val[v].node];
+      if (g->val[v].node < 0) {
+        /* the value of a removed node: keep its slot but mark it orphaned */
+        g->val[v].kind = VK_DEAD;
+      }
+    }
+    free(g->node);
+    g->node = nodes;
+    g->nnode = g->cap_node = norder;
+  }
+  free(state), free(order), free(stack), free(pos);
+  return st;
+}
+
+const char *ir_node_name(const Graph *g, const Node *n) { return g->val[n->out[0]].name; }
+
+int ir_norm_axis(int64_t axis, int rank) {
+  if (axis < 0) axis += rank;
+  return axis >= 0 && axis < rank ? (int)axis : -1;
+}
+
+Graph *ir_graph_clone(const Graph *g) {
+  Graph *c = ir_graph_create(g->name);
+  if (!c) return NULL;
+  c->file = xstrdup(c, g->file);
+  for (int v = 0; v < g->nval; v++) {
+    const Value *s = &g->val[v];
+    GROW(c->val, c->nval, c->cap_val);
+    Value *d = &c->val[c->nval++];
+    *d = *s;
+    d->name = xstrdup(c, s->name);
+    d->loc.file = c->file;
+    if (s->init) d->init = xstrdup(c, s->init);
+    if (s->kind == VK_CONST && s->data) {
+      size_t n = ir_type_bytes(&s->type);
+      d->data = xarena(&c->arena, n ? n : 1);
+      memcpy(d->data, s->data, n);
+    }
+  }
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *s = &g->node[i];
+    GROW(c->node, c->nnode, c->cap_node);
+    Node *d = &c->node[c->nnode++];
+    *d = *s;
+    d->loc.file = c->file;
+    d->in = xarena(&c->arena, sizeof(int) * (size_t)(s->nin ? s->nin : 1));
+    d->out = xarena(&c->arena, sizeof(int) * (size_t)s->nout);
+    memcpy(d->in, s->in, sizeof(int) * (size_t)s->nin);
+    memcpy(d->out, s->out, sizeof(int) * (size_t)s->nout);
+    d->attr = xarena(&c->arena, sizeof(Attr) * (size_t)(s->nattr ? s->nattr : 1));
+    for (int a = 0; a < s->nattr; a++) {
+      d->attr[a] = s->attr[a];
+      d->attr[a].name = xstrdup(c, s->attr[a].name);
+      if (s->attr[a].s) d->attr[a].s = xstrdup(c, s->attr[a].s);
+      if (s->attr[a].type == AT_INTS) {
+        int64_t *p = xarena(&c->arena, sizeof(int64_t) * (size_t)(s->attr[a].n ? s->attr[a].n : 1));
+        memcpy(p, s->attr[a].ints, sizeof(int64_t) * (size_t)s->attr[a].n);
+        d->attr[a].ints = p;
+      }
+    }
+  }
+  for (int i = 0; i < g->ninputs; i++) {
+    GROW(c->inputs, c->ninputs, c->cap_inputs);
+    c->inputs[c->ninputs++] = g->inputs[i];
+  }
+  for (int i = 0; i < g->noutputs; i++) ir_add_output(c, g->outputs[i]);
+  return c;
+}

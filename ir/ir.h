@@ -1,0 +1,202 @@
+/* The smelt IR: a dataflow graph of tensor operations.
+ *
+ * Values and nodes are referred to by small integer ids (indices into the
+ * graph's arrays), never by pointers, so passes may grow the graph freely.
+ * A value is a graph input, a constant (params after initialisation, folded
+ * results) or a result of a node.  Values keep the names they have in the
+ * YAML ("layer.3/q"); the printer shows them that way.
+ *
+ * The graph owns everything it refers to: names, attributes, node operand
+ * arrays and constant data live in its arena and go away with
+ * ir_graph_destroy().  Allocation failure inside the IR is treated as fatal
+ * (it aborts with a message), like an assert: the graphs smelt handles are
+ * small next to the tensors, and threading out-of-memory through every
+ * builder call would hide the logic of every pass.
+ */
+#ifndef SMELT_IR_H
+#define SMELT_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "dtype.h"
+#include "status.h"
+
+#define IR_MAX_RANK 8
+
+typedef struct {
+  DType dt;
+  int rank;
+  int64_t dim[IR_MAX_RANK];
+} TensorType;
+
+int64_t ir_type_numel(const TensorType *t);
+size_t ir_type_bytes(const TensorType *t);
+bool ir_type_equal(const TensorType *a, const TensorType *b);
+/* "f32[16,256]" into buf; returns buf. */
+char *ir_type_str(const TensorType *t, char *buf, size_t n);
+
+/* ---- operators (generated from ops.def) ---- */
+typedef enum {
+#define OP(id, name, mn, mx, nout, fc, attrs, infer, ref) OP_##id,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} Op;
+
+typedef enum {
+  FC_ELEMWISE,
+  FC_BROADCAST,
+  FC_INJECTIVE,
+  FC_REDUCTION,
+  FC_CONTRACTION,
+  FC_OPAQUE,
+} FusionClass;
+
+typedef enum { AT_INT, AT_FLOAT, AT_BOOL, AT_INTS, AT_DTYPE, AT_ENUM } AttrType;
+
+/* One attribute of a node; which fields are meaningful depends on type. */
+typedef struct {
+  const char *name;
+  AttrType type;
+  int64_t i;           /* AT_INT, AT_BOOL (0/1) */
+  double f;            /* AT_FLOAT */
+  const int64_t *ints; /* AT_INTS */
+  int n;               /* AT_INTS: count */
+  DType dt;            /* AT_DTYPE */
+  const char *s;       /* AT_ENUM: the chosen word */
+} Attr;
+
+/* One entry of an op's attribute schema, parsed from ops.def. */
+typedef struct {
+  char name[32];
+  AttrType type;
+  char enum_words[64]; /* AT_ENUM: "none|tanh" */
+  char dflt[48];       /* default in YAML syntax, "" if none */
+  bool required, has_default;
+} AttrSpec;
+
+typedef struct {
+  const char *name;
+  int min_in, max_in, nout;
+  FusionClass fclass;
+  const char *attrs;
+} OpInfo;
+
+const OpInfo *ir_op_info(Op op);
+const char *ir_op_name(Op op);
+/* Returns OP_COUNT when the name is not an operator. */
+Op ir_op_from_name(const char *name);
+const char *ir_fusion_class_name(FusionClass fc);
+/* Number of attributes in op's schema and the i-th of them. */
+int ir_op_attr_count(Op op);
+void ir_op_attr_spec(Op op, int i, AttrSpec *out);
+
+/* ---- graph ---- */
+/* VK_DEAD: the result of a node that ir_graph_compact() removed; it keeps
+ * its id so that ids stay stable, but nothing may refer to it. */
+typedef enum { VK_INPUT, VK_CONST, VK_NODE, VK_DEAD } ValueKind;
+
+typedef struct {
+  const char *name;
+  TensorType type;
+  ValueKind kind;
+  int node;      /* VK_NODE: producing node id, else -1 */
+  int out_index; /* VK_NODE: which result of that node */
+  void *data;    /* VK_CONST: row-major data of type.dt, in the arena */
+  const char *init; /* VK_CONST: how it was made ("ones", "normal(0.02)", "folded"), for printing */
+  SrcLoc loc;
+} Value;
+
+typedef struct {
+  Op op;
+  int nin, nout;
+  int *in, *out; /* value ids */
+  int nattr;
+  Attr *attr;
+  SrcLoc loc;
+  bool dead;     /* removed; ir_graph_compact() drops it */
+  int group;     /* fusion group id, -1 when not fused */
+} Node;
+
+typedef struct Graph {
+  Arena arena;
+  const char *name;
+  const char *file; /* the model file, for messages */
+  Value *val;
+  int nval, cap_val;
+  Node *node;
+  int nnode, cap_node;
+  int *inputs, ninputs, cap_inputs;
+  int *outputs, noutputs, cap_outputs;
+} Graph;
+
+/* Objects returned by ir_graph_create are owned by the caller. */
+Graph *ir_graph_create(const char *name);
+void ir_graph_destroy(Graph *g);
+/* A deep copy (constants included). */
+Graph *ir_graph_clone(const Graph *g);
+
+int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc);
+/* data is copied into the graph; NULL leaves the constant zero-filled. */
+int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc);
+/* Adds a node with fresh output values named out_names[i] (types left
+ * DT_INVALID until ir_infer_node). Returns the node id. */
+int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *const *out_names,
+                SrcLoc loc);
+void ir_add_output(Graph *g, int value);
+/* Looks a value up by name among live values; -1 if absent. */
+int ir_find_value(const Graph *g, const char *name);
+
+void ir_set_attr_int(Graph *g, int node, const char *name, int64_t v);
+void ir_set_attr_bool(Graph *g, int node, const char *name, bool v);
+void ir_set_attr_float(Graph *g, int node, const char *name, double v);
+void ir_set_attr_ints(Graph *g, int node, const char *name, const int64_t *v, int n);
+void ir_set_attr_dtype(Graph *g, int node, const char *name, DType dt);
+void ir_set_attr_enum(Graph *g, int node, const char *name, const char *word);
+/* Adds every schema attribute the node lacks that has a default. */
+void ir_fill_default_attrs(Graph *g, int node);
+/* NULL when the node has no such attribute. */
+const Attr *ir_attr(const Node *n, const char *name);
+/* Accessors for attributes that the schema guarantees (asserts otherwise). */
+int64_t ir_attr_int(const Node *n, const char *name);
+double ir_attr_float(const Node *n, const char *name);
+const char *ir_attr_enum(const Node *n, const char *name);
+
+/* Shape and dtype inference of one node: fills its output value types.
+ * Errors point at the node's source location. */
+smelt_status ir_infer_node(Graph *g, int node) SMELT_MUST_USE;
+
+/* Rewires every use of value `from` (node operands and graph outputs) to `to`. */
+void ir_replace_all_uses(Graph *g, int from, int to);
+/* use_count[v] = number of node operands plus graph outputs that name v.
+ * The array has g->nval entries and is owned by the caller (free()). */
+int *ir_use_counts(const Graph *g);
+/* Sorts live nodes topologically (stable), drops dead ones; value ids stay. */
+smelt_status ir_graph_compact(Graph *g) SMELT_MUST_USE;
+/* Checks structural invariants and that every type agrees with inference. */
+smelt_status ir_verify(const Graph *g) SMELT_MUST_USE;
+
+/* The one textual form of the IR. */
+void ir_print(FILE *f, const Graph *g);
+/* The same text as a malloc'd string owned by the caller. */
+char *ir_print_str(const Graph *g);
+/* A short name for a node in messages: its first output's name. */
+const char *ir_node_name(const Graph *g, const Node *n);
+/* Canonical negative-axis handling: returns axis in [0, rank) or -1. */
+int ir_norm_axis(int64_t axis, int rank);
+
+/* Python slice semantics (slice.indices) for one axis of `size`: the first
+ * index, the end, and the number of elements selected. */
+void ir_slice_bounds(int64_t size, int64_t start, int64_t end, int64_t step, int64_t *out_start,
+                     int64_t *out_end, int64_t *out_len);
+
+/* Structural helpers */
+static inline Node *ir_node_of(Graph *g, int v) {
+  return g->val[v].kind == VK_NODE ? &g->node[g->val[v].node] : NULL;
+}
+static inline bool ir_is_const(const Graph *g, int v) { return g->val[v].kind == VK_CONST; }
+
+#endif

@@ -1,0 +1,114 @@
+/* The one textual form of the IR.
+ *
+ *   graph NAME {
+ *     input x: f32[16,64]
+ *     const layer.0/wq: f32[64,64] = from "layers.0.wq"
+ *     layer.0/h: f32[16,64] = rms_norm(x, layer.0/attn_norm) {axis=-1, eps=1e-06}
+ *     output y
+ *   }
+ *
+ * Values appear under their YAML names.  Constants are shown when something
+ * uses them: small ones with their values, others with how they were made
+ * and a hash of their bytes, so an expected-IR test notices changed data.
+ * Attributes print in schema order, so the text does not depend on the order
+ * of keys in the YAML. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static uint32_t fnv1a(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint32_t h = 2166136261u;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+  return h;
+}
+
+static void print_type(FILE *f, const TensorType *t) {
+  char buf[256];
+  fputs(ir_type_str(t, buf, sizeof buf), f);
+}
+
+static void print_const(FILE *f, const Value *v) {
+  fprintf(f, "  const %s: ", v->name);
+  print_type(f, &v->type);
+  int64_t n = ir_type_numel(&v->type);
+  fputs(" = ", f);
+  if (n <= 8 && v->data) {
+    fputc('[', f);
+    for (int64_t i = 0; i < n; i++) fprintf(f, i ? ", %.7g" : "%.7g", dt_load(v->type.dt, v->data, (size_t)i));
+    fputc(']', f);
+    if (v->init && strcmp(v->init, "value") != 0) fprintf(f, " (%s)", v->init);
+  } else {
+    fprintf(f, "%s", v->init ? v->init : "data");
+    if (v->data) fprintf(f, " #%08x", fnv1a(v->data, ir_type_bytes(&v->type)));
+  }
+  fputc('\n', f);
+}
+
+static void print_attr(FILE *f, const Attr *a) {
+  fprintf(f, "%s=", a->name);
+  switch (a->type) {
+  case AT_INT: fprintf(f, "%lld", (long long)a->i); break;
+  case AT_BOOL: fputs(a->i ? "true" : "false", f); break;
+  case AT_FLOAT: fprintf(f, "%.9g", a->f); break;
+  case AT_DTYPE: fputs(dt_name(a->dt), f); break;
+  case AT_ENUM: fputs(a->s, f); break;
+  case AT_INTS:
+    fputc('[', f);
+    for (int i = 0; i < a->n; i++) fprintf(f, i ? ",%lld" : "%lld", (long long)a->ints[i]);
+    fputc(']', f);
+    break;
+  }
+}
+
+static void print_node(FILE *f, const Graph *g, const Node *n) {
+  fputs("  ", f);
+  for (int i = 0; i < n->nout; i++) {
+    const Value *v = &g->val[n->out[i]];
+    fprintf(f, "%s%s: ", i ? ", " : "", v->name);
+    print_type(f, &v->type);
+  }
+  fprintf(f, " = %s(", ir_op_name(n->op));
+  for (int i = 0; i < n->nin; i++) fprintf(f, "%s%s", i ? ", " : "", g->val[n->in[i]].name);
+  fputc(')', f);
+  int na = ir_op_attr_count(n->op), printed = 0;
+  for (int i = 0; i < na; i++) {
+    AttrSpec s;
+    ir_op_attr_spec(n->op, i, &s);
+    const Attr *a = ir_attr(n, s.name);
+    if (!a) continue;
+    fputs(printed++ ? ", " : " {", f);
+    print_attr(f, a);
+  }
+  if (printed) fputc('}', f);
+  fputc('\n', f);
+}
+
+void ir_print(FILE *f, const Graph *g) {
+  int *uses = ir_use_counts(g);
+  fprintf(f, "graph %s {\n", g->name);
+  for (int i = 0; i < g->ninputs; i++) {
+    const Value *v = &g->val[g->inputs[i]];
+    fprintf(f, "  input %s: ", v->name);
+    print_type(f, &v->type);
+    fputc('\n', f);
+  }
+  for (int v = 0; v < g->nval; v++)
+    if (g->val[v].kind == VK_CONST && uses[v] > 0) print_const(f, &g->val[v]);
+  for (int i = 0; i < g->nnode; i++)
+    if (!g->node[i].dead) print_node(f, g, &g->node[i]);
+  for (int i = 0; i < g->noutputs; i++) fprintf(f, "  output %s\n", g->val[g->outputs[i]].name);
+  fputs("}\n", f);
+  free(uses);
+}
+
+char *ir_print_str(const Graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  ir_print(f, g);
+  fclose(f);
+  return buf;
+}

@@ -1,0 +1,107 @@
+/* The verifier: structural invariants every pass must keep.
+ *
+ *  - every live node's operands are live values defined before it
+ *    (nodes are in topological order), its results point back at it;
+ *  - operand and result counts match the op table, attributes match the
+ *    schema (no unknown ones, required ones present, right types);
+ *  - every result type is what shape inference computes from the operands;
+ *  - live value names are unique; graph outputs are live.
+ *
+ * Re-running inference needs to write result types, so the verifier saves
+ * them, infers, compares and restores: the graph is unchanged on return. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir.h"
+
+static smelt_status bad(const Graph *g, const Node *n, const char *what) {
+  return st_error(ST_INTERNAL, "verifier: node '%s' (%s): %s", ir_node_name(g, n), ir_op_name(n->op), what);
+}
+
+static bool value_live(const Graph *g, int v) {
+  if (v < 0 || v >= g->nval) return false;
+  const Value *x = &g->val[v];
+  if (x->kind == VK_DEAD) return false;
+  if (x->kind == VK_NODE) return x->node >= 0 && x->node < g->nnode && !g->node[x->node].dead;
+  if (x->kind == VK_CONST) return x->data != NULL;
+  return true;
+}
+
+static smelt_status check_attrs(const Graph *g, const Node *n) {
+  int na = ir_op_attr_count(n->op);
+  for (int i = 0; i < n->nattr; i++) {
+    bool known = false;
+    for (int j = 0; j < na && !known; j++) {
+      AttrSpec s;
+      ir_op_attr_spec(n->op, j, &s);
+      if (strcmp(s.name, n->attr[i].name) == 0) {
+        known = true;
+        if (s.type != n->attr[i].type) return bad(g, n, "attribute has the wrong type");
+      }
+    }
+    if (!known) return bad(g, n, "attribute not in the op's schema");
+  }
+  for (int j = 0; j < na; j++) {
+    AttrSpec s;
+    ir_op_attr_spec(n->op, j, &s);
+    if ((s.required || s.has_default) && !ir_attr(n, s.name)) return bad(g, n, "required or defaulted attribute missing");
+  }
+  return NULL;
+}
+
+smelt_status ir_verify(const Graph *g) {
+  Graph *mg = (Graph *)g; /* only for the save-infer-restore below */
+  char *defined = calloc((size_t)g->nval + 1, 1);
+  if (!defined) return st_error(ST_NO_MEMORY, "out of memory");
+  smelt_status st = NULL;
+  for (int v = 0; v < g->nval; v++)
+    if (g->val[v].kind == VK_INPUT || (g->val[v].kind == VK_CONST && g->val[v].data)) defined[v] = 1;
+  for (int i = 0; i < g->nnode && !st; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    const OpInfo *oi = ir_op_info(n->op);
+    if (n->nin < oi->min_in || n->nin > oi->max_in || (oi->nout >= 0 && n->nout != oi->nout)) {
+      st = bad(g, n, "operand or result count differs from the op table");
+      break;
+    }
+    for (int j = 0; j < n->nin && !st; j++)
+      if (!value_live(g, n->in[j]) || !defined[n->in[j]]) st = bad(g, n, "uses a value that is not defined before it");
+    for (int j = 0; j < n->nout && !st; j++) {
+      const Value *o = &g->val[n->out[j]];
+      if (o->kind != VK_NODE || o->node != i || o->out_index != j) st = bad(g, n, "result does not point back at its node");
+      defined[n->out[j]] = 1;
+    }
+    if (st) break;
+    st = check_attrs(g, n);
+    if (st) break;
+    TensorType saved[64];
+    int nsave = n->nout < 64 ? n->nout : 64;
+    for (int j = 0; j < nsave; j++) saved[j] = g->val[n->out[j]].type;
+    smelt_status ist = ir_infer_node(mg, i);
+    bool same = true;
+    for (int j = 0; j < nsave; j++) {
+      if (!ir_type_equal(&saved[j], &g->val[n->out[j]].type)) same = false;
+      mg->val[n->out[j]].type = saved[j];
+    }
+    if (ist) {
+      st = st_prefix(ist, "verifier");
+    } else if (!same) {
+      st = bad(g, n, "result type differs from shape inference");
+    }
+  }
+  /* live names must be unique: quadratic, but graphs are small and this only runs in checks */
+  int *uses = st ? NULL : ir_use_counts(g);
+  for (int a = 0; uses && a < g->nval && !st; a++) {
+    if (!value_live(g, a) || (g->val[a].kind == VK_CONST && !uses[a])) continue;
+    for (int b = a + 1; b < g->nval && !st; b++) {
+      if (!value_live(g, b) || (g->val[b].kind == VK_CONST && !uses[b])) continue;
+      if (strcmp(g->val[a].name, g->val[b].name) == 0)
+        st = st_error(ST_INTERNAL, "verifier: two live values are named '%s'", g->val[a].name);
+    }
+  }
+  for (int i = 0; i < g->noutputs && !st; i++)
+    if (!value_live(g, g->outputs[i])) st = st_error(ST_INTERNAL, "verifier: graph output %d is not live", i);
+  free(uses);
+  free(defined);
+  return st;
+}
