@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian/Ubuntu machine lacks, then configures and
+# builds smelt into build/ and generates the example weights.
+# Safe to run again: it installs and rebuilds only what is missing or stale.
+#   SMELT_BUILD_DIR   build directory (default build)
+#   SMELT_CMAKE_ARGS  extra arguments for cmake
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+have() { dpkg -s "$1" >/dev/null 2>&1; }
+for p in build-essential cmake pkg-config libyaml-dev libjansson-dev python3; do
+  have "$p" || need_pkgs+=("$p")
+done
+# LLVM development files (the CPU backend's code generator); any of 14..19 will do.
+if ! ls /usr/lib/llvm-*/bin/llvm-config >/dev/null 2>&1; then need_pkgs+=(llvm-dev); fi
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "setup: installing ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import numpy" >/dev/null 2>&1; then
+  echo "setup: installing numpy"
+  "$PY" -m pip install -q numpy 2>/dev/null || "$PY" -m pip install -q --break-system-packages numpy
+fi
+
+BUILD=${SMELT_BUILD_DIR:-build}
+cmake -S . -B "$BUILD" -DPython3_EXECUTABLE="$(command -v "$PY")" ${SMELT_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
+test -x "$BUILD/smelt" || { echo "setup: build failed" >&2; exit 1; }
+
+"$PY" examples/gen_weights.py
