@@ -77,6 +77,7 @@ void ir_graph_destroy(Graph *g) {
   free(g->node);
   free(g->inputs);
   free(g->outputs);
+  free(g->groups);
   arena_free_all(&g->arena);
   free(g);
 }
@@ -89,6 +90,7 @@ static int new_value(Graph *g, const char *name, ValueKind kind, SrcLoc loc) {
   v->kind = kind;
   v->node = -1;
   v->loc = loc;
+  v->mem_offset = -1;
   return g->nval++;
 }
 
@@ -135,6 +137,24 @@ int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *c
     g->node[id].out[i] = v; /* g->node may not move here, but be explicit */
   }
   return id;
+}
+
+void *ir_graph_alloc(Graph *g, size_t bytes) { return xarena(&g->arena, bytes ? bytes : 1); }
+const char *ir_graph_strdup(Graph *g, const char *s) { return xstrdup(g, s); }
+
+const char *ir_group_kind_name(GroupKind k) {
+  static const char *names[] = {"elementwise", "reduction", "contraction", "opaque"};
+  return k >= GK_ELEMWISE && k <= GK_OPAQUE ? names[k] : "?";
+}
+
+int ir_add_group(Graph *g, GroupKind kind) {
+  Group *ng = xrealloc(g->groups, sizeof(Group) * (size_t)(g->ngroups + 1));
+  g->groups = ng;
+  Group *gr = &g->groups[g->ngroups];
+  memset(gr, 0, sizeof *gr);
+  gr->kind = kind;
+  gr->anchor = -1;
+  return g->ngroups++;
 }
 
 void ir_add_output(Graph *g, int value) {
@@ -343,6 +363,14 @@ smelt_status ir_graph_compact(Graph *g) {
         g->val[v].kind = VK_DEAD;
       }
     }
+    for (int k = 0; k < g->ngroups; k++) {
+      Group *gr = &g->groups[k];
+      int m = 0;
+      for (int j = 0; j < gr->nnodes; j++)
+        if (newid[gr->nodes[j]] >= 0) gr->nodes[m++] = newid[gr->nodes[j]];
+      gr->nnodes = m;
+      gr->anchor = gr->anchor >= 0 ? newid[gr->anchor] : -1;
+    }
     free(g->node);
     g->node = nodes;
     g->nnode = g->cap_node = norder;
@@ -403,5 +431,16 @@ Graph *ir_graph_clone(const Graph *g) {
     c->inputs[c->ninputs++] = g->inputs[i];
   }
   for (int i = 0; i < g->noutputs; i++) ir_add_output(c, g->outputs[i]);
+  for (int k = 0; k < g->ngroups; k++) {
+    const Group *s = &g->groups[k];
+    int id = ir_add_group(c, s->kind);
+    Group *d = &c->groups[id];
+    *d = *s;
+    d->nodes = xarena(&c->arena, sizeof(int) * (size_t)(s->nnodes ? s->nnodes : 1));
+    memcpy(d->nodes, s->nodes, sizeof(int) * (size_t)s->nnodes);
+    d->kernel = xstrdup(c, s->kernel);
+  }
+  c->arena_bytes = g->arena_bytes;
+  c->unplanned_bytes = g->unplanned_bytes;
   return c;
 }

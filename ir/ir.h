@@ -108,6 +108,7 @@ typedef struct {
   void *data;    /* VK_CONST: row-major data of type.dt, in the arena */
   const char *init; /* VK_CONST: how it was made ("ones", "normal(0.02)", "folded"), for printing */
   SrcLoc loc;
+  int64_t mem_offset; /* plan-memory: byte offset in the activation arena; -1 = not in the arena */
 } Value;
 
 typedef struct {
@@ -121,6 +122,21 @@ typedef struct {
   int group;     /* fusion group id, -1 when not fused */
 } Node;
 
+/* A fusion group: nodes that become one kernel (formed by the fuse pass). */
+typedef enum { GK_ELEMWISE, GK_REDUCTION, GK_CONTRACTION, GK_OPAQUE } GroupKind;
+
+typedef struct {
+  GroupKind kind;
+  int anchor;       /* node id of the reduction/contraction/opaque op, or the last node */
+  int *nodes;       /* member node ids in topological order (arena) */
+  int nnodes;
+  int64_t footprint; /* bytes the group keeps on chip per tile */
+  int64_t budget;    /* the budget the footprint was checked against */
+  const char *kernel; /* kernel name, from the YAML names of its nodes */
+} Group;
+
+const char *ir_group_kind_name(GroupKind k);
+
 typedef struct Graph {
   Arena arena;
   const char *name;
@@ -131,6 +147,10 @@ typedef struct Graph {
   int nnode, cap_node;
   int *inputs, ninputs, cap_inputs;
   int *outputs, noutputs, cap_outputs;
+  Group *groups; /* fusion groups (fuse pass); node.group indexes this */
+  int ngroups;
+  int64_t arena_bytes;   /* plan-memory: size of the activation arena; 0 = not planned */
+  int64_t unplanned_bytes; /* plan-memory: sum of all intermediates without sharing */
 } Graph;
 
 /* Objects returned by ir_graph_create are owned by the caller. */
@@ -147,6 +167,12 @@ int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, Src
 int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *const *out_names,
                 SrcLoc loc);
 void ir_add_output(Graph *g, int value);
+/* Adds an empty group and returns its id; members are set by the caller
+ * (nodes array allocated with ir_graph_alloc). */
+int ir_add_group(Graph *g, GroupKind kind);
+/* Memory owned by the graph (zeroed, freed with it). */
+void *ir_graph_alloc(Graph *g, size_t bytes);
+const char *ir_graph_strdup(Graph *g, const char *s);
 /* Looks a value up by name among live values; -1 if absent. */
 int ir_find_value(const Graph *g, const char *name);
 
@@ -174,7 +200,8 @@ void ir_replace_all_uses(Graph *g, int from, int to);
 /* use_count[v] = number of node operands plus graph outputs that name v.
  * The array has g->nval entries and is owned by the caller (free()). */
 int *ir_use_counts(const Graph *g);
-/* Sorts live nodes topologically (stable), drops dead ones; value ids stay. */
+/* Sorts live nodes topologically (stable), drops dead ones; value ids stay,
+ * node ids change (group member lists are renumbered with them). */
 smelt_status ir_graph_compact(Graph *g) SMELT_MUST_USE;
 /* Checks structural invariants and that every type agrees with inference. */
 smelt_status ir_verify(const Graph *g) SMELT_MUST_USE;

@@ -11,7 +11,9 @@
  * uses them: small ones with their values, others with how they were made
  * and a hash of their bytes, so an expected-IR test notices changed data.
  * Attributes print in schema order, so the text does not depend on the order
- * of keys in the YAML. */
+ * of keys in the YAML.  After fusion, the nodes of each group are printed
+ * inside a `group KERNEL (kind, footprint, budget) { ... }` block; after
+ * memory planning, intermediates show their arena offset (`@4096`). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,12 +64,13 @@ static void print_attr(FILE *f, const Attr *a) {
   }
 }
 
-static void print_node(FILE *f, const Graph *g, const Node *n) {
-  fputs("  ", f);
+static void print_node(FILE *f, const Graph *g, const Node *n, const char *indent) {
+  fputs(indent, f);
   for (int i = 0; i < n->nout; i++) {
     const Value *v = &g->val[n->out[i]];
     fprintf(f, "%s%s: ", i ? ", " : "", v->name);
     print_type(f, &v->type);
+    if (v->mem_offset >= 0) fprintf(f, " @%lld", (long long)v->mem_offset);
   }
   fprintf(f, " = %s(", ir_op_name(n->op));
   for (int i = 0; i < n->nin; i++) fprintf(f, "%s%s", i ? ", " : "", g->val[n->in[i]].name);
@@ -96,8 +99,26 @@ void ir_print(FILE *f, const Graph *g) {
   }
   for (int v = 0; v < g->nval; v++)
     if (g->val[v].kind == VK_CONST && uses[v] > 0) print_const(f, &g->val[v]);
-  for (int i = 0; i < g->nnode; i++)
-    if (!g->node[i].dead) print_node(f, g, &g->node[i]);
+  int open_group = -1;
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    if (n->group != open_group) {
+      if (open_group >= 0) fputs("  }\n", f);
+      open_group = n->group;
+      if (open_group >= 0 && open_group < g->ngroups) {
+        const Group *gr = &g->groups[open_group];
+        fprintf(f, "  group %s (%s, %d node%s, footprint %lld B, budget %lld B) {\n", gr->kernel ? gr->kernel : "?",
+                ir_group_kind_name(gr->kind), gr->nnodes, gr->nnodes == 1 ? "" : "s", (long long)gr->footprint,
+                (long long)gr->budget);
+      }
+    }
+    print_node(f, g, n, open_group >= 0 ? "    " : "  ");
+  }
+  if (open_group >= 0) fputs("  }\n", f);
+  if (g->arena_bytes > 0)
+    fprintf(f, "  memory: arena %lld B for intermediates of %lld B\n", (long long)g->arena_bytes,
+            (long long)g->unplanned_bytes);
   for (int i = 0; i < g->noutputs; i++) fprintf(f, "  output %s\n", g->val[g->outputs[i]].name);
   fputs("}\n", f);
   free(uses);
