@@ -1,0 +1,31 @@
+/* Kernels: what a fusion group becomes, for any target.
+ *
+ * The fuse pass leaves the graph partitioned into groups (ir.h: Group); every
+ * live node belongs to exactly one.  Kernel lowering turns each group into a
+ * Kernel: the list of buffers it reads and writes (value ids, in a fixed
+ * order: external inputs first, constants among them, then the group's
+ * outputs that live in memory), how many independent tasks its work splits
+ * into, and cost estimates for the roofline report.  The targets (LLVM for
+ * the CPU, CUDA C for the GPU) generate code from the same Kernel.
+ *
+ * CPU kernel ABI (codegen/llvm):
+ *     void NAME(void *const *args, int64_t task_begin, int64_t task_end);
+ *   args[i] points at the data of value args[i] of the Kernel; the thread
+ *   pool calls it on disjoint task ranges covering [0, ntasks).
+ */
+#ifndef SMELT_KERNEL_H
+#define SMELT_KERNEL_H
+
+#include "ir/ir.h"
+
+typedef struct {
+  char name[96];   /* "k07_layer.3_attn_norm_mul": from the YAML names of its nodes */
+  int group;       /* index into g->groups */
+  int *args;       /* value ids: inputs (constants included), then outputs */
+  int nargs, nouts;
+  int64_t ntasks;  /* independent units of work (rows, tiles, element blocks) */
+  double bytes;    /* estimated bytes moved to and from memory */
+  double flops;    /* estimated floating-point operations */
+} Kernel;
+
+#endif
