@@ -1,0 +1,103 @@
+/* smelt — public C API.
+ *
+ * Compile a YAML model into a kernel bundle, open a bundle, create a session
+ * on a device, bind inputs and outputs, run.
+ *
+ * Conventions
+ *  - Every function that can fail returns a smelt_status: NULL on success,
+ *    otherwise an error object owned by the caller, to be read with
+ *    smelt_status_message() and released with smelt_status_free().
+ *  - Objects returned through `out_` parameters are owned by the caller and
+ *    released with the matching _close/_destroy function.
+ *  - The library keeps no global mutable state and never prints or exits.
+ *    A bundle may be shared by several sessions; a session must be used by
+ *    one thread at a time; sessions on different threads are independent.
+ */
+#ifndef SMELT_H
+#define SMELT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct Status *smelt_status;
+typedef struct smelt_bundle smelt_bundle;
+typedef struct smelt_session smelt_session;
+
+/* Error codes, as returned by smelt_status_code(). */
+enum {
+  SMELT_OK = 0,
+  SMELT_INVALID_INPUT = 1, /* the model, bundle, file or argument is wrong */
+  SMELT_IO = 2,
+  SMELT_UNSUPPORTED = 3,   /* valid, but not available here (device, dtype) */
+  SMELT_NO_MEMORY = 4,
+  SMELT_INTERNAL = 5,
+};
+
+int smelt_status_code(const struct Status *st);
+const char *smelt_status_message(const struct Status *st);
+void smelt_status_free(smelt_status st);
+
+/* Element types, as in the model format. */
+typedef enum {
+  SMELT_F32 = 1, SMELT_F16, SMELT_BF16, SMELT_F64, SMELT_I64, SMELT_I32, SMELT_I8, SMELT_U8, SMELT_BOOL,
+} smelt_dtype;
+
+typedef struct {
+  const char *targets;   /* "cpu", "cuda" or "cpu,cuda"; NULL = "cpu" */
+  const char *dims;      /* "seq=1,128;hidden=64": dims overrides, several values = specialisations; NULL = none */
+  const char *dtype;     /* default element type override ("f16"); NULL = the model's */
+  const char *passes;    /* pass list; NULL = the default pipeline */
+  const char *cpu;       /* LLVM CPU name; NULL = the host's */
+  int64_t onchip_bytes;  /* fusion budget per tile; 0 = the target's */
+  int threads;           /* recorded default thread count; 0 = number of cores */
+} smelt_compile_options;
+
+/* Compiles the YAML model at model_path into the bundle file out_path.
+ * options may be NULL (defaults). */
+smelt_status smelt_compile(const char *model_path, const smelt_compile_options *options, const char *out_path);
+
+/* Opens and validates a bundle (sizes, offsets, checksums, versions); a
+ * truncated or corrupted file is an error, never a crash. */
+smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle);
+void smelt_bundle_close(smelt_bundle *bundle);
+
+typedef struct {
+  int threads; /* CPU worker threads; 0 = number of cores */
+} smelt_session_options;
+
+/* Creates a session running the bundle on device "cpu" (or "cuda", "cuda:N"
+ * where built).  The bundle must outlive the session.  options may be NULL. */
+smelt_status smelt_session_create(smelt_bundle *bundle, const char *device, const smelt_session_options *options,
+                                  smelt_session **out_session);
+void smelt_session_destroy(smelt_session *session);
+
+/* The session's inputs and outputs, in model order. */
+typedef struct {
+  const char *name;
+  smelt_dtype dtype;
+  int rank;
+  int64_t dims[8];
+} smelt_tensor_info;
+
+int smelt_session_num_inputs(const smelt_session *session);
+int smelt_session_num_outputs(const smelt_session *session);
+void smelt_session_input_info(const smelt_session *session, int i, smelt_tensor_info *out_info);
+void smelt_session_output_info(const smelt_session *session, int i, smelt_tensor_info *out_info);
+
+/* Binds the memory of an input or output by name; `bytes` must equal the
+ * tensor's size.  The memory must stay valid until the next run returns.
+ * Host pointers are accepted on every device. */
+smelt_status smelt_session_bind_input(smelt_session *session, const char *name, const void *data, size_t bytes);
+smelt_status smelt_session_bind_output(smelt_session *session, const char *name, void *data, size_t bytes);
+
+/* Runs the model once on the bound tensors. */
+smelt_status smelt_session_run(smelt_session *session);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
