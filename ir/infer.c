@@ -571,6 +571,10 @@ void ir_slice_bounds(int64_t size, int64_t start, int64_t end, int64_t step, int
                      int64_t *out_end, int64_t *out_len) {
   /* Python's slice.indices(): negative indices count from the end, then
    * clamp to [0, size] for a positive step and [-1, size-1] for a negative one. */
+  /* a step longer than the axis selects at most one element: clamping it
+   * keeps the arithmetic below from overflowing */
+  if (step > size + 1) step = size + 1;
+  if (step < -(size + 1)) step = -(size + 1);
   int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? size : size - 1;
   bool end_open = end == INT64_MAX; /* the schema's default: "to the end" in the step's direction */
   if (start < 0) start = start < -size ? lo : start + size;
