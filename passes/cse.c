@@ -3,7 +3,10 @@
  * First constants: two used constants of the same type and bytes, up to
  * 64 KiB each (scales, zeros, small masks; big weights are distinct in
  * practice and comparing them is not worth the time), become one; the one
- * with the lower id stays.  Then nodes, in topological order: a node's key
+ * with the lower id stays.  A user's param of more than 16 elements keeps
+ * its own name even when its bytes repeat another's (all-ones norm weights
+ * of every layer): merging them would save little and make the IR read as
+ * if layer 0 used the final norm's weights.  Then nodes, in topological order: a node's key
  * is its op, its operand ids and its attributes compared by value (in any
  * order).  A hash table maps keys to the first node seen with that key; a
  * later node with an equal key is replaced by it.  Because users are rewired
@@ -168,6 +171,8 @@ static bool cse_consts(Graph *g) {
     const Value *c = &g->val[v];
     size_t bytes = ir_type_bytes(&c->type);
     if (c->kind != VK_CONST || !uses[v] || bytes > CSE_CONST_MAX_BYTES || pass_is_output(g, v)) continue;
+    bool made_by_pass = !c->init || strcmp(c->init, "folded") == 0;
+    if (!made_by_pass && ir_type_numel(&c->type) > 16) continue;
     uint64_t h = mix(hash_bytes(c->data, bytes), (uint64_t)c->type.dt);
     size_t i = (size_t)h & t.mask;
     for (; t.slot[i] >= 0; i = (i + 1) & t.mask) {
