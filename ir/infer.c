@@ -275,10 +275,11 @@ static smelt_status infer_conv2d(Graph *g, Node *n) {
   RETURN_IF_ERROR(need_float(g, n, 0));
   RETURN_IF_ERROR(same_dtype(g, n, 0, 1));
   if (x->rank != 4 || w->rank != 4) return fail(g, n, "conv2d needs x [N,C,H,W] and w [O,C/groups,KH,KW]");
-  const int64_t *st, *pd, *dl;
+  const int64_t *st = NULL, *pd = NULL, *dl = NULL;
   RETURN_IF_ERROR(ints_attr(g, n, "strides", 2, 1, &st));
   RETURN_IF_ERROR(ints_attr(g, n, "pads", 4, 0, &pd));
   RETURN_IF_ERROR(ints_attr(g, n, "dilations", 2, 1, &dl));
+  assert(st && pd && dl); /* the schema gives all three defaults */
   int64_t grp = ir_attr_int(n, "groups");
   if (grp < 1 || x->dim[1] % grp || w->dim[0] % grp)
     return fail(g, n, "groups %lld must divide input channels %lld and output channels %lld", (long long)grp,
@@ -304,10 +305,11 @@ static smelt_status infer_pool2d(Graph *g, Node *n) {
   const TensorType *x = in_type(g, n, 0);
   RETURN_IF_ERROR(need_float(g, n, 0));
   if (x->rank != 4) return fail(g, n, "input must be [N,C,H,W]");
-  const int64_t *k, *st, *pd;
+  const int64_t *k = NULL, *st = NULL, *pd = NULL;
   RETURN_IF_ERROR(ints_attr(g, n, "kernel", 2, 1, &k));
   RETURN_IF_ERROR(ints_attr(g, n, "strides", 2, 1, &st));
   RETURN_IF_ERROR(ints_attr(g, n, "pads", 4, 0, &pd));
+  assert(k && pd); /* kernel is required, pads has a default */
   if (!st) st = k;
   if (pd[0] >= k[0] || pd[2] >= k[0] || pd[1] >= k[1] || pd[3] >= k[1])
     return fail(g, n, "padding must be smaller than the kernel");
