@@ -257,8 +257,10 @@ static smelt_status ints_attr(const Graph *g, const Node *n, const char *name, i
   const Attr *a = ir_attr(n, name);
   if (!a) { *out = NULL; return NULL; }
   if (a->n != count) return fail(g, n, "'%s' needs %d values, got %d", name, count, a->n);
+  /* the bound keeps every window computation below far from int64 overflow */
   for (int i = 0; i < count; i++)
-    if (a->ints[i] < min) return fail(g, n, "'%s' values must be >= %lld", name, (long long)min);
+    if (a->ints[i] < min || a->ints[i] > ((int64_t)1 << 31))
+      return fail(g, n, "'%s' values must be in [%lld, 2^31]", name, (long long)min);
   *out = a->ints;
   return NULL;
 }
@@ -419,12 +421,13 @@ static smelt_status infer_split(Graph *g, Node *n) {
   int ax = ir_norm_axis(ir_attr_int(n, "axis"), x->rank);
   if (ax < 0) return fail(g, n, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis"), x->rank);
   const Attr *s = ir_attr(n, "sizes");
+  if (n->nout > 64) return fail(g, n, "at most 64 outputs, got %d", n->nout);
   if (s) {
     if (s->n != n->nout) return fail(g, n, "%d sizes for %d outputs", s->n, n->nout);
     int64_t sum = 0;
     for (int i = 0; i < s->n; i++) {
-      if (s->ints[i] < 0) return fail(g, n, "negative size in sizes");
-      sum += s->ints[i];
+      if (s->ints[i] < 0 || s->ints[i] > x->dim[ax]) return fail(g, n, "size %lld in sizes is out of range", (long long)s->ints[i]);
+      sum += s->ints[i]; /* at most 64 terms of at most dim: no overflow */
     }
     if (sum != x->dim[ax]) return fail(g, n, "sizes add up to %lld, axis %d has %lld", (long long)sum, ax, (long long)x->dim[ax]);
   } else if (x->dim[ax] % n->nout) {

@@ -49,6 +49,8 @@ static smelt_status check_attrs(const Graph *g, const Node *n) {
   return NULL;
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
 smelt_status ir_verify(const Graph *g) {
   Graph *mg = (Graph *)g; /* only for the save-infer-restore below */
   char *defined = calloc((size_t)g->nval + 1, 1);
@@ -74,8 +76,12 @@ smelt_status ir_verify(const Graph *g) {
     if (st) break;
     st = check_attrs(g, n);
     if (st) break;
-    TensorType saved[64];
-    int nsave = n->nout < 64 ? n->nout : 64;
+    TensorType saved[64]; /* split has at most 64 results (ops.def limits inputs; frontend limits outputs) */
+    if (n->nout > 64) {
+      st = bad(g, n, "more than 64 results");
+      break;
+    }
+    int nsave = n->nout;
     for (int j = 0; j < nsave; j++) saved[j] = g->val[n->out[j]].type;
     smelt_status ist = ir_infer_node(mg, i);
     bool same = true;
@@ -89,16 +95,21 @@ smelt_status ir_verify(const Graph *g) {
       st = bad(g, n, "result type differs from shape inference");
     }
   }
-  /* live names must be unique: quadratic, but graphs are small and this only runs in checks */
+  /* live names must be unique: sort them and compare neighbours */
   int *uses = st ? NULL : ir_use_counts(g);
-  for (int a = 0; uses && a < g->nval && !st; a++) {
-    if (!value_live(g, a) || (g->val[a].kind == VK_CONST && !uses[a])) continue;
-    for (int b = a + 1; b < g->nval && !st; b++) {
-      if (!value_live(g, b) || (g->val[b].kind == VK_CONST && !uses[b])) continue;
-      if (strcmp(g->val[a].name, g->val[b].name) == 0)
-        st = st_error(ST_INTERNAL, "verifier: two live values are named '%s'", g->val[a].name);
-    }
+  const char **names = uses ? malloc(sizeof(char *) * ((size_t)g->nval + 1)) : NULL;
+  int nnames = 0;
+  for (int a = 0; names && a < g->nval; a++)
+    if (value_live(g, a) && !(g->val[a].kind == VK_CONST && !uses[a])) names[nnames++] = g->val[a].name;
+  if (names) {
+    qsort(names, (size_t)nnames, sizeof *names, cmp_names);
+    for (int a = 1; a < nnames && !st; a++)
+      if (strcmp(names[a - 1], names[a]) == 0)
+        st = st_error(ST_INTERNAL, "verifier: two live values are named '%s'", names[a]);
+  } else if (uses) {
+    st = st_error(ST_NO_MEMORY, "out of memory");
   }
+  free(names);
   for (int i = 0; i < g->noutputs && !st; i++)
     if (!value_live(g, g->outputs[i])) st = st_error(ST_INTERNAL, "verifier: graph output %d is not live", i);
   free(uses);

@@ -1,0 +1,844 @@
+/* Graph serialisation: a compact little-endian binary form of everything a
+ * Graph holds, and a decoder that trusts none of it.
+ *
+ * Layout (integers little-endian, no padding; `str` is a u32 byte count and
+ * that many bytes without a NUL, the count 0xffffffff standing for NULL):
+ *
+ *   header   u8[4] "SGRF", u32 version, str name, str file (nullable),
+ *            i64 arena_bytes, i64 unplanned_bytes,
+ *            u32 nval, u32 nnode, u32 ngroups, u32 ninputs, u32 noutputs
+ *   value    str name, u8 kind (W_VK_*), str dtype name ("" = not inferred),
+ *            u8 rank, i64 dim[rank], i32 node, i32 out_index, str init
+ *            (nullable), i32 line, i32 col, i64 mem_offset,
+ *            u8 has_data, and when has_data: u64 nbytes, nbytes of data
+ *   node     str op name, u8 dead, i32 group, i32 line, i32 col,
+ *            u32 nin, i32 in[nin], u32 nout, i32 out[nout], u32 nattr, then
+ *            per attribute: str name, u8 type (W_AT_*), payload:
+ *              int, bool  i64          float  f64 (IEEE-754 bits)
+ *              ints       u32 n, i64[n] dtype, enum  str
+ *   group    u8 kind (W_GK_*), i32 anchor, i64 footprint, i64 budget,
+ *            str kernel (nullable), u32 nnodes, i32 nodes[nnodes]
+ *   then     i32 inputs[ninputs], i32 outputs[noutputs]; nothing after.
+ *
+ * Operators and dtypes are written by name and the small enums (value kind,
+ * attribute type, group kind) through the W_* codes below, which are part of
+ * the format: the in-memory enums may be reordered without breaking bundles.
+ * Value and node ids are written as they are, so a decoded graph has the
+ * same ids as the one encoded (the memory plan and kernel tables refer to
+ * them).  All counts come first in the header so that every id can be
+ * range-checked as it is read, and so that an absurd count is caught before
+ * anything is allocated for it: each record has a minimum encoded size, and
+ * the counts must fit in the bytes that are left.
+ *
+ * Decoding reads each field through a bounds-checked cursor whose first error
+ * sticks; records are checked as they are read (ranks, dims, sizes, dtypes,
+ * op names, attribute schema), then the graph as a whole (every id in range,
+ * values and nodes pointing at each other, group membership, memory offsets
+ * inside the arena), and finally ir_verify() re-runs shape inference.  Only
+ * then is the graph handed out. */
+#include "serialize.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Constant data is copied byte for byte between the graph and the bundle,
+ * and the bundle is little-endian: a big-endian host would need swapping
+ * that nothing in smelt does. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "smelt's bundle format assumes a little-endian host"
+#endif
+
+static const unsigned char MAGIC[4] = {'S', 'G', 'R', 'F'};
+#define NULL_STR 0xffffffffu
+
+/* Wire codes: fixed by the format, independent of the enums in ir.h. */
+enum { W_VK_INPUT = 0, W_VK_CONST = 1, W_VK_NODE = 2, W_VK_DEAD = 3 };
+enum { W_AT_INT = 0, W_AT_FLOAT = 1, W_AT_BOOL = 2, W_AT_INTS = 3, W_AT_DTYPE = 4, W_AT_ENUM = 5 };
+enum { W_GK_ELEMWISE = 0, W_GK_REDUCTION = 1, W_GK_CONTRACTION = 2, W_GK_OPAQUE = 3 };
+
+/* Minimum encoded sizes of the records, for bounding counts. */
+#define MIN_VALUE_BYTES 39 /* name 4, kind 1, dtype 4, rank 1, node 4, out_index 4, init 4, loc 8, mem 8, has_data 1 */
+#define MIN_NODE_BYTES 29  /* op 4, dead 1, group 4, loc 8, nin 4, nout 4, nattr 4 */
+#define MIN_GROUP_BYTES 29 /* kind 1, anchor 4, footprint 8, budget 8, kernel 4, nnodes 4 */
+
+/* Largest tensor the format accepts: its byte count fits in int64 for any
+ * dtype, so ir_type_numel and ir_type_bytes cannot overflow on it. */
+#define MAX_NUMEL (INT64_MAX / 8)
+
+/* Checks rank and dims and that every prefix product of the dims stays below
+ * MAX_NUMEL (ir_type_numel multiplies left to right, so [2^40, 2^40, 0] would
+ * overflow before reaching the 0).  Returns a description of the fault, or
+ * NULL when the type is sound. */
+static const char *type_fault(const TensorType *t) {
+  if (t->rank < 0 || t->rank > IR_MAX_RANK) return "rank out of range";
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dim[i] < 0) return "negative dimension";
+    if (t->dim[i] > 0 && n > MAX_NUMEL / t->dim[i]) return "tensor too large";
+    n *= t->dim[i];
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- encoder */
+
+typedef struct {
+  unsigned char *p;
+  size_t len, cap;
+  bool oom;
+} Buf;
+
+static void put(Buf *b, const void *data, size_t n) {
+  if (b->oom) return;
+  if (n > b->cap - b->len) {
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < n) {
+      if (cap > SIZE_MAX / 2) {
+        b->oom = true;
+        return;
+      }
+      cap *= 2;
+    }
+    unsigned char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  if (n) memcpy(b->p + b->len, data, n);
+  b->len += n;
+}
+
+static void put_u8(Buf *b, unsigned v) {
+  unsigned char c = (unsigned char)v;
+  put(b, &c, 1);
+}
+
+static void put_u32(Buf *b, uint32_t v) {
+  unsigned char c[4];
+  for (int i = 0; i < 4; i++) c[i] = (unsigned char)(v >> (8 * i));
+  put(b, c, 4);
+}
+
+static void put_u64(Buf *b, uint64_t v) {
+  unsigned char c[8];
+  for (int i = 0; i < 8; i++) c[i] = (unsigned char)(v >> (8 * i));
+  put(b, c, 8);
+}
+
+static void put_i32(Buf *b, int32_t v) { put_u32(b, (uint32_t)v); }
+static void put_i64(Buf *b, int64_t v) { put_u64(b, (uint64_t)v); }
+
+static void put_f64(Buf *b, double v) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  put_u64(b, u);
+}
+
+static void put_str(Buf *b, const char *s) {
+  if (!s) {
+    put_u32(b, NULL_STR);
+    return;
+  }
+  size_t n = strlen(s);
+  if (n >= NULL_STR) { /* unrepresentable; no real name is 4 GB long */
+    b->oom = true;
+    return;
+  }
+  put_u32(b, (uint32_t)n);
+  put(b, s, n);
+}
+
+static unsigned wire_value_kind(ValueKind k) {
+  switch (k) {
+  case VK_INPUT: return W_VK_INPUT;
+  case VK_CONST: return W_VK_CONST;
+  case VK_NODE: return W_VK_NODE;
+  case VK_DEAD: return W_VK_DEAD;
+  }
+  return 0xff;
+}
+
+static unsigned wire_attr_type(AttrType t) {
+  switch (t) {
+  case AT_INT: return W_AT_INT;
+  case AT_FLOAT: return W_AT_FLOAT;
+  case AT_BOOL: return W_AT_BOOL;
+  case AT_INTS: return W_AT_INTS;
+  case AT_DTYPE: return W_AT_DTYPE;
+  case AT_ENUM: return W_AT_ENUM;
+  }
+  return 0xff;
+}
+
+static unsigned wire_group_kind(GroupKind k) {
+  switch (k) {
+  case GK_ELEMWISE: return W_GK_ELEMWISE;
+  case GK_REDUCTION: return W_GK_REDUCTION;
+  case GK_CONTRACTION: return W_GK_CONTRACTION;
+  case GK_OPAQUE: return W_GK_OPAQUE;
+  }
+  return 0xff;
+}
+
+static const char *dtype_wire_name(DType dt) { return dt == DT_INVALID ? "" : dt_name(dt); }
+
+static smelt_status put_value(Buf *b, const Value *v, int id) {
+  /* the rank bounds the dims read below; a constant's whole type bounds the
+   * data copied.  Other faults are left for the decoder to report. */
+  bool has_data = v->kind == VK_CONST && v->data;
+  const char *fault = v->type.rank < 0 || v->type.rank > IR_MAX_RANK ? "rank out of range"
+                      : has_data                                     ? type_fault(&v->type)
+                                                                     : NULL;
+  if (fault) return st_error(ST_INTERNAL, "serialize: value %d ('%s'): %s", id, v->name, fault);
+  put_str(b, v->name);
+  put_u8(b, wire_value_kind(v->kind));
+  put_str(b, dtype_wire_name(v->type.dt));
+  put_u8(b, (unsigned)v->type.rank);
+  for (int i = 0; i < v->type.rank; i++) put_i64(b, v->type.dim[i]);
+  put_i32(b, v->node);
+  put_i32(b, v->out_index);
+  put_str(b, v->init);
+  put_i32(b, v->loc.line);
+  put_i32(b, v->loc.col);
+  put_i64(b, v->mem_offset);
+  /* only a constant's data means anything; a dead value may still point at
+   * the data of a constant that failed to fold, and that is dropped */
+  put_u8(b, has_data);
+  if (has_data) {
+    size_t n = ir_type_bytes(&v->type);
+    put_u64(b, n);
+    put(b, v->data, n);
+  }
+  return NULL;
+}
+
+static smelt_status put_node(Buf *b, const Node *n, int id) {
+  if (n->op < 0 || n->op >= OP_COUNT) return st_error(ST_INTERNAL, "serialize: node %d has op number %d", id, (int)n->op);
+  put_str(b, ir_op_name(n->op));
+  put_u8(b, n->dead);
+  put_i32(b, n->group);
+  put_i32(b, n->loc.line);
+  put_i32(b, n->loc.col);
+  put_u32(b, (uint32_t)n->nin);
+  for (int i = 0; i < n->nin; i++) put_i32(b, n->in[i]);
+  put_u32(b, (uint32_t)n->nout);
+  for (int i = 0; i < n->nout; i++) put_i32(b, n->out[i]);
+  put_u32(b, (uint32_t)n->nattr);
+  for (int i = 0; i < n->nattr; i++) {
+    const Attr *a = &n->attr[i];
+    put_str(b, a->name);
+    put_u8(b, wire_attr_type(a->type));
+    switch (a->type) {
+    case AT_INT:
+    case AT_BOOL: put_i64(b, a->i); break;
+    case AT_FLOAT: put_f64(b, a->f); break;
+    case AT_INTS:
+      put_u32(b, (uint32_t)a->n);
+      for (int k = 0; k < a->n; k++) put_i64(b, a->ints[k]);
+      break;
+    case AT_DTYPE: put_str(b, dtype_wire_name(a->dt)); break;
+    case AT_ENUM: put_str(b, a->s); break;
+    }
+  }
+  return NULL;
+}
+
+static void put_group(Buf *b, const Group *gr) {
+  put_u8(b, wire_group_kind(gr->kind));
+  put_i32(b, gr->anchor);
+  put_i64(b, gr->footprint);
+  put_i64(b, gr->budget);
+  put_str(b, gr->kernel);
+  put_u32(b, (uint32_t)gr->nnodes);
+  for (int i = 0; i < gr->nnodes; i++) put_i32(b, gr->nodes[i]);
+}
+
+smelt_status ir_graph_serialize(const Graph *g, void **out_buf, size_t *out_len) {
+  *out_buf = NULL;
+  *out_len = 0;
+  Buf b = {0};
+  smelt_status st = NULL;
+  put(&b, MAGIC, 4);
+  put_u32(&b, IR_SERIAL_VERSION);
+  put_str(&b, g->name);
+  put_str(&b, g->file);
+  put_i64(&b, g->arena_bytes);
+  put_i64(&b, g->unplanned_bytes);
+  put_u32(&b, (uint32_t)g->nval);
+  put_u32(&b, (uint32_t)g->nnode);
+  put_u32(&b, (uint32_t)g->ngroups);
+  put_u32(&b, (uint32_t)g->ninputs);
+  put_u32(&b, (uint32_t)g->noutputs);
+  for (int v = 0; v < g->nval && !st; v++) st = put_value(&b, &g->val[v], v);
+  for (int i = 0; i < g->nnode && !st; i++) st = put_node(&b, &g->node[i], i);
+  for (int k = 0; k < g->ngroups && !st; k++) put_group(&b, &g->groups[k]);
+  for (int i = 0; i < g->ninputs && !st; i++) put_i32(&b, g->inputs[i]);
+  for (int i = 0; i < g->noutputs && !st; i++) put_i32(&b, g->outputs[i]);
+  if (!st && b.oom) st = st_error(ST_NO_MEMORY, "serialize: out of memory");
+  if (st) {
+    free(b.p);
+    return st;
+  }
+  *out_buf = b.p;
+  *out_len = b.len;
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- decoder */
+
+typedef struct {
+  const unsigned char *p;
+  size_t len, pos;
+  char ctx[96]; /* what is being read, for messages: "value 12", "node 3 (add)" */
+  smelt_status st; /* the first error; later reads return zeros */
+} Reader;
+
+static void fail(Reader *r, const char *fmt, ...) SMELT_PRINTF(2, 3);
+static void fail(Reader *r, const char *fmt, ...) {
+  if (r->st) return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  r->st = st_error(ST_INVALID_INPUT, "graph section: %s: %s", r->ctx, msg);
+}
+
+static void set_ctx(Reader *r, const char *fmt, ...) SMELT_PRINTF(2, 3);
+static void set_ctx(Reader *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->ctx, sizeof r->ctx, fmt, ap);
+  va_end(ap);
+}
+
+/* Returns a pointer to the next n bytes and moves past them, or NULL (with
+ * the error recorded) when fewer are left. */
+static const unsigned char *take(Reader *r, size_t n, const char *what) {
+  if (r->st) return NULL;
+  if (n > r->len - r->pos) {
+    fail(r, "truncated: %s needs %zu bytes at offset %zu, only %zu left", what, n, r->pos, r->len - r->pos);
+    return NULL;
+  }
+  const unsigned char *p = r->p + r->pos;
+  r->pos += n;
+  return p;
+}
+
+static size_t left(const Reader *r) { return r->len - r->pos; }
+
+static unsigned rd_u8(Reader *r, const char *what) {
+  const unsigned char *p = take(r, 1, what);
+  return p ? p[0] : 0;
+}
+
+static uint32_t rd_u32(Reader *r, const char *what) {
+  const unsigned char *p = take(r, 4, what);
+  uint32_t v = 0;
+  for (int i = 0; p && i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+
+static uint64_t rd_u64(Reader *r, const char *what) {
+  const unsigned char *p = take(r, 8, what);
+  uint64_t v = 0;
+  for (int i = 0; p && i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+static int32_t rd_i32(Reader *r, const char *what) {
+  uint32_t u = rd_u32(r, what);
+  int32_t v;
+  memcpy(&v, &u, 4); /* two's complement reinterpretation without UB */
+  return v;
+}
+
+static int64_t rd_i64(Reader *r, const char *what) {
+  uint64_t u = rd_u64(r, what);
+  int64_t v;
+  memcpy(&v, &u, 8);
+  return v;
+}
+
+static double rd_f64(Reader *r, const char *what) {
+  uint64_t u = rd_u64(r, what);
+  double v;
+  memcpy(&v, &u, 8);
+  return v;
+}
+
+/* A string as a view into the buffer; *is_null tells NULL from "". */
+static const char *rd_view(Reader *r, size_t *out_len, bool *is_null, const char *what) {
+  *out_len = 0;
+  *is_null = false;
+  uint32_t n = rd_u32(r, what);
+  if (r->st) return NULL;
+  if (n == NULL_STR) {
+    *is_null = true;
+    return NULL;
+  }
+  const char *s = (const char *)take(r, n, what);
+  if (!s) return NULL;
+  if (memchr(s, 0, n)) {
+    fail(r, "%s contains a NUL byte", what);
+    return NULL;
+  }
+  *out_len = n;
+  return s;
+}
+
+/* A string copied into the graph's arena; NULL only when nullable. */
+static const char *rd_str(Reader *r, Graph *g, bool nullable, const char *what) {
+  size_t n;
+  bool is_null;
+  const char *s = rd_view(r, &n, &is_null, what);
+  if (r->st) return NULL;
+  if (is_null) {
+    if (!nullable) fail(r, "%s is missing", what);
+    return NULL;
+  }
+  char *d = ir_graph_alloc(g, n + 1);
+  memcpy(d, s, n);
+  return d;
+}
+
+/* A short string (op, dtype or attribute name) into buf; one that does not
+ * fit is an error, as no known name is that long. */
+static void rd_short(Reader *r, char *buf, size_t cap, const char *what) {
+  size_t n;
+  bool is_null;
+  const char *s = rd_view(r, &n, &is_null, what);
+  buf[0] = 0;
+  if (r->st) return;
+  if (is_null) {
+    fail(r, "%s is missing", what);
+  } else if (n >= cap) {
+    fail(r, "%s is %zu bytes long, longer than any known one", what, n);
+  } else {
+    memcpy(buf, s, n);
+    buf[n] = 0;
+  }
+}
+
+/* A dtype by name; "" stands for not-yet-inferred (DT_INVALID) and is
+ * accepted only where allow_invalid. */
+static DType rd_dtype(Reader *r, bool allow_invalid, const char *what) {
+  char name[16];
+  rd_short(r, name, sizeof name, what);
+  if (r->st) return DT_INVALID;
+  if (!name[0] && allow_invalid) return DT_INVALID;
+  DType dt = dt_from_name(name);
+  if (dt == DT_INVALID) fail(r, "unknown %s '%s'", what, name);
+  return dt;
+}
+
+/* A u32 count of records, each at least min_bytes long, that must fit in the
+ * bytes left (so allocations stay proportional to the input) and in an int. */
+static int rd_count(Reader *r, size_t min_bytes, const char *what) {
+  uint32_t n = rd_u32(r, what);
+  if (r->st) return 0;
+  if (n > INT_MAX || (uint64_t)n * min_bytes > left(r)) {
+    fail(r, "%s %u is impossible: only %zu bytes are left", what, n, left(r));
+    return 0;
+  }
+  return (int)n;
+}
+
+static void rd_magic_version(Reader *r) {
+  set_ctx(r, "header");
+  const unsigned char *m = take(r, 4, "magic");
+  if (m && memcmp(m, MAGIC, 4) != 0) {
+    fail(r, "bad magic (not an encoded graph)");
+    return;
+  }
+  uint32_t version = rd_u32(r, "version");
+  if (!r->st && version != IR_SERIAL_VERSION)
+    fail(r, "unsupported encoding version %u (this smelt reads version %d)", version, IR_SERIAL_VERSION);
+}
+
+static void rd_value(Reader *r, Graph *g, int id) {
+  Value *v = &g->val[id];
+  set_ctx(r, "value %d", id);
+  v->name = rd_str(r, g, false, "name");
+  if (v->name) set_ctx(r, "value %d ('%.60s')", id, v->name);
+  unsigned kind = rd_u8(r, "kind");
+  switch (kind) {
+  case W_VK_INPUT: v->kind = VK_INPUT; break;
+  case W_VK_CONST: v->kind = VK_CONST; break;
+  case W_VK_NODE: v->kind = VK_NODE; break;
+  case W_VK_DEAD: v->kind = VK_DEAD; break;
+  default: fail(r, "unknown value kind %u", kind); return;
+  }
+  bool needs_type = v->kind == VK_INPUT || v->kind == VK_CONST;
+  v->type.dt = rd_dtype(r, !needs_type, "dtype");
+  unsigned rank = rd_u8(r, "rank");
+  if (r->st) return;
+  if (rank > IR_MAX_RANK) {
+    fail(r, "rank %u exceeds the maximum %d", rank, IR_MAX_RANK);
+    return;
+  }
+  v->type.rank = (int)rank;
+  for (unsigned i = 0; i < rank; i++) v->type.dim[i] = rd_i64(r, "dimension");
+  if (r->st) return;
+  const char *fault = type_fault(&v->type);
+  if (fault) {
+    char buf[256];
+    fail(r, "%s in its type %s", fault, ir_type_str(&v->type, buf, sizeof buf));
+    return;
+  }
+  v->node = rd_i32(r, "producer node");
+  v->out_index = rd_i32(r, "result index");
+  v->init = rd_str(r, g, true, "init");
+  v->loc.file = g->file;
+  v->loc.line = rd_i32(r, "line");
+  v->loc.col = rd_i32(r, "column");
+  v->mem_offset = rd_i64(r, "memory offset");
+  unsigned has_data = rd_u8(r, "data flag");
+  if (r->st) return;
+  if (v->mem_offset < -1) fail(r, "memory offset %lld is negative", (long long)v->mem_offset);
+  if (has_data > 1) fail(r, "data flag is %u, not 0 or 1", has_data);
+  if (has_data && v->kind != VK_CONST) fail(r, "carries data but is not a constant");
+  if (!has_data && v->kind == VK_CONST) fail(r, "is a constant without data");
+  if (r->st || !has_data) return;
+  uint64_t nbytes = rd_u64(r, "data size");
+  size_t want = ir_type_bytes(&v->type); /* bounded by type_fault */
+  if (!r->st && nbytes != want) {
+    char buf[256];
+    fail(r, "holds %llu bytes of data but its type %s needs %zu", (unsigned long long)nbytes,
+         ir_type_str(&v->type, buf, sizeof buf), want);
+    return;
+  }
+  const unsigned char *data = take(r, want, "constant data");
+  if (!data) return;
+  v->data = ir_graph_alloc(g, want); /* 64-byte aligned: the arena's promise */
+  memcpy(v->data, data, want);
+}
+
+/* Finds the schema entry of attribute `name` of op; false when absent. */
+static bool find_attr_spec(Op op, const char *name, AttrSpec *out) {
+  int na = ir_op_attr_count(op);
+  for (int i = 0; i < na; i++) {
+    ir_op_attr_spec(op, i, out);
+    if (strcmp(out->name, name) == 0) return true;
+  }
+  return false;
+}
+
+static bool enum_word_ok(const char *words, const char *w) {
+  size_t n = strlen(w);
+  for (const char *p = words; *p;) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && memcmp(p, w, n) == 0) return true;
+    if (!bar) break;
+    p = bar + 1;
+  }
+  return false;
+}
+
+static const char *attr_type_name(AttrType t) {
+  static const char *names[] = {"int", "float", "bool", "ints", "dtype", "enum"};
+  return t >= AT_INT && t <= AT_ENUM ? names[t] : "?";
+}
+
+/* Reads one attribute of node `id` and sets it through the ir.h API.  The
+ * schema is checked here for every node, dead ones included, because the
+ * verifier only looks at live nodes. */
+static void rd_attr(Reader *r, Graph *g, int id) {
+  Op op = g->node[id].op;
+  char name[40];
+  rd_short(r, name, sizeof name, "attribute name");
+  unsigned wt = rd_u8(r, "attribute type");
+  if (r->st) return;
+  AttrSpec spec;
+  if (!find_attr_spec(op, name, &spec)) {
+    fail(r, "attribute '%s' is not in the schema of %s", name, ir_op_name(op));
+    return;
+  }
+  if (ir_attr(&g->node[id], name)) {
+    fail(r, "attribute '%s' appears twice", name);
+    return;
+  }
+  AttrType t;
+  switch (wt) {
+  case W_AT_INT: t = AT_INT; break;
+  case W_AT_FLOAT: t = AT_FLOAT; break;
+  case W_AT_BOOL: t = AT_BOOL; break;
+  case W_AT_INTS: t = AT_INTS; break;
+  case W_AT_DTYPE: t = AT_DTYPE; break;
+  case W_AT_ENUM: t = AT_ENUM; break;
+  default: fail(r, "attribute '%s' has unknown type code %u", name, wt); return;
+  }
+  if (t != spec.type) {
+    fail(r, "attribute '%s' has type %s, the schema says %s", name, attr_type_name(t), attr_type_name(spec.type));
+    return;
+  }
+  switch (t) {
+  case AT_INT: {
+    int64_t v = rd_i64(r, "attribute value");
+    if (!r->st) ir_set_attr_int(g, id, name, v);
+    break;
+  }
+  case AT_BOOL: {
+    int64_t v = rd_i64(r, "attribute value");
+    if (!r->st && v != 0 && v != 1) fail(r, "bool attribute '%s' is %lld", name, (long long)v);
+    if (!r->st) ir_set_attr_bool(g, id, name, v == 1);
+    break;
+  }
+  case AT_FLOAT: {
+    double v = rd_f64(r, "attribute value");
+    if (!r->st) ir_set_attr_float(g, id, name, v);
+    break;
+  }
+  case AT_INTS: {
+    int n = rd_count(r, 8, "attribute length");
+    const unsigned char *p = take(r, (size_t)n * 8, "attribute values");
+    if (!p) break;
+    int64_t *v = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!v) {
+      r->st = st_error(ST_NO_MEMORY, "out of memory");
+      break;
+    }
+    for (int i = 0; i < n; i++) {
+      uint64_t u = 0;
+      for (int k = 0; k < 8; k++) u |= (uint64_t)p[8 * i + k] << (8 * k);
+      memcpy(&v[i], &u, 8);
+    }
+    ir_set_attr_ints(g, id, name, v, n);
+    free(v);
+    break;
+  }
+  case AT_DTYPE: {
+    DType dt = rd_dtype(r, false, "attribute dtype");
+    if (!r->st) ir_set_attr_dtype(g, id, name, dt);
+    break;
+  }
+  case AT_ENUM: {
+    char word[64];
+    rd_short(r, word, sizeof word, "attribute word");
+    if (!r->st && !enum_word_ok(spec.enum_words, word))
+      fail(r, "attribute '%s' is '%s', not one of %s", name, word, spec.enum_words);
+    if (!r->st) ir_set_attr_enum(g, id, name, word);
+    break;
+  }
+  }
+}
+
+/* Reads n value ids into an arena array, each checked against nval. */
+static int *rd_ids(Reader *r, Graph *g, int n, const char *what) {
+  int *ids = ir_graph_alloc(g, sizeof(int) * (size_t)(n ? n : 1));
+  for (int i = 0; i < n && !r->st; i++) {
+    ids[i] = rd_i32(r, what);
+    if (!r->st && (ids[i] < 0 || ids[i] >= g->nval)) fail(r, "%s %d is value %d of %d", what, i, ids[i], g->nval);
+  }
+  return ids;
+}
+
+static void rd_node(Reader *r, Graph *g, int id) {
+  Node *n = &g->node[id];
+  n->group = -1;
+  set_ctx(r, "node %d", id);
+  char opname[40];
+  rd_short(r, opname, sizeof opname, "op name");
+  if (r->st) return;
+  Op op = ir_op_from_name(opname);
+  if (op == OP_COUNT) {
+    fail(r, "unknown op '%s'", opname);
+    return;
+  }
+  n->op = op;
+  set_ctx(r, "node %d (%s)", id, opname);
+  unsigned dead = rd_u8(r, "dead flag");
+  if (!r->st && dead > 1) fail(r, "dead flag is %u, not 0 or 1", dead);
+  n->dead = dead == 1;
+  n->group = rd_i32(r, "group");
+  n->loc.file = g->file;
+  n->loc.line = rd_i32(r, "line");
+  n->loc.col = rd_i32(r, "column");
+  const OpInfo *oi = ir_op_info(op);
+  n->nin = rd_count(r, 4, "operand count");
+  if (!r->st && (n->nin < oi->min_in || n->nin > oi->max_in))
+    fail(r, "has %d operands, %s takes %d to %d", n->nin, opname, oi->min_in, oi->max_in);
+  if (r->st) return;
+  n->in = rd_ids(r, g, n->nin, "operand");
+  n->nout = rd_count(r, 4, "result count");
+  if (!r->st && (oi->nout >= 0 ? n->nout != oi->nout : n->nout < 1))
+    fail(r, "has %d results, %s makes %d", n->nout, opname, oi->nout);
+  if (r->st) return;
+  n->out = rd_ids(r, g, n->nout, "result");
+  int nattr = rd_count(r, 9, "attribute count"); /* name 4, type 1, payload >= 4 */
+  for (int i = 0; i < nattr && !r->st; i++) rd_attr(r, g, id);
+}
+
+static void rd_group(Reader *r, Graph *g) {
+  unsigned kind = rd_u8(r, "kind");
+  GroupKind gk = GK_ELEMWISE;
+  switch (kind) {
+  case W_GK_ELEMWISE: gk = GK_ELEMWISE; break;
+  case W_GK_REDUCTION: gk = GK_REDUCTION; break;
+  case W_GK_CONTRACTION: gk = GK_CONTRACTION; break;
+  case W_GK_OPAQUE: gk = GK_OPAQUE; break;
+  default: fail(r, "unknown group kind %u", kind); return;
+  }
+  int k = ir_add_group(g, gk); /* reallocates g->groups: index after the call */
+  Group *gr = &g->groups[k];
+  gr->anchor = rd_i32(r, "anchor");
+  gr->footprint = rd_i64(r, "footprint");
+  gr->budget = rd_i64(r, "budget");
+  gr->kernel = rd_str(r, g, true, "kernel name");
+  gr->nnodes = rd_count(r, 4, "member count");
+  gr->nodes = ir_graph_alloc(g, sizeof(int) * (size_t)(gr->nnodes ? gr->nnodes : 1));
+  for (int i = 0; i < gr->nnodes && !r->st; i++) {
+    gr->nodes[i] = rd_i32(r, "member");
+    if (!r->st && (gr->nodes[i] < 0 || gr->nodes[i] >= g->nnode))
+      fail(r, "member %d is node %d of %d", i, gr->nodes[i], g->nnode);
+  }
+  if (!r->st && (gr->anchor < -1 || gr->anchor >= g->nnode)) fail(r, "anchor is node %d of %d", gr->anchor, g->nnode);
+  if (!r->st && (gr->footprint < 0 || gr->budget < 0)) fail(r, "negative footprint or budget");
+}
+
+/* Cross-checks that need the whole graph: values and nodes point at each
+ * other, group membership agrees with node.group, inputs are inputs, and
+ * planned tensors lie inside the arena. */
+static void check_links(Reader *r, Graph *g) {
+  for (int v = 0; v < g->nval && !r->st; v++) {
+    const Value *x = &g->val[v];
+    set_ctx(r, "value %d ('%.60s')", v, x->name);
+    if (x->out_index < 0) {
+      fail(r, "result index %d is negative", x->out_index);
+      break;
+    }
+    if (x->kind != VK_NODE) {
+      if (x->node != -1) fail(r, "is not a node result but refers to node %d", x->node);
+      continue;
+    }
+    if (x->node < 0 || x->node >= g->nnode) {
+      fail(r, "refers to node %d of %d", x->node, g->nnode);
+    } else {
+      const Node *n = &g->node[x->node];
+      if (x->out_index >= n->nout || n->out[x->out_index] != v)
+        fail(r, "claims to be result %d of node %d, which does not list it", x->out_index, x->node);
+    }
+    if (!r->st && x->mem_offset >= 0) {
+      int64_t bytes = (int64_t)ir_type_bytes(&x->type);
+      if (x->mem_offset > g->arena_bytes || bytes > g->arena_bytes - x->mem_offset)
+        fail(r, "lies at arena offset %lld (%lld bytes), past the arena's %lld bytes", (long long)x->mem_offset,
+             (long long)bytes, (long long)g->arena_bytes);
+    }
+  }
+  for (int i = 0; i < g->nnode && !r->st; i++) {
+    const Node *n = &g->node[i];
+    set_ctx(r, "node %d (%s)", i, ir_op_name(n->op));
+    for (int j = 0; j < n->nout && !r->st; j++) {
+      const Value *x = &g->val[n->out[j]];
+      if (x->kind != VK_NODE || x->node != i || x->out_index != j)
+        fail(r, "result %d is value %d, which is not result %d of this node", j, n->out[j], j);
+    }
+    if (!r->st && (n->group < -1 || n->group >= g->ngroups))
+      fail(r, "is in group %d of %d", n->group, g->ngroups);
+  }
+  /* every member of group k has node.group == k, and is listed once */
+  int *count = calloc((size_t)g->nnode + 1, sizeof(int));
+  if (!count) {
+    if (!r->st) r->st = st_error(ST_NO_MEMORY, "out of memory");
+    return;
+  }
+  for (int k = 0; k < g->ngroups && !r->st; k++) {
+    const Group *gr = &g->groups[k];
+    set_ctx(r, "group %d", k);
+    for (int j = 0; j < gr->nnodes && !r->st; j++) {
+      int m = gr->nodes[j];
+      if (g->node[m].group != k) fail(r, "lists node %d, which is in group %d", m, g->node[m].group);
+      else if (++count[m] > 1) fail(r, "lists node %d twice", m);
+    }
+  }
+  for (int i = 0; i < g->nnode && !r->st; i++) {
+    set_ctx(r, "node %d (%s)", i, ir_op_name(g->node[i].op));
+    if (g->node[i].group >= 0 && count[i] == 0) fail(r, "is in group %d, which does not list it", g->node[i].group);
+  }
+  free(count);
+  set_ctx(r, "inputs");
+  for (int i = 0; i < g->ninputs && !r->st; i++) {
+    int v = g->inputs[i];
+    if (g->val[v].kind != VK_INPUT) fail(r, "input %d is value %d, which is not an input", i, v);
+    for (int j = 0; j < i && !r->st; j++)
+      if (g->inputs[j] == v) fail(r, "value %d is listed twice", v);
+  }
+}
+
+smelt_status ir_graph_deserialize(const void *buf, size_t len, Graph **out_graph) {
+  *out_graph = NULL;
+  Reader r = {.p = buf, .len = len};
+  rd_magic_version(&r);
+  if (r.st) return r.st;
+  Graph *g = ir_graph_create(NULL);
+  if (!g) return st_error(ST_NO_MEMORY, "out of memory");
+  g->name = rd_str(&r, g, false, "graph name");
+  g->file = rd_str(&r, g, true, "file name");
+  g->arena_bytes = rd_i64(&r, "arena size");
+  g->unplanned_bytes = rd_i64(&r, "unplanned size");
+  if (!r.st && (g->arena_bytes < 0 || g->unplanned_bytes < 0)) fail(&r, "negative memory plan size");
+  /* the counts, bounded together by the bytes they need at least */
+  uint32_t nval = rd_u32(&r, "value count"), nnode = rd_u32(&r, "node count");
+  uint32_t ngroups = rd_u32(&r, "group count"), nin = rd_u32(&r, "input count"), nout = rd_u32(&r, "output count");
+  uint64_t need = (uint64_t)nval * MIN_VALUE_BYTES + (uint64_t)nnode * MIN_NODE_BYTES +
+                  (uint64_t)ngroups * MIN_GROUP_BYTES + ((uint64_t)nin + nout) * 4;
+  if (!r.st && need > left(&r))
+    fail(&r, "%u values, %u nodes, %u groups, %u inputs and %u outputs need at least %llu bytes, only %zu are left",
+         nval, nnode, ngroups, nin, nout, (unsigned long long)need, left(&r));
+  if (!r.st) {
+    /* need <= left(&r) bounds every count far below INT_MAX */
+    g->nval = g->cap_val = (int)nval;
+    g->nnode = g->cap_node = (int)nnode;
+    g->val = calloc(nval ? nval : 1, sizeof(Value));
+    g->node = calloc(nnode ? nnode : 1, sizeof(Node));
+    g->inputs = calloc(nin ? nin : 1, sizeof(int));
+    g->cap_inputs = (int)(nin ? nin : 1);
+    if (!g->val || !g->node || !g->inputs) r.st = st_error(ST_NO_MEMORY, "out of memory");
+  }
+  for (int v = 0; v < g->nval && !r.st; v++) {
+    g->val[v].node = -1;
+    g->val[v].mem_offset = -1;
+    rd_value(&r, g, v);
+  }
+  for (int i = 0; i < g->nnode && !r.st; i++) rd_node(&r, g, i);
+  for (uint32_t k = 0; k < ngroups && !r.st; k++) {
+    set_ctx(&r, "group %u", k);
+    rd_group(&r, g);
+  }
+  set_ctx(&r, "inputs");
+  for (uint32_t i = 0; i < nin && !r.st; i++) {
+    int v = rd_i32(&r, "input");
+    if (!r.st && (v < 0 || v >= g->nval)) fail(&r, "input %u is value %d of %d", i, v, g->nval);
+    if (!r.st) g->inputs[g->ninputs++] = v;
+  }
+  set_ctx(&r, "outputs");
+  for (uint32_t i = 0; i < nout && !r.st; i++) {
+    int v = rd_i32(&r, "output");
+    if (!r.st && (v < 0 || v >= g->nval)) fail(&r, "output %u is value %d of %d", i, v, g->nval);
+    if (!r.st) ir_add_output(g, v);
+  }
+  set_ctx(&r, "end");
+  if (!r.st && left(&r)) fail(&r, "%zu unexpected bytes after the graph", left(&r));
+  if (!r.st) check_links(&r, g);
+  if (!r.st) {
+    smelt_status vst = ir_verify(g);
+    if (vst) {
+      r.st = st_error(ST_INVALID_INPUT, "graph section: the decoded graph is inconsistent: %s", st_message(vst));
+      st_free(vst);
+    }
+  }
+  if (r.st) {
+    ir_graph_destroy(g);
+    return r.st;
+  }
+  *out_graph = g;
+  return NULL;
+}

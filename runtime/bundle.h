@@ -1,0 +1,126 @@
+/* The `.smelt` kernel bundle: one file holding everything a compiled model
+ * needs at run time (SPEC §5), as a list of named, typed sections.
+ *
+ *   header    u8 magic[8] "SMELT\0BN", u32 format_version (1),
+ *             u32 section_count, u64 file_size, u64 checksum     (32 bytes)
+ *   table     section_count entries of
+ *             u32 kind, u32 flags (none defined: 0), char name[56]
+ *             (NUL-terminated, zero-filled), u64 offset, u64 size,
+ *             u64 checksum                                       (88 bytes each)
+ *   payloads  each starting at a multiple of 64 bytes, zero padding between,
+ *             in table order; the file ends where the last payload ends.
+ *
+ * All integers are little-endian.  Checksums are CRC-32C (Castagnoli, the
+ * iSCSI/ext4 polynomial; hardware-accelerated on x86-64 with SSE4.2), stored
+ * zero-extended in the u64 fields: a section's over its payload bytes, the
+ * file's over every byte of the file but its own field, i.e. the header's
+ * first 24 bytes and then everything after the header (table, padding,
+ * payloads).  The header is included so that a changed section count, which
+ * could otherwise hide trailing sections as padding, is caught.
+ *
+ * Loading treats the file as untrusted and checks everything before any
+ * section is handed out: size, magic, version, the table's bounds, each
+ * entry's kind, flags, name, alignment and extent, overlaps, duplicates,
+ * every section's checksum and the file's.  Errors are ST_INVALID_INPUT (ST_IO
+ * when the file cannot be read) with messages such as
+ *   "model.smelt: error: truncated: header says 40960 bytes, file has 4096".
+ *
+ * Ownership: objects returned through out_ parameters of *_create and
+ * *_open* are owned by the caller and released with the matching
+ * *_destroy / rt_bundle_close.  Section data returned by a bundle lives as
+ * long as the bundle.  Nothing here prints, exits or keeps global state. */
+#ifndef SMELT_RT_BUNDLE_H
+#define SMELT_RT_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ir/status.h"
+
+#define RT_BUNDLE_MAGIC "SMELT\0BN" /* 8 bytes, the NUL included */
+#define RT_BUNDLE_VERSION 1
+#define RT_BUNDLE_ALIGN 64         /* payload alignment, in the file and in memory */
+#define RT_BUNDLE_HEADER_BYTES 32
+#define RT_BUNDLE_ENTRY_BYTES 88
+#define RT_SECTION_NAME_BYTES 56   /* the name field, its NUL included */
+#define RT_BUNDLE_MAX_SECTIONS 65536
+
+/* Section kinds; the numbers are part of the file format. */
+#define RT_SECTION_KINDS(X)                                                          \
+  X(MANIFEST, 1, "manifest")             /* text, key=value lines: versions, options */ \
+  X(IR_TEXT, 2, "ir-text")               /* the final IR as ir_print writes it */      \
+  X(GRAPH, 3, "graph")                   /* ir_graph_serialize: plan, groups, consts */ \
+  X(CONSTANTS, 4, "constants")           /* reserved */                                \
+  X(KERNELS, 5, "kernels")               /* the kernel table */                        \
+  X(CPU_OBJECT, 6, "cpu-object")         /* machine code; name = target triple/cpu */  \
+  X(CUDA_SOURCE, 7, "cuda-source")                                                     \
+  X(CUBIN, 8, "cubin")                   /* name = arch, "sm_90a" */                   \
+  X(PTX, 9, "ptx")                                                                     \
+  X(TUNING, 10, "tuning")                                                              \
+  X(SPECIALISATION, 11, "specialisation")
+
+typedef enum {
+#define X(id, num, name) RT_SEC_##id = num,
+  RT_SECTION_KINDS(X)
+#undef X
+} RtSectionKind;
+
+/* "graph" for RT_SEC_GRAPH; NULL for a number that is no section kind. */
+const char *rt_section_kind_name(uint32_t kind);
+
+/* CRC-32C of n bytes, continuing from crc (0 to start), zlib-style:
+ * rt_crc32c(rt_crc32c(0, a, n), b, m) is the CRC of a followed by b.
+ * rt_crc32c(0, "123456789", 9) == 0xe3069283. */
+uint32_t rt_crc32c(uint32_t crc, const void *data, size_t n);
+/* The same without the hardware path, so tests can compare the two. */
+uint32_t rt_crc32c_portable(uint32_t crc, const void *data, size_t n);
+
+/* ---- writing ---- */
+
+typedef struct RtBundleWriter RtBundleWriter;
+
+smelt_status rt_bundle_writer_create(RtBundleWriter **out_writer) SMELT_MUST_USE;
+/* Appends a section; data (len bytes) is copied.  name may be NULL (stored
+ * as ""); it must be shorter than RT_SECTION_NAME_BYTES, and no two sections
+ * may share kind and name. */
+smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
+                                  size_t len) SMELT_MUST_USE;
+/* Writes the bundle to path atomically: a temporary file in the same
+ * directory, fsync, rename over path, fsync of the directory.  On failure
+ * path is untouched and no temporary file is left.  The file gets mode 0644. */
+smelt_status rt_bundle_writer_write(const RtBundleWriter *w, const char *path) SMELT_MUST_USE;
+/* The same bytes in a malloc'd buffer owned by the caller (free()). */
+smelt_status rt_bundle_writer_to_memory(const RtBundleWriter *w, void **out_buf, size_t *out_len) SMELT_MUST_USE;
+void rt_bundle_writer_destroy(RtBundleWriter *w);
+
+/* ---- reading ---- */
+
+typedef struct RtBundle RtBundle;
+
+typedef struct {
+  RtSectionKind kind;
+  uint32_t flags;
+  const char *name;  /* NUL-terminated, inside the bundle */
+  const void *data;  /* 64-byte aligned */
+  size_t size;
+} RtSection;
+
+/* Reads the whole file at path into a 64-byte-aligned buffer and validates
+ * it.  Messages start with "PATH: error: ". */
+smelt_status rt_bundle_open(const char *path, RtBundle **out_bundle) SMELT_MUST_USE;
+/* The same for len bytes in memory (copied; data may be freed after).
+ * name is used in messages in place of a path (NULL: "<memory>"). */
+smelt_status rt_bundle_open_memory(const void *data, size_t len, const char *name,
+                                   RtBundle **out_bundle) SMELT_MUST_USE;
+/* Finds the section of that kind and name (NULL name: the first of the
+ * kind).  Returns false, leaving the outputs NULL/0, when there is none. */
+bool rt_bundle_find(const RtBundle *b, RtSectionKind kind, const char *name, const void **out_data, size_t *out_len);
+int rt_bundle_section_count(const RtBundle *b);
+/* The i-th section in table order, 0 <= i < rt_bundle_section_count(b). */
+const RtSection *rt_bundle_section_at(const RtBundle *b, int i);
+/* The path or name the bundle was opened with, for messages. */
+const char *rt_bundle_path(const RtBundle *b);
+void rt_bundle_close(RtBundle *b);
+
+#endif
