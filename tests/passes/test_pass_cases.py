@@ -5,6 +5,12 @@ for the default pipeline).  The test compiles it with
 `smelt compile NAME.yaml -o OUT --passes ...` and compares OUT with the
 expected IR in NAME.expected, printing a diff on mismatch.
 
+A header line `# args: --onchip-bytes 64` adds options to that command.
+Fusion groups print the on-chip budget they were checked against, which by
+default is the L2 size of the machine; so that an expectation does not
+depend on the machine running the test, every case gets
+`--onchip-bytes %d` unless its args give a budget of their own.
+
     test_pass_cases.py --smelt build/smelt            # check every case
     test_pass_cases.py --smelt build/smelt NAME...    # check some cases
     test_pass_cases.py --smelt build/smelt --update   # rewrite expectations
@@ -16,29 +22,48 @@ until one is written with --update.
 import argparse
 import difflib
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
 
 CASES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases")
 
+# 1 MiB: a typical L2, and the budget every expectation was written with.
+DEFAULT_ONCHIP_BYTES = 1048576
+__doc__ = __doc__ % DEFAULT_ONCHIP_BYTES
 
-def read_passes(path):
-    """The pass list from the header comment, or None if there is none."""
+
+def read_header(path, key):
+    """The value of `# KEY: ...` in the header comment, or None."""
     with open(path) as f:
         for line in f:
             if not line.startswith("#"):
                 break
             body = line[1:].strip()
-            if body.startswith("passes:"):
-                return body[len("passes:"):].strip()
+            if body.startswith(key + ":"):
+                return body[len(key) + 1:].strip()
     return None
 
 
+def read_passes(path):
+    """The pass list from the header comment, or None if there is none."""
+    return read_header(path, "passes")
+
+
+def read_args(path):
+    """Extra command-line options from `# args:`, with the default budget."""
+    args = shlex.split(read_header(path, "args") or "")
+    if "--onchip-bytes" not in args:
+        args += ["--onchip-bytes", str(DEFAULT_ONCHIP_BYTES)]
+    return args
+
+
 def compile_case(smelt, path, passes, out_path):
-    cmd = [smelt, "compile", path, "-o", out_path]
+    cmd = [smelt, "compile", path, "-o", out_path, "--emit", "ir"]
     if passes != "default":
         cmd += ["--passes", passes]
+    cmd += read_args(path)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
