@@ -1,0 +1,402 @@
+/* Emit at coordinates: the value of a tensor at one coordinate vector.
+ *
+ * cg_emit(f, v, c) generates, in the current block, the scalar v[c]:
+ *   - an argument of the kernel is loaded (row-major, its own shape);
+ *   - a one-element constant becomes an immediate;
+ *   - the anchor's result is the value the kernel installed for exactly
+ *     these coordinates (cg_store_epilogue); anywhere else it is an error,
+ *     since the anchor exists only row by row or tile by tile;
+ *   - any other member's result is its op applied to its operands, emitted
+ *     at coordinates that the op derives from c: the same ones for
+ *     elementwise ops, right-aligned with size-1 dims pinned to 0 for
+ *     broadcasting, permuted for transpose, start + c*step for slice,
+ *     shifted for split, chosen by range for concat, read from the index
+ *     tensor for gather, and relinearised for reshape.
+ * Nothing is materialised between members: a fused chain is one expression
+ * per element, which LLVM then vectorises along the innermost loop.
+ *
+ * A value read twice at the same coordinates (x in x * sigmoid(x) through
+ * two members, a residual read by two consumers) would be generated twice,
+ * and a diamond-shaped group exponentially often; a memo of (value,
+ * coordinates) -> result, valid until the enclosing loop ends, keeps every
+ * value at every coordinate emitted once.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "codegen/llvm/cg_internal.h"
+
+/* ---- element access ---- */
+
+static DType arg_dtype(CgFn *f, int arg) { return f->g->val[f->k->args[arg]].type.dt; }
+
+LLVMValueRef cg_load_arg(CgFn *f, int arg, LLVMValueRef lin) {
+  CgMod *m = f->m;
+  DType dt = arg_dtype(f, arg);
+  LLVMTypeRef st = cg_stype(m, dt);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, st, f->base[arg], &lin, 1, "");
+  LLVMValueRef raw = LLVMBuildLoad2(f->b, st, p, "");
+  LLVMSetAlignment(raw, (unsigned)dt_size(dt));
+  return cg_from_storage(m, dt, raw);
+}
+
+void cg_store_arg(CgFn *f, int arg, LLVMValueRef lin, LLVMValueRef v) {
+  CgMod *m = f->m;
+  DType dt = arg_dtype(f, arg);
+  LLVMTypeRef st = cg_stype(m, dt);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, st, f->base[arg], &lin, 1, "");
+  LLVMValueRef s = LLVMBuildStore(f->b, cg_to_storage(m, dt, v), p);
+  LLVMSetAlignment(s, (unsigned)dt_size(dt));
+}
+
+void cg_bcast_coords(CgFn *f, const TensorType *in, int out_rank, LLVMValueRef const *coords, LLVMValueRef *out) {
+  for (int i = 0; i < in->rank; i++) {
+    int j = out_rank - in->rank + i;
+    out[i] = in->dim[i] == 1 || j < 0 ? cg_i64(f->m, 0) : coords[j];
+  }
+}
+
+/* A one-element constant as an immediate of its compute type. */
+static LLVMValueRef const_scalar(CgMod *m, const Value *val) {
+  DType dt = val->type.dt;
+  if (dt == DT_I64) return LLVMConstInt(m->t_i64, (unsigned long long)*(const int64_t *)val->data, 1);
+  double v = dt_load(dt, val->data, 0);
+  return cg_const_of(m, dt, v);
+}
+
+/* ---- coordinate maps of the data-movement ops ---- */
+
+/* reshape, squeeze, unsqueeze: dims that agree at the front and the back
+ * map one to one; only the middle is relinearised (often nothing is: an
+ * unsqueeze leaves only size-1 dims there). */
+static void reshape_coords(CgFn *f, const TensorType *in, const TensorType *out, LLVMValueRef const *c,
+                           LLVMValueRef *ic) {
+  int p = 0;
+  while (p < in->rank && p < out->rank && in->dim[p] == out->dim[p]) {
+    ic[p] = c[p];
+    p++;
+  }
+  int s = 0;
+  while (s < in->rank - p && s < out->rank - p && in->dim[in->rank - 1 - s] == out->dim[out->rank - 1 - s]) {
+    ic[in->rank - 1 - s] = c[out->rank - 1 - s];
+    s++;
+  }
+  TensorType om = {.rank = out->rank - p - s};
+  for (int i = 0; i < om.rank; i++) om.dim[i] = out->dim[p + i];
+  LLVMValueRef lin = cg_linear(f, &om, c + p);
+  cg_delinearize(f, lin, in->dim + p, in->rank - p - s, ic + p);
+}
+
+static LLVMValueRef clamp_index(CgFn *f, LLVMValueRef i, int64_t size) {
+  return cg_min(f, cg_max(f, i, cg_i64(f->m, 0)), cg_i64(f->m, size > 0 ? size - 1 : 0));
+}
+
+static LLVMValueRef emit_concat(CgFn *f, const Node *n, const TensorType *ot, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  int axis = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
+  LLVMValueRef ic[IR_MAX_RANK], r = NULL;
+  memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+  int64_t off[65];
+  off[0] = 0;
+  for (int k = 0; k < n->nin; k++) off[k + 1] = off[k] + f->g->val[n->in[k]].type.dim[axis];
+  /* Every operand is computed at a clamped coordinate and the one whose
+   * range holds c[axis] is selected: branch-free, so the loop still
+   * vectorises, and no read falls outside an operand. */
+  for (int k = n->nin - 1; k >= 0; k--) {
+    int64_t size = off[k + 1] - off[k];
+    if (size == 0) continue;
+    ic[axis] = clamp_index(f, LLVMBuildNSWSub(f->b, c[axis], cg_i64(m, off[k]), ""), size);
+    LLVMValueRef v = cg_emit(f, n->in[k], ic);
+    if (!r) {
+      r = v;
+      continue;
+    }
+    LLVMValueRef inside = LLVMBuildICmp(f->b, LLVMIntSLT, c[axis], cg_i64(m, off[k + 1]), "");
+    r = LLVMBuildSelect(f->b, inside, v, r, "");
+  }
+  return r ? r : LLVMGetUndef(cg_ctype(m, ot->dt));
+}
+
+static LLVMValueRef emit_gather(CgFn *f, const Node *n, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  const TensorType *dt = &f->g->val[n->in[0]].type, *it = &f->g->val[n->in[1]].type;
+  int axis = ir_norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  LLVMValueRef idx = cg_emit(f, n->in[1], c + axis);
+  idx = cg_convert(m, idx, it->dt, DT_I64);
+  int64_t len = dt->dim[axis];
+  /* negative indices count from the end; an index out of range (an error
+   * in the reference) is clamped so that no read leaves the tensor */
+  LLVMValueRef neg = LLVMBuildICmp(f->b, LLVMIntSLT, idx, cg_i64(m, 0), "");
+  idx = LLVMBuildSelect(f->b, neg, cg_add(f, idx, cg_i64(m, len)), idx, "");
+  LLVMValueRef dc[IR_MAX_RANK];
+  for (int i = 0; i < axis; i++) dc[i] = c[i];
+  dc[axis] = clamp_index(f, idx, len);
+  for (int i = axis + 1; i < dt->rank; i++) dc[i] = c[i - 1 + it->rank];
+  return cg_emit(f, n->in[0], dc);
+}
+
+/* rope: y[d] = x[d] cos(theta) -/+ x[partner(d)] sin(theta) for d below
+ * rotary_dim, theta = pos * base^(-2p/rotary_dim) for pair p.  The angle,
+ * its sine and cosine are computed in double: positions run to thousands of
+ * radians, where an f32 angle is off by ~1e-4. */
+static LLVMValueRef emit_rope(CgFn *f, const Node *n, const TensorType *ot, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int r = ot->rank;
+  int64_t D = ot->dim[r - 1];
+  const Attr *rda = ir_attr(n, "rotary_dim");
+  int64_t rd = rda ? rda->i : D;
+  bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
+  LLVMValueRef d = c[r - 1];
+  LLVMValueRef p, partner, first;
+  if (half) {
+    first = LLVMBuildICmp(B, LLVMIntSLT, d, cg_i64(m, rd / 2), "");
+    p = LLVMBuildSelect(B, first, d, LLVMBuildNSWSub(B, d, cg_i64(m, rd / 2), ""), "");
+    partner = LLVMBuildSelect(B, first, cg_add(f, d, cg_i64(m, rd / 2)), p, "");
+  } else {
+    first = LLVMBuildICmp(B, LLVMIntEQ, LLVMBuildAnd(B, d, cg_i64(m, 1), ""), cg_i64(m, 0), "");
+    p = LLVMBuildLShr(B, d, cg_i64(m, 1), "");
+    partner = LLVMBuildXor(B, d, cg_i64(m, 1), "");
+  }
+  LLVMValueRef rot = LLVMBuildICmp(B, LLVMIntSLT, d, cg_i64(m, rd), "");
+  partner = LLVMBuildSelect(B, rot, partner, d, ""); /* stays in range past rotary_dim */
+  LLVMValueRef pc[IR_MAX_RANK];
+  memcpy(pc, c, sizeof(LLVMValueRef) * (size_t)r);
+  pc[r - 1] = partner;
+  LLVMValueRef x = cg_emit(f, n->in[0], c), xp = cg_emit(f, n->in[0], pc);
+  const TensorType *post = &f->g->val[n->in[1]].type;
+  LLVMValueRef pos = cg_convert(m, cg_emit(f, n->in[1], c + r - 2), post->dt, DT_F64);
+  double base = ir_attr_float(n, "base");
+  /* base^(-2p/rd) = exp(p * (-2 ln(base) / rd)) */
+  LLVMValueRef pf = LLVMBuildSIToFP(B, p, m->t_f64, "");
+  LLVMValueRef e = LLVMBuildFMul(B, pf, cg_fconst(m->t_f64, -2.0 * log(base) / (double)rd), "");
+  LLVMTypeRef t64 = m->t_f64;
+  LLVMValueRef theta = LLVMBuildFMul(B, pos, cg_intrinsic(m, "llvm.exp", &t64, 1, &e, 1), "");
+  LLVMValueRef cs = cg_intrinsic(m, "llvm.cos", &t64, 1, &theta, 1);
+  LLVMValueRef sn = cg_intrinsic(m, "llvm.sin", &t64, 1, &theta, 1);
+  LLVMTypeRef ct = LLVMTypeOf(x);
+  if (ct != t64) {
+    cs = LLVMBuildFPTrunc(B, cs, ct, "");
+    sn = LLVMBuildFPTrunc(B, sn, ct, "");
+  }
+  sn = LLVMBuildSelect(B, first, LLVMBuildFNeg(B, sn, ""), sn, "");
+  LLVMValueRef y = LLVMBuildFAdd(B, LLVMBuildFMul(B, x, cs, ""), LLVMBuildFMul(B, xp, sn, ""), "");
+  return LLVMBuildSelect(B, rot, y, x, "");
+}
+
+static LLVMValueRef emit_batch_norm(CgFn *f, const Node *n, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef x = cg_emit(f, n->in[0], c);
+  LLVMValueRef ch = c[1];
+  LLVMValueRef scale = cg_emit(f, n->in[1], &ch), bias = cg_emit(f, n->in[2], &ch);
+  LLVMValueRef mean = cg_emit(f, n->in[3], &ch), var = cg_emit(f, n->in[4], &ch);
+  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMValueRef ve = LLVMBuildFAdd(B, var, cg_fconst(t, ir_attr_float(n, "eps")), "");
+  LLVMValueRef k = LLVMBuildFDiv(B, scale, cg_intrinsic(m, "llvm.sqrt", &t, 1, &ve, 1), "");
+  return LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildFSub(B, x, mean, ""), k, ""), bias, "");
+}
+
+/* The value of result `out` of member node n at coordinates c. */
+static LLVMValueRef emit_node(CgFn *f, const Node *n, int out, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  Graph *g = f->g;
+  const TensorType *ot = &g->val[n->out[out]].type;
+  const TensorType *t0 = &g->val[n->in[0]].type;
+  LLVMValueRef ic[IR_MAX_RANK], ic2[IR_MAX_RANK], ic3[IR_MAX_RANK];
+  switch (n->op) {
+  case OP_NEG: case OP_ABS: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RECIPROCAL:
+  case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_ERF: case OP_SIN:
+  case OP_COS: case OP_CAST:
+    return cg_unary(m, n, t0->dt, cg_emit(f, n->in[0], c));
+  case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW: case OP_MAXIMUM: case OP_MINIMUM:
+  case OP_LESS: case OP_GREATER: case OP_EQUAL: {
+    cg_bcast_coords(f, t0, ot->rank, c, ic);
+    cg_bcast_coords(f, &g->val[n->in[1]].type, ot->rank, c, ic2);
+    LLVMValueRef a = cg_emit(f, n->in[0], ic), b = cg_emit(f, n->in[1], ic2);
+    return cg_binary(m, n->op, t0->dt, a, b);
+  }
+  case OP_WHERE: {
+    cg_bcast_coords(f, t0, ot->rank, c, ic);
+    cg_bcast_coords(f, &g->val[n->in[1]].type, ot->rank, c, ic2);
+    cg_bcast_coords(f, &g->val[n->in[2]].type, ot->rank, c, ic3);
+    LLVMValueRef cond = cg_emit(f, n->in[0], ic);
+    LLVMValueRef a = cg_emit(f, n->in[1], ic2), b = cg_emit(f, n->in[2], ic3);
+    return LLVMBuildSelect(f->b, cond, a, b, "");
+  }
+  case OP_BATCH_NORM: return emit_batch_norm(f, n, c);
+  case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE:
+    reshape_coords(f, t0, ot, c, ic);
+    return cg_emit(f, n->in[0], ic);
+  case OP_TRANSPOSE: {
+    const Attr *p = ir_attr(n, "perm");
+    for (int j = 0; j < ot->rank; j++) {
+      int from = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
+      ic[from] = c[j];
+    }
+    return cg_emit(f, n->in[0], ic);
+  }
+  case OP_SLICE: {
+    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+    int64_t step = ir_attr_int(n, "step"), start, end, len;
+    ir_slice_bounds(t0->dim[axis], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
+    memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+    ic[axis] = cg_add(f, cg_i64(m, start), cg_mulc(f, c[axis], step));
+    return cg_emit(f, n->in[0], ic);
+  }
+  case OP_SPLIT: {
+    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+    int64_t off = 0;
+    for (int k = 0; k < out; k++) off += g->val[n->out[k]].type.dim[axis];
+    memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+    ic[axis] = cg_add(f, c[axis], cg_i64(m, off));
+    return cg_emit(f, n->in[0], ic);
+  }
+  case OP_EXPAND:
+    cg_bcast_coords(f, t0, ot->rank, c, ic);
+    return cg_emit(f, n->in[0], ic);
+  case OP_CONCAT: return emit_concat(f, n, ot, c);
+  case OP_GATHER: return emit_gather(f, n, c);
+  case OP_ROPE: return emit_rope(f, n, ot, c);
+  default:
+    cg_fail(m, ST_UNSUPPORTED, "kernel %s: node '%s' (%s) cannot be computed element by element; a kernel holds one "
+            "reduction, contraction or attention node, its anchor", f->k->name, ir_node_name(g, n), ir_op_name(n->op));
+    return LLVMGetUndef(cg_ctype(m, ot->dt));
+  }
+}
+
+static bool same_coords(LLVMValueRef const *a, LLVMValueRef const *b, int rank) {
+  for (int i = 0; i < rank; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+LLVMValueRef cg_emit(CgFn *f, int v, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  const Value *val = &f->g->val[v];
+  int rank = val->type.rank;
+  LLVMTypeRef ct = cg_ctype(m, val->type.dt);
+  if (m->err) return LLVMGetUndef(ct);
+  if (v == f->ov_value) {
+    if (!same_coords(c, f->ov_coords, rank)) {
+      cg_fail(m, ST_UNSUPPORTED,
+              "kernel %s: the epilogue reads '%s' at other coordinates than it writes (a reshape, transpose or "
+              "broadcast after the anchor); such a consumer cannot be fused",
+              f->k->name, val->name);
+      return LLVMGetUndef(ct);
+    }
+    return f->ov_result;
+  }
+  for (int i = f->nmemo - 1; i >= 0; i--)
+    if (f->memo[i].value == v && same_coords(f->memo[i].coords, c, rank)) return f->memo[i].result;
+  LLVMValueRef r;
+  if (val->kind == VK_CONST && ir_type_numel(&val->type) == 1 && val->data) {
+    r = const_scalar(m, val);
+  } else if (f->arg_of[v] >= 0) {
+    r = cg_load_arg(f, f->arg_of[v], cg_linear(f, &val->type, c));
+  } else if (val->kind == VK_NODE && f->member[val->node]) {
+    if (val->node == f->anchor) {
+      cg_fail(m, ST_UNSUPPORTED, "kernel %s: '%s' is read outside the epilogue of its kernel", f->k->name, val->name);
+      return LLVMGetUndef(ct);
+    }
+    r = emit_node(f, &f->g->node[val->node], val->out_index, c);
+  } else {
+    cg_fail(m, ST_INTERNAL, "kernel %s: '%s' is neither an argument nor computed by the kernel", f->k->name, val->name);
+    return LLVMGetUndef(ct);
+  }
+  if (f->nmemo == CG_MEMO_CAP) f->nmemo = 0; /* a full memo only costs duplicate code */
+  CgMemo *e = &f->memo[f->nmemo++];
+  e->value = v;
+  e->rank = rank;
+  memcpy(e->coords, c, sizeof(LLVMValueRef) * (size_t)rank);
+  e->result = r;
+  return r;
+}
+
+/* ---- storing results ---- */
+
+static int out_arg(CgFn *f, int v) {
+  for (int i = f->nin; i < f->k->nargs; i++)
+    if (f->k->args[i] == v) return i;
+  return -1;
+}
+
+void cg_store_value(CgFn *f, int v, LLVMValueRef const *c) {
+  int arg = out_arg(f, v);
+  if (arg < 0) {
+    cg_fail(f->m, ST_INTERNAL, "kernel %s: '%s' is not an output", f->k->name, f->g->val[v].name);
+    return;
+  }
+  LLVMValueRef x = cg_emit(f, v, c);
+  if (f->m->err) return;
+  cg_store_arg(f, arg, cg_linear(f, &f->g->val[v].type, c), x);
+}
+
+const TensorType *cg_anchor_type(CgFn *f) { return &f->g->val[f->g->node[f->anchor].out[0]].type; }
+
+void cg_store_epilogue(CgFn *f, LLVMValueRef const *c, LLVMValueRef anchor_value) {
+  const TensorType *at = cg_anchor_type(f);
+  int mark = f->nmemo;
+  f->ov_value = f->g->node[f->anchor].out[0];
+  f->ov_result = anchor_value;
+  memcpy(f->ov_coords, c, sizeof(LLVMValueRef) * (size_t)at->rank);
+  for (int i = 0; i < f->nepi; i++) cg_store_value(f, f->epi[i], c);
+  f->ov_value = -1;
+  /* what was computed from this anchor value must not be reused for the
+   * next one at the same coordinates */
+  f->nmemo = mark;
+}
+
+void cg_store_loops(CgFn *f, const int *vals, int n) {
+  CgMod *m = f->m;
+  Graph *g = f->g;
+  bool done[256] = {false};
+  if (n > 256) {
+    cg_fail(m, ST_UNSUPPORTED, "kernel %s: more than 256 results", f->k->name);
+    return;
+  }
+  for (int i = 0; i < n; i++) {
+    if (done[i]) continue;
+    /* results of the same shape share one loop nest (and their common
+     * subexpressions) */
+    const TensorType *t = &g->val[vals[i]].type;
+    int same[256], ns = 0;
+    for (int j = i; j < n; j++) {
+      const TensorType *u = &g->val[vals[j]].type;
+      if (done[j] || u->rank != t->rank || memcmp(u->dim, t->dim, sizeof(int64_t) * (size_t)t->rank) != 0) continue;
+      same[ns++] = vals[j];
+      done[j] = true;
+    }
+    CgSpace sp;
+    cg_elemwise_space(t, &sp);
+    int64_t total = sp.rows * sp.nchunks;
+    if (total == 0) continue;
+    LLVMValueRef tb, te;
+    cg_task_span(f, f->k->ntasks, total, &tb, &te);
+    CgLoop lt;
+    LLVMValueRef task = cg_loop_begin(f, &lt, tb, te, "task");
+    LLVMValueRef c[IR_MAX_RANK];
+    if (t->rank == 0) {
+      for (int s = 0; s < ns; s++) cg_store_value(f, same[s], c);
+    } else {
+      LLVMValueRef row = task, j0 = cg_i64(m, 0), j1 = cg_i64(m, sp.inner);
+      if (sp.nchunks > 1) {
+        LLVMValueRef nch = cg_i64(m, sp.nchunks);
+        row = LLVMBuildUDiv(f->b, task, nch, "");
+        j0 = cg_mulc(f, LLVMBuildURem(f->b, task, nch, ""), sp.chunk);
+        j1 = cg_min(f, cg_add(f, j0, cg_i64(m, sp.chunk)), cg_i64(m, sp.inner));
+      }
+      cg_delinearize(f, row, t->dim, t->rank - 1, c);
+      CgLoop lj;
+      c[t->rank - 1] = cg_loop_begin(f, &lj, j0, j1, "j");
+      for (int s = 0; s < ns; s++) cg_store_value(f, same[s], c);
+      cg_loop_end(f, &lj, false);
+    }
+    cg_loop_end(f, &lt, false);
+  }
+}
+
+smelt_status cg_llvm_emit_elemwise(CgFn *f) {
+  cg_store_loops(f, f->side, f->nside);
+  return NULL;
+}
