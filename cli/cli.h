@@ -32,5 +32,7 @@ const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool
 
 int cli_compile(int argc, char **argv);
 int cli_run(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

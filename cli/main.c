@@ -16,8 +16,10 @@ static void print_main_help(FILE *f) {
         "smelt is a graph optimiser and fusion compiler for tensor models described in YAML.\n"
         "\n"
         "commands:\n"
-        "  compile MODEL.yaml -o OUT   optimise a model (prints IR after passes on request)\n"
-        "  run MODEL.yaml              run a model (--device ref: the reference interpreter)\n"
+        "  compile MODEL.yaml -o OUT   optimise a model and write a kernel bundle\n"
+        "  run MODEL.yaml|OUT.smelt    run a model (--device ref|cpu), compare with --check\n"
+        "  inspect OUT.smelt           show a bundle: IR, kernels, memory plan, sources\n"
+        "  bench OUT.smelt|MODEL.yaml  time every kernel against the machine's limits\n"
         "  passes                      list the passes of the default pipeline\n"
         "  ops                         list the operators and their attributes\n"
         "\n"
@@ -72,6 +74,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(cmd, "compile") == 0) return cli_compile(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "inspect") == 0) return cli_inspect(argc - 1, argv + 1);
+  if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "passes") == 0) return cmd_passes(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   fprintf(stderr, "smelt: unknown command '%s'\n", cmd);

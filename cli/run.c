@@ -12,20 +12,29 @@
 #include <string.h>
 
 #include "cli.h"
+#include "runtime/check.h"
+#include "runtime/driver.h"
 
 static const char run_help[] =
-    "usage: smelt run MODEL.yaml [flags]\n"
+    "usage: smelt run MODEL.yaml|OUT.smelt [flags]\n"
     "\n"
-    "Runs a model and reads/writes tensors as .npy files.\n"
+    "Runs a model (a YAML model is compiled in memory first) and reads/writes\n"
+    "tensors as .npy files.\n"
     "\n"
     "flags:\n"
-    "  --device ref            the reference interpreter (plain C, every op; the oracle)\n"
-    "                          (cpu and cuda come with the kernel backends)\n"
+    "  --device ref|cpu        ref: the reference interpreter (plain C, every op; the oracle);\n"
+    "                          cpu: the generated kernels on a thread pool (default ref)\n"
+    "  --threads N             CPU worker threads (default: the number of cores)\n"
+    "  --check                 also run the reference and print max abs/rel and rel L2 error\n"
+    "                          per output; exit 1 when one exceeds the tolerance\n"
+    "  --check=groups          compare every fused group's results with the unfused reference\n"
+    "                          and name the first group that diverges\n"
     "  --input NAME=FILE.npy   an input's data (repeatable); NAME=random for random data\n"
     "                          (inputs not given are random)\n"
-    "  --output NAME=FILE.npy  write any value of the model (output, input, param or\n"
-    "                          intermediate) to FILE.npy (repeatable); without --output the\n"
-    "                          model's outputs are summarised on stdout\n"
+    "  --output NAME=FILE.npy  write a value to FILE.npy (repeatable): any value of the model\n"
+    "                          (input, param, intermediate) on ref, outputs on cpu; without\n"
+    "                          --output the model's outputs are summarised on stdout\n"
+    "                          (bf16 values are written as f32: numpy has no bf16)\n"
     "  --seed N                seed of random inputs (default 0)\n"
     "  --dim NAME=VALUE        override a size from the model's dims (repeatable)\n"
     "  --dtype DTYPE           default element type of inputs and params\n";
@@ -102,30 +111,32 @@ static void summarise(const Graph *g, int v, const void *data) {
   printf("%s]\n", n > 8 ? ", ..." : "");
 }
 
-static smelt_status run_ref(const Graph *g, const NameFile *ins, int nin, const NameFile *outs, int nout,
-                            uint64_t seed) {
+/* Reads or makes the data of every graph input, in graph input order. */
+static smelt_status gather_inputs(const Graph *g, const NameFile *ins, int nin, uint64_t seed, void **data) {
   for (int i = 0; i < nin; i++) {
     int v = ir_find_value(g, ins[i].name);
     if (v < 0 || g->val[v].kind != VK_INPUT)
       return st_error(ST_INVALID_INPUT, "error: --input %s: the model has no input of that name", ins[i].name);
   }
+  for (int k = 0; k < g->ninputs; k++) {
+    int v = g->inputs[k];
+    const char *file = NULL;
+    for (int i = 0; i < nin; i++)
+      if (strcmp(ins[i].name, g->val[v].name) == 0) file = ins[i].file;
+    if (file && strcmp(file, "random") != 0) RETURN_IF_ERROR(load_input(g, v, file, &data[k]));
+    else if (!(data[k] = random_tensor(&g->val[v].type, g->val[v].name, seed))) return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  return NULL;
+}
+
+static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile *outs, int nout) {
   for (int i = 0; i < nout; i++)
     if (ir_find_value(g, outs[i].name) < 0)
       return st_error(ST_INVALID_INPUT, "error: --output %s: the model has no value of that name", outs[i].name);
   Interp *it;
   RETURN_IF_ERROR(ir_interp_create(g, &it));
   smelt_status st = NULL;
-  for (int k = 0; k < g->ninputs && !st; k++) {
-    int v = g->inputs[k];
-    const char *file = NULL;
-    for (int i = 0; i < nin; i++)
-      if (strcmp(ins[i].name, g->val[v].name) == 0) file = ins[i].file;
-    void *data = NULL;
-    if (file && strcmp(file, "random") != 0) st = load_input(g, v, file, &data);
-    else if (!(data = random_tensor(&g->val[v].type, g->val[v].name, seed))) st = st_error(ST_NO_MEMORY, "out of memory");
-    if (!st) st = ir_interp_set_input(it, v, data);
-    free(data);
-  }
+  for (int k = 0; k < g->ninputs && !st; k++) st = ir_interp_set_input(it, g->inputs[k], inputs[k]);
   if (!st) st = ir_interp_run(it);
   for (int i = 0; i < nout && !st; i++) {
     int v = ir_find_value(g, outs[i].name);
@@ -137,6 +148,94 @@ static smelt_status run_ref(const Graph *g, const NameFile *ins, int nin, const 
     for (int i = 0; i < g->noutputs; i++) summarise(g, g->outputs[i], ir_interp_value(it, g->outputs[i]));
   ir_interp_destroy(it);
   return st;
+}
+
+static int print_output_check(const RtOutputReport *r) {
+  printf("check against the reference interpreter:\n");
+  printf("  %-24s %12s %12s %12s  %s\n", "output", "max abs", "max rel", "rel L2", "result");
+  for (int i = 0; i < r->noutputs; i++) {
+    const RtOutputCheck *o = &r->outputs[i];
+    printf("  %-24s %12.3g %12.3g %12.3g  %s\n", o->name, o->diff.max_abs, o->diff.max_rel, o->diff.rel_l2,
+           o->diff.pass ? "pass" : "FAIL");
+  }
+  return r->pass ? 0 : 1;
+}
+
+static int print_group_check(const RtGroupReport *r) {
+  printf("check of every fused group against the unfused reference:\n");
+  printf("  %-28s %-24s %12s %10s  %s\n", "kernel", "value", "max abs", "cosine", "result");
+  for (int i = 0; i < r->nchecks; i++) {
+    const RtValueCheck *c = &r->checks[i];
+    printf("  %-28s %-24s %12.3g %10.6f  %s\n", c->kernel_name, c->value_name, c->diff.max_abs, c->diff.cosine,
+           c->clobbered ? "CLOBBERED (memory plan)" : c->diff.pass ? "pass" : "FAIL");
+  }
+  if (r->first_bad >= 0) {
+    const RtValueCheck *c = &r->checks[r->first_bad];
+    printf("first divergence: kernel %s (group %d), value %s\n", c->kernel_name, c->group, c->value_name);
+    return 1;
+  }
+  printf("all groups match\n");
+  return 0;
+}
+
+/* Runs a bundle on the CPU; returns a status, and in *check_rc 1 when a
+ * --check found a mismatch. */
+static smelt_status run_cpu(smelt_bundle *b, int threads, void *const *inputs, const NameFile *outs, int nout,
+                            int check, int *check_rc) {
+  const Graph *g = rt_bundle_graph(b);
+  for (int i = 0; i < nout; i++) {
+    int v = ir_find_value(g, outs[i].name);
+    bool is_output = false;
+    for (int k = 0; k < g->noutputs; k++) is_output |= g->outputs[k] == v;
+    if (!is_output)
+      return st_error(ST_INVALID_INPUT, "error: --output %s: not an output of the model (--device ref can write any value)",
+                      outs[i].name);
+  }
+  smelt_session_options so = {.threads = threads};
+  smelt_session *s;
+  RETURN_IF_ERROR(smelt_session_create(b, "cpu", &so, &s));
+  smelt_status st = NULL;
+  if (check == 1) {
+    RtOutputReport r;
+    st = rt_check_outputs(s, (const void *const *)inputs, &r);
+    if (!st) *check_rc = print_output_check(&r), rt_output_report_free(&r);
+  } else if (check == 2) {
+    RtGroupReport r;
+    st = rt_check_groups(s, (const void *const *)inputs, &r);
+    if (!st) *check_rc = print_group_check(&r), rt_group_report_free(&r);
+  }
+  void **res = calloc((size_t)g->noutputs + 1, sizeof(void *));
+  if (!res) st = st ? st : st_error(ST_NO_MEMORY, "out of memory");
+  for (int k = 0; k < g->ninputs && !st; k++) {
+    const Value *v = &g->val[g->inputs[k]];
+    st = smelt_session_bind_input(s, v->name, inputs[k], ir_type_bytes(&v->type));
+  }
+  for (int k = 0; k < g->noutputs && !st; k++) {
+    const Value *v = &g->val[g->outputs[k]];
+    if (!(res[k] = malloc(ir_type_bytes(&v->type) + 1))) st = st_error(ST_NO_MEMORY, "out of memory");
+    else st = smelt_session_bind_output(s, v->name, res[k], ir_type_bytes(&v->type));
+  }
+  if (!st) st = smelt_session_run(s);
+  for (int i = 0; i < nout && !st; i++) {
+    int v = ir_find_value(g, outs[i].name);
+    for (int k = 0; k < g->noutputs && !st; k++)
+      if (g->outputs[k] == v) st = fe_npy_write(outs[i].file, &g->val[v].type, res[k]);
+  }
+  if (!st && nout == 0 && !check)
+    for (int k = 0; k < g->noutputs; k++) summarise(g, g->outputs[k], res[k]);
+  for (int k = 0; res && k < g->noutputs; k++) free(res[k]);
+  free(res);
+  smelt_session_destroy(s);
+  return st;
+}
+
+/* "seq=1;hidden=64" for the compile options, from the --dim flags. */
+static void dims_string(const ModelOpts *mo, char *buf, size_t n) {
+  buf[0] = 0;
+  for (int i = 0; i < mo->ndims; i++) {
+    size_t k = strlen(buf);
+    snprintf(buf + k, n - k, "%s%s=%lld", i ? ";" : "", mo->dims[i].name, (long long)mo->dims[i].value);
+  }
 }
 
 static int parse_name_file(const char *flag, const char *v, NameFile *nf) {
@@ -153,6 +252,7 @@ int cli_run(int argc, char **argv) {
   NameFile ins[64], outs[64];
   int nin = 0, nout = 0, rc = 0;
   uint64_t seed = 0;
+  int check = 0, threads = 0;
   for (int i = 1; i < argc && rc == 0; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
@@ -175,6 +275,14 @@ int cli_run(int argc, char **argv) {
       char *end = NULL;
       seed = missing ? 0 : strtoull(v, &end, 10);
       if (missing || *end) rc = cli_usage("run", "--seed needs an integer");
+    } else if (strcmp(a, "--check") == 0 || strcmp(a, "--check=outputs") == 0) {
+      check = 1;
+    } else if (strcmp(a, "--check=groups") == 0) {
+      check = 2;
+    } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing)) || missing) {
+      char *end = NULL;
+      threads = missing ? 0 : (int)strtol(v, &end, 10);
+      if (missing || *end || threads < 1) rc = cli_usage("run", "--threads needs a positive integer");
     } else if (a[0] == '-') {
       rc = cli_usage("run", "unknown flag '%s'", a);
     } else if (!model) {
@@ -188,25 +296,59 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "no model given");
     goto done;
   }
-  if (strcmp(device, "ref") != 0) {
-    if (strcmp(device, "cpu") == 0 || strncmp(device, "cuda", 4) == 0)
-      fprintf(stderr, "error: device '%s' is not available in this build: the CPU and CUDA backends are not built yet; use --device ref\n", device);
+  bool is_cpu = strcmp(device, "cpu") == 0;
+  if (!is_cpu && strcmp(device, "ref") != 0) {
+    if (strncmp(device, "cuda", 4) == 0)
+      fprintf(stderr, "error: device '%s' is not available in this build: the CUDA backend is not built yet\n", device);
     else
       fprintf(stderr, "error: unknown device '%s' (ref, cpu, cuda[:N])\n", device);
     rc = 1;
     goto done;
   }
-  size_t ml = strlen(model);
-  if (ml > 6 && strcmp(model + ml - 6, ".smelt") == 0) {
-    fprintf(stderr, "%s: error: kernel bundles are not supported yet; run the YAML model\n", model);
-    rc = 1;
+  if (check && !is_cpu) {
+    rc = cli_usage("run", "--check compares a device with the reference: use it with --device cpu");
     goto done;
   }
-  Graph *g = NULL;
-  smelt_status st = cli_load_model(model, &mo, &g);
-  if (!st) st = run_ref(g, ins, nin, outs, nout, seed);
-  ir_graph_destroy(g);
+  size_t ml = strlen(model);
+  bool is_bundle = ml > 6 && strcmp(model + ml - 6, ".smelt") == 0;
+  if (is_bundle && (mo.ndims || mo.dtype != DT_INVALID)) {
+    rc = cli_usage("run", "--dim and --dtype apply when compiling; a bundle is already compiled");
+    goto done;
+  }
+  smelt_status st = NULL;
+  Graph *own = NULL;
+  smelt_bundle *b = NULL;
+  const Graph *g = NULL;
+  if (is_bundle) {
+    st = is_cpu ? smelt_bundle_open(model, &b) : rt_bundle_open_nojit(model, &b);
+    if (!st) g = rt_bundle_graph(b);
+  } else if (is_cpu) {
+    /* a YAML model on the CPU: compile in memory first */
+    char dims[1024];
+    dims_string(&mo, dims, sizeof dims);
+    smelt_compile_options co = {.targets = "cpu", .dims = dims[0] ? dims : NULL,
+                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL};
+    void *buf = NULL;
+    size_t len = 0;
+    st = rt_compile_model_to_memory(model, &co, &buf, &len);
+    if (!st) st = smelt_bundle_open_memory(buf, len, &b);
+    free(buf);
+    if (!st) g = rt_bundle_graph(b);
+  } else {
+    st = cli_load_model(model, &mo, &own);
+    g = own;
+  }
+  void **inputs = NULL;
+  if (!st && !(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *)))) st = st_error(ST_NO_MEMORY, "out of memory");
+  if (!st) st = gather_inputs(g, ins, nin, seed, inputs);
+  int check_rc = 0;
+  if (!st) st = is_cpu ? run_cpu(b, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
+  for (int k = 0; inputs && k < g->ninputs; k++) free(inputs[k]);
+  free(inputs);
+  ir_graph_destroy(own);
+  smelt_bundle_close(b);
   if (st) rc = cli_fail(st);
+  else rc = check_rc;
 done:
   for (int i = 0; i < nin; i++) free((char *)ins[i].name);
   for (int i = 0; i < nout; i++) free((char *)outs[i].name);

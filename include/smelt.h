@@ -63,6 +63,9 @@ smelt_status smelt_compile(const char *model_path, const smelt_compile_options *
 /* Opens and validates a bundle (sizes, offsets, checksums, versions); a
  * truncated or corrupted file is an error, never a crash. */
 smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle);
+/* The same for a bundle held in memory (len bytes at data, copied: data
+ * may be freed once this returns). */
+smelt_status smelt_bundle_open_memory(const void *data, size_t len, smelt_bundle **out_bundle);
 void smelt_bundle_close(smelt_bundle *bundle);
 
 typedef struct {

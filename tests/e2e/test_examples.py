@@ -256,7 +256,7 @@ def check_compile(smelt, ex, tmp):
     returns notes on what the passes did to this example."""
     out = os.path.join(tmp, ex.name + ".out")
     proc = run_smelt(smelt, ["compile", os.path.join("examples", ex.name + ".yaml"), "-o", out,
-                             "--print-ir-after-all"], "smelt compile")
+                             "--emit", "ir", "--print-ir-after-all"], "smelt compile")
     err = proc.stderr
     missing = [p for p in DEFAULT_PASSES if p not in err]
     if missing:

@@ -1,0 +1,209 @@
+/* smelt inspect: what a bundle holds, read back through the loader.
+ *
+ * The bundle is opened with every check the runtime does (sizes, offsets,
+ * checksums, versions, the graph and the kernel table against each other)
+ * but without linking its machine code, so a bundle built for another CPU
+ * can still be inspected.  A corrupted bundle is reported with the loader's
+ * message and exit status 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "runtime/driver.h"
+
+static const char inspect_help[] =
+    "usage: smelt inspect BUNDLE.smelt [flags]\n"
+    "\n"
+    "Shows what a compiled bundle holds.  Without flags: the manifest, the sections\n"
+    "with their sizes, the inputs and outputs, the number of kernels and the arena size.\n"
+    "\n"
+    "flags:\n"
+    "  --ir              the final IR the kernels were generated from\n"
+    "  --kernels         every kernel: tasks, estimated bytes and FLOPs, arguments\n"
+    "  --source KERNEL   the IR nodes a kernel computes and its LLVM IR\n"
+    "                    (regenerated from the bundle's graph, before optimisation)\n"
+    "  --memory          the activation arena against the sum of all intermediates,\n"
+    "                    and each intermediate's offset, size and lifetime (kernels)\n";
+
+static void print_tensor_list(const char *what, const Graph *g, const int *vals, int n) {
+  printf("%s:\n", what);
+  for (int i = 0; i < n; i++) {
+    char ty[128];
+    printf("  %-24s %s\n", g->val[vals[i]].name, ir_type_str(&g->val[vals[i]].type, ty, sizeof ty));
+  }
+}
+
+static void print_summary(const smelt_bundle *b) {
+  const RtBundle *f = rt_bundle_file(b);
+  const Graph *g = rt_bundle_graph(b);
+  const void *data;
+  size_t len;
+  printf("bundle %s\n", rt_bundle_path(f));
+  if (rt_bundle_find(f, RT_SEC_MANIFEST, NULL, &data, &len)) {
+    printf("manifest:\n");
+    const char *s = data, *end = s + len;
+    while (s < end) {
+      const char *nl = memchr(s, '\n', (size_t)(end - s));
+      if (!nl) nl = end;
+      printf("  %.*s\n", (int)(nl - s), s);
+      s = nl + 1;
+    }
+  }
+  printf("sections:\n");
+  size_t total = 0;
+  for (int i = 0; i < rt_bundle_section_count(f); i++) {
+    const RtSection *sec = rt_bundle_section_at(f, i);
+    const char *kind = rt_section_kind_name(sec->kind);
+    printf("  %-12s %-32s %10zu bytes\n", kind ? kind : "?", sec->name, sec->size);
+    total += sec->size;
+  }
+  printf("  %-45s %10zu bytes\n", "(all payloads)", total);
+  print_tensor_list("inputs", g, g->inputs, g->ninputs);
+  print_tensor_list("outputs", g, g->outputs, g->noutputs);
+  printf("kernels: %d\n", rt_bundle_num_kernels(b));
+  if (g->arena_bytes > 0) printf("arena: %lld bytes\n", (long long)g->arena_bytes);
+  else printf("arena: none (no memory plan: each intermediate has its own buffer)\n");
+}
+
+static void print_ir(const smelt_bundle *b) {
+  const void *data;
+  size_t len;
+  if (rt_bundle_find(rt_bundle_file(b), RT_SEC_IR_TEXT, NULL, &data, &len)) fwrite(data, 1, len, stdout);
+  else printf("(the bundle has no IR text)\n");
+}
+
+static void print_kernels(const smelt_bundle *b) {
+  const Graph *g = rt_bundle_graph(b);
+  printf("%-4s %-44s %-12s %6s %10s %14s %14s %5s\n", "#", "kernel", "group", "nodes", "tasks", "bytes", "flops",
+         "args");
+  for (int i = 0; i < rt_bundle_num_kernels(b); i++) {
+    const Kernel *k = rt_bundle_kernel(b, i);
+    const Group *gr = &g->groups[k->group];
+    printf("%-4d %-44s %-12s %6d %10lld %14.0f %14.0f %5d\n", i, k->name, ir_group_kind_name(gr->kind), gr->nnodes,
+           (long long)k->ntasks, k->bytes, k->flops, k->nargs);
+  }
+}
+
+/* Intermediates: values a kernel writes that are not graph outputs.  Their
+ * lifetime runs from the kernel that writes them to the last that reads them. */
+static void print_memory(const smelt_bundle *b) {
+  const Graph *g = rt_bundle_graph(b);
+  int nk = rt_bundle_num_kernels(b);
+  int *def = malloc((size_t)(g->nval ? g->nval : 1) * sizeof *def);
+  int *last = malloc((size_t)(g->nval ? g->nval : 1) * sizeof *last);
+  if (!def || !last) {
+    free(def);
+    free(last);
+    fprintf(stderr, "smelt inspect: out of memory\n");
+    return;
+  }
+  for (int v = 0; v < g->nval; v++) def[v] = last[v] = -1;
+  for (int k = 0; k < nk; k++) {
+    const Kernel *kn = rt_bundle_kernel(b, k);
+    for (int a = 0; a < kn->nargs; a++) {
+      if (a >= kn->nargs - kn->nouts) def[kn->args[a]] = k;
+      last[kn->args[a]] = k;
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++) def[g->outputs[i]] = -1;
+  long long sum = 0;
+  int count = 0;
+  for (int v = 0; v < g->nval; v++)
+    if (def[v] >= 0) {
+      sum += (long long)ir_type_bytes(&g->val[v].type);
+      count++;
+    }
+  if (g->arena_bytes > 0)
+    printf("arena: %lld bytes for %d intermediates of %lld bytes in all (%.1f%%)\n", (long long)g->arena_bytes,
+           count, sum, sum ? 100.0 * (double)g->arena_bytes / (double)sum : 0.0);
+  else
+    printf("arena: none (no memory plan); %d intermediates of %lld bytes in all, each in its own buffer\n", count,
+           sum);
+  printf("%-32s %-20s %12s %12s %s\n", "value", "type", "offset", "bytes", "lifetime (kernels)");
+  for (int v = 0; v < g->nval; v++) {
+    if (def[v] < 0) continue;
+    char ty[128], off[32];
+    if (g->arena_bytes > 0 && g->val[v].mem_offset >= 0)
+      snprintf(off, sizeof off, "%lld", (long long)g->val[v].mem_offset);
+    else snprintf(off, sizeof off, "own");
+    printf("%-32s %-20s %12s %12zu %d..%d\n", g->val[v].name, ir_type_str(&g->val[v].type, ty, sizeof ty), off,
+           ir_type_bytes(&g->val[v].type), def[v], last[v]);
+  }
+  free(def);
+  free(last);
+}
+
+/* The lines of the IR text from "group NAME (" to the line closing it. */
+static void print_group_block(const smelt_bundle *b, const char *kernel) {
+  const void *data;
+  size_t len;
+  if (!rt_bundle_find(rt_bundle_file(b), RT_SEC_IR_TEXT, NULL, &data, &len)) return;
+  char *text = strndup(data, len);
+  if (!text) return;
+  char head[160];
+  snprintf(head, sizeof head, "group %s (", kernel);
+  char *s = strstr(text, head);
+  if (s) {
+    while (s > text && s[-1] != '\n') s--;
+    char *e = strstr(s, "\n  }\n");
+    if (e) e[4] = 0;
+    printf("// IR nodes of %s\n%s\n", kernel, s);
+  }
+  free(text);
+}
+
+static int print_source(const smelt_bundle *b, const char *kernel) {
+  int k = -1;
+  for (int i = 0; i < rt_bundle_num_kernels(b); i++)
+    if (strcmp(rt_bundle_kernel(b, i)->name, kernel) == 0) k = i;
+  if (k < 0) {
+    fprintf(stderr, "smelt inspect: no kernel named '%s' (see --kernels)\n", kernel);
+    return 1;
+  }
+  const Kernel *kn = rt_bundle_kernel(b, k);
+  printf("// kernel %s: %lld tasks, %.0f bytes, %.0f flops (estimates)\n", kn->name, (long long)kn->ntasks,
+         kn->bytes, kn->flops);
+  print_group_block(b, kernel);
+  char *ir;
+  smelt_status st = rt_bundle_kernel_llvm_ir(b, k, &ir);
+  if (st) return cli_fail(st);
+  printf("// LLVM IR (before optimisation)\n%s", ir);
+  free(ir);
+  return 0;
+}
+
+int cli_inspect(int argc, char **argv) {
+  const char *path = NULL, *source = NULL;
+  bool ir = false, kernels = false, memory = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool missing;
+    const char *v;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(inspect_help, stdout);
+      return 0;
+    }
+    if (strcmp(a, "--ir") == 0) ir = true;
+    else if (strcmp(a, "--kernels") == 0) kernels = true;
+    else if (strcmp(a, "--memory") == 0) memory = true;
+    else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("inspect", "--source needs a kernel name");
+      source = v;
+    } else if (a[0] == '-' && a[1]) return cli_usage("inspect", "unknown flag '%s'", a);
+    else if (path) return cli_usage("inspect", "one bundle at a time ('%s' and '%s')", path, a);
+    else path = a;
+  }
+  if (!path) return cli_usage("inspect", "which bundle? (smelt inspect BUNDLE.smelt)");
+  smelt_bundle *b;
+  smelt_status st = rt_bundle_open_nojit(path, &b);
+  if (st) return cli_fail(st);
+  int rc = 0;
+  if (!ir && !kernels && !memory && !source) print_summary(b);
+  if (ir) print_ir(b);
+  if (kernels) print_kernels(b);
+  if (memory) print_memory(b);
+  if (source) rc = print_source(b, source);
+  smelt_bundle_close(b);
+  return rc;
+}

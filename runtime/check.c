@@ -1,0 +1,242 @@
+/* The checkers: compiled kernels against the reference interpreter.
+ *
+ * Both checkers evaluate the bundle's graph with the interpreter first (it
+ * keeps every value, so any value can be compared afterwards), then run the
+ * session on the same inputs into buffers of their own.  rt_check_outputs
+ * compares the graph outputs after a whole run.  rt_check_groups drives the
+ * session one kernel at a time through rt_session_run_kernel and compares
+ * each value a kernel writes right after it ran, before a later kernel can
+ * reuse the memory, and each intermediate a kernel reads right before it
+ * runs: a value that passed when written and fails when read was overwritten
+ * in between, which points at the memory plan instead of at the kernel.
+ *
+ * All arithmetic is in double on elements widened with dt_load, so one
+ * routine serves every dtype.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/interp.h"
+#include "runtime/check.h"
+#include "runtime/driver.h"
+
+void rt_diff(DType dt, const void *x, const void *ref, size_t n, RtDiff *out) {
+  double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0;
+  int64_t nonfinite = 0;
+  for (size_t i = 0; i < n; i++) {
+    double a = dt_load(dt, x, i), r = dt_load(dt, ref, i);
+    if (!isfinite(a) || !isfinite(r)) {
+      bool same = (isnan(a) && isnan(r)) || a == r;
+      if (!same) nonfinite++;
+      continue;
+    }
+    double d = fabs(a - r);
+    if (d > max_abs) max_abs = d;
+    double rel = d / fmax(fabs(r), 1e-6);
+    if (rel > max_rel) max_rel = rel;
+    sdd += d * d;
+    sxx += a * a;
+    srr += r * r;
+    sxr += a * r;
+  }
+  out->max_abs = max_abs;
+  out->max_rel = max_rel;
+  out->nonfinite = nonfinite;
+  out->rel_l2 = srr > 0 ? sqrt(sdd) / sqrt(srr) : (sdd > 0 ? INFINITY : 0);
+  if (sxx > 0 && srr > 0) out->cosine = sxr / (sqrt(sxx) * sqrt(srr));
+  else out->cosine = sxx == 0 && srr == 0 ? 1 : 0;
+  bool close;
+  if (dt == DT_F16 || dt == DT_BF16) close = out->cosine >= RT_CHECK_COSINE;
+  else if (dt_is_float(dt)) close = out->rel_l2 <= RT_CHECK_REL_L2;
+  else close = max_abs == 0;
+  out->pass = close && nonfinite == 0;
+}
+
+/* Buffers for the session's outputs, one per output slot. */
+typedef struct {
+  void **buf;
+  int n;
+} OutBufs;
+
+static void out_bufs_free(OutBufs *o) {
+  if (!o->buf) return;
+  for (int i = 0; i < o->n; i++) free(o->buf[i]);
+  free(o->buf);
+  o->buf = NULL;
+}
+
+/* Binds inputs[] and fresh output buffers (64-byte aligned, zeroed). */
+static smelt_status bind_all(smelt_session *s, const void *const *inputs, OutBufs *ob) {
+  const Graph *g = rt_bundle_graph(rt_session_bundle(s));
+  for (int i = 0; i < g->ninputs; i++) {
+    const Value *v = &g->val[g->inputs[i]];
+    RETURN_IF_ERROR(smelt_session_bind_input(s, v->name, inputs[i], ir_type_bytes(&v->type)));
+  }
+  ob->n = g->noutputs;
+  ob->buf = calloc(g->noutputs ? (size_t)g->noutputs : 1, sizeof *ob->buf);
+  if (!ob->buf) return st_error(ST_NO_MEMORY, "out of memory for the outputs");
+  for (int i = 0; i < g->noutputs; i++) {
+    const Value *v = &g->val[g->outputs[i]];
+    size_t bytes = ir_type_bytes(&v->type), cap = (bytes + 63) / 64 * 64;
+    ob->buf[i] = aligned_alloc(64, cap ? cap : 64);
+    if (!ob->buf[i]) return st_error(ST_NO_MEMORY, "out of memory for output '%s'", v->name);
+    memset(ob->buf[i], 0, cap ? cap : 64);
+  }
+  /* Binding by name binds every slot of that name: bind each distinct
+   * output once, in slot order, so slot i's buffer is the first slot's. */
+  for (int i = g->noutputs - 1; i >= 0; i--) {
+    const Value *v = &g->val[g->outputs[i]];
+    RETURN_IF_ERROR(smelt_session_bind_output(s, v->name, ob->buf[i], ir_type_bytes(&v->type)));
+  }
+  return NULL;
+}
+
+static smelt_status run_reference(const Graph *g, const void *const *inputs, Interp **out_it) {
+  *out_it = NULL;
+  Interp *it;
+  RETURN_IF_ERROR(ir_interp_create(g, &it));
+  smelt_status st = NULL;
+  for (int i = 0; i < g->ninputs && !st; i++) st = ir_interp_set_input(it, g->inputs[i], inputs[i]);
+  if (!st) st = ir_interp_run(it);
+  if (st) {
+    ir_interp_destroy(it);
+    return st_prefix(st, "reference interpreter");
+  }
+  *out_it = it;
+  return NULL;
+}
+
+smelt_status rt_check_outputs(smelt_session *s, const void *const *inputs, RtOutputReport *out_report) {
+  memset(out_report, 0, sizeof *out_report);
+  const Graph *g = rt_bundle_graph(rt_session_bundle(s));
+  OutBufs ob = {0};
+  Interp *it = NULL;
+  smelt_status st = bind_all(s, inputs, &ob);
+  if (!st) st = smelt_session_run(s);
+  if (!st) st = run_reference(g, inputs, &it);
+  RtOutputCheck *oc = NULL;
+  if (!st && !(oc = calloc(g->noutputs ? (size_t)g->noutputs : 1, sizeof *oc)))
+    st = st_error(ST_NO_MEMORY, "out of memory for the report");
+  if (st) {
+    out_bufs_free(&ob);
+    ir_interp_destroy(it);
+    return st;
+  }
+  bool pass = true;
+  for (int i = 0; i < g->noutputs; i++) {
+    int v = g->outputs[i];
+    const Value *val = &g->val[v];
+    oc[i] = (RtOutputCheck){.name = val->name, .value = v, .type = val->type, .data = ob.buf[i]};
+    /* Duplicate slots were bound to the first slot's buffer. */
+    for (int j = 0; j < i; j++)
+      if (g->outputs[j] == v) memcpy(ob.buf[i], ob.buf[j], ir_type_bytes(&val->type));
+    rt_diff(val->type.dt, ob.buf[i], ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &oc[i].diff);
+    pass = pass && oc[i].diff.pass;
+  }
+  free(ob.buf); /* the buffers now belong to the report */
+  ir_interp_destroy(it);
+  *out_report = (RtOutputReport){.outputs = oc, .noutputs = g->noutputs, .pass = pass};
+  return NULL;
+}
+
+void rt_output_report_free(RtOutputReport *r) {
+  if (!r || !r->outputs) return;
+  for (int i = 0; i < r->noutputs; i++) free(r->outputs[i].data);
+  free(r->outputs);
+  memset(r, 0, sizeof *r);
+}
+
+typedef struct {
+  RtValueCheck *v;
+  int n, cap;
+} Checks;
+
+static smelt_status add_check(Checks *c, const RtValueCheck *x) {
+  if (c->n == c->cap) {
+    int cap = c->cap ? 2 * c->cap : 32;
+    RtValueCheck *p = realloc(c->v, (size_t)cap * sizeof *p);
+    if (!p) return st_error(ST_NO_MEMORY, "out of memory for the report");
+    c->v = p;
+    c->cap = cap;
+  }
+  c->v[c->n++] = *x;
+  return NULL;
+}
+
+/* Compares value v as the session holds it now with the reference. */
+static RtValueCheck compare_value(const smelt_session *s, const Interp *it, int k, int v) {
+  const smelt_bundle *b = rt_session_bundle(s);
+  const Graph *g = rt_bundle_graph(b);
+  const Kernel *kn = rt_bundle_kernel(b, k);
+  const Value *val = &g->val[v];
+  RtValueCheck c = {.kernel = k, .group = kn->group, .kernel_name = kn->name, .value = v, .value_name = val->name,
+                    .type = val->type};
+  rt_diff(val->type.dt, rt_session_value_data(s, v), ir_interp_value(it, v), (size_t)ir_type_numel(&val->type),
+          &c.diff);
+  return c;
+}
+
+/* Runs every kernel of the session, checking before and after each. */
+static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good, Checks *c) {
+  const smelt_bundle *b = rt_session_bundle(s);
+  const Graph *g = rt_bundle_graph(b);
+  for (int k = 0; k < rt_bundle_num_kernels(b); k++) {
+    const Kernel *kn = rt_bundle_kernel(b, k);
+    for (int a = 0; a < kn->nargs - kn->nouts; a++) {
+      int v = kn->args[a];
+      if (g->val[v].kind != VK_NODE || !good[v]) continue;
+      RtValueCheck x = compare_value(s, it, k, v);
+      if (x.diff.pass) continue;
+      x.clobbered = true;
+      good[v] = false; /* reported once */
+      RETURN_IF_ERROR(add_check(c, &x));
+    }
+    rt_session_run_kernel(s, k);
+    for (int a = kn->nargs - kn->nouts; a < kn->nargs; a++) {
+      RtValueCheck x = compare_value(s, it, k, kn->args[a]);
+      good[kn->args[a]] = x.diff.pass;
+      RETURN_IF_ERROR(add_check(c, &x));
+    }
+  }
+  rt_session_finish(s);
+  return NULL;
+}
+
+smelt_status rt_check_groups(smelt_session *s, const void *const *inputs, RtGroupReport *out_report) {
+  memset(out_report, 0, sizeof *out_report);
+  out_report->first_bad = -1;
+  const Graph *g = rt_bundle_graph(rt_session_bundle(s));
+  OutBufs ob = {0};
+  Interp *it = NULL;
+  Checks c = {0};
+  bool *good = NULL;
+  smelt_status st = bind_all(s, inputs, &ob);
+  if (!st) st = run_reference(g, inputs, &it);
+  if (!st && !(good = calloc(g->nval ? (size_t)g->nval : 1, sizeof *good)))
+    st = st_error(ST_NO_MEMORY, "out of memory for the report");
+  if (!st) st = rt_session_prepare(s);
+  if (!st) st = check_kernels(s, it, good, &c);
+  free(good);
+  ir_interp_destroy(it);
+  out_bufs_free(&ob);
+  if (st) {
+    free(c.v);
+    return st;
+  }
+  out_report->checks = c.v;
+  out_report->nchecks = c.n;
+  for (int i = 0; i < c.n; i++)
+    if (!c.v[i].diff.pass) {
+      out_report->first_bad = i;
+      break;
+    }
+  return NULL;
+}
+
+void rt_group_report_free(RtGroupReport *r) {
+  if (!r) return;
+  free(r->checks);
+  memset(r, 0, sizeof *r);
+  r->first_bad = -1;
+}

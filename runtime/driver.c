@@ -1,0 +1,622 @@
+/* The compile driver: optimised graph → kernels → machine code → bundle.
+ *
+ * rt_compile_graph is the whole back half of the compiler written out step
+ * by step: make sure every live node is in a group (one per node when the
+ * fuse pass formed none), lower the groups to Kernels (codegen/lower.c),
+ * compile them all into one object for the CPU (codegen/llvm), and write
+ * the bundle's sections: a manifest recording how it was built, the final
+ * IR as text, the serialised graph (groups, memory plan and every constant),
+ * the kernel table and the object.  smelt_compile puts the front end and the
+ * pass pipeline in front of it.
+ *
+ * The kernel table is this file's own little-endian encoding:
+ *   header  u8[4] "SKTB", u32 version, u32 count, u32 reserved (0)
+ *   kernel  u32 name_len, name bytes (no NUL), i32 group, i32 nargs,
+ *           i32 nouts, i64 ntasks, f64 bytes, f64 flops, i32 args[nargs]
+ * and nothing after the last kernel.  The decoder reads it as untrusted
+ * input and then checks it against the graph it is to run on: a kernel may
+ * read a graph input, a constant or a result some earlier kernel wrote; it
+ * may write only results of nodes of its own group, each written once; every
+ * graph output must be written.  Those are exactly the facts the session
+ * relies on to never read uninitialised memory nor write the (shared,
+ * read-only) constants of a bundle.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/llvm/cg_llvm.h"
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "ir/serialize.h"
+#include "passes/passes.h"
+#include "runtime/driver.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the kernel table is written in host order, which must be little-endian"
+#endif
+
+#ifndef SMELT_LLVM_VERSION
+#define SMELT_LLVM_VERSION "none"
+#endif
+
+static const unsigned char KT_MAGIC[4] = {'S', 'K', 'T', 'B'};
+#define KT_HEADER_BYTES 16
+/* name_len 4, a name of 1, group, nargs, nouts 4 each, ntasks, bytes, flops 8
+ * each, at least one argument 4 */
+#define KT_MIN_KERNEL_BYTES 45
+
+/* ---- a growable byte buffer ---- */
+
+typedef struct {
+  unsigned char *p;
+  size_t len, cap;
+  bool oom;
+} Buf;
+
+static void buf_put(Buf *b, const void *data, size_t n) {
+  if (b->oom) return;
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n) cap *= 2;
+    unsigned char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = true;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, data, n);
+  b->len += n;
+}
+
+static void put_u32(Buf *b, uint32_t v) { buf_put(b, &v, 4); }
+static void put_i32(Buf *b, int32_t v) { buf_put(b, &v, 4); }
+static void put_i64(Buf *b, int64_t v) { buf_put(b, &v, 8); }
+static void put_f64(Buf *b, double v) { buf_put(b, &v, 8); }
+
+static void buf_printf(Buf *b, const char *fmt, ...) SMELT_PRINTF(2, 3);
+static void buf_printf(Buf *b, const char *fmt, ...) {
+  char tmp[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+/* ---- the kernel table ---- */
+
+smelt_status rt_kernel_table_encode(const Kernel *k, int n, void **out_buf, size_t *out_len) {
+  *out_buf = NULL;
+  *out_len = 0;
+  Buf b = {0};
+  buf_put(&b, KT_MAGIC, 4);
+  put_u32(&b, RT_KERNEL_TABLE_VERSION);
+  put_u32(&b, (uint32_t)n);
+  put_u32(&b, 0);
+  for (int i = 0; i < n; i++) {
+    size_t nl = strlen(k[i].name);
+    put_u32(&b, (uint32_t)nl);
+    buf_put(&b, k[i].name, nl);
+    put_i32(&b, k[i].group);
+    put_i32(&b, k[i].nargs);
+    put_i32(&b, k[i].nouts);
+    put_i64(&b, k[i].ntasks);
+    put_f64(&b, k[i].bytes);
+    put_f64(&b, k[i].flops);
+    for (int a = 0; a < k[i].nargs; a++) put_i32(&b, k[i].args[a]);
+  }
+  if (b.oom) {
+    free(b.p);
+    return st_error(ST_NO_MEMORY, "out of memory encoding the kernel table");
+  }
+  *out_buf = b.p;
+  *out_len = b.len;
+  return NULL;
+}
+
+void rt_kernel_table_free(Kernel *k, int n) {
+  if (!k) return;
+  for (int i = 0; i < n; i++) free(k[i].args);
+  free(k);
+}
+
+/* A bounds-checked reader. */
+typedef struct {
+  const unsigned char *p;
+  size_t len, at;
+} Rd;
+
+static bool rd(Rd *r, void *dst, size_t n) {
+  if (r->len - r->at < n) return false;
+  memcpy(dst, r->p + r->at, n);
+  r->at += n;
+  return true;
+}
+
+static bool name_ok(const char *s) {
+  if (!*s) return false;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.') return false;
+  return true;
+}
+
+/* Checks kernel i against the graph, given which values hold data before
+ * it runs (`ready`); marks its outputs ready. */
+static smelt_status check_kernel(const Graph *g, const Kernel *k, int i, bool *ready) {
+  if (k->group < 0 || k->group >= g->ngroups)
+    return st_error(ST_INVALID_INPUT, "kernel table: kernel %d '%s' belongs to group %d, the graph has %d", i, k->name,
+                    k->group, g->ngroups);
+  if (k->nouts < 1 || k->nargs < k->nouts)
+    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' has %d arguments of which %d outputs", k->name,
+                    k->nargs, k->nouts);
+  if (k->ntasks < 0 || !isfinite(k->bytes) || k->bytes < 0 || !isfinite(k->flops) || k->flops < 0)
+    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' has invalid task count or cost estimates", k->name);
+  for (int a = 0; a < k->nargs; a++) {
+    int v = k->args[a];
+    if (v < 0 || v >= g->nval || g->val[v].kind == VK_DEAD)
+      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' argument %d is value %d, which does not exist",
+                      k->name, a, v);
+    const Value *val = &g->val[v];
+    if (a < k->nargs - k->nouts) {
+      if (val->kind == VK_NODE && !ready[v])
+        return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' reads '%s' before any kernel writes it", k->name,
+                        val->name);
+      continue;
+    }
+    if (val->kind != VK_NODE)
+      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' writes '%s', which is not a node result", k->name,
+                      val->name);
+    if (g->node[val->node].group != k->group)
+      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' writes '%s', computed by another group", k->name,
+                      val->name);
+    if (ready[v])
+      return st_error(ST_INVALID_INPUT, "kernel table: '%s' is written twice (by kernel '%s')", val->name, k->name);
+    ready[v] = true;
+  }
+  /* An output that is also an input of the same kernel would alias
+   * arguments the code was told do not alias (cg_llvm.h). */
+  for (int a = 0; a < k->nargs - k->nouts; a++)
+    for (int o = k->nargs - k->nouts; o < k->nargs; o++)
+      if (k->args[a] == k->args[o])
+        return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' reads and writes '%s'", k->name,
+                        g->val[k->args[a]].name);
+  return NULL;
+}
+
+static smelt_status decode_kernel(Rd *r, const Graph *g, Kernel *k) {
+  uint32_t nl = 0;
+  if (!rd(r, &nl, 4) || nl == 0 || nl >= sizeof k->name || r->len - r->at < nl)
+    return st_error(ST_INVALID_INPUT, "kernel table: bad kernel name length");
+  memcpy(k->name, r->p + r->at, nl);
+  k->name[nl] = 0;
+  r->at += nl;
+  if (strlen(k->name) != nl || !name_ok(k->name)) return st_error(ST_INVALID_INPUT, "kernel table: bad kernel name");
+  int32_t head[3] = {0, 0, 0}; /* group, nargs, nouts */
+  if (!rd(r, head, sizeof head) || !rd(r, &k->ntasks, 8) || !rd(r, &k->bytes, 8) || !rd(r, &k->flops, 8))
+    return st_error(ST_INVALID_INPUT, "kernel table: truncated in kernel '%s'", k->name);
+  k->group = head[0];
+  k->nargs = head[1];
+  k->nouts = head[2];
+  /* Bound the count by the bytes left before allocating for it. */
+  if (k->nargs < 1 || (size_t)k->nargs > (r->len - r->at) / 4 || k->nargs > g->nval)
+    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' claims %d arguments", k->name, k->nargs);
+  k->args = malloc((size_t)k->nargs * sizeof *k->args);
+  if (!k->args) return st_error(ST_NO_MEMORY, "out of memory reading the kernel table");
+  /* int and int32_t are the same on every target smelt builds for. */
+  _Static_assert(sizeof(int) == 4, "kernel arguments are stored as 32-bit ints");
+  rd(r, k->args, (size_t)k->nargs * 4);
+  return NULL;
+}
+
+smelt_status rt_kernel_table_decode(const void *buf, size_t len, const Graph *g, Kernel **out_kernels, int *out_n) {
+  *out_kernels = NULL;
+  *out_n = 0;
+  Rd r = {.p = buf, .len = len};
+  unsigned char magic[4];
+  uint32_t version, count, reserved;
+  if (!rd(&r, magic, 4) || !rd(&r, &version, 4) || !rd(&r, &count, 4) || !rd(&r, &reserved, 4))
+    return st_error(ST_INVALID_INPUT, "kernel table: truncated header");
+  if (memcmp(magic, KT_MAGIC, 4) != 0) return st_error(ST_INVALID_INPUT, "kernel table: bad magic");
+  if (version != RT_KERNEL_TABLE_VERSION)
+    return st_error(ST_INVALID_INPUT, "kernel table: version %u (this smelt reads version %d)", version,
+                    RT_KERNEL_TABLE_VERSION);
+  if (reserved != 0) return st_error(ST_INVALID_INPUT, "kernel table: reserved field is not zero");
+  if (count > (len - KT_HEADER_BYTES) / KT_MIN_KERNEL_BYTES)
+    return st_error(ST_INVALID_INPUT, "kernel table: %u kernels cannot fit in %zu bytes", count, len);
+  Kernel *k = calloc(count ? count : 1, sizeof *k);
+  bool *ready = calloc(g->nval ? (size_t)g->nval : 1, sizeof *ready);
+  smelt_status st = NULL;
+  int n = 0;
+  if (!k || !ready) {
+    st = st_error(ST_NO_MEMORY, "out of memory reading the kernel table");
+    goto done;
+  }
+  for (; n < (int)count; n++) {
+    if ((st = decode_kernel(&r, g, &k[n]))) {
+      n++; /* its args, if any, are freed with the rest */
+      goto done;
+    }
+    for (int j = 0; j < n; j++)
+      if (strcmp(k[j].name, k[n].name) == 0) {
+        st = st_error(ST_INVALID_INPUT, "kernel table: two kernels named '%s'", k[n].name);
+        n++;
+        goto done;
+      }
+    if ((st = check_kernel(g, &k[n], n, ready))) {
+      n++;
+      goto done;
+    }
+  }
+  if (r.at != len) {
+    st = st_error(ST_INVALID_INPUT, "kernel table: %zu bytes after the last kernel", len - r.at);
+    goto done;
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    int v = g->outputs[i];
+    if (g->val[v].kind == VK_NODE && !ready[v]) {
+      st = st_error(ST_INVALID_INPUT, "kernel table: no kernel writes the output '%s'", g->val[v].name);
+      goto done;
+    }
+  }
+done:
+  free(ready);
+  if (st) {
+    rt_kernel_table_free(k, n);
+    return st;
+  }
+  *out_kernels = k;
+  *out_n = n;
+  return NULL;
+}
+
+/* ---- compiling ---- */
+
+/* Manifest values are one line each. */
+static void put_kv(Buf *b, const char *key, const char *value) {
+  buf_printf(b, "%s=", key);
+  for (const char *s = value ? value : ""; *s; s++) {
+    char c = *s == '\n' || *s == '\r' ? ' ' : *s;
+    buf_put(b, &c, 1);
+  }
+  buf_put(b, "\n", 1);
+}
+
+/* From cg_llvm_compile's description "LLVM 14.0.6 TRIPLE cpu=CPU ...", the
+ * word after "LLVM x.y.z" and the value of cpu=. */
+static void parse_desc(const char *desc, char *triple, size_t tcap, char *cpu, size_t ccap) {
+  snprintf(triple, tcap, "unknown");
+  snprintf(cpu, ccap, "unknown");
+  const char *s = desc;
+  if (strncmp(s, "LLVM ", 5) == 0) {
+    s += 5;
+    s += strcspn(s, " ");
+    s += strspn(s, " ");
+    size_t n = strcspn(s, " ");
+    if (n > 0 && n < tcap) snprintf(triple, tcap, "%.*s", (int)n, s);
+  }
+  const char *c = strstr(desc, "cpu=");
+  if (c) {
+    c += 4;
+    size_t n = strcspn(c, " ");
+    if (n > 0 && n < ccap) snprintf(cpu, ccap, "%.*s", (int)n, c);
+  }
+}
+
+static smelt_status check_targets(const char *targets) {
+  if (!targets || strcmp(targets, "cpu") == 0) return NULL;
+  if (strstr(targets, "cuda"))
+    return st_error(ST_UNSUPPORTED, "target '%s': the CUDA backend is not built yet; use --target cpu", targets);
+  return st_error(ST_INVALID_INPUT, "unknown target '%s' (expected cpu, cuda or cpu,cuda)", targets);
+}
+
+/* Names every group after its kernel when the fuse pass left it unnamed,
+ * so the IR text in the bundle says which kernel each group became. */
+static void name_groups(Graph *g, const Kernel *k, int nk) {
+  for (int i = 0; i < nk; i++)
+    if (!g->groups[k[i].group].kernel) g->groups[k[i].group].kernel = ir_graph_strdup(g, k[i].name);
+}
+
+static smelt_status build_manifest(const Graph *g, const RtCompileOptions *o, const char *desc, const char *triple,
+                                   const char *cpu, int nk, Buf *m) {
+  char num[32];
+  put_kv(m, "smelt_version", SMELT_LIB_VERSION);
+  snprintf(num, sizeof num, "%d", RT_BUNDLE_VERSION);
+  put_kv(m, "bundle_format", num);
+  snprintf(num, sizeof num, "%d", IR_SERIAL_VERSION);
+  put_kv(m, "graph_format", num);
+  snprintf(num, sizeof num, "%d", RT_KERNEL_TABLE_VERSION);
+  put_kv(m, "kernel_table_format", num);
+  put_kv(m, "model", o->model ? o->model : g->file);
+  put_kv(m, "graph", g->name);
+  put_kv(m, "targets", o->targets ? o->targets : "cpu");
+  put_kv(m, "dims", o->dims);
+  put_kv(m, "dtype", o->dtype);
+  put_kv(m, "passes", o->passes ? o->passes : pass_default_pipeline());
+  snprintf(num, sizeof num, "%lld", (long long)o->onchip_bytes);
+  put_kv(m, "onchip_bytes", num);
+  snprintf(num, sizeof num, "%d", o->threads);
+  put_kv(m, "threads", num);
+  put_kv(m, "llvm_version", SMELT_LLVM_VERSION);
+  put_kv(m, "cpu_triple", triple);
+  put_kv(m, "cpu", cpu);
+  put_kv(m, "cpu_codegen", desc);
+  snprintf(num, sizeof num, "%d", nk);
+  put_kv(m, "kernels", num);
+  snprintf(num, sizeof num, "%lld", (long long)g->arena_bytes);
+  put_kv(m, "arena_bytes", num);
+  return m->oom ? st_error(ST_NO_MEMORY, "out of memory writing the manifest") : NULL;
+}
+
+/* Everything that goes into a bundle, made into a writer. */
+static smelt_status build_bundle(Graph *g, const RtCompileOptions *o, RtBundleWriter **out_writer) {
+  *out_writer = NULL;
+  static const RtCompileOptions no_options = {0};
+  if (!o) o = &no_options;
+  RETURN_IF_ERROR(check_targets(o->targets));
+  if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
+  Kernel *k = NULL;
+  int nk = 0;
+  void *obj = NULL, *graph_bytes = NULL, *table = NULL;
+  size_t obj_len = 0, graph_len = 0, table_len = 0;
+  char *desc = NULL, *ir_text = NULL;
+  Buf manifest = {0};
+  RtBundleWriter *w = NULL;
+  smelt_status st;
+  if ((st = cg_lower(g, &k, &nk))) goto done;
+  name_groups(g, k, nk);
+#ifdef SMELT_HAVE_LLVM
+  CgLlvmOptions lo = {.cpu = o->cpu};
+  if ((st = cg_llvm_compile(g, k, nk, &lo, &obj, &obj_len, &desc))) goto done;
+#else
+  st = st_error(ST_UNSUPPORTED, "this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot generate CPU code");
+  goto done;
+#endif
+  char triple[40], cpu[40], section[RT_SECTION_NAME_BYTES + 32];
+  parse_desc(desc, triple, sizeof triple, cpu, sizeof cpu);
+  /* Cut to the name field of the bundle's section table. */
+  snprintf(section, sizeof section, "%s/%s", triple, cpu);
+  section[RT_SECTION_NAME_BYTES - 1] = 0;
+  if (!(ir_text = ir_print_str(g))) {
+    st = st_error(ST_NO_MEMORY, "out of memory printing the IR");
+    goto done;
+  }
+  if ((st = ir_graph_serialize(g, &graph_bytes, &graph_len))) goto done;
+  if ((st = rt_kernel_table_encode(k, nk, &table, &table_len))) goto done;
+  if ((st = build_manifest(g, o, desc, triple, cpu, nk, &manifest))) goto done;
+  if ((st = rt_bundle_writer_create(&w))) goto done;
+  if ((st = rt_bundle_writer_add(w, RT_SEC_MANIFEST, NULL, manifest.p, manifest.len))) goto done;
+  if ((st = rt_bundle_writer_add(w, RT_SEC_IR_TEXT, NULL, ir_text, strlen(ir_text)))) goto done;
+  if ((st = rt_bundle_writer_add(w, RT_SEC_GRAPH, NULL, graph_bytes, graph_len))) goto done;
+  if ((st = rt_bundle_writer_add(w, RT_SEC_KERNELS, NULL, table, table_len))) goto done;
+  if ((st = rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, section, obj, obj_len))) goto done;
+  *out_writer = w;
+  w = NULL;
+done:
+  rt_bundle_writer_destroy(w);
+  free(manifest.p);
+  free(table);
+  free(graph_bytes);
+  free(ir_text);
+  free(desc);
+  free(obj);
+  cg_kernels_free(k, nk);
+  return st;
+}
+
+smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *out_path) {
+  RtBundleWriter *w;
+  RETURN_IF_ERROR(build_bundle(g, o, &w));
+  smelt_status st = rt_bundle_writer_write(w, out_path);
+  rt_bundle_writer_destroy(w);
+  return st;
+}
+
+smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, void **out_buf, size_t *out_len) {
+  *out_buf = NULL;
+  *out_len = 0;
+  RtBundleWriter *w;
+  RETURN_IF_ERROR(build_bundle(g, o, &w));
+  smelt_status st = rt_bundle_writer_to_memory(w, out_buf, out_len);
+  rt_bundle_writer_destroy(w);
+  return st;
+}
+
+smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bundle **out_bundle) {
+  *out_bundle = NULL;
+  void *buf;
+  size_t len;
+  RETURN_IF_ERROR(rt_compile_graph_to_memory(g, o, &buf, &len));
+  smelt_status st = rt_bundle_open_bytes(buf, len, o && o->model ? o->model : g->file, out_bundle);
+  free(buf);
+  return st;
+}
+
+/* ---- a kernel's LLVM IR, for smelt inspect ---- */
+
+/* Whether a "define" line defines @name or one of its helpers @name.xyz
+ * (quoted or not). */
+static bool defines(const char *line, size_t n, const char *name) {
+  size_t nl = strlen(name);
+  for (const char *at = memchr(line, '@', n); at; at = memchr(at + 1, '@', n - (size_t)(at + 1 - line))) {
+    const char *p = at + 1;
+    if (*p == '"') p++;
+    if ((size_t)(line + n - p) > nl && strncmp(p, name, nl) == 0 &&
+        (p[nl] == '(' || p[nl] == '.' || (p[nl] == '"' && p[nl + 1] == '(')))
+      return true;
+  }
+  return false;
+}
+
+/* Every function of a module's text that belongs to the kernel called
+ * name, "define" to its closing "}", or NULL when there is none. */
+static char *extract_functions(const char *module, const char *name) {
+  Buf out = {0};
+  for (const char *line = module; *line;) {
+    const char *nl = strchr(line, '\n');
+    size_t n = nl ? (size_t)(nl - line) : strlen(line);
+    if (strncmp(line, "define ", 7) == 0 && defines(line, n, name)) {
+      const char *end = strstr(line, "\n}\n");
+      size_t len = end ? (size_t)(end - line) + 3 : strlen(line);
+      buf_put(&out, line, len);
+      buf_put(&out, "\n", 1);
+      line += len;
+      continue;
+    }
+    line += n + (nl ? 1 : 0);
+  }
+  if (out.oom || !out.len) {
+    free(out.p);
+    return NULL;
+  }
+  buf_put(&out, "", 1);
+  if (out.oom) {
+    free(out.p);
+    return NULL;
+  }
+  return (char *)out.p;
+}
+
+smelt_status rt_bundle_kernel_llvm_ir(const smelt_bundle *b, int kernel, char **out_text) {
+  *out_text = NULL;
+  /* cg_llvm_ir_text reads the graph and the kernels; it takes them
+   * non-const only because the compile path shares its signature. */
+  Graph *g = (Graph *)rt_bundle_graph(b);
+  Kernel *k = (Kernel *)rt_bundle_kernel(b, 0);
+  const char *cpu = rt_bundle_manifest_get(b, "cpu");
+  CgLlvmOptions lo = {.cpu = cpu && strcmp(cpu, "unknown") != 0 ? cpu : NULL};
+  char *module;
+#ifdef SMELT_HAVE_LLVM
+  RETURN_IF_ERROR(cg_llvm_ir_text(g, k, rt_bundle_num_kernels(b), &lo, false, &module));
+#else
+  (void)g, (void)lo;
+  return st_error(ST_UNSUPPORTED, "this smelt was built without LLVM (SMELT_LLVM=OFF)");
+#endif
+  char *fn = extract_functions(module, k[kernel].name);
+  free(module);
+  if (!fn) return st_error(ST_INTERNAL, "kernel '%s' is missing from the regenerated LLVM module", k[kernel].name);
+  *out_text = fn;
+  return NULL;
+}
+
+/* ---- smelt_compile ---- */
+
+/* Parses "seq=128;hidden=64" into dims (names point into `copy`, a
+ * malloc'd copy of the text that the caller frees). */
+static smelt_status parse_dims(const char *text, FeDim **out_dims, int *out_n, char **out_copy) {
+  *out_dims = NULL;
+  *out_n = 0;
+  *out_copy = NULL;
+  if (!text || !*text) return NULL;
+  char *copy = strdup(text);
+  int cap = 1;
+  for (const char *s = text; *s; s++) cap += *s == ';';
+  FeDim *dims = calloc((size_t)cap, sizeof *dims);
+  if (!copy || !dims) {
+    free(copy);
+    free(dims);
+    return st_error(ST_NO_MEMORY, "out of memory parsing dims");
+  }
+  int n = 0;
+  smelt_status st = NULL;
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ";", &save); item && !st; item = strtok_r(NULL, ";", &save)) {
+    char *eq = strchr(item, '=');
+    if (!eq || eq == item) {
+      st = st_error(ST_INVALID_INPUT, "dims '%s': expected NAME=VALUE", item);
+      break;
+    }
+    *eq = 0;
+    if (strchr(eq + 1, ',')) {
+      st = st_error(ST_UNSUPPORTED, "dims '%s=%s': several values (specialisations) are not supported yet", item,
+                    eq + 1);
+      break;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (errno || end == eq + 1 || *end) {
+      st = st_error(ST_INVALID_INPUT, "dims '%s=%s': the value is not an integer", item, eq + 1);
+      break;
+    }
+    dims[n].name = item;
+    dims[n++].value = v;
+  }
+  if (st) {
+    free(copy);
+    free(dims);
+    return st;
+  }
+  *out_dims = dims;
+  *out_n = n;
+  *out_copy = copy;
+  return NULL;
+}
+
+/* YAML → graph → passes; the graph is the caller's. */
+static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, Graph **out_graph) {
+  *out_graph = NULL;
+  FeOptions fo = {0};
+  FeDim *dims;
+  char *dims_text;
+  if (o->dtype && (fo.dtype = dt_from_name(o->dtype)) == DT_INVALID)
+    return st_error(ST_INVALID_INPUT, "unknown dtype '%s'", o->dtype);
+  RETURN_IF_ERROR(check_targets(o->targets));
+  RETURN_IF_ERROR(parse_dims(o->dims, &dims, &fo.ndims, &dims_text));
+  fo.dims = dims;
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(model_path, &fo, &g);
+  free(dims);
+  free(dims_text);
+  if (st) return st;
+  PassCtx ctx = {.onchip_bytes = o->onchip_bytes};
+  st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
+  pass_ctx_free(&ctx);
+  if (st) {
+    ir_graph_destroy(g);
+    return st;
+  }
+  *out_graph = g;
+  return NULL;
+}
+
+static RtCompileOptions driver_options(const char *model_path, const smelt_compile_options *o) {
+  return (RtCompileOptions){.targets = o->targets, .cpu = o->cpu, .threads = o->threads, .model = model_path,
+                            .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
+                            .onchip_bytes = o->onchip_bytes};
+}
+
+smelt_status smelt_compile(const char *model_path, const smelt_compile_options *options, const char *out_path) {
+  static const smelt_compile_options defaults = {0};
+  const smelt_compile_options *o = options ? options : &defaults;
+  if (!model_path || !out_path) return st_error(ST_INVALID_INPUT, "smelt_compile: model and output paths are needed");
+  if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
+  Graph *g;
+  RETURN_IF_ERROR(load_and_optimise(model_path, o, &g));
+  RtCompileOptions ro = driver_options(model_path, o);
+  smelt_status st = rt_compile_graph(g, &ro, out_path);
+  ir_graph_destroy(g);
+  return st;
+}
+
+smelt_status rt_compile_model_to_memory(const char *model_path, const smelt_compile_options *options, void **out_buf,
+                                        size_t *out_len) {
+  static const smelt_compile_options defaults = {0};
+  const smelt_compile_options *o = options ? options : &defaults;
+  *out_buf = NULL;
+  *out_len = 0;
+  if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
+  Graph *g;
+  RETURN_IF_ERROR(load_and_optimise(model_path, o, &g));
+  RtCompileOptions ro = driver_options(model_path, o);
+  smelt_status st = rt_compile_graph_to_memory(g, &ro, out_buf, out_len);
+  ir_graph_destroy(g);
+  return st;
+}
