@@ -1,0 +1,167 @@
+/* The CUDA backend: Kernels (codegen/kernel.h) to CUDA C that a person can
+ * read, compiled with NVRTC to a cubin (and PTX) per requested arch.
+ *
+ * Generation (cg_cuda_generate) needs nothing from CUDA: it writes one
+ * __global__ function per Kernel, named after the Kernel (made a C
+ * identifier), with a comment block naming the YAML nodes it computes,
+ * their shapes, the estimated bytes and FLOPs, and what each argument is.
+ * Its launch configuration (grid, block, dynamic shared memory) is fixed at
+ * generation time, because every shape is: a specialisation with other
+ * dims is another graph.
+ *
+ * Kernel ABI: the parameters are the Kernel's arguments in order, each a
+ * device pointer to the value's data (inputs `const T *__restrict__`, then
+ * outputs `T *__restrict__`), so cuLaunchKernel's kernelParams is an array
+ * of pointers to those device pointers.  Storage types: f32 float, f16
+ * __half, bf16 __nv_bfloat16, f64 double, i64 long long, i32 int, i8 signed
+ * char, u8 and bool unsigned char (0/1).  Arguments must not overlap each
+ * other (the code says __restrict__), like the CPU backend's.
+ *
+ * Compilation units: the kernels of a module are split into at most
+ * `max_units` sources (contiguous runs of kernels), each a complete
+ * translation unit (prelude + its kernels).  Each unit is one NVRTC
+ * program, so the units of a model compile in parallel, and each unit is
+ * cached on its own: one changed kernel recompiles one unit.  At run time
+ * each unit's cubin is one CUmodule.
+ *
+ * Objects returned through out_ parameters are owned by the caller and
+ * released with the matching _free/_close function.  Nothing here prints or
+ * exits; allocation failure while generating text aborts, as in the IR
+ * (ir.h explains why).
+ */
+#ifndef SMELT_CG_CUDA_H
+#define SMELT_CG_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codegen/kernel.h"
+
+/* ---- target facts ---- */
+
+typedef struct {
+  int64_t smem_per_block;   /* bytes of shared memory one block may use (opt-in maximum) */
+  int64_t smem_default;     /* without the opt-in attribute: 48 KiB everywhere */
+  int64_t regs_per_sm;      /* 32-bit registers */
+  int64_t regs_per_thread;  /* the most one thread may use */
+} CgCudaArchLimits;
+
+/* Limits of "sm_90a", "sm_90", "sm_80", "compute_86", ... (the number is
+ * what matters); an unknown arch gets conservative values (48 KiB). */
+void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out);
+/* The fuse pass's on-chip budget for --target cuda: shared memory per block
+ * of the arch (227 KiB on sm_90, 163 KiB on sm_80). */
+int64_t cg_cuda_onchip_budget(const char *arch);
+/* Parses "sm_90a" / "compute_80" into 90 / 80 (major*10+minor) and whether
+ * it is an arch-specific ('a') target; false when it is not an arch name. */
+bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific);
+
+/* ---- generation ---- */
+
+typedef struct {
+  /* Every argument pointer is at least 64-byte aligned (the runtime's arena
+   * and cudaMalloc'd memory are): vector paths need no run-time check and
+   * no scalar fallback.  false: each vectorised loop checks its pointers'
+   * alignment at run time and falls back to scalar code. */
+  bool args_aligned;
+  int max_units;  /* split into at most this many compilation units; 0 = 16 */
+} CgCudaOptions;
+
+/* How one generated kernel is launched. */
+typedef struct {
+  char name[96];        /* the Kernel's name (YAML provenance) */
+  char symbol[112];     /* the __global__ function in the source (a C identifier) */
+  int unit;             /* the compilation unit that holds it */
+  int nargs;            /* parameters: the Kernel's args, in order */
+  unsigned grid[3], block[3];
+  unsigned smem;        /* dynamic shared memory in bytes */
+  const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool" */
+  bool vectorised;      /* some loop uses 16-byte vector loads/stores */
+} CgCudaLaunch;
+
+typedef struct {
+  int nkernels;
+  CgCudaLaunch *kernels; /* one per Kernel, in Kernel order */
+  int nunits;
+  char **units;          /* per unit: a complete CUDA C translation unit */
+} CgCudaModule;
+
+/* Generates CUDA C for kernels k[0..nk) of g (as cg_lower made them).
+ * opt may be NULL (run-time alignment checks, 16 units).  A group shape the
+ * backend cannot generate is ST_UNSUPPORTED naming the kernel. */
+smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgCudaOptions *opt,
+                              CgCudaModule **out_module) SMELT_MUST_USE;
+void cg_cuda_module_free(CgCudaModule *m);
+/* Index of the kernel whose symbol or name is `name`, or -1. */
+int cg_cuda_module_find(const CgCudaModule *m, const char *name);
+
+/* The launch table and unit count as text ("smelt-cuda-launch 1" then one
+ * line per kernel), for a bundle; the sources travel separately.  Decoding
+ * treats the text as untrusted and checks every field; the decoded module
+ * has no sources (units[i] == NULL) unless the caller sets them. */
+smelt_status cg_cuda_launch_encode(const CgCudaModule *m, char **out_text, size_t *out_len) SMELT_MUST_USE;
+smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **out_module) SMELT_MUST_USE;
+
+/* ---- NVRTC (codegen/cuda/nvrtc.c) ----
+ * libnvrtc is loaded with dlopen ("libnvrtc.so", then .so.13, .so.12): smelt
+ * has no link-time dependency on CUDA.  Without it, cg_cuda_nvrtc_open
+ * returns ST_UNSUPPORTED and everything else keeps working. */
+
+typedef struct CgNvrtc CgNvrtc;
+
+/* Loads NVRTC and finds the CUDA include directory that cuda_fp16.h and
+ * cuda_bf16.h need ($CUDA_HOME/include, $CUDA_PATH/include,
+ * /usr/local/cuda/include, or next to the library).  Thread-safe after
+ * creation: several threads may compile with one CgNvrtc. */
+smelt_status cg_cuda_nvrtc_open(CgNvrtc **out_nvrtc) SMELT_MUST_USE;
+void cg_cuda_nvrtc_close(CgNvrtc *nv);
+/* "13.0" */
+const char *cg_cuda_nvrtc_version(const CgNvrtc *nv);
+/* The include directory found (may be "" when none was: sources that use
+ * f16/bf16 then fail to compile with a message saying so). */
+const char *cg_cuda_nvrtc_include_dir(const CgNvrtc *nv);
+
+typedef struct {
+  int threads;           /* compile threads; 0 = number of CPUs */
+  const char *cache_dir; /* NULL = $SMELT_CACHE_DIR, else $XDG_CACHE_HOME/smelt, else ~/.cache/smelt */
+  bool no_cache;         /* neither read nor write the disk cache */
+} CgCudaCompileOptions;
+
+/* The result of compiling one source for one arch. */
+typedef struct {
+  char arch[16];         /* "sm_90a" */
+  void *cubin;           /* malloc'd */
+  size_t cubin_len;
+  char *ptx;             /* malloc'd, NUL-terminated; ptx_len excludes the NUL */
+  size_t ptx_len;
+  bool cache_hit;
+  double compile_ms;     /* 0 on a cache hit */
+} CgCudaBinary;
+
+void cg_cuda_binary_clear(CgCudaBinary *b);
+
+/* Compiles one CUDA C source for one arch ("sm_90a", "sm_80"): a cubin and
+ * the PTX it came from, through the disk cache (keyed by a SHA-256 of the
+ * source, the options, the arch and the NVRTC version).  A compile error
+ * carries NVRTC's program log; `what` names the source in messages. */
+smelt_status cg_cuda_compile_source(CgNvrtc *nv, const char *source, const char *what, const char *arch,
+                                    const CgCudaCompileOptions *o, CgCudaBinary *out) SMELT_MUST_USE;
+
+/* Compiles every unit of m for every arch, (unit, arch) pairs in parallel
+ * on o->threads threads.  out[u * narch + a] is unit u for archs[a]; the
+ * array (nunits * narch entries) is owned by the caller: release with
+ * cg_cuda_binaries_free.  Fails with the first error (in unit order). */
+smelt_status cg_cuda_compile_module(CgNvrtc *nv, const CgCudaModule *m, const char *const *archs, int narch,
+                                    const CgCudaCompileOptions *o, CgCudaBinary **out) SMELT_MUST_USE;
+void cg_cuda_binaries_free(CgCudaBinary *b, int n);
+
+/* ---- the compilation cache (codegen/cuda/cache.c) ---- */
+
+/* The cache directory the options select (malloc'd), or NULL when no
+ * directory can be named (no HOME). */
+char *cg_cuda_cache_dir(const CgCudaCompileOptions *o);
+/* SHA-256 of n bytes, as 64 lowercase hex digits and a NUL. */
+void cg_cuda_sha256_hex(const void *data, size_t n, char out[65]);
+
+#endif

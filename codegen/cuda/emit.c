@@ -1,0 +1,693 @@
+/* Emission at coordinates: the value of any tensor of a group at a
+ * coordinate vector, as CUDA C statements (see cu_internal.h for the idea
+ * and for lanes).
+ *
+ * Each operator maps the coordinates of its result to the coordinates of
+ * its operands:
+ *   elementwise, broadcast   the same, right-aligned, size-1 dims at 0
+ *   transpose                permuted
+ *   reshape/squeeze/unsqueeze  the same linear index split over the input's
+ *                            shape (only size-1 dims differing: matched
+ *                            directly, no division)
+ *   slice, split             an offset (and a step) on one axis
+ *   concat                   a branch per operand on the axis coordinate
+ *   gather                   the index value becomes the data coordinate
+ *   rope                     the coordinate and its rotation partner
+ * and applies its scalar rule (scalar.c).  A transform that would break the
+ * lanes' affine form (coordinate c + j on the innermost dim) falls back to
+ * emitting every lane on its own with scalar coordinates: always correct,
+ * only slower.
+ *
+ * Loads: a lane-uniform load is one scalar load shared by all lanes; lanes
+ * that are consecutive on the operand's innermost dim and start aligned are
+ * one vector load of smelt_pack<T, lanes> (16 bytes for the group's
+ * narrowest stored type), recorded in f->vec_bytes so that the loop can
+ * test the pointer's alignment at run time; anything else is one scalar
+ * load per lane.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cu_internal.h"
+
+bool cu_is_output(const CuFn *f, int v) { return f->arg_of[v] >= f->nin; }
+
+static const char *coords_key(CuFn *f, const CuCoords *co) {
+  CuBuf b = {0};
+  cu_buf_printf(&b, "%d|", co->lanes);
+  for (int d = 0; d < co->rank; d++) cu_buf_printf(&b, "%s:%lld,", co->c[d], (long long)co->step[d]);
+  const char *k = cu_fmt(f, "%s", b.s ? b.s : "");
+  cu_buf_free(&b);
+  return k;
+}
+
+static bool uniform(const CuVal *v, int lanes) {
+  for (int j = 1; j < lanes; j++)
+    if (strcmp(v->l[j], v->l[0]) != 0) return false;
+  return true;
+}
+
+static void replicate(CuVal *v, int lanes) {
+  for (int j = 1; j < lanes; j++) v->l[j] = v->l[0];
+}
+
+/* Declares a temporary of dt's compute type holding expr, with the YAML name
+ * as a comment; a bare identifier or literal needs no temporary. */
+static const char *decl(CuFn *f, DType dt, const char *expr, const char *comment) {
+  bool simple = true;
+  for (const char *p = expr; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.'))
+      simple = false;
+  if (simple) return expr;
+  const char *t = cu_tmp(f);
+  if (comment) cu_line(f, "const %s %s = %s;  // %s", cu_ctype(dt), t, expr, comment);
+  else cu_line(f, "const %s %s = %s;", cu_ctype(dt), t, expr);
+  return t;
+}
+
+/* Lane 0's linear index of coordinates co in shape t, and how much it
+ * grows per lane. */
+static const char *linear(CuFn *f, const TensorType *t, const CuCoords *co, int64_t *out_lstep) {
+  int64_t stride[IR_MAX_RANK], s = 1, lstep = 0;
+  for (int d = t->rank - 1; d >= 0; d--) {
+    stride[d] = s;
+    s *= t->dim[d];
+  }
+  const char *e = "0";
+  for (int d = 0; d < t->rank; d++) {
+    if (t->dim[d] == 1) continue;
+    e = cu_add(f, e, cu_mulk(f, co->c[d], stride[d]));
+    lstep += co->step[d] * stride[d];
+  }
+  if (out_lstep) *out_lstep = lstep;
+  return e;
+}
+
+/* The lanes of co are consecutive elements of the innermost dim of t,
+ * starting at a multiple of the lane count: one vector access. */
+static bool vector_ok(const TensorType *t, const CuCoords *co) {
+  if (co->lanes == 1 || t->rank == 0 || !co->aligned) return false;
+  int last = t->rank - 1;
+  if (co->step[last] != 1 || t->dim[last] % co->lanes != 0) return false;
+  for (int d = 0; d < last; d++)
+    if (co->step[d] != 0 && t->dim[d] != 1) return false;
+  return true;
+}
+
+static void note_vector(CuFn *f, int arg, DType dt, int lanes) {
+  int bytes = (int)dt_size(dt) * lanes;
+  if (f->vec_bytes[arg] < bytes) f->vec_bytes[arg] = bytes;
+  f->vectorised = true;
+}
+
+static void load(CuFn *f, int v, const CuCoords *co, CuVal *out) {
+  const Value *val = &f->g->val[v];
+  const TensorType *t = &val->type;
+  int a = f->arg_of[v];
+  if (a < 0) {
+    cu_fail(f, ST_INTERNAL, "value '%s' is read but is neither computed in the kernel nor an argument", val->name);
+    out->l[0] = "0";
+    replicate(out, co->lanes);
+    return;
+  }
+  int64_t lstep;
+  const char *lin = linear(f, t, co, &lstep);
+  if (co->lanes == 1 || lstep == 0) {
+    out->l[0] = decl(f, t->dt, cu_from_storage(f, t->dt, cu_fmt(f, "a%d[%s]", a, lin)), val->name);
+    replicate(out, co->lanes);
+    return;
+  }
+  if (vector_ok(t, co)) {
+    const char *pk = cu_tmp(f);
+    cu_line(f, "const smelt_pack<%s, %d> %s = *reinterpret_cast<const smelt_pack<%s, %d> *>(a%d + %s);  // %s",
+            cu_stype(t->dt), co->lanes, pk, cu_stype(t->dt), co->lanes, a, lin, val->name);
+    note_vector(f, a, t->dt, co->lanes);
+    for (int j = 0; j < co->lanes; j++) out->l[j] = decl(f, t->dt, cu_from_storage(f, t->dt, cu_fmt(f, "%s.v[%d]", pk, j)), NULL);
+    return;
+  }
+  const char *base = lin;
+  if (!cu_is_lit(lin, NULL) && strchr(lin, ' ')) {
+    base = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;", f->idx, base, lin);
+  }
+  for (int j = 0; j < co->lanes; j++)
+    out->l[j] = decl(f, t->dt, cu_from_storage(f, t->dt, cu_fmt(f, "a%d[%s]", a, cu_addk(f, base, lstep * j))),
+                     j == 0 ? val->name : NULL);
+}
+
+void cu_store(CuFn *f, int v, const CuCoords *co, const CuVal *val) {
+  const Value *vv = &f->g->val[v];
+  const TensorType *t = &vv->type;
+  int a = f->arg_of[v];
+  int64_t lstep;
+  const char *lin = linear(f, t, co, &lstep);
+  if (co->lanes == 1) {
+    cu_line(f, "a%d[%s] = %s;  // %s", a, lin, cu_to_storage(f, t->dt, val->l[0]), vv->name);
+    return;
+  }
+  if (vector_ok(t, co)) {
+    const char *pk = cu_tmp(f);
+    cu_line(f, "smelt_pack<%s, %d> %s;", cu_stype(t->dt), co->lanes, pk);
+    for (int j = 0; j < co->lanes; j++) cu_line(f, "%s.v[%d] = %s;", pk, j, cu_to_storage(f, t->dt, val->l[j]));
+    cu_line(f, "*reinterpret_cast<smelt_pack<%s, %d> *>(a%d + %s) = %s;  // %s", cu_stype(t->dt), co->lanes, a, lin,
+            pk, vv->name);
+    note_vector(f, a, t->dt, co->lanes);
+    return;
+  }
+  for (int j = 0; j < co->lanes; j++)
+    cu_line(f, "a%d[%s] = %s;", a, cu_addk(f, lin, lstep * j), cu_to_storage(f, t->dt, val->l[j]));
+}
+
+/* Coordinates on dims of size 1 are 0 whatever expression reached them:
+ * keys use 0 there, so that a value reached through a broadcast is the
+ * same value (for the memo and for the anchor override).  Coordinates that
+ * do not depend on the lane name one value for every lane count: the key
+ * says "u" instead of the count, and a hit is replicated over the lanes. */
+static const char *value_key(CuFn *f, int v, const CuCoords *co, bool *out_uniform) {
+  const TensorType *t = &f->g->val[v].type;
+  CuCoords c = *co;
+  bool uni = true;
+  for (int d = 0; d < c.rank && d < t->rank; d++) {
+    if (t->dim[d] == 1) c.c[d] = "0", c.step[d] = 0;
+    if (c.step[d] != 0) uni = false;
+  }
+  if (out_uniform) *out_uniform = uni;
+  if (uni) c.lanes = 0;
+  return coords_key(f, &c);
+}
+
+/* Copies a memoised or overriding result into out for co's lanes. */
+static void take(const CuVal *from, bool uni, int lanes, CuVal *out) {
+  *out = *from;
+  if (uni) replicate(out, lanes);
+}
+
+void cu_set_override(CuFn *f, int v, const CuCoords *co, const CuVal *val) {
+  f->ov_value = v;
+  f->ov_key = value_key(f, v, co, NULL);
+  f->ov_val = *val;
+}
+
+void cu_clear_override(CuFn *f) {
+  f->ov_value = -1;
+  f->ov_key = NULL;
+}
+
+/* ---- coordinate transforms ---- */
+
+/* Input coordinates of a reshape-like op (the row-major data does not
+ * move).  False when the lanes would not stay affine: the caller emits lane
+ * by lane. */
+static bool reshape_coords(CuFn *f, const TensorType *ot, const TensorType *it, const CuCoords *co, CuCoords *ci) {
+  /* Only size-1 dims differ (squeeze, unsqueeze, most reshapes that add a
+   * batch dim): the other dims correspond in order. */
+  int od[IR_MAX_RANK], id[IR_MAX_RANK], no = 0, ni = 0;
+  for (int d = 0; d < ot->rank; d++)
+    if (ot->dim[d] != 1) od[no++] = d;
+  for (int d = 0; d < it->rank; d++)
+    if (it->dim[d] != 1) id[ni++] = d;
+  bool same = no == ni;
+  for (int k = 0; same && k < no; k++) same = ot->dim[od[k]] == it->dim[id[k]];
+  memset(ci, 0, sizeof *ci);
+  ci->rank = it->rank;
+  ci->lanes = co->lanes;
+  ci->aligned = co->aligned;
+  if (same) {
+    for (int d = 0; d < it->rank; d++) ci->c[d] = "0";
+    for (int k = 0; k < no; k++) {
+      ci->c[id[k]] = co->c[od[k]];
+      ci->step[id[k]] = co->step[od[k]];
+    }
+    return true;
+  }
+  int laned = -1, nlaned = 0;
+  for (int d = 0; d < ot->rank; d++)
+    if (co->step[d] != 0 && ot->dim[d] != 1) laned = d, nlaned++;
+  if (nlaned == 0) {
+    const char *lin = linear(f, ot, co, NULL);
+    if (!cu_is_lit(lin, NULL) && strchr(lin, ' ')) {
+      const char *t = cu_tmp(f);
+      cu_line(f, "const %s %s = %s;", f->idx, t, lin);
+      lin = t;
+    }
+    cu_delinearize(f, lin, it, ci);
+    ci->lanes = co->lanes;
+    return true;
+  }
+  int L = co->lanes;
+  if (nlaned > 1 || laned != ot->rank - 1 || co->step[laned] != 1 || !co->aligned || it->rank == 0 ||
+      ot->dim[laned] % L != 0 || it->dim[it->rank - 1] % L != 0)
+    return false;
+  const char *lin = linear(f, ot, co, NULL);
+  const char *t = cu_tmp(f);
+  cu_line(f, "const %s %s = %s;", f->idx, t, lin);
+  cu_delinearize(f, t, it, ci);
+  ci->lanes = L;
+  ci->step[it->rank - 1] = 1;
+  ci->aligned = true;
+  return true;
+}
+
+static void lanewise(CuFn *f, int v, const CuCoords *co, CuVal *out) {
+  for (int j = 0; j < co->lanes; j++) {
+    CuCoords one;
+    memset(&one, 0, sizeof one);
+    one.rank = co->rank;
+    one.lanes = 1;
+    one.aligned = true;
+    for (int d = 0; d < co->rank; d++) one.c[d] = cu_lane_coord(f, co, j, d);
+    CuVal r;
+    cu_emit(f, v, &one, &r);
+    out->l[j] = r.l[0];
+  }
+}
+
+/* The elementwise rule of node n at lane j of its operands. */
+static const char *elem_expr(CuFn *f, const Node *n, DType out_dt, const CuVal *ops, int j) {
+  const Graph *g = f->g;
+  DType idt = g->val[n->in[0]].type.dt;
+  switch (n->op) {
+  case OP_CAST: return cu_convert(f, ops[0].l[j], idt, out_dt);
+  case OP_WHERE: return cu_fmt(f, "(%s ? %s : %s)", ops[0].l[j], ops[1].l[j], ops[2].l[j]);
+  case OP_LESS: case OP_GREATER: case OP_EQUAL: return cu_binary(f, n->op, idt, ops[0].l[j], ops[1].l[j]);
+  case OP_BATCH_NORM: {
+    /* (x - mean) * scale / sqrt(var + eps) + bias, as the reference */
+    const char *eps = cu_const(f, idt, ir_attr_float(n, "eps"));
+    const char *sq = idt == DT_F64 ? "sqrt" : "sqrtf";
+    return cu_fmt(f, "((%s - %s) * (%s / %s(%s + %s)) + %s)", ops[0].l[j], ops[3].l[j], ops[1].l[j], sq, ops[4].l[j],
+                  eps, ops[2].l[j]);
+  }
+  default:
+    if (n->nin == 1) return cu_normalise(f, out_dt, cu_unary(f, n, idt, ops[0].l[j]));
+    return cu_normalise(f, out_dt, cu_binary(f, n->op, idt, ops[0].l[j], ops[1].l[j]));
+  }
+}
+
+static void elementwise(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+  const Graph *g = f->g;
+  CuVal ops[5];
+  bool uni = true;
+  for (int i = 0; i < n->nin && i < 5; i++) {
+    CuCoords ci;
+    const TensorType *it = &g->val[n->in[i]].type;
+    if (n->op == OP_BATCH_NORM && i > 0) {
+      /* per-channel parameters: channel = result dim 1 */
+      memset(&ci, 0, sizeof ci);
+      ci.rank = 1;
+      ci.lanes = co->lanes;
+      ci.aligned = co->aligned;
+      ci.c[0] = co->c[1];
+      ci.step[0] = co->step[1];
+    } else {
+      cu_bcast_coords(it, co, &ci);
+    }
+    cu_emit(f, n->in[i], &ci, &ops[i]);
+    uni = uni && uniform(&ops[i], co->lanes);
+  }
+  DType dt = g->val[v].type.dt;
+  int nl = uni ? 1 : co->lanes;
+  for (int j = 0; j < nl; j++)
+    out->l[j] = decl(f, dt, elem_expr(f, n, dt, ops, j), j == 0 ? cu_fmt(f, "%s (%s)", g->val[v].name, ir_op_name(n->op)) : NULL);
+  if (uni) replicate(out, co->lanes);
+}
+
+static void concat(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+  const Graph *g = f->g;
+  const TensorType *ot = &g->val[v].type;
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
+  int L = co->lanes;
+  bool ok = co->step[ax] == 0 || co->aligned;
+  for (int i = 0; ok && i < n->nin; i++)
+    if (co->step[ax] != 0 && g->val[n->in[i]].type.dim[ax] % L != 0) ok = false;
+  if (!ok) {
+    lanewise(f, v, co, out);
+    return;
+  }
+  const char *r = cu_tmp(f);
+  if (L == 1) cu_line(f, "%s %s;  // %s (concat)", cu_ctype(ot->dt), r, g->val[v].name);
+  else cu_line(f, "%s %s[%d];  // %s (concat)", cu_ctype(ot->dt), r, L, g->val[v].name);
+  int64_t off = 0;
+  int emitted = 0;
+  for (int i = 0; i < n->nin; i++) {
+    const TensorType *it = &g->val[n->in[i]].type;
+    if (it->dim[ax] == 0) continue;
+    bool last = true;
+    for (int k = i + 1; k < n->nin; k++)
+      if (g->val[n->in[k]].type.dim[ax] != 0) last = false;
+    if (last && emitted == 0) cu_open(f, "%s", "");
+    else if (last) cu_open(f, "else");
+    else cu_open(f, "%sif (%s < %lld)", emitted ? "else " : "", co->c[ax], (long long)(off + it->dim[ax]));
+    CuCoords ci = *co;
+    ci.c[ax] = cu_addk(f, co->c[ax], -off);
+    CuVal x;
+    cu_emit(f, n->in[i], &ci, &x);
+    for (int j = 0; j < L; j++) {
+      if (L == 1) cu_line(f, "%s = %s;", r, x.l[j]);
+      else cu_line(f, "%s[%d] = %s;", r, j, x.l[j]);
+    }
+    cu_close(f);
+    emitted++;
+    off += it->dim[ax];
+  }
+  for (int j = 0; j < L; j++) out->l[j] = L == 1 ? r : cu_fmt(f, "%s[%d]", r, j);
+}
+
+static void gather(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+  const Graph *g = f->g;
+  const TensorType *dt = &g->val[n->in[0]].type, *it = &g->val[n->in[1]].type;
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  CuCoords ci;
+  memset(&ci, 0, sizeof ci);
+  ci.rank = it->rank;
+  ci.lanes = co->lanes;
+  ci.aligned = co->aligned;
+  for (int d = 0; d < it->rank; d++) {
+    ci.c[d] = co->c[ax + d];
+    ci.step[d] = co->step[ax + d];
+  }
+  CuVal ix;
+  cu_emit(f, n->in[1], &ci, &ix);
+  if (!uniform(&ix, co->lanes)) {
+    lanewise(f, v, co, out);
+    return;
+  }
+  /* negative indices count from the end; out-of-range ones are clamped so
+   * that a bad index cannot fault (the reference reports it) */
+  const char *k = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)smelt_gather_index(%s, %lldLL);", f->idx, k, f->idx, ix.l[0], (long long)dt->dim[ax]);
+  CuCoords cd;
+  memset(&cd, 0, sizeof cd);
+  cd.rank = dt->rank;
+  cd.lanes = co->lanes;
+  cd.aligned = co->aligned;
+  for (int d = 0; d < dt->rank; d++) {
+    int src = d < ax ? d : d == ax ? -1 : d + it->rank - 1;
+    cd.c[d] = src < 0 ? k : co->c[src];
+    cd.step[d] = src < 0 ? 0 : co->step[src];
+  }
+  cu_emit(f, n->in[0], &cd, out);
+}
+
+static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+  if (co->lanes > 1) {
+    lanewise(f, v, co, out);
+    return;
+  }
+  const Graph *g = f->g;
+  const TensorType *xt = &g->val[n->in[0]].type;
+  int r = xt->rank;
+  int64_t D = xt->dim[r - 1];
+  const Attr *rda = ir_attr(n, "rotary_dim");
+  int64_t rd = rda ? rda->i : D, h = rd / 2;
+  bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
+  const char *d = co->c[r - 1];
+  /* the partner of feature d, its pair index and the sign of its sine term:
+   * half (LLaMA/NeoX) pairs p with p + rd/2, interleaved (GPT-J) 2p with 2p+1 */
+  const char *part = cu_tmp(f), *pair = cu_tmp(f), *sign = cu_tmp(f);
+  if (half) {
+    cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;", f->idx, part, d, (long long)h, d,
+            (long long)h, d, (long long)rd, d, (long long)h, d);
+    cu_line(f, "const %s %s = %s < %lld ? %s : %s - %lld;", f->idx, pair, d, (long long)h, d, d, (long long)h);
+    cu_line(f, "const double %s = %s < %lld ? -1.0 : %s < %lld ? 1.0 : 0.0;", sign, d, (long long)h, d, (long long)rd);
+  } else {
+    cu_line(f, "const %s %s = %s < %lld ? (%s ^ 1) : %s;", f->idx, part, d, (long long)rd, d, d);
+    cu_line(f, "const %s %s = %s / 2;", f->idx, pair, d);
+    cu_line(f, "const double %s = %s < %lld ? (%s %% 2 == 0 ? -1.0 : 1.0) : 0.0;", sign, d, (long long)rd, d);
+  }
+  CuVal x, xp, pos;
+  cu_emit(f, n->in[0], co, &x);
+  CuCoords cp = *co;
+  cp.c[r - 1] = part;
+  cu_emit(f, n->in[0], &cp, &xp);
+  CuCoords cs;
+  const char *s = co->c[r - 2];
+  cu_coords_scalar(&cs, 1, &s);
+  cu_emit(f, n->in[1], &cs, &pos);
+  /* the angle in double: positions reach thousands, where float would lose
+   * the low bits of the product */
+  const char *th = cu_tmp(f), *sn = cu_tmp(f), *cs2 = cu_tmp(f);
+  cu_line(f, "const double %s = (double)%s * pow(%.17g, -2.0 * (double)%s / %lld.0);", th, pos.l[0],
+          ir_attr_float(n, "base"), pair, (long long)rd);
+  cu_line(f, "double %s, %s;", sn, cs2);
+  cu_line(f, "sincos(%s, &%s, &%s);", th, sn, cs2);
+  DType dt = g->val[v].type.dt;
+  const char *y = cu_tmp(f);
+  cu_line(f, "const %s %s = %s < %lld ? (%s)((double)%s * %s + %s * (double)%s * %s) : %s;  // %s (rope)", cu_ctype(dt), y,
+          d, (long long)rd, cu_ctype(dt), x.l[0], cs2, sign, xp.l[0], sn, x.l[0], g->val[v].name);
+  out->l[0] = y;
+}
+
+static void compute(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+  const Graph *g = f->g;
+  const TensorType *ot = &g->val[v].type;
+  switch (n->op) {
+  case OP_EXPAND: {
+    CuCoords ci;
+    cu_bcast_coords(&g->val[n->in[0]].type, co, &ci);
+    cu_emit(f, n->in[0], &ci, out);
+    return;
+  }
+  case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: {
+    CuCoords ci;
+    if (!reshape_coords(f, ot, &g->val[n->in[0]].type, co, &ci)) {
+      lanewise(f, v, co, out);
+      return;
+    }
+    cu_emit(f, n->in[0], &ci, out);
+    return;
+  }
+  case OP_TRANSPOSE: {
+    const Attr *p = ir_attr(n, "perm");
+    CuCoords ci = *co;
+    for (int j = 0; j < ot->rank; j++) {
+      int src = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
+      ci.c[src] = co->c[j];
+      ci.step[src] = co->step[j];
+    }
+    cu_emit(f, n->in[0], &ci, out);
+    return;
+  }
+  case OP_SLICE: {
+    const TensorType *it = &g->val[n->in[0]].type;
+    int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
+    int64_t start, end, len, step = ir_attr_int(n, "step");
+    ir_slice_bounds(it->dim[ax], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
+    if (step > it->dim[ax] + 1) step = it->dim[ax] + 1; /* as ir_slice_bounds clamps it */
+    if (step < -(it->dim[ax] + 1)) step = -(it->dim[ax] + 1);
+    CuCoords ci = *co;
+    ci.c[ax] = cu_addk(f, cu_mulk(f, co->c[ax], step), start);
+    ci.step[ax] = co->step[ax] * step;
+    if (co->step[ax] != 0 && (step != 1 || start % co->lanes != 0)) ci.aligned = false;
+    cu_emit(f, n->in[0], &ci, out);
+    return;
+  }
+  case OP_SPLIT: {
+    const TensorType *it = &g->val[n->in[0]].type;
+    int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
+    int64_t off = 0;
+    for (int i = 0; i < n->nout && n->out[i] != v; i++) off += g->val[n->out[i]].type.dim[ax];
+    CuCoords ci = *co;
+    ci.c[ax] = cu_addk(f, co->c[ax], off);
+    if (co->step[ax] != 0 && off % co->lanes != 0) ci.aligned = false;
+    cu_emit(f, n->in[0], &ci, out);
+    return;
+  }
+  case OP_CONCAT: concat(f, n, v, co, out); return;
+  case OP_GATHER: gather(f, n, v, co, out); return;
+  case OP_ROPE: rope(f, n, v, co, out); return;
+  default: break;
+  }
+  FusionClass fc = ir_op_info(n->op)->fclass;
+  if (fc == FC_ELEMWISE || fc == FC_BROADCAST) {
+    elementwise(f, n, v, co, out);
+    return;
+  }
+  cu_fail(f, ST_UNSUPPORTED,
+          "value '%s' (%s) is needed at coordinates where the kernel does not compute it; "
+          "a %s result can only feed an elementwise epilogue of its own shape",
+          g->val[v].name, ir_op_name(n->op), ir_op_name(n->op));
+  out->l[0] = "0";
+  replicate(out, co->lanes);
+}
+
+void cu_emit(CuFn *f, int v, const CuCoords *co, CuVal *out) {
+  const Graph *g = f->g;
+  if (co->rank != g->val[v].type.rank) {
+    cu_fail(f, ST_INTERNAL, "value '%s' emitted with %d coordinates for rank %d", g->val[v].name, co->rank,
+            g->val[v].type.rank);
+    out->l[0] = "0";
+    replicate(out, co->lanes);
+    return;
+  }
+  bool uni;
+  const char *key = value_key(f, v, co, &uni);
+  if (v == f->ov_value && f->ov_key && strcmp(key, f->ov_key) == 0) {
+    take(&f->ov_val, uni, co->lanes, out);
+    return;
+  }
+  for (int i = f->nmemo - 1; i >= 0; i--)
+    if (f->memo[i].value == v && strcmp(f->memo[i].key, key) == 0) {
+      take(&f->memo[i].val, uni, co->lanes, out);
+      return;
+    }
+  const Value *val = &g->val[v];
+  if (val->kind == VK_NODE && f->member[val->node]) compute(f, &g->node[val->node], v, co, out);
+  else load(f, v, co, out);
+  cu_memo_put(f, v, co, out);
+}
+
+void cu_memo_put(CuFn *f, int v, const CuCoords *co, const CuVal *val) {
+  bool uni;
+  const char *key = value_key(f, v, co, &uni);
+  if (f->nmemo == f->cap_memo) {
+    int cap = f->cap_memo ? f->cap_memo * 2 : 64;
+    CuMemo *m = arena_alloc(&f->arena, sizeof(CuMemo) * (size_t)cap);
+    if (!m) abort();
+    if (f->nmemo) memcpy(m, f->memo, sizeof(CuMemo) * (size_t)f->nmemo);
+    f->memo = m;
+    f->cap_memo = cap;
+  }
+  f->memo[f->nmemo++] = (CuMemo){v, key, *val};
+}
+
+/* ---- loops over stored values ---- */
+
+int cu_pick_lanes(const CuFn *f, const TensorType *t, const int *vals, int n) {
+  size_t smallest = 8;
+  for (int i = 0; i < n; i++) {
+    size_t s = dt_size(f->g->val[vals[i]].type.dt);
+    if (s < smallest) smallest = s;
+  }
+  int lanes = (int)(16 / smallest);
+  if (lanes > CU_MAX_LANES) lanes = CU_MAX_LANES;
+  if (t->rank == 0 || ir_type_numel(t) == 0 || t->dim[t->rank - 1] % lanes != 0) return 1;
+  return lanes;
+}
+
+const char *cu_vec_condition(CuFn *f) {
+  CuBuf b = {0};
+  for (int a = 0; a < f->k->nargs; a++)
+    if (f->vec_bytes[a]) cu_buf_printf(&b, "%ssmelt_aligned(a%d, %d)", b.len ? " && " : "", a, f->vec_bytes[a]);
+  const char *c = cu_fmt(f, "%s", b.s ? b.s : "");
+  cu_buf_free(&b);
+  return c;
+}
+
+/* One grid-stride loop computing and storing vals (all of shape t), with
+ * `lanes` elements per thread and iteration. */
+static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int lanes) {
+  int64_t items = ir_type_numel(t) / lanes;
+  const char *i = cu_tmp(f);
+  cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += (%s)gridDim.x * blockDim.x)",
+          f->idx, i, f->idx, i, (long long)items, i, f->idx);
+  const char *e = i;
+  if (lanes > 1) {
+    e = cu_tmp(f);
+    cu_line(f, "const %s %s = %s * %d;", f->idx, e, i, lanes);
+  }
+  CuCoords co;
+  cu_delinearize(f, e, t, &co);
+  co.lanes = lanes;
+  if (lanes > 1) co.step[t->rank - 1] = 1;
+  for (int k = 0; k < n; k++) {
+    CuVal r;
+    cu_emit(f, vals[k], &co, &r);
+    cu_store(f, vals[k], &co, &r);
+  }
+  cu_close(f);
+}
+
+void cu_store_loops(CuFn *f, const int *vals, int n) {
+  bool *done = arena_alloc(&f->arena, sizeof(bool) * (size_t)(n ? n : 1));
+  int *same = arena_alloc(&f->arena, sizeof(int) * (size_t)(n ? n : 1));
+  if (!done || !same) abort();
+  for (int a = 0; a < n; a++) {
+    if (done[a]) continue;
+    const TensorType *t = &f->g->val[vals[a]].type;
+    int ns = 0;
+    for (int b = a; b < n; b++) {
+      const TensorType *u = &f->g->val[vals[b]].type;
+      bool eq = u->rank == t->rank;
+      for (int d = 0; eq && d < t->rank; d++) eq = u->dim[d] == t->dim[d];
+      if (eq && !done[b]) {
+        done[b] = true;
+        same[ns++] = vals[b];
+      }
+    }
+    if (ir_type_numel(t) == 0) continue;
+    int lanes = cu_pick_lanes(f, t, same, ns);
+    if (lanes == 1) {
+      store_loop(f, same, ns, t, 1);
+      continue;
+    }
+    /* The vector loop goes into a buffer of its own first: only after it is
+     * written do we know which pointers it accesses as vectors. */
+    CuBuf vec = {0};
+    CuBuf *saved = f->out;
+    int saved_indent = f->indent;
+    f->out = &vec;
+    f->indent = saved_indent + 1; /* it goes inside a block opened below */
+    memset(f->vec_bytes, 0, sizeof(int) * (size_t)f->k->nargs);
+    store_loop(f, same, ns, t, lanes);
+    f->out = saved;
+    f->indent = saved_indent;
+    const char *cond = cu_vec_condition(f);
+    if (!cond[0] || f->opt->args_aligned) {
+      /* every access is scalar anyway, or alignment is guaranteed */
+      cu_open(f, "%s", "");
+      cu_buf_append(f->out, vec.s, vec.len);
+      cu_close(f);
+    } else {
+      cu_open(f, "if (%s)", cond);
+      cu_buf_append(f->out, vec.s, vec.len);
+      f->indent--;
+      cu_line(f, "} else {");
+      f->indent++;
+      store_loop(f, same, ns, t, 1);
+      cu_close(f);
+    }
+    cu_buf_free(&vec);
+  }
+}
+
+/* ---- epilogues ---- */
+
+void cu_split_outputs(CuFn *f, int **out_epi, int *out_nepi, int **out_side, int *out_nside) {
+  int nout = f->k->nargs - f->nin;
+  int *epi = arena_alloc(&f->arena, sizeof(int) * (size_t)(nout ? nout : 1));
+  int *side = arena_alloc(&f->arena, sizeof(int) * (size_t)(nout ? nout : 1));
+  if (!epi || !side) abort();
+  int ne = 0, ns = 0;
+  for (int i = f->nin; i < f->k->nargs; i++) {
+    int v = f->k->args[i];
+    const Value *val = &f->g->val[v];
+    bool d = val->kind == VK_NODE && f->member[val->node] && f->dep[val->node];
+    if (d) epi[ne++] = v;
+    else side[ns++] = v;
+  }
+  *out_epi = epi;
+  *out_nepi = ne;
+  *out_side = side;
+  *out_nside = ns;
+}
+
+void cu_store_epilogue(CuFn *f, const int *epi, int nepi, const CuCoords *co, const CuVal *val) {
+  const Graph *g = f->g;
+  int av = g->node[f->anchor].out[0];
+  const TensorType *at = &g->val[av].type;
+  cu_set_override(f, av, co, val);
+  for (int i = 0; i < nepi; i++) {
+    const TensorType *t = &g->val[epi[i]].type;
+    bool eq = t->rank == at->rank;
+    for (int d = 0; eq && d < t->rank; d++) eq = t->dim[d] == at->dim[d];
+    if (!eq) {
+      cu_fail(f, ST_UNSUPPORTED, "epilogue value '%s' does not have the shape of the %s result '%s'", g->val[epi[i]].name,
+              ir_op_name(g->node[f->anchor].op), g->val[av].name);
+      continue;
+    }
+    CuVal r;
+    cu_emit(f, epi[i], co, &r);
+    cu_store(f, epi[i], co, &r);
+  }
+  cu_clear_override(f);
+}

@@ -1,0 +1,515 @@
+/* The CUDA module: from the Kernels of a graph to compilation units of CUDA
+ * C source and a launch table.
+ *
+ * For each Kernel the driver builds the per-kernel state (which values are
+ * arguments, which nodes are members, which depend on the anchor), picks
+ * the emitter from the anchor's op (none: elementwise; sum/mean/max/min,
+ * softmax, norms, global_avg_pool: row reduction; pools; matmul and conv2d:
+ * contraction; attention), and wraps the body in an `extern "C" __global__`
+ * function whose comment block names the YAML nodes it computes with their
+ * shapes, every argument, and the estimated bytes and FLOPs.
+ *
+ * Every unit starts with the same prelude: the half/bfloat16 headers when a
+ * kernel of the unit uses those types, and the small device functions the
+ * generated expressions call (one definition of each numeric rule: NaN-
+ * propagating max, saturating integer stores, stable sigmoid, ...) and the
+ * warp/block reductions.
+ */
+#include <ctype.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/cuda/cu_internal.h"
+
+/* ---- target facts ---- */
+
+bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific) {
+  const char *p = NULL;
+  if (strncmp(arch, "sm_", 3) == 0) p = arch + 3;
+  else if (strncmp(arch, "compute_", 8) == 0) p = arch + 8;
+  if (!p || !isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1])) return false;
+  int cc = 0;
+  while (isdigit((unsigned char)*p)) cc = cc * 10 + (*p++ - '0');
+  bool specific = false;
+  if (*p == 'a' || *p == 'f') specific = true, p++;
+  if (*p || cc < 10 || cc > 1000) return false;
+  if (out_cc) *out_cc = cc;
+  if (out_specific) *out_specific = specific;
+  return true;
+}
+
+void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out) {
+  int cc = 0;
+  if (!arch || !cg_cuda_parse_arch(arch, &cc, NULL)) cc = 0;
+  int64_t kib;
+  switch (cc) {
+  case 70: case 72: kib = 96; break;
+  case 75: kib = 64; break;
+  case 80: case 87: kib = 163; break;
+  case 86: case 89: case 120: case 121: kib = 99; break;
+  case 90: case 100: case 101: case 103: case 110: kib = 227; break;
+  default: kib = 48; break;
+  }
+  out->smem_per_block = kib * 1024;
+  out->smem_default = 48 * 1024;
+  out->regs_per_sm = 65536;
+  out->regs_per_thread = 255;
+}
+
+int64_t cg_cuda_onchip_budget(const char *arch) {
+  CgCudaArchLimits l;
+  cg_cuda_arch_limits(arch, &l);
+  return l.smem_per_block;
+}
+
+/* ---- the prelude ---- */
+
+static const char prelude_common[] =
+    "// Numeric rules shared by every kernel (smelt's reference semantics).\n"
+    "#define SMELT_INF_F __int_as_float(0x7f800000)\n"
+    "#define SMELT_NAN_F __int_as_float(0x7fc00000)\n"
+    "#define SMELT_INF_D __longlong_as_double(0x7ff0000000000000LL)\n"
+    "#define SMELT_NAN_D __longlong_as_double(0x7ff8000000000000LL)\n"
+    "\n"
+    "// N elements of T moved as one (16-byte) access.\n"
+    "template <typename T, int N> struct __align__(sizeof(T) * N) smelt_pack { T v[N]; };\n"
+    "__device__ __forceinline__ bool smelt_aligned(const void *p, int bytes) {\n"
+    "  return ((unsigned long long)p & (unsigned long long)(bytes - 1)) == 0;\n"
+    "}\n"
+    "\n"
+    "// exp of a large positive argument would overflow: use the form whose exponent is never positive.\n"
+    "__device__ __forceinline__ float smelt_sigmoid(float x) {\n"
+    "  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));\n"
+    "  const float e = expf(x);\n"
+    "  return e / (1.0f + e);\n"
+    "}\n"
+    "__device__ __forceinline__ double smelt_sigmoid(double x) {\n"
+    "  if (x >= 0.0) return 1.0 / (1.0 + exp(-x));\n"
+    "  const double e = exp(x);\n"
+    "  return e / (1.0 + e);\n"
+    "}\n"
+    "__device__ __forceinline__ float smelt_silu(float x) { return x * smelt_sigmoid(x); }\n"
+    "__device__ __forceinline__ double smelt_silu(double x) { return x * smelt_sigmoid(x); }\n"
+    "__device__ __forceinline__ float smelt_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
+    "__device__ __forceinline__ double smelt_gelu_erf(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }\n"
+    "__device__ __forceinline__ float smelt_gelu_tanh(float x) {\n"
+    "  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));\n"
+    "}\n"
+    "__device__ __forceinline__ double smelt_gelu_tanh(double x) {\n"
+    "  return 0.5 * x * (1.0 + tanh(0.79788456080286536 * (x + 0.044715 * x * x * x)));\n"
+    "}\n"
+    "\n"
+    "// numpy's maximum/minimum: NaN wins.\n"
+    "__device__ __forceinline__ float smelt_max_nan(float a, float b) { return (a != a || b != b) ? SMELT_NAN_F : (a > b ? a : b); }\n"
+    "__device__ __forceinline__ float smelt_min_nan(float a, float b) { return (a != a || b != b) ? SMELT_NAN_F : (a < b ? a : b); }\n"
+    "__device__ __forceinline__ double smelt_max_nan(double a, double b) { return (a != a || b != b) ? SMELT_NAN_D : (a > b ? a : b); }\n"
+    "__device__ __forceinline__ double smelt_min_nan(double a, double b) { return (a != a || b != b) ? SMELT_NAN_D : (a < b ? a : b); }\n"
+    "__device__ __forceinline__ long long smelt_max_nan(long long a, long long b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ long long smelt_min_nan(long long a, long long b) { return a < b ? a : b; }\n"
+    "__device__ __forceinline__ int smelt_max_nan(int a, int b) { return a > b ? a : b; }\n"
+    "__device__ __forceinline__ int smelt_min_nan(int a, int b) { return a < b ? a : b; }\n"
+    "\n"
+    "// Integers: division truncates; x/0 saturates to the sign's extreme (0/0 is 0),\n"
+    "// every result is brought into its dtype's range, float-to-int truncates and\n"
+    "// saturates with NaN as 0: what the reference's double arithmetic and store do.\n"
+    "__device__ __forceinline__ long long smelt_idiv(long long a, long long b) {\n"
+    "  if (b == 0) return a > 0 ? 0x7fffffffffffffffLL : a < 0 ? (-0x7fffffffffffffffLL - 1) : 0;\n"
+    "  if (b == -1) return a == (-0x7fffffffffffffffLL - 1) ? 0x7fffffffffffffffLL : -a;\n"
+    "  return a / b;\n"
+    "}\n"
+    "__device__ __forceinline__ long long smelt_sat(long long v, long long lo, long long hi) { return v < lo ? lo : v > hi ? hi : v; }\n"
+    "__device__ __forceinline__ long long smelt_sat_i32(long long v) { return smelt_sat(v, -2147483648LL, 2147483647LL); }\n"
+    "__device__ __forceinline__ long long smelt_sat_i8(long long v) { return smelt_sat(v, -128, 127); }\n"
+    "__device__ __forceinline__ long long smelt_sat_u8(long long v) { return smelt_sat(v, 0, 255); }\n"
+    "__device__ __forceinline__ long long smelt_f2i(double v, double lo, double hi) {\n"
+    "  if (v != v) return 0;\n"
+    "  v = trunc(v);\n"
+    "  return (long long)(v < lo ? lo : v > hi ? hi : v);\n"
+    "}\n"
+    "__device__ __forceinline__ long long smelt_f2i_i64(double v) { return smelt_f2i(v, -9223372036854775808.0, 9223372036854774784.0); }\n"
+    "__device__ __forceinline__ long long smelt_f2i_i32(double v) { return smelt_f2i(v, -2147483648.0, 2147483647.0); }\n"
+    "__device__ __forceinline__ long long smelt_f2i_i8(double v) { return smelt_f2i(v, -128.0, 127.0); }\n"
+    "__device__ __forceinline__ long long smelt_f2i_u8(double v) { return smelt_f2i(v, 0.0, 255.0); }\n"
+    "// gather: negative indices count from the end; out of range is clamped (never a fault).\n"
+    "__device__ __forceinline__ long long smelt_gather_index(long long i, long long len) {\n"
+    "  if (i < 0) i += len;\n"
+    "  return i < 0 ? 0 : i >= len ? (len > 0 ? len - 1 : 0) : i;\n"
+    "}\n"
+    "\n"
+    "// Reductions across a warp (shuffles) and a block (shuffles, then one\n"
+    "// partial per warp in shared memory).  Every thread gets the result, and\n"
+    "// every thread combines the partials in the same order.\n"
+    "struct smelt_sum_op { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };\n"
+    "struct smelt_max_op { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return smelt_max_nan(a, b); } };\n"
+    "struct smelt_min_op { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return smelt_min_nan(a, b); } };\n"
+    "template <typename T, typename Op> __device__ __forceinline__ T smelt_warp_reduce(T v, Op op) {\n"
+    "#pragma unroll\n"
+    "  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));\n"
+    "  return v;\n"
+    "}\n"
+    "template <typename T, typename Op> __device__ __forceinline__ T smelt_block_reduce(T v, Op op, T *scratch) {\n"
+    "  v = smelt_warp_reduce(v, op);\n"
+    "  __syncthreads();  // the previous reduction may still be reading scratch\n"
+    "  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;\n"
+    "  __syncthreads();\n"
+    "  v = scratch[0];\n"
+    "  for (int w = 1; w < (int)(blockDim.x + 31) / 32; w++) v = op(v, scratch[w]);\n"
+    "  return v;\n"
+    "}\n";
+
+static const char prelude_f16[] =
+    "#include <cuda_fp16.h>\n"
+    "// An explicit cast to f16 rounds once, so a later cast back sees the rounded value.\n"
+    "__device__ __forceinline__ float smelt_round_f16(float x) { return __half2float(__float2half_rn(x)); }\n";
+static const char prelude_bf16[] =
+    "#include <cuda_bf16.h>\n"
+    "__device__ __forceinline__ float smelt_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }\n";
+
+/* ---- one kernel ---- */
+
+/* A name fit for a comment: no newlines, no end of comment. */
+static const char *comment_safe(CuFn *f, const char *s) {
+  char *p = (char *)cu_fmt(f, "%s", s ? s : "");
+  for (char *q = p; *q; q++) {
+    if ((unsigned char)*q < 32) *q = ' ';
+    if (q[0] == '*' && q[1] == '/') q[1] = '|';
+  }
+  return p;
+}
+
+static void type_str(const TensorType *t, char *buf, size_t n) { ir_type_str(t, buf, n); }
+
+static void header(CuFn *f, CuBuf *out, const CuLaunch *l, const char *symbol) {
+  const Graph *g = f->g;
+  const Kernel *k = f->k;
+  const Group *gr = f->grp;
+  char tb[128];
+  cu_buf_printf(out, "/* %s: %s kernel, %d node%s", comment_safe(f, k->name), l->kind, gr->nnodes, gr->nnodes == 1 ? "" : "s");
+  if (f->anchor >= 0) cu_buf_printf(out, " around %s", comment_safe(f, ir_node_name(g, &g->node[f->anchor])));
+  cu_buf_printf(out, "\n");
+  for (int i = 0; i < gr->nnodes; i++) {
+    const Node *n = &g->node[gr->nodes[i]];
+    cu_buf_printf(out, " *   ");
+    for (int o = 0; o < n->nout; o++)
+      cu_buf_printf(out, "%s%s", o ? ", " : "", comment_safe(f, g->val[n->out[o]].name));
+    cu_buf_printf(out, " = %s(", ir_op_name(n->op));
+    for (int j = 0; j < n->nin; j++) cu_buf_printf(out, "%s%s", j ? ", " : "", comment_safe(f, g->val[n->in[j]].name));
+    type_str(&g->val[n->out[0]].type, tb, sizeof tb);
+    cu_buf_printf(out, ")  %s%s\n", tb, n->loc.line ? cu_fmt(f, "  (line %d)", n->loc.line) : "");
+  }
+  cu_buf_printf(out, " * arguments:\n");
+  for (int a = 0; a < k->nargs; a++) {
+    const Value *v = &g->val[k->args[a]];
+    type_str(&v->type, tb, sizeof tb);
+    const char *role = a >= f->nin ? "output" : v->kind == VK_CONST ? "constant" : v->kind == VK_INPUT ? "graph input" : "input";
+    cu_buf_printf(out, " *   a%d  %s  %s  (%s)\n", a, comment_safe(f, v->name), tb, role);
+  }
+  cu_buf_printf(out, " * estimated %.0f bytes moved, %.0f FLOPs; launch: grid %ux%ux%u, block %ux%ux%u, %u bytes dynamic shared memory\n */\n",
+                k->bytes, k->flops, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem);
+  cu_buf_printf(out, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", l->block[0] * l->block[1] * l->block[2], symbol);
+  for (int a = 0; a < k->nargs; a++) {
+    const Value *v = &g->val[k->args[a]];
+    cu_buf_printf(out, "%s%s%s *__restrict__ a%d", a ? ", " : "", a < f->nin ? "const " : "", cu_stype(v->type.dt), a);
+  }
+  cu_buf_printf(out, ") {\n");
+}
+
+/* Which types a kernel touches, for the prelude's includes. */
+static void kernel_types(const Graph *g, const Kernel *k, bool *f16, bool *bf16) {
+  const Group *gr = &g->groups[k->group];
+  for (int a = 0; a < k->nargs; a++) {
+    DType dt = g->val[k->args[a]].type.dt;
+    *f16 |= dt == DT_F16;
+    *bf16 |= dt == DT_BF16;
+  }
+  for (int i = 0; i < gr->nnodes; i++) {
+    const Node *n = &g->node[gr->nodes[i]];
+    for (int o = 0; o < n->nout; o++) {
+      DType dt = g->val[n->out[o]].type.dt;
+      *f16 |= dt == DT_F16;
+      *bf16 |= dt == DT_BF16;
+    }
+  }
+}
+
+static bool is_row_reduction(Op op) {
+  switch (op) {
+  case OP_SUM: case OP_MEAN: case OP_MAX: case OP_MIN: case OP_SOFTMAX: case OP_LOG_SOFTMAX:
+  case OP_LAYER_NORM: case OP_RMS_NORM: case OP_GLOBAL_AVG_POOL: return true;
+  default: return false;
+  }
+}
+
+static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *symbol,
+                               CuBuf *out, CgCudaLaunch *launch) {
+  if (k->group < 0 || k->group >= g->ngroups)
+    return st_error(ST_INTERNAL, "CUDA kernel %s: group %d does not exist", k->name, k->group);
+  CuFn f;
+  memset(&f, 0, sizeof f);
+  f.g = g;
+  f.k = k;
+  f.grp = &g->groups[k->group];
+  f.opt = opt;
+  f.ov_value = -1;
+  f.nin = k->nargs - k->nouts;
+  f.arg_of = malloc(sizeof(int) * (size_t)(g->nval ? g->nval : 1));
+  f.member = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
+  f.dep = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
+  f.vec_bytes = calloc((size_t)(k->nargs ? k->nargs : 1), sizeof(int));
+  if (!f.arg_of || !f.member || !f.dep || !f.vec_bytes) {
+    free(f.arg_of), free(f.member), free(f.dep), free(f.vec_bytes);
+    return st_error(ST_NO_MEMORY, "out of memory generating CUDA kernel %s", k->name);
+  }
+  for (int v = 0; v < g->nval; v++) f.arg_of[v] = -1;
+  int64_t biggest = 0;
+  for (int a = 0; a < k->nargs; a++) {
+    f.arg_of[k->args[a]] = a;
+    int64_t n = ir_type_numel(&g->val[k->args[a]].type);
+    if (n > biggest) biggest = n;
+  }
+  int count;
+  f.anchor = cg_group_anchor(g, f.grp, &count);
+  for (int i = 0; i < f.grp->nnodes; i++) {
+    int id = f.grp->nodes[i];
+    const Node *n = &g->node[id];
+    f.member[id] = true;
+    for (int o = 0; o < n->nout; o++) {
+      int64_t c = ir_type_numel(&g->val[n->out[o]].type);
+      if (c > biggest) biggest = c;
+    }
+  }
+  /* members are in topological order: one sweep finds what reads the anchor */
+  for (int i = 0; i < f.grp->nnodes; i++) {
+    int id = f.grp->nodes[i];
+    const Node *n = &g->node[id];
+    bool d = id == f.anchor;
+    for (int j = 0; j < n->nin && !d; j++) {
+      const Value *v = &g->val[n->in[j]];
+      d = v->kind == VK_NODE && f.member[v->node] && f.dep[v->node];
+    }
+    f.dep[id] = d;
+  }
+  f.idx = biggest >= ((int64_t)1 << 31) - 1024 ? "long long" : "int";
+
+  CuBuf body = {0};
+  f.out = &body;
+  f.indent = 1;
+  CuLaunch l = {{1, 1, 1}, {1, 1, 1}, 0, "elementwise"};
+  if (count > 1) {
+    cu_fail(&f, ST_UNSUPPORTED, "the group has %d reduction/contraction/opaque nodes; a kernel is built around one", count);
+  } else if (f.anchor < 0) {
+    cu_emit_elemwise(&f, &l);
+  } else {
+    Op op = g->node[f.anchor].op;
+    if (is_row_reduction(op)) cu_emit_reduction(&f, &l);
+    else if (op == OP_MAX_POOL2D || op == OP_AVG_POOL2D) cu_emit_pool(&f, &l);
+    else if (op == OP_MATMUL || op == OP_CONV2D) cu_emit_contraction(&f, &l);
+    else if (op == OP_ATTENTION) cu_emit_attention(&f, &l);
+    else cu_fail(&f, ST_UNSUPPORTED, "no CUDA lowering for %s", ir_op_name(op));
+  }
+  smelt_status st = f.err;
+  if (!st) {
+    header(&f, out, &l, symbol);
+    cu_buf_append(out, body.s ? body.s : "", body.len);
+    cu_buf_printf(out, "}\n\n");
+    memset(launch, 0, sizeof *launch);
+    snprintf(launch->name, sizeof launch->name, "%s", k->name);
+    snprintf(launch->symbol, sizeof launch->symbol, "%s", symbol);
+    launch->nargs = k->nargs;
+    for (int i = 0; i < 3; i++) launch->grid[i] = l.grid[i], launch->block[i] = l.block[i];
+    launch->smem = l.smem;
+    launch->kind = l.kind;
+    launch->vectorised = f.vectorised;
+  }
+  cu_buf_free(&body);
+  arena_free_all(&f.arena);
+  free(f.arg_of), free(f.member), free(f.dep), free(f.vec_bytes);
+  return st;
+}
+
+/* A C identifier from a kernel name: [A-Za-z0-9_], not starting with a digit. */
+static void make_symbol(const char *name, char *out, size_t cap) {
+  size_t n = 0;
+  if (!isalpha((unsigned char)name[0]) && name[0] != '_' && n + 1 < cap) out[n++] = 'k';
+  for (const char *p = name; *p && n + 1 < cap; p++) out[n++] = isalnum((unsigned char)*p) ? *p : '_';
+  out[n] = 0;
+}
+
+smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgCudaOptions *opt,
+                              CgCudaModule **out_module) {
+  *out_module = NULL;
+  CgCudaOptions dflt = {0};
+  if (!opt) opt = &dflt;
+  CgCudaModule *m = calloc(1, sizeof *m);
+  if (!m) return st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
+  m->nkernels = nk;
+  m->kernels = calloc((size_t)(nk ? nk : 1), sizeof *m->kernels);
+  CuBuf *texts = calloc((size_t)(nk ? nk : 1), sizeof *texts);
+  bool *f16 = calloc((size_t)(nk ? nk : 1), sizeof(bool)), *bf16 = calloc((size_t)(nk ? nk : 1), sizeof(bool));
+  if (!m->kernels || !texts || !f16 || !bf16) {
+    free(texts), free(f16), free(bf16);
+    cg_cuda_module_free(m);
+    return st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
+  }
+  smelt_status st = NULL;
+  for (int i = 0; i < nk && !st; i++) {
+    char sym[sizeof m->kernels[i].symbol - 8];
+    make_symbol(k[i].name, sym, sizeof sym);
+    /* names are unique as kernels go, but sanitising may make two equal */
+    char uniq[sizeof m->kernels[i].symbol];
+    snprintf(uniq, sizeof uniq, "%s", sym);
+    for (int n = 2;; n++) {
+      bool clash = false;
+      for (int j = 0; j < i && !clash; j++) clash = strcmp(m->kernels[j].symbol, uniq) == 0;
+      if (!clash) break;
+      snprintf(uniq, sizeof uniq, "%.96s_%d", sym, n);
+    }
+    st = gen_kernel(g, &k[i], opt, uniq, &texts[i], &m->kernels[i]);
+    if (!st) kernel_types(g, &k[i], &f16[i], &bf16[i]);
+  }
+  if (!st) {
+    int max_units = opt->max_units > 0 ? opt->max_units : 16;
+    m->nunits = nk < max_units ? nk : max_units;
+    if (m->nunits < 1) m->nunits = 1;
+    m->units = calloc((size_t)m->nunits, sizeof(char *));
+    if (!m->units) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
+    /* contiguous runs of kernels, sizes differing by at most one */
+    for (int u = 0; u < m->nunits && !st; u++) {
+      int first = (int)((int64_t)nk * u / m->nunits), last = (int)((int64_t)nk * (u + 1) / m->nunits);
+      bool h = false, b = false;
+      for (int i = first; i < last; i++) h |= f16[i], b |= bf16[i];
+      CuBuf src = {0};
+      cu_buf_printf(&src, "// smelt: CUDA C for model '%s', unit %d of %d (kernels %d..%d).\n",
+                    g->name ? g->name : "", u, m->nunits, first, last - 1);
+      cu_buf_printf(&src, "// Generated code: every kernel's comment names the model nodes it computes.\n");
+      if (h) cu_buf_printf(&src, "%s", prelude_f16);
+      if (b) cu_buf_printf(&src, "%s", prelude_bf16);
+      cu_buf_printf(&src, "%s\n", prelude_common);
+      for (int i = first; i < last; i++) {
+        m->kernels[i].unit = u;
+        cu_buf_append(&src, texts[i].s ? texts[i].s : "", texts[i].len);
+      }
+      m->units[u] = cu_buf_take(&src);
+    }
+  }
+  for (int i = 0; i < nk; i++) cu_buf_free(&texts[i]);
+  free(texts), free(f16), free(bf16);
+  if (st) {
+    cg_cuda_module_free(m);
+    return st;
+  }
+  *out_module = m;
+  return NULL;
+}
+
+void cg_cuda_module_free(CgCudaModule *m) {
+  if (!m) return;
+  for (int u = 0; u < m->nunits && m->units; u++) free(m->units[u]);
+  free(m->units);
+  free(m->kernels);
+  free(m);
+}
+
+int cg_cuda_module_find(const CgCudaModule *m, const char *name) {
+  for (int i = 0; i < m->nkernels; i++)
+    if (strcmp(m->kernels[i].symbol, name) == 0 || strcmp(m->kernels[i].name, name) == 0) return i;
+  return -1;
+}
+
+/* ---- the launch table ---- */
+
+static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2d", "attention", "pool"};
+
+smelt_status cg_cuda_launch_encode(const CgCudaModule *m, char **out_text, size_t *out_len) {
+  CuBuf b = {0};
+  cu_buf_printf(&b, "smelt-cuda-launch 1\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
+  for (int i = 0; i < m->nkernels; i++) {
+    const CgCudaLaunch *l = &m->kernels[i];
+    cu_buf_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s\n", l->symbol, l->unit, l->nargs, l->grid[0],
+                  l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem, l->kind ? l->kind : "elementwise",
+                  l->vectorised ? 1 : 0, l->name);
+  }
+  *out_len = b.len;
+  *out_text = cu_buf_take(&b);
+  return NULL;
+}
+
+static bool is_ident(const char *s) {
+  if (!isalpha((unsigned char)s[0]) && s[0] != '_') return false;
+  for (; *s; s++)
+    if (!isalnum((unsigned char)*s) && *s != '_') return false;
+  return true;
+}
+
+smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **out_module) {
+  *out_module = NULL;
+  char *s = malloc(len + 1);
+  if (!s) return st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
+  memcpy(s, text, len);
+  s[len] = 0;
+  if (strlen(s) != len) {
+    free(s);
+    return st_error(ST_INVALID_INPUT, "CUDA launch table: contains a NUL byte");
+  }
+  CgCudaModule *m = calloc(1, sizeof *m);
+  smelt_status st = NULL;
+  char *save = NULL, *line = strtok_r(s, "\n", &save);
+  int nunits = -1, nk = -1, got = 0;
+  if (!m) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
+  else if (!line || strcmp(line, "smelt-cuda-launch 1") != 0) st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
+  if (!st) {
+    line = strtok_r(NULL, "\n", &save);
+    if (!line || sscanf(line, "units %d", &nunits) != 1 || nunits < 1 || nunits > 4096)
+      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad unit count");
+  }
+  if (!st) {
+    line = strtok_r(NULL, "\n", &save);
+    if (!line || sscanf(line, "kernels %d", &nk) != 1 || nk < 0 || nk > 1000000)
+      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad kernel count");
+  }
+  if (!st) {
+    m->nunits = nunits;
+    m->units = calloc((size_t)nunits, sizeof(char *));
+    m->nkernels = nk;
+    m->kernels = calloc((size_t)(nk ? nk : 1), sizeof *m->kernels);
+    if (!m->units || !m->kernels) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
+  }
+  while (!st && (line = strtok_r(NULL, "\n", &save)) != NULL) {
+    if (got >= nk) {
+      st = st_error(ST_INVALID_INPUT, "CUDA launch table: more kernels than announced");
+      break;
+    }
+    CgCudaLaunch *l = &m->kernels[got];
+    char sym[256], kind[32], name[256];
+    int vec, consumed = 0;
+    int n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s%n", sym, &l->unit, &l->nargs, &l->grid[0],
+                   &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec, name, &consumed);
+    unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
+    const char *k = NULL;
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+      if (n == 13 && strcmp(kind, kinds[i]) == 0) k = kinds[i];
+    if (n != 13 || line[consumed] != 0 || strlen(sym) >= sizeof l->symbol || !is_ident(sym) ||
+        strlen(name) >= sizeof l->name || l->unit < 0 || l->unit >= nunits || l->nargs < 0 || l->nargs > 4096 ||
+        threads == 0 || threads > 1024 || l->grid[0] == 0 || l->grid[0] > 0x7fffffffu || l->grid[1] == 0 ||
+        l->grid[1] > 65535 || l->grid[2] == 0 || l->grid[2] > 65535 || l->smem > 256 * 1024 || !k ||
+        (vec != 0 && vec != 1)) {
+      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad kernel line %d", got + 1);
+      break;
+    }
+    memcpy(l->symbol, sym, strlen(sym) + 1); /* lengths checked above */
+    memcpy(l->name, name, strlen(name) + 1);
+    l->kind = k;
+    l->vectorised = vec == 1;
+    got++;
+  }
+  if (!st && got != nk) st = st_error(ST_INVALID_INPUT, "CUDA launch table: %d kernels, announced %d", got, nk);
+  free(s);
+  if (st) {
+    cg_cuda_module_free(m);
+    return st;
+  }
+  *out_module = m;
+  return NULL;
+}

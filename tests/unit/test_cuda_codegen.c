@@ -1,0 +1,512 @@
+/* Unit tests of the CUDA backend that need no GPU.
+ *
+ * Code generation: every example model (f32 and f16, through the default
+ * pipeline and kernel lowering), every operator in f32, f16, bf16 and f64
+ * (tests/gpu/op_cases.h, integer and bool cases with f32) and hand-formed
+ * fused groups are turned into CUDA C, and every unit is compiled with NVRTC
+ * for sm_90a and sm_80: all must compile (NVRTC needs no GPU).  Without
+ * NVRTC the compile checks are skipped, visibly.
+ *
+ * Checks on the text: kernels carry the YAML names of the nodes they
+ * compute; 16-byte vector accesses are chosen exactly when the innermost
+ * dim allows them, with a run-time alignment test unless the caller
+ * guarantees alignment; short rows get a warp, long rows a block.  Around
+ * that: the arch table, the launch-table encoding (and its rejection of
+ * bad input), the disk cache (a second compile is a hit; a corrupted entry
+ * is recompiled), and the "absent" paths: no NVRTC, no driver.
+ */
+#define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cg_cuda.h"
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "runtime/cuda_driver.h"
+#include "tests/gpu/harness.h"
+#include "tests/gpu/op_cases.h"
+#include "tests/unit/check.h"
+
+static CgNvrtc *nvrtc;
+static CgCudaCompileOptions copts;
+static const char *const archs[] = {"sm_90a", "sm_80"};
+static int units_compiled;
+
+/* Lowers g (single-node groups when it has none) and generates its module. */
+static CgCudaModule *generate(Graph *g, const CgCudaOptions *opt, const char *what) {
+  if (g->ngroups == 0) CHECK_OK(cg_single_node_groups(g));
+  Kernel *k = NULL;
+  int nk = 0;
+  smelt_status st = cg_lower(g, &k, &nk);
+  if (st) {
+    fprintf(stderr, "%s: cg_lower: %s\n", what, st_message(st));
+    st_free(st);
+    check_failures++;
+    return NULL;
+  }
+  CgCudaModule *m = NULL;
+  st = cg_cuda_generate(g, k, nk, opt, &m);
+  if (st) {
+    fprintf(stderr, "%s: cg_cuda_generate: %s\n", what, st_message(st));
+    st_free(st);
+    check_failures++;
+  }
+  cg_kernels_free(k, nk);
+  return m;
+}
+
+/* Compiles every unit for both archs; prints the first unit's error with
+ * its source on failure. */
+static void compile_all(const CgCudaModule *m, const char *what) {
+  if (!nvrtc || !m) return;
+  CgCudaBinary *bins = NULL;
+  smelt_status st = cg_cuda_compile_module(nvrtc, m, archs, 2, &copts, &bins);
+  if (st) {
+    fprintf(stderr, "%s: %s\n", what, st_message(st));
+    st_free(st);
+    check_failures++;
+    return;
+  }
+  for (int i = 0; i < m->nunits * 2; i++) {
+    CHECK(bins[i].cubin && bins[i].cubin_len > 0);
+    CHECK(bins[i].ptx && bins[i].ptx_len > 0);
+  }
+  units_compiled += m->nunits * 2;
+  cg_cuda_binaries_free(bins, m->nunits * 2);
+}
+
+static bool source_has(const CgCudaModule *m, const char *needle) {
+  for (int u = 0; u < m->nunits; u++)
+    if (strstr(m->units[u], needle)) return true;
+  return false;
+}
+
+/* ---- examples ---- */
+
+static void check_example(const char *path, DType dtype) {
+  FeOptions fo = {.dtype = dtype};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  if (st) {
+    fprintf(stderr, "%s (%s): %s\n", path, dt_name(dtype), st_message(st));
+    st_free(st);
+    check_failures++;
+    return;
+  }
+  PassCtx ctx = {0};
+  CHECK_OK(pass_run_pipeline(g, &ctx, NULL, NULL, NULL));
+  pass_ctx_free(&ctx);
+  char what[512];
+  snprintf(what, sizeof what, "%s (%s)", path, dtype ? dt_name(dtype) : "model dtype");
+  CgCudaModule *m = generate(g, NULL, what);
+  if (m) {
+    /* provenance: every stored result of every group appears by its YAML name */
+    for (int i = 0; i < g->noutputs; i++) {
+      const char *name = g->val[g->outputs[i]].name;
+      if (!source_has(m, name)) {
+        fprintf(stderr, "%s: output '%s' not named in the CUDA source\n", what, name);
+        check_failures++;
+      }
+    }
+    for (int i = 0; i < m->nkernels; i++) CHECK(source_has(m, m->kernels[i].symbol));
+    compile_all(m, what);
+  }
+  cg_cuda_module_free(m);
+  ir_graph_destroy(g);
+}
+
+static void test_examples(void) {
+  DIR *d = opendir("examples");
+  CHECK(d != NULL);
+  if (!d) return;
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len < 6 || strcmp(e->d_name + len - 5, ".yaml") != 0) continue;
+    char path[512];
+    snprintf(path, sizeof path, "examples/%s", e->d_name);
+    check_example(path, DT_INVALID);
+    check_example(path, DT_F16);
+    n++;
+  }
+  closedir(d);
+  CHECK(n >= 4);
+}
+
+/* ---- every op ---- */
+
+static void test_suites(void) {
+  DType dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64};
+  for (size_t i = 0; i < sizeof dts / sizeof *dts; i++) {
+    for (int fused = 0; fused < 2; fused++) {
+      OpSuite s;
+      Graph *g = fused ? oc_fused_suite(dts[i], &s) : oc_suite(dts[i], &s);
+      if (!g) {
+        fprintf(stderr, "op suite %s: %s\n", dt_name(dts[i]), s.msg);
+        check_failures++;
+        continue;
+      }
+      char what[64];
+      snprintf(what, sizeof what, "%s suite %s", fused ? "fused" : "op", dt_name(dts[i]));
+      CgCudaModule *m = generate(g, NULL, what);
+      compile_all(m, what);
+      cg_cuda_module_free(m);
+      ir_graph_destroy(g);
+    }
+  }
+}
+
+/* ---- text checks ---- */
+
+static Graph *one_op(DType dt, Op op, int rank, const int64_t *dims, const char *yname) {
+  Graph *g = ir_graph_create("one");
+  TensorType t = {.dt = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) t.dim[i] = dims[i];
+  int a = ir_add_input(g, "in.a", t, oc_loc), b = ir_add_input(g, "in.b", t, oc_loc);
+  const char *names[1] = {yname};
+  int n = ir_add_node(g, op, op == OP_SOFTMAX ? 1 : 2, (int[]){a, b}, 1, names, oc_loc);
+  ir_fill_default_attrs(g, n);
+  CHECK_OK(ir_infer_node(g, n));
+  ir_add_output(g, g->node[n].out[0]);
+  return g;
+}
+
+static void test_vector_choice(void) {
+  CgCudaOptions aligned = {.args_aligned = true}, checked = {0};
+  struct {
+    DType dt;
+    int64_t dims[2];
+    const char *pack;
+    bool vec;
+  } cases[] = {
+      {DT_F32, {8, 64}, "smelt_pack<float, 4>", true},
+      {DT_F16, {8, 64}, "smelt_pack<__half, 8>", true},
+      {DT_BF16, {3, 16}, "smelt_pack<__nv_bfloat16, 8>", true},
+      {DT_F32, {8, 37}, "smelt_pack<", false},
+      {DT_F16, {8, 12}, "smelt_pack<", false}, /* 12 is not a multiple of 8 halves */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    Graph *g = one_op(cases[i].dt, OP_ADD, 2, cases[i].dims, "layer.2/sum_out");
+    CgCudaModule *m = generate(g, &aligned, "vector choice");
+    if (m) {
+      CHECK(source_has(m, cases[i].pack) == cases[i].vec);
+      CHECK(m->kernels[0].vectorised == cases[i].vec);
+      CHECK(!source_has(m, "smelt_aligned(a")); /* alignment guaranteed: no test */
+      CHECK(source_has(m, "layer.2/sum_out"));
+      CHECK(strstr(m->kernels[0].symbol, "layer_2_sum_out") != NULL);
+    }
+    cg_cuda_module_free(m);
+    ir_graph_destroy(g);
+    g = one_op(cases[i].dt, OP_ADD, 2, cases[i].dims, "y");
+    m = generate(g, &checked, "vector choice (checked)");
+    /* without the guarantee: a run-time test and a scalar fallback */
+    if (m) CHECK(source_has(m, "smelt_aligned(a0, 16) && smelt_aligned(a1, 16) && smelt_aligned(a2, 16)") == cases[i].vec);
+    cg_cuda_module_free(m);
+    ir_graph_destroy(g);
+  }
+  /* rows: short ones get a warp each, long ones a block */
+  int64_t shortrow[2] = {64, 128}, longrow[2] = {4, 8192};
+  Graph *g = one_op(DT_F16, OP_SOFTMAX, 2, shortrow, "p");
+  CgCudaModule *m = generate(g, &aligned, "short rows");
+  if (m) {
+    CHECK(source_has(m, "smelt_warp_reduce(") && !source_has(m, "smelt_block_reduce(t"));
+    CHECK(m->kernels[0].block[0] == 128 && m->kernels[0].grid[0] == 16);
+    CHECK(strcmp(m->kernels[0].kind, "reduction") == 0);
+  }
+  cg_cuda_module_free(m);
+  ir_graph_destroy(g);
+  g = one_op(DT_F16, OP_SOFTMAX, 2, longrow, "p");
+  m = generate(g, &aligned, "long rows");
+  if (m) {
+    CHECK(source_has(m, "smelt_block_reduce(") && source_has(m, "smelt_pack<__half, 8>"));
+    CHECK(m->kernels[0].grid[0] == 4 && m->kernels[0].block[0] == 256);
+  }
+  cg_cuda_module_free(m);
+  ir_graph_destroy(g);
+}
+
+static void test_units_and_launch_table(void) {
+  OpSuite s;
+  Graph *g = oc_suite(DT_F32, &s);
+  CHECK(g != NULL);
+  if (!g) return;
+  CgCudaOptions o = {.max_units = 5};
+  CgCudaModule *m = generate(g, &o, "units");
+  if (m) {
+    CHECK(m->nunits == 5);
+    /* every kernel in exactly the unit the table says */
+    for (int i = 0; i < m->nkernels; i++) {
+      char decl[160];
+      snprintf(decl, sizeof decl, " %s(", m->kernels[i].symbol);
+      for (int u = 0; u < m->nunits; u++) CHECK((strstr(m->units[u], decl) != NULL) == (u == m->kernels[i].unit));
+      CHECK(cg_cuda_module_find(m, m->kernels[i].symbol) == i);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(cg_cuda_launch_encode(m, &text, &len));
+    CgCudaModule *d = NULL;
+    CHECK_OK(cg_cuda_launch_decode(text, len, &d));
+    if (d) {
+      CHECK(d->nkernels == m->nkernels && d->nunits == m->nunits);
+      for (int i = 0; i < m->nkernels && i < d->nkernels; i++) {
+        CHECK(strcmp(d->kernels[i].symbol, m->kernels[i].symbol) == 0);
+        CHECK(strcmp(d->kernels[i].name, m->kernels[i].name) == 0);
+        CHECK(memcmp(d->kernels[i].grid, m->kernels[i].grid, sizeof d->kernels[i].grid) == 0);
+        CHECK(memcmp(d->kernels[i].block, m->kernels[i].block, sizeof d->kernels[i].block) == 0);
+        CHECK(d->kernels[i].unit == m->kernels[i].unit && d->kernels[i].nargs == m->kernels[i].nargs);
+        CHECK(strcmp(d->kernels[i].kind, m->kernels[i].kind) == 0);
+      }
+    }
+    cg_cuda_module_free(d);
+    /* untrusted input: every corruption is an error, never a crash */
+    const char *bad[] = {
+        "",
+        "smelt-cuda-launch 2\nunits 1\nkernels 0\n",
+        "smelt-cuda-launch 1\nunits 0\nkernels 0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 2048 1 1 0 elementwise 0 k0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 1 1 1 1 1 32 1 1 0 elementwise 0 k0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel 0k 0 1 1 1 1 32 1 1 0 elementwise 0 k0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 bogus 0 k0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 0 1 1 32 1 1 0 matmul 0 k0\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 k0 extra\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      CgCudaModule *x = NULL;
+      smelt_status st = cg_cuda_launch_decode(bad[i], strlen(bad[i]), &x);
+      CHECK(st != NULL && x == NULL);
+      if (st) CHECK(st_code(st) == ST_INVALID_INPUT);
+      st_free(st);
+    }
+    if (len > 20) { /* every truncation of the good table fails cleanly or decodes fewer lines */
+      for (size_t cut = 0; cut + 1 < len; cut += len / 17 + 1) {
+        CgCudaModule *x = NULL;
+        smelt_status st = cg_cuda_launch_decode(text, cut, &x);
+        CHECK((st == NULL) != (x == NULL));
+        st_free(st);
+        cg_cuda_module_free(x);
+      }
+    }
+    free(text);
+  }
+  cg_cuda_module_free(m);
+  ir_graph_destroy(g);
+}
+
+static void test_arch_table(void) {
+  CHECK(cg_cuda_onchip_budget("sm_90a") == 227 * 1024);
+  CHECK(cg_cuda_onchip_budget("sm_90") == 227 * 1024);
+  CHECK(cg_cuda_onchip_budget("sm_80") == 163 * 1024);
+  CHECK(cg_cuda_onchip_budget("sm_86") == 99 * 1024);
+  CHECK(cg_cuda_onchip_budget("nonsense") == 48 * 1024);
+  CgCudaArchLimits l;
+  cg_cuda_arch_limits("sm_90a", &l);
+  CHECK(l.regs_per_sm == 65536 && l.smem_default == 48 * 1024);
+  int cc = 0;
+  bool sp = false;
+  CHECK(cg_cuda_parse_arch("sm_90a", &cc, &sp) && cc == 90 && sp);
+  CHECK(cg_cuda_parse_arch("compute_80", &cc, &sp) && cc == 80 && !sp);
+  CHECK(cg_cuda_parse_arch("sm_120", &cc, &sp) && cc == 120);
+  CHECK(!cg_cuda_parse_arch("sm_", &cc, &sp) && !cg_cuda_parse_arch("gfx90a", &cc, &sp) && !cg_cuda_parse_arch("sm_90ax", &cc, &sp));
+  char h[65];
+  cg_cuda_sha256_hex("abc", 3, h);
+  CHECK(strcmp(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+  cg_cuda_sha256_hex("", 0, h);
+  CHECK(strcmp(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855") == 0);
+}
+
+static void test_cache(const char *dir) {
+  if (!nvrtc) return;
+  const char *src = "extern \"C\" __global__ void cache_probe(float *a) { a[threadIdx.x] += 1.0f; }\n";
+  CgCudaBinary b1, b2, b3;
+  CHECK_OK(cg_cuda_compile_source(nvrtc, src, "probe.cu", "sm_80", &copts, &b1));
+  CHECK(!b1.cache_hit && b1.cubin_len > 0);
+  CHECK_OK(cg_cuda_compile_source(nvrtc, src, "probe.cu", "sm_80", &copts, &b2));
+  CHECK(b2.cache_hit && b2.cubin_len == b1.cubin_len && b2.cubin && b1.cubin && memcmp(b1.cubin, b2.cubin, b1.cubin_len) == 0);
+  CHECK(b2.ptx && b1.ptx && strcmp(b1.ptx, b2.ptx) == 0);
+  /* corrupt every entry: the next compile must notice and recompile */
+  char sub[1100];
+  snprintf(sub, sizeof sub, "%s/cuda", dir);
+  DIR *d = opendir(sub);
+  CHECK(d != NULL);
+  int corrupted = 0;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      if (!strstr(e->d_name, ".bin")) continue;
+      char p[1400];
+      snprintf(p, sizeof p, "%s/%s", sub, e->d_name);
+      FILE *fp = fopen(p, "r+b");
+      if (!fp) continue;
+      fseek(fp, 100, SEEK_SET);
+      fputc(0x5a, fp);
+      fclose(fp);
+      corrupted++;
+    }
+    closedir(d);
+  }
+  CHECK(corrupted > 0);
+  CHECK_OK(cg_cuda_compile_source(nvrtc, src, "probe.cu", "sm_80", &copts, &b3));
+  CHECK(!b3.cache_hit && b3.cubin_len == b1.cubin_len);
+  /* a different arch is a different entry */
+  CgCudaBinary b4;
+  CHECK_OK(cg_cuda_compile_source(nvrtc, src, "probe.cu", "sm_90a", &copts, &b4));
+  CHECK(!b4.cache_hit);
+  /* compile errors carry NVRTC's log */
+  CgCudaBinary bad;
+  smelt_status st = cg_cuda_compile_source(nvrtc, "__global__ void broken( { }", "broken.cu", "sm_80", &copts, &bad);
+  CHECK(st != NULL);
+  if (st) CHECK(strstr(st_message(st), "broken.cu") != NULL && strstr(st_message(st), "error") != NULL);
+  st_free(st);
+  st = cg_cuda_compile_source(nvrtc, src, "probe.cu", "gfx90a", &copts, &bad);
+  CHECK(st != NULL && st_code(st) == ST_INVALID_INPUT);
+  st_free(st);
+  cg_cuda_binary_clear(&b1), cg_cuda_binary_clear(&b2), cg_cuda_binary_clear(&b3), cg_cuda_binary_clear(&b4);
+}
+
+static void test_absent(void) {
+  const char *old = getenv("SMELT_NVRTC");
+  char *saved = old ? strdup(old) : NULL;
+  setenv("SMELT_NVRTC", "/nonexistent/libnvrtc.so", 1);
+  CgNvrtc *nv = NULL;
+  smelt_status st = cg_cuda_nvrtc_open(&nv);
+  CHECK(st != NULL && nv == NULL && st_code(st) == ST_UNSUPPORTED);
+  if (st) CHECK(strstr(st_message(st), "no NVRTC") != NULL);
+  st_free(st);
+  if (saved) setenv("SMELT_NVRTC", saved, 1);
+  else unsetenv("SMELT_NVRTC");
+  free(saved);
+
+  setenv("SMELT_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  RtCudaDevice *dev = NULL;
+  st = rt_cuda_device_create(0, &dev);
+  CHECK(st != NULL && dev == NULL && st_code(st) == ST_UNSUPPORTED);
+  if (st) CHECK(strstr(st_message(st), "no CUDA driver") != NULL);
+  st_free(st);
+  int count = -1;
+  st = rt_cuda_device_count(&count);
+  CHECK(st != NULL && count == 0);
+  st_free(st);
+  /* the toolkit's stub driver exports every entry point and fails every
+   * call: all symbols must resolve, and cuInit's failure means "no CUDA" */
+  const char *stub = "/usr/local/cuda/lib64/stubs/libcuda.so";
+  if (access(stub, R_OK) == 0) {
+    setenv("SMELT_LIBCUDA", stub, 1);
+    st = rt_cuda_device_create(0, &dev);
+    CHECK(st != NULL && dev == NULL && st_code(st) == ST_UNSUPPORTED);
+    if (st) CHECK(strstr(st_message(st), "no usable CUDA device") != NULL && strstr(st_message(st), "cuInit") != NULL);
+    st_free(st);
+  } else {
+    printf("SKIP: no stub libcuda at %s: driver symbol resolution not checked\n", stub);
+  }
+  unsetenv("SMELT_LIBCUDA");
+}
+
+/* ---- numerics without a GPU: the CPU emulation ---- */
+
+static Graph *load_example(const char *path, DType dtype) {
+  FeOptions fo = {.dtype = dtype};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  if (!st) {
+    PassCtx ctx = {0};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "%s: %s\n", path, st_message(st));
+    st_free(st);
+    check_failures++;
+    ir_graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
+static void test_emulated(void) {
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  if (skip) {
+    printf("SKIP: emulated runs: %s\n", skip);
+    return;
+  }
+  HStats stats = {0};
+  CgCudaOptions opt = {.max_units = 1};
+  DType dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64};
+  for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)
+    for (int fused = 0; fused < 2; fused++) {
+      OpSuite s;
+      Graph *g = fused ? oc_fused_suite(dts[i], &s) : oc_suite(dts[i], &s);
+      if (!g) continue; /* reported by test_suites */
+      char what[64];
+      snprintf(what, sizeof what, "%s suite %s", fused ? "fused" : "op", dt_name(dts[i]));
+      /* f32 also at an offset of 8 bytes: the vector paths' scalar fallback */
+      for (size_t off = 0; off <= (dts[i] == DT_F32 ? 8u : 0u); off += 8) {
+        Graph *c = ir_graph_clone(g);
+        CHECK(h_check_graph(&e, c, &s, &opt, off, false, what, &stats) == 0);
+        ir_graph_destroy(c);
+      }
+      ir_graph_destroy(g);
+    }
+  const char *examples[] = {"examples/mlp.yaml", "examples/cnn.yaml", "examples/gpt2_block.yaml", "examples/tiny_llama.yaml"};
+  for (size_t i = 0; i < sizeof examples / sizeof *examples; i++)
+    for (int h = 0; h < 2; h++) {
+      Graph *g = load_example(examples[i], h ? DT_F16 : DT_INVALID);
+      if (!g) continue;
+      char what[128];
+      snprintf(what, sizeof what, "%s%s", examples[i], h ? " (f16)" : "");
+      CHECK(h_check_graph(&e, g, NULL, &opt, 0, true, what, &stats) == 0);
+      ir_graph_destroy(g);
+    }
+  h_exec_close(&e);
+  printf("emulated CUDA: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, worst %.2f of tolerance\n",
+         stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
+}
+
+static void rm_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char p[2048];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    struct stat sb;
+    if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
+    else unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+int main(void) {
+  char dir[] = "/tmp/smelt-cuda-cache-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  copts.cache_dir = dir;
+
+  smelt_status st = cg_cuda_nvrtc_open(&nvrtc);
+  if (st) {
+    printf("SKIP: NVRTC not available (%s): CUDA sources are generated and checked but not compiled\n", st_message(st));
+    st_free(st);
+  } else {
+    printf("NVRTC %s, include dir '%s'\n", cg_cuda_nvrtc_version(nvrtc), cg_cuda_nvrtc_include_dir(nvrtc));
+  }
+  test_arch_table();
+  test_vector_choice();
+  test_units_and_launch_table();
+  test_absent();
+  test_cache(dir);
+  test_suites();
+  test_examples();
+  test_emulated();
+  if (nvrtc) printf("compiled %d (unit, arch) pairs for sm_90a and sm_80\n", units_compiled);
+  cg_cuda_nvrtc_close(nvrtc);
+  rm_tree(dir);
+  return check_done("test_cuda_codegen");
+}
