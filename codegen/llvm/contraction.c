@@ -1,9 +1,9 @@
 /* Contraction kernels: matmul and conv2d with an elementwise epilogue.
  *
- * This is the generic, obviously correct version; cg_llvm_emit_contraction
- * is the one entry point so that a register-blocked, cache-tiled GEMM with
- * pre-packed weights can take over the cases it handles and leave the rest
- * here.
+ * cg_llvm_emit_contraction is the one entry point: a matmul whose weight is
+ * a constant goes to the register-blocked GEMM with pre-packed weights
+ * (gemm.c); what it does not take is done here, by the generic, obviously
+ * correct loop nests below.
  *
  * matmul: one task per output row (batch index and m).  The columns are cut
  * into tiles of CG_NTILE accumulators kept on the stack.  When B is stored
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "codegen/llvm/cg_internal.h"
+#include "codegen/llvm/gemm.h"
 
 #define CG_NTILE 256
 
@@ -218,7 +219,11 @@ static smelt_status emit_conv2d(CgFn *f) {
 
 smelt_status cg_llvm_emit_contraction(CgFn *f) {
   const Node *n = &f->g->node[f->anchor];
-  if (n->op == OP_MATMUL) return emit_matmul(f);
+  if (n->op == OP_MATMUL) {
+    bool done;
+    RETURN_IF_ERROR(cg_gemm_try(f, &done));
+    return done ? NULL : emit_matmul(f);
+  }
   if (n->op == OP_CONV2D) return emit_conv2d(f);
   return st_error(ST_INTERNAL, "kernel %s: %s is not a contraction", f->k->name, ir_op_name(n->op));
 }

@@ -1,0 +1,15 @@
+/* The register-blocked GEMM of the CPU backend (gemm.c): the fast path of
+ * cg_llvm_emit_contraction for matmuls whose right operand is a constant. */
+#ifndef SMELT_CG_GEMM_H
+#define SMELT_CG_GEMM_H
+
+#include "codegen/llvm/cg_internal.h"
+
+/* Emits the kernel body of f (a matmul-anchored group) as a packed,
+ * register-blocked GEMM when its shape allows, and sets *out_done; leaves
+ * *out_done false (and emits nothing) when the generic loop nest must do
+ * it.  May add the packed weight to the graph as a new constant and make
+ * the kernel read it in place of the original (see gemm.c). */
+smelt_status cg_gemm_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
+
+#endif
