@@ -1,36 +1,56 @@
 /* smelt bench: how fast each kernel runs, against what the machine can do.
  *
- * The bundle (or a YAML model, compiled in memory first) runs on random
- * inputs: `--warmup` runs untimed, then `--iters` runs in which every kernel
- * is timed on its own (clock_gettime around rt_session_run_kernel) and the
- * whole run too.  Reported times are medians, which one descheduled run
+ * The bundle (or a YAML model, compiled in memory first for the device's
+ * target) runs on fixed inputs: `--warmup` runs untimed, then `--iters`
+ * timed passes.  Reported times are medians, which one descheduled run
  * does not move.  Each kernel's estimated bytes and FLOPs over its time give
- * achieved GB/s and GFLOP/s; the bytes are set against the host's copy
- * bandwidth, measured once at start as the best of three 256 MiB copies
- * spread over the same number of threads the session uses (a kernel run on
- * N threads is compared with what N threads can copy), counting bytes read
- * plus bytes written as the kernels' estimates do. */
+ * achieved GB/s and GFLOP/s.
+ *
+ * CPU: every kernel is timed on its own (clock_gettime around
+ * rt_session_run_kernel) and the whole run too; the bytes are set against
+ * the host's copy bandwidth, measured once at start as the best of three
+ * 256 MiB copies spread over the same number of threads the session uses (a
+ * kernel run on N threads is compared with what N threads can copy),
+ * counting bytes read plus bytes written as the kernels' estimates do.
+ *
+ * CUDA: every kernel is timed with CUDA events around its launch
+ * (rt_cuda_time_kernels), and the whole model as the replay of its CUDA
+ * graph: 10 replays queued back to back and waited for, over 10, which
+ * hides the host's launch latency the way a serving loop does.  The
+ * roofline is the device's: the copy bandwidth measured as a copy of 1 GiB
+ * between two device buffers by a plain copy kernel timed with events
+ * (read + write bytes, median of 10; without NVRTC a cuMemcpy timed by the
+ * host clock), and a stated FLOP peak per arch (below).  A kernel's
+ * "% roofline" is its roofline time, max(bytes / bandwidth, FLOPs / peak),
+ * over its measured time.
+ *
+ * --json prints the same numbers as one JSON object instead of the table,
+ * for scripts (bench/gpu/bench.py). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+#include "codegen/cuda/cg_cuda.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/driver.h"
 #include "runtime/threadpool.h"
 
 static const char bench_help[] =
     "usage: smelt bench BUNDLE.smelt|MODEL.yaml [flags]\n"
     "\n"
-    "Times every kernel and the whole model on random inputs and reports median times,\n"
+    "Times every kernel and the whole model on fixed inputs and reports median times,\n"
     "achieved GB/s and GFLOP/s (from each kernel's estimated bytes and FLOPs) and the\n"
-    "fraction of the host's measured copy bandwidth.  A YAML model is compiled first.\n"
+    "fraction of the device's roofline (measured copy bandwidth; on CUDA also a FLOP\n"
+    "peak).  A YAML model is compiled first for the device.\n"
     "\n"
     "flags:\n"
-    "  --device cpu            where to run (default cpu)\n"
-    "  --threads N             worker threads (default: the bundle's, else every core)\n"
+    "  --device cpu|cuda[:N]   where to run (default cpu)\n"
+    "  --threads N             CPU worker threads (default: the bundle's, else every core)\n"
     "  --warmup N              untimed runs first (default 3)\n"
     "  --iters N               timed runs (default 20)\n"
+    "  --json                  print the results as one JSON object instead of a table\n"
     "  --dim NAME=VALUE        (YAML only) override a size from the model's dims\n"
     "  --dtype DTYPE           (YAML only) default element type\n";
 
@@ -94,10 +114,10 @@ static bool is_yaml(const char *path) {
   return (n > 5 && strcmp(path + n - 5, ".yaml") == 0) || (n > 4 && strcmp(path + n - 4, ".yml") == 0);
 }
 
-static smelt_status open_model(const char *path, const char *dims, const char *dtype, int threads,
+static smelt_status open_model(const char *path, const char *dims, const char *dtype, int threads, bool cuda,
                                smelt_bundle **out) {
   if (!is_yaml(path)) return smelt_bundle_open(path, out);
-  smelt_compile_options o = {.dims = dims, .dtype = dtype, .threads = threads};
+  smelt_compile_options o = {.targets = cuda ? "cuda" : "cpu", .dims = dims, .dtype = dtype, .threads = threads};
   void *buf;
   size_t len;
   RETURN_IF_ERROR(rt_compile_model_to_memory(path, &o, &buf, &len));
@@ -157,54 +177,269 @@ static smelt_status bind_random(smelt_session *s, Buffers *keep) {
   return NULL;
 }
 
-static void print_row(const char *name, int64_t tasks, double t, double bytes, double flops, double bw) {
-  double gbs = t > 0 ? bytes / t * 1e-9 : 0, gfs = t > 0 ? flops / t * 1e-9 : 0;
-  char tasks_s[24] = "";
-  if (tasks >= 0) snprintf(tasks_s, sizeof tasks_s, "%lld", (long long)tasks);
-  printf("%-44s %8s %11.2f %9.2f %9.2f", name, tasks_s, t * 1e6, gbs, gfs);
-  if (bw > 0) printf(" %6.1f%%", 100.0 * (bytes / t) / bw);
-  printf("\n");
+/* ---- results: one row per kernel, then the total ---- */
+
+typedef struct {
+  const char *name;
+  int64_t tasks;   /* -1: not a kernel */
+  double t;        /* median seconds */
+  double bytes, flops;
+  double peak;     /* FLOP/s this row's roofline uses; 0 = bytes only */
+} Row;
+
+typedef struct {
+  const char *model, *device;
+  char hw[512];          /* "NVIDIA H200 (sm_90a, 132 SMs)" or "8 threads" */
+  double copy_bw;        /* bytes/s, read + write; 0 = not measured */
+  char copy_how[160];
+  char peak_how[200];
+  int warmup, iters;
+  Row *rows;
+  int nrows;             /* kernels, then totals */
+  int nkernels;
+  char note[200];
+} Report;
+
+static double roofline_pct(const Row *r, double bw) {
+  if (r->t <= 0) return 0;
+  double tb = bw > 0 ? r->bytes / bw : 0, tf = r->peak > 0 ? r->flops / r->peak : 0;
+  double troof = tb > tf ? tb : tf;
+  return troof > 0 ? 100.0 * troof / r->t : 0;
 }
 
+static void print_table(const Report *rep) {
+  printf("%-44s %8s %11s %9s %9s %9s\n", "kernel", "tasks", "median(us)", "GB/s", "GFLOP/s", "%roofline");
+  for (int i = 0; i < rep->nrows; i++) {
+    const Row *r = &rep->rows[i];
+    double gbs = r->t > 0 ? r->bytes / r->t * 1e-9 : 0, gfs = r->t > 0 ? r->flops / r->t * 1e-9 : 0;
+    char tasks_s[24] = "";
+    if (r->tasks >= 0) snprintf(tasks_s, sizeof tasks_s, "%lld", (long long)r->tasks);
+    printf("%-44s %8s %11.2f %9.2f %9.2f", r->name, tasks_s, r->t * 1e6, gbs, gfs);
+    double pct = roofline_pct(r, rep->copy_bw);
+    if (pct > 0) printf(" %8.1f%%", pct);
+    printf("\n");
+  }
+  if (rep->note[0]) printf("%s\n", rep->note);
+}
+
+static void json_string(const char *s) {
+  putchar('"');
+  for (; s && *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') printf("\\%c", c);
+    else if (c < 0x20) printf("\\u%04x", c);
+    else putchar(c);
+  }
+  putchar('"');
+}
+
+static void json_row(const Row *r, double bw) {
+  printf("{\"name\": ");
+  json_string(r->name);
+  printf(", \"median_us\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"gbs\": %.3f, \"gflops\": %.3f, "
+         "\"roofline_pct\": %.2f}",
+         r->t * 1e6, r->bytes, r->flops, r->t > 0 ? r->bytes / r->t * 1e-9 : 0, r->t > 0 ? r->flops / r->t * 1e-9 : 0,
+         roofline_pct(r, bw));
+}
+
+static void print_json(const Report *rep) {
+  printf("{\"model\": ");
+  json_string(rep->model);
+  printf(", \"device\": ");
+  json_string(rep->device);
+  printf(", \"hardware\": ");
+  json_string(rep->hw);
+  printf(", \"warmup\": %d, \"iters\": %d, \"copy_bandwidth_gbs\": %.3f, \"copy_method\": ", rep->warmup, rep->iters,
+         rep->copy_bw * 1e-9);
+  json_string(rep->copy_how);
+  printf(", \"flop_peak\": ");
+  json_string(rep->peak_how);
+  printf(",\n \"kernels\": [");
+  for (int i = 0; i < rep->nkernels; i++) {
+    printf(i ? ",\n  " : "\n  ");
+    json_row(&rep->rows[i], rep->copy_bw);
+  }
+  printf("],\n \"totals\": [");
+  for (int i = rep->nkernels; i < rep->nrows; i++) {
+    printf(i > rep->nkernels ? ",\n  " : "\n  ");
+    json_row(&rep->rows[i], rep->copy_bw);
+  }
+  printf("]}\n");
+}
+
+/* ---- CPU ---- */
+
 /* Times the session; times[k * iters + i] is kernel k in run i. */
-static smelt_status bench_session(smelt_session *s, int warmup, int iters, double copy_bw) {
+static smelt_status bench_cpu(smelt_session *s, Report *rep) {
   const smelt_bundle *b = rt_session_bundle(s);
-  int nk = rt_bundle_num_kernels(b);
+  int nk = rt_bundle_num_kernels(b), iters = rep->iters;
   double *times = calloc((size_t)(nk + 1) * (size_t)iters, sizeof *times);
   if (!times) return st_error(ST_NO_MEMORY, "out of memory");
   double *total = times + (size_t)nk * (size_t)iters;
-  for (int i = 0; i < warmup; i++) {
-    smelt_status st = smelt_session_run(s);
-    if (st) {
-      free(times);
-      return st;
-    }
-  }
-  for (int i = 0; i < iters; i++) {
+  smelt_status st = NULL;
+  for (int i = 0; i < rep->warmup && !st; i++) st = smelt_session_run(s);
+  for (int i = 0; i < iters && !st; i++) {
     double t0 = now_s();
-    smelt_status st = rt_session_prepare(s);
-    if (st) {
-      free(times);
-      return st;
-    }
-    for (int k = 0; k < nk; k++) {
+    st = rt_session_prepare(s);
+    for (int k = 0; k < nk && !st; k++) {
       double k0 = now_s();
-      rt_session_run_kernel(s, k);
+      st = rt_session_run_kernel(s, k);
       times[(size_t)k * (size_t)iters + (size_t)i] = now_s() - k0;
     }
-    rt_session_finish(s);
+    if (!st) st = rt_session_finish(s);
     total[i] = now_s() - t0;
   }
-  printf("%-44s %8s %11s %9s %9s %7s\n", "kernel", "tasks", "median(us)", "GB/s", "GFLOP/s", "%copy");
+  if (st) {
+    free(times);
+    return st;
+  }
   double all_bytes = 0, all_flops = 0;
   for (int k = 0; k < nk; k++) {
     const Kernel *kn = rt_bundle_kernel(b, k);
-    double t = median(times + (size_t)k * (size_t)iters, iters);
-    print_row(kn->name, kn->ntasks, t, kn->bytes, kn->flops, copy_bw);
+    rep->rows[k] = (Row){kn->name, kn->ntasks, median(times + (size_t)k * (size_t)iters, iters), kn->bytes, kn->flops, 0};
     all_bytes += kn->bytes;
     all_flops += kn->flops;
   }
-  print_row("total (whole run)", -1, median(total, iters), all_bytes, all_flops, copy_bw);
+  rep->rows[nk] = (Row){"total (whole run)", -1, median(total, iters), all_bytes, all_flops, 0};
+  rep->nrows = nk + 1;
+  free(times);
+  return NULL;
+}
+
+/* ---- CUDA ---- */
+
+#define GPU_COPY_BYTES ((size_t)1 << 30)
+#define GRAPH_BATCH 10
+
+/* A plain copy, 16 bytes per thread: what the memory system gives a
+ * kernel that only streams. */
+static const char copy_kernel[] =
+    "extern \"C\" __global__ void smelt_copy(const int4 *__restrict__ src, int4 *__restrict__ dst,\n"
+    "                                        unsigned long long n) {\n"
+    "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+    "  if (i < n) dst[i] = src[i];\n"
+    "}\n";
+
+/* Seconds of the median of 10 event-timed copy-kernel runs over n bytes. */
+static smelt_status time_copy_kernel(RtCudaDevice *d, RtCudaPtr src, RtCudaPtr dst, size_t n, double *out_s) {
+  CgNvrtc *nv;
+  RETURN_IF_ERROR(cg_cuda_nvrtc_open(&nv));
+  CgCudaBinary bin;
+  smelt_status st = cg_cuda_compile_source(nv, copy_kernel, "copy kernel", rt_cuda_device_info(d)->arch, NULL, &bin);
+  cg_cuda_nvrtc_close(nv);
+  RETURN_IF_ERROR(st);
+  RtCudaModule *m = NULL;
+  st = rt_cuda_module_load_image(d, bin.cubin, "copy kernel", &m);
+  cg_cuda_binary_clear(&bin);
+  RtCudaFunction fn = NULL;
+  if (!st) st = rt_cuda_module_function(m, "smelt_copy", 0, &fn);
+  unsigned long long n16 = n / 16;
+  void *params[3] = {&src, &dst, &n16};
+  RtCudaLaunch l = {fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params};
+  double ms[10];
+  for (int r = 0; r < 10 && !st; r++) st = rt_cuda_time_kernels(d, &l, 1, 1, &ms[r]);
+  if (!st) *out_s = median(ms, 10) * 1e-3;
+  rt_cuda_module_unload(m);
+  return st;
+}
+
+/* The device's copy bandwidth in bytes/s (read + write); 0 when it cannot
+ * be measured (how says why). */
+static double gpu_copy_bandwidth(RtCudaDevice *d, char *how, size_t cap) {
+  RtCudaPtr src = 0, dst = 0;
+  size_t n = GPU_COPY_BYTES;
+  smelt_status st = rt_cuda_alloc(d, n, &src);
+  if (!st) st = rt_cuda_alloc(d, n, &dst);
+  if (!st) st = rt_cuda_memset(d, src, 1, n);
+  double bw = 0, t = 0;
+  if (!st) {
+    smelt_status kst = time_copy_kernel(d, src, dst, n, &t);
+    if (!kst && t > 0) {
+      bw = 2.0 * (double)n / t;
+      snprintf(how, cap, "copy kernel over 1 GiB device to device, CUDA events, median of 10, read + write bytes");
+    } else {
+      /* no NVRTC: the driver's own copy, timed by the host clock (a few
+       * microseconds of call overhead against ~0.5 ms) */
+      double s[5];
+      for (int r = 0; r < 5 && !st; r++) {
+        double t0 = now_s();
+        st = rt_cuda_upload(d, dst, (const void *)(uintptr_t)src, n);
+        s[r] = now_s() - t0;
+      }
+      if (!st) {
+        bw = 2.0 * (double)n / median(s, 5);
+        snprintf(how, cap, "cuMemcpyDtoD of 1 GiB timed by the host clock, median of 5 (copy kernel failed: %.60s)",
+                 kst ? st_message(kst) : "zero time");
+      }
+    }
+    st_free(kst);
+  }
+  if (st) {
+    snprintf(how, cap, "not measured: %.120s", st_message(st));
+    st_free(st);
+  }
+  rt_cuda_free(d, src);
+  rt_cuda_free(d, dst);
+  return bw;
+}
+
+/* Stated peaks (dense, per the vendor's data sheets; SXM parts), by
+ * compute capability: tensor cores for 16-bit floats, CUDA cores for f32.
+ * 0: unknown, and the roofline then counts bytes only. */
+static double flop_peak(int cc, DType dt) {
+  bool half = dt == DT_F16 || dt == DT_BF16;
+  switch (cc) {
+  case 90: return half ? 989.4e12 : 66.9e12; /* H100/H200 SXM */
+  case 80: return half ? 312e12 : 19.5e12;   /* A100 SXM */
+  default: return 0;
+  }
+}
+
+static smelt_status bench_cuda(smelt_session *s, Report *rep) {
+  const smelt_bundle *b = rt_session_bundle(s);
+  const Graph *g = rt_bundle_graph(b);
+  RtCudaDevice *d = rt_session_cuda_device(s);
+  const RtCudaInfo *info = rt_cuda_device_info(d);
+  int nk = rt_bundle_num_kernels(b), iters = rep->iters;
+  char loaded[160];
+  rt_session_cuda_loaded(s, loaded, sizeof loaded);
+  snprintf(rep->hw, sizeof rep->hw, "%s (%s, %d SMs; %s)", info->name, info->arch, info->sm_count, loaded);
+  snprintf(rep->peak_how, sizeof rep->peak_how, "%s", flop_peak(info->cc, DT_F16) > 0
+               ? "stated dense peak: 16-bit floats on tensor cores, f32 on CUDA cores (data sheet)"
+               : "unknown for this GPU: bytes only");
+  smelt_status st = NULL;
+  for (int i = 0; i < (rep->warmup > 0 ? rep->warmup : 1) && !st; i++) st = smelt_session_run(s);
+  if (st) return st;
+  rep->copy_bw = gpu_copy_bandwidth(d, rep->copy_how, sizeof rep->copy_how);
+  double *times = calloc((size_t)(nk + 1) * (size_t)iters, sizeof *times);
+  if (!times) return st_error(ST_NO_MEMORY, "out of memory");
+  /* the graph again after the copy buffers came and went: its replays are
+   * what a caller sees */
+  st = smelt_session_run(s);
+  if (!st) st = rt_session_cuda_time_kernels(s, iters, times);
+  double *graph = times + (size_t)nk * (size_t)iters;
+  if (!st) st = rt_session_cuda_time_graph(s, iters, GRAPH_BATCH, graph);
+  if (st) {
+    free(times);
+    return st;
+  }
+  double all_bytes = 0, all_flops = 0, sum = 0;
+  for (int k = 0; k < nk; k++) {
+    const Kernel *kn = rt_bundle_kernel(b, k);
+    DType dt = g->val[kn->args[kn->nargs - 1]].type.dt;
+    double t = median(times + (size_t)k * (size_t)iters, iters) * 1e-3;
+    rep->rows[k] = (Row){kn->name, kn->ntasks, t, kn->bytes, kn->flops, flop_peak(info->cc, dt)};
+    all_bytes += kn->bytes;
+    all_flops += kn->flops;
+    sum += t;
+  }
+  DType out_dt = g->noutputs ? g->val[g->outputs[0]].type.dt : DT_F32;
+  rep->rows[nk] = (Row){"total (sum of kernels)", -1, sum, all_bytes, all_flops, flop_peak(info->cc, out_dt)};
+  rep->rows[nk + 1] = (Row){"total (CUDA graph replay)", -1, median(graph, iters) * 1e-3, all_bytes, all_flops,
+                            flop_peak(info->cc, out_dt)};
+  rep->nrows = nk + 2;
+  snprintf(rep->note, sizeof rep->note, "graph replay: median over %d runs of %d replays queued back to back", iters,
+           GRAPH_BATCH);
   free(times);
   return NULL;
 }
@@ -217,9 +452,15 @@ static bool parse_count(const char *s, int lo, int *out) {
   return true;
 }
 
+static bool is_cuda_device(const char *d) {
+  if (strcmp(d, "cuda") == 0) return true;
+  return strncmp(d, "cuda:", 5) == 0 && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5);
+}
+
 int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
+  bool json = false;
   char dims[1024] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -228,8 +469,12 @@ int cli_bench(int argc, char **argv) {
       fputs(bench_help, stdout);
       return 0;
     }
-    if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
-      if (missing) return cli_usage("bench", "--device needs a device (cpu)");
+    if (strcmp(a, "--json") == 0) {
+      json = true;
+    } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("bench", "--device needs a device (cpu, cuda, cuda:N)");
+      if (strcmp(v, "cpu") != 0 && !is_cuda_device(v))
+        return cli_usage("bench", "unknown device '%s' (cpu, cuda, cuda:N)", v);
       device = v;
     } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing)) || missing) {
       if (missing || !parse_count(v, 1, &threads)) return cli_usage("bench", "--threads needs a count >= 1");
@@ -251,24 +496,50 @@ int cli_bench(int argc, char **argv) {
   }
   if (!path) return cli_usage("bench", "which bundle or model? (smelt bench BUNDLE.smelt)");
   if ((dims[0] || dtype) && !is_yaml(path)) return cli_usage("bench", "--dim and --dtype apply to a YAML model only");
+  bool cuda = is_cuda_device(device);
 
   smelt_bundle *b = NULL;
   smelt_session *s = NULL;
   Buffers keep = {0};
   smelt_session_options so = {.threads = threads};
-  smelt_status st = open_model(path, dims[0] ? dims : NULL, dtype, threads, &b);
+  Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
+  smelt_status st = open_model(path, dims[0] ? dims : NULL, dtype, threads, cuda, &b);
   if (!st) st = smelt_session_create(b, device, &so, &s);
   if (!st) st = bind_random(s, &keep);
   if (!st) {
-    int nt = rt_session_threads(s);
-    double bw = copy_bandwidth(nt);
-    printf("bench %s on %s, %d thread%s: %d kernels, %d warm-up runs, median of %d runs\n", path, device, nt,
-           nt == 1 ? "" : "s", rt_bundle_num_kernels(b), warmup, iters);
-    if (bw > 0) printf("host copy bandwidth: %.2f GB/s (best of 3 copies of 256 MiB on %d threads, read + write)\n",
-                       bw * 1e-9, nt);
-    else printf("host copy bandwidth: not measured (out of memory)\n");
-    st = bench_session(s, warmup, iters, bw);
+    rep.nkernels = rt_bundle_num_kernels(b);
+    if (!(rep.rows = calloc((size_t)rep.nkernels + 2, sizeof *rep.rows))) st = st_error(ST_NO_MEMORY, "out of memory");
   }
+  if (!st && cuda) {
+    st = bench_cuda(s, &rep);
+    if (!st && !json) {
+      printf("bench %s on %s: %s\n%d kernels, %d warm-up runs, median of %d runs\n", path, device, rep.hw,
+             rep.nkernels, warmup, iters);
+      if (rep.copy_bw > 0) printf("device copy bandwidth: %.1f GB/s (%s)\n", rep.copy_bw * 1e-9, rep.copy_how);
+      else printf("device copy bandwidth: %s\n", rep.copy_how);
+      printf("FLOP peak: %s\n", rep.peak_how);
+    }
+  } else if (!st) {
+    int nt = rt_session_threads(s);
+    rep.copy_bw = copy_bandwidth(nt);
+    snprintf(rep.hw, sizeof rep.hw, "%d thread%s", nt, nt == 1 ? "" : "s");
+    if (rep.copy_bw > 0)
+      snprintf(rep.copy_how, sizeof rep.copy_how, "best of 3 host copies of 256 MiB on %d threads, read + write", nt);
+    else snprintf(rep.copy_how, sizeof rep.copy_how, "not measured (out of memory)");
+    snprintf(rep.peak_how, sizeof rep.peak_how, "not used on the CPU: bytes only");
+    if (!json) {
+      printf("bench %s on %s, %d thread%s: %d kernels, %d warm-up runs, median of %d runs\n", path, device, nt,
+             nt == 1 ? "" : "s", rep.nkernels, warmup, iters);
+      if (rep.copy_bw > 0) printf("host copy bandwidth: %.2f GB/s (%s)\n", rep.copy_bw * 1e-9, rep.copy_how);
+      else printf("host copy bandwidth: not measured (out of memory)\n");
+    }
+    st = bench_cpu(s, &rep);
+  }
+  if (!st) {
+    if (json) print_json(&rep);
+    else print_table(&rep);
+  }
+  free(rep.rows);
   buffers_free(&keep);
   smelt_session_destroy(s);
   smelt_bundle_close(b);

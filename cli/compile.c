@@ -32,7 +32,9 @@ static const char compile_help[] =
     "  --explain-fusion        print every fusion decision with its numbers\n"
     "  --onchip-bytes N        on-chip budget per tile for fusion\n"
     "  --verbose               print what passes did (folds, rewrites)\n"
-    "  --target cpu            kernel target (default cpu; cuda comes with the CUDA backend)\n"
+    "  --target cpu|cuda|cpu,cuda  kernel targets (default cpu)\n"
+    "  --arch sm_90a,sm_80     CUDA archs to compile cubins for (default: the GPU present,\n"
+    "                          else sm_90a); the CUDA source and PTX travel too\n"
     "  --cpu NAME              LLVM CPU to generate code for (default: this machine's)\n";
 
 typedef struct {
@@ -100,7 +102,8 @@ int cli_compile(int argc, char **argv) {
   DumpOpts d = {.err = stderr};
   PassCtx ctx = {0};
   bool verbose = false, emit_ir = false;
-  const char *target = "cpu", *cpu = NULL;
+  const char *target = "cpu", *cpu = NULL, *arch = NULL;
+  char default_arch[32];
   char dims_text[512] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -145,10 +148,22 @@ int cli_compile(int argc, char **argv) {
       if (missing || *end || nb <= 0) return cli_usage("compile", "--onchip-bytes needs a positive integer");
       ctx.onchip_bytes = nb;
     } else if ((v = cli_flag_value("--target", argc, argv, &i, &missing)) || missing) {
-      if (missing) return cli_usage("compile", "--target needs cpu, cuda or cpu,cuda");
-      if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "cpu,cuda") && strcmp(v, "cuda,cpu"))
-        return cli_usage("compile", "unknown target '%s' (cpu, cuda, cpu,cuda)", v);
+      bool has_cpu, has_cuda;
+      smelt_status bad = missing ? NULL : rt_parse_targets(v, &has_cpu, &has_cuda);
+      if (missing || bad) {
+        st_free(bad);
+        return cli_usage("compile", "--target needs cpu, cuda or cpu,cuda%s%s%s", missing ? "" : " (got '",
+                         missing ? "" : v, missing ? "" : "')");
+      }
       target = v;
+    } else if ((v = cli_flag_value("--arch", argc, argv, &i, &missing)) || missing) {
+      smelt_status bad = missing ? NULL : rt_check_archs(v);
+      if (missing || bad) {
+        int rc = cli_usage("compile", "%s", bad ? st_message(bad) : "--arch needs a list like sm_90a,sm_80");
+        st_free(bad);
+        return rc;
+      }
+      arch = v;
     } else if ((v = cli_flag_value("--cpu", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--cpu needs an LLVM CPU name");
       cpu = v;
@@ -164,6 +179,15 @@ int cli_compile(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage("compile", "no model given");
+  bool for_cuda = strstr(target, "cuda") != NULL;
+  if (arch && !for_cuda) return cli_usage("compile", "--arch applies to --target cuda (or cpu,cuda)");
+  if (for_cuda && !arch) {
+    rt_cuda_default_arch(default_arch, sizeof default_arch);
+    arch = default_arch;
+  }
+  /* the fuse pass's budget is the target's on-chip memory */
+  ctx.target = target;
+  ctx.arch = for_cuda ? arch : NULL;
   if (!out) return cli_usage("compile", "no output given (-o OUT)");
   /* pass names given to --print-ir-* must exist: a typo would silently print nothing */
   for (int i = 0; i < d.nafter + d.nbefore; i++) {
@@ -184,7 +208,7 @@ int cli_compile(int argc, char **argv) {
   if (!st && d.io_error) st = d.io_error, d.io_error = NULL;
   if (ctx.log && (verbose || ctx.explain_fusion)) fputs(ctx.log, stderr);
   if (!st && !emit_ir) {
-    RtCompileOptions co = {.targets = target, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
+    RtCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
                            .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                            .onchip_bytes = ctx.onchip_bytes};
     st = rt_compile_graph(g, &co, out);

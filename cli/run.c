@@ -22,8 +22,9 @@ static const char run_help[] =
     "tensors as .npy files.\n"
     "\n"
     "flags:\n"
-    "  --device ref|cpu        ref: the reference interpreter (plain C, every op; the oracle);\n"
-    "                          cpu: the generated kernels on a thread pool (default ref)\n"
+    "  --device ref|cpu|cuda[:N]  ref: the reference interpreter (plain C, every op; the oracle);\n"
+    "                          cpu: the generated kernels on a thread pool; cuda: on GPU N\n"
+    "                          (default 0); a YAML model is compiled for that target (default ref)\n"
     "  --threads N             CPU worker threads (default: the number of cores)\n"
     "  --check                 also run the reference and print max abs/rel and rel L2 error\n"
     "                          per output; exit 1 when one exceeds the tolerance\n"
@@ -32,7 +33,7 @@ static const char run_help[] =
     "  --input NAME=FILE.npy   an input's data (repeatable); NAME=random for random data\n"
     "                          (inputs not given are random)\n"
     "  --output NAME=FILE.npy  write a value to FILE.npy (repeatable): any value of the model\n"
-    "                          (input, param, intermediate) on ref, outputs on cpu; without\n"
+    "                          (input, param, intermediate) on ref, outputs on cpu/cuda; without\n"
     "                          --output the model's outputs are summarised on stdout\n"
     "                          (bf16 values are written as f32: numpy has no bf16)\n"
     "  --seed N                seed of random inputs (default 0)\n"
@@ -178,10 +179,10 @@ static int print_group_check(const RtGroupReport *r) {
   return 0;
 }
 
-/* Runs a bundle on the CPU; returns a status, and in *check_rc 1 when a
- * --check found a mismatch. */
-static smelt_status run_cpu(smelt_bundle *b, int threads, void *const *inputs, const NameFile *outs, int nout,
-                            int check, int *check_rc) {
+/* Runs a bundle on a device (cpu, cuda, cuda:N); returns a status, and in
+ * *check_rc 1 when a --check found a mismatch. */
+static smelt_status run_device(smelt_bundle *b, const char *device, int threads, void *const *inputs,
+                               const NameFile *outs, int nout, int check, int *check_rc) {
   const Graph *g = rt_bundle_graph(b);
   for (int i = 0; i < nout; i++) {
     int v = ir_find_value(g, outs[i].name);
@@ -193,7 +194,7 @@ static smelt_status run_cpu(smelt_bundle *b, int threads, void *const *inputs, c
   }
   smelt_session_options so = {.threads = threads};
   smelt_session *s;
-  RETURN_IF_ERROR(smelt_session_create(b, "cpu", &so, &s));
+  RETURN_IF_ERROR(smelt_session_create(b, device, &so, &s));
   smelt_status st = NULL;
   if (check == 1) {
     RtOutputReport r;
@@ -296,17 +297,16 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "no model given");
     goto done;
   }
-  bool is_cpu = strcmp(device, "cpu") == 0;
-  if (!is_cpu && strcmp(device, "ref") != 0) {
-    if (strncmp(device, "cuda", 4) == 0)
-      fprintf(stderr, "error: device '%s' is not available in this build: the CUDA backend is not built yet\n", device);
-    else
-      fprintf(stderr, "error: unknown device '%s' (ref, cpu, cuda[:N])\n", device);
-    rc = 1;
+  bool is_ref = strcmp(device, "ref") == 0, is_cpu = strcmp(device, "cpu") == 0;
+  bool is_cuda = strcmp(device, "cuda") == 0 ||
+                 (strncmp(device, "cuda:", 5) == 0 && device[5] >= '0' && device[5] <= '9' &&
+                  strspn(device + 5, "0123456789") == strlen(device + 5));
+  if (!is_ref && !is_cpu && !is_cuda) {
+    rc = cli_usage("run", "unknown device '%s' (ref, cpu, cuda, cuda:N)", device);
     goto done;
   }
-  if (check && !is_cpu) {
-    rc = cli_usage("run", "--check compares a device with the reference: use it with --device cpu");
+  if (check && is_ref) {
+    rc = cli_usage("run", "--check compares a device with the reference: use it with --device cpu or cuda");
     goto done;
   }
   size_t ml = strlen(model);
@@ -320,13 +320,14 @@ int cli_run(int argc, char **argv) {
   smelt_bundle *b = NULL;
   const Graph *g = NULL;
   if (is_bundle) {
-    st = is_cpu ? smelt_bundle_open(model, &b) : rt_bundle_open_nojit(model, &b);
+    st = !is_ref ? smelt_bundle_open(model, &b) : rt_bundle_open_nojit(model, &b);
     if (!st) g = rt_bundle_graph(b);
-  } else if (is_cpu) {
-    /* a YAML model on the CPU: compile in memory first */
+  } else if (!is_ref) {
+    /* a YAML model on a device: compile in memory for it first (for CUDA,
+     * the arch of the GPU present) */
     char dims[1024];
     dims_string(&mo, dims, sizeof dims);
-    smelt_compile_options co = {.targets = "cpu", .dims = dims[0] ? dims : NULL,
+    smelt_compile_options co = {.targets = is_cpu ? "cpu" : "cuda", .dims = dims[0] ? dims : NULL,
                                 .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL};
     void *buf = NULL;
     size_t len = 0;
@@ -342,7 +343,7 @@ int cli_run(int argc, char **argv) {
   if (!st && !(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *)))) st = st_error(ST_NO_MEMORY, "out of memory");
   if (!st) st = gather_inputs(g, ins, nin, seed, inputs);
   int check_rc = 0;
-  if (!st) st = is_cpu ? run_cpu(b, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
+  if (!st) st = !is_ref ? run_device(b, device, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
   for (int k = 0; inputs && k < g->ninputs; k++) free(inputs[k]);
   free(inputs);
   ir_graph_destroy(own);

@@ -50,8 +50,12 @@
  *   opaque:       0 (not modelled: such a kernel chooses its own tiling)
  * A node alone is never refused: one op cannot be split further, and its
  * kernel tiles itself; the log says when it is over budget on its own.
- * Budget: ctx->onchip_bytes (--onchip-bytes), else the L2 of cpu0 read from
- * /sys/devices/system/cpu/cpu0/cache, else 256 KiB.
+ * Budget: ctx->onchip_bytes (--onchip-bytes), else the target's: for the
+ * CPU the L2 of cpu0 read from /sys/devices/system/cpu/cpu0/cache (else
+ * 256 KiB); for CUDA the shared memory one block may use on each arch of
+ * ctx->arch (cg_cuda_onchip_budget; sm_90a when none is named).  Kernels
+ * built for several targets or archs come from one graph, so they get the
+ * smallest of those budgets.
  *
  * With ctx->explain_fusion every decision is logged; the notes are kept
  * until the walk ends so that they can name the final kernels.
@@ -64,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/cg_cuda.h"
 #include "passes.h"
 
 enum {
@@ -1031,6 +1036,26 @@ static bool snapshot_same(const Graph *g, const Snapshot *s) {
   return true;
 }
 
+/* The smallest shared-memory budget of the archs in the comma-separated
+ * list (NULL or empty: sm_90a, the default target); `source` says which. */
+static int64_t cuda_budget(const char *archs, char *source, size_t cap) {
+  const char *list = archs && *archs ? archs : "sm_90a";
+  int64_t best = 0;
+  snprintf(source, cap, "shared memory per block of %s", list);
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    char arch[32];
+    snprintf(arch, sizeof arch, "%.*s", (int)(n < sizeof arch ? n : sizeof arch - 1), p);
+    int64_t b = cg_cuda_onchip_budget(arch);
+    if (b > 0 && (best <= 0 || b < best)) {
+      best = b;
+      snprintf(source, cap, "shared memory per block of %s", arch);
+    }
+    p += n + (p[n] == ',');
+  }
+  return best;
+}
+
 static void snapshot_free(Snapshot *s) { free(s->key), free(s->grp), free(s->groups); }
 
 smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
@@ -1053,9 +1078,18 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
     return st_error(ST_NO_MEMORY, "out of memory");
   }
   f.budget = ctx->onchip_bytes;
-  if (f.budget <= 0) {
-    f.budget = cpu_l2_bytes();
-    source = "the L2 cache of cpu0";
+  char cuda_source[96];
+  if (f.budget <= 0 && ctx->target && strstr(ctx->target, "cuda")) {
+    f.budget = cuda_budget(ctx->arch, cuda_source, sizeof cuda_source);
+    source = cuda_source;
+  }
+  bool cpu = !ctx->target || strstr(ctx->target, "cpu");
+  if (cpu && (ctx->onchip_bytes <= 0)) {
+    int64_t l2 = cpu_l2_bytes();
+    if (l2 > 0 && (f.budget <= 0 || l2 < f.budget)) {
+      f.budget = l2;
+      source = "the L2 cache of cpu0";
+    }
   }
   if (f.budget <= 0) {
     f.budget = DEFAULT_BUDGET;

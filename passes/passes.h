@@ -13,6 +13,11 @@
 
 typedef struct {
   int64_t onchip_bytes; /* fuse: on-chip budget per tile; 0 = target default */
+  /* fuse: what the kernels are for, which sets the default budget:
+   * "cpu" (NULL), "cuda" or "cpu,cuda"; arch: the CUDA archs, "sm_90a,sm_80"
+   * (NULL = sm_90a).  Several targets or archs: the smallest budget. */
+  const char *target;
+  const char *arch;
   bool explain_fusion;  /* fuse: record every decision */
   /* A log the passes append human-readable notes to (fusion decisions,
    * folding notes); owned by the pass context, freed by pass_ctx_free. */

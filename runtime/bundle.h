@@ -54,11 +54,12 @@
   X(CONSTANTS, 4, "constants")           /* reserved */                                \
   X(KERNELS, 5, "kernels")               /* the kernel table */                        \
   X(CPU_OBJECT, 6, "cpu-object")         /* machine code; name = target triple/cpu */  \
-  X(CUDA_SOURCE, 7, "cuda-source")                                                     \
-  X(CUBIN, 8, "cubin")                   /* name = arch, "sm_90a" */                   \
-  X(PTX, 9, "ptx")                                                                     \
+  X(CUDA_SOURCE, 7, "cuda-source")       /* one CUDA C unit; name = "u0", "u1", ... */ \
+  X(CUBIN, 8, "cubin")                   /* name = "ARCH/UNIT", "sm_90a/u0" */        \
+  X(PTX, 9, "ptx")                       /* name = "ARCH/UNIT", NUL-terminated text */ \
   X(TUNING, 10, "tuning")                                                              \
-  X(SPECIALISATION, 11, "specialisation")
+  X(SPECIALISATION, 11, "specialisation")                                              \
+  X(CUDA_LAUNCH, 12, "cuda-launch")      /* cg_cuda_launch_encode's launch table */
 
 typedef enum {
 #define X(id, num, name) RT_SEC_##id = num,

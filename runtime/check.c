@@ -4,7 +4,8 @@
  * keeps every value, so any value can be compared afterwards), then run the
  * session on the same inputs into buffers of their own.  rt_check_outputs
  * compares the graph outputs after a whole run.  rt_check_groups drives the
- * session one kernel at a time through rt_session_run_kernel and compares
+ * session one kernel at a time through rt_session_run_kernel (reading values
+ * through rt_session_read_value, which downloads them from a GPU) and compares
  * each value a kernel writes right after it ran, before a later kernel can
  * reuse the memory, and each intermediate a kernel reads right before it
  * runs: a value that passed when written and fails when read was overwritten
@@ -165,16 +166,18 @@ static smelt_status add_check(Checks *c, const RtValueCheck *x) {
 }
 
 /* Compares value v as the session holds it now with the reference. */
-static RtValueCheck compare_value(const smelt_session *s, const Interp *it, int k, int v) {
+static smelt_status compare_value(smelt_session *s, const Interp *it, int k, int v, RtValueCheck *out) {
   const smelt_bundle *b = rt_session_bundle(s);
   const Graph *g = rt_bundle_graph(b);
   const Kernel *kn = rt_bundle_kernel(b, k);
   const Value *val = &g->val[v];
-  RtValueCheck c = {.kernel = k, .group = kn->group, .kernel_name = kn->name, .value = v, .value_name = val->name,
-                    .type = val->type};
-  rt_diff(val->type.dt, rt_session_value_data(s, v), ir_interp_value(it, v), (size_t)ir_type_numel(&val->type),
-          &c.diff);
-  return c;
+  *out = (RtValueCheck){.kernel = k, .group = kn->group, .kernel_name = kn->name, .value = v,
+                        .value_name = val->name, .type = val->type};
+  const void *data;
+  RETURN_IF_ERROR(rt_session_read_value(s, v, &data));
+  if (!data) return st_error(ST_INTERNAL, "value '%s' of kernel '%s' has no memory", val->name, kn->name);
+  rt_diff(val->type.dt, data, ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &out->diff);
+  return NULL;
 }
 
 /* Runs every kernel of the session, checking before and after each. */
@@ -183,24 +186,24 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
   const Graph *g = rt_bundle_graph(b);
   for (int k = 0; k < rt_bundle_num_kernels(b); k++) {
     const Kernel *kn = rt_bundle_kernel(b, k);
+    RtValueCheck x;
     for (int a = 0; a < kn->nargs - kn->nouts; a++) {
       int v = kn->args[a];
       if (g->val[v].kind != VK_NODE || !good[v]) continue;
-      RtValueCheck x = compare_value(s, it, k, v);
+      RETURN_IF_ERROR(compare_value(s, it, k, v, &x));
       if (x.diff.pass) continue;
       x.clobbered = true;
       good[v] = false; /* reported once */
       RETURN_IF_ERROR(add_check(c, &x));
     }
-    rt_session_run_kernel(s, k);
+    RETURN_IF_ERROR(rt_session_run_kernel(s, k));
     for (int a = kn->nargs - kn->nouts; a < kn->nargs; a++) {
-      RtValueCheck x = compare_value(s, it, k, kn->args[a]);
+      RETURN_IF_ERROR(compare_value(s, it, k, kn->args[a], &x));
       good[kn->args[a]] = x.diff.pass;
       RETURN_IF_ERROR(add_check(c, &x));
     }
   }
-  rt_session_finish(s);
-  return NULL;
+  return rt_session_finish(s);
 }
 
 smelt_status rt_check_groups(smelt_session *s, const void *const *inputs, RtGroupReport *out_report) {

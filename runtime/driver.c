@@ -3,11 +3,17 @@
  * rt_compile_graph is the whole back half of the compiler written out step
  * by step: make sure every live node is in a group (one per node when the
  * fuse pass formed none), lower the groups to Kernels (codegen/lower.c),
- * compile them all into one object for the CPU (codegen/llvm), and write
- * the bundle's sections: a manifest recording how it was built, the final
- * IR as text, the serialised graph (groups, memory plan and every constant),
- * the kernel table and the object.  smelt_compile puts the front end and the
- * pass pipeline in front of it.
+ * then for each target: compile them all into one object for the CPU
+ * (codegen/llvm), and/or generate CUDA C for them (codegen/cuda) and compile
+ * every unit with NVRTC for every requested arch; and write the bundle's
+ * sections: a manifest recording how it was built, the final IR as text,
+ * the serialised graph (groups, memory plan and every constant), the kernel
+ * table, the CPU object, the CUDA launch table, sources, cubins and PTX.
+ * Both targets share one graph and one kernel table, so a bundle for
+ * cpu,cuda runs the same kernels, in the same order, on either device.
+ * smelt_compile puts the front end and the pass pipeline in front of it;
+ * the pass context carries the targets, because the fuse pass's budget is
+ * the target's on-chip memory.
  *
  * The kernel table is this file's own little-endian encoding:
  *   header  u8[4] "SKTB", u32 version, u32 count, u32 reserved (0)
@@ -29,11 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/cuda/cg_cuda.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "ir/serialize.h"
 #include "passes/passes.h"
+#include "runtime/cuda_driver.h"
 #include "runtime/driver.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -310,11 +318,72 @@ static void parse_desc(const char *desc, char *triple, size_t tcap, char *cpu, s
   }
 }
 
-static smelt_status check_targets(const char *targets) {
-  if (!targets || strcmp(targets, "cpu") == 0) return NULL;
-  if (strstr(targets, "cuda"))
-    return st_error(ST_UNSUPPORTED, "target '%s': the CUDA backend is not built yet; use --target cpu", targets);
-  return st_error(ST_INVALID_INPUT, "unknown target '%s' (expected cpu, cuda or cpu,cuda)", targets);
+smelt_status rt_parse_targets(const char *targets, bool *out_cpu, bool *out_cuda) {
+  *out_cpu = *out_cuda = false;
+  if (!targets || strcmp(targets, "cpu") == 0) *out_cpu = true;
+  else if (strcmp(targets, "cuda") == 0) *out_cuda = true;
+  else if (strcmp(targets, "cpu,cuda") == 0 || strcmp(targets, "cuda,cpu") == 0) *out_cpu = *out_cuda = true;
+  else return st_error(ST_INVALID_INPUT, "unknown target '%s' (expected cpu, cuda or cpu,cuda)", targets);
+  return NULL;
+}
+
+/* Splits an arch list into at most RT_MAX_CUDA_ARCHS names; returns the
+ * count, or -1 when the list is bad (*why says how). */
+static int split_archs(const char *archs, char out[RT_MAX_CUDA_ARCHS][16], const char **why) {
+  int n = 0;
+  *why = NULL;
+  if (!archs || !*archs) {
+    *why = "empty";
+    return -1;
+  }
+  for (const char *p = archs;;) {
+    size_t len = strcspn(p, ",");
+    int cc;
+    bool specific;
+    if (n == RT_MAX_CUDA_ARCHS) {
+      *why = "too many archs";
+      return -1;
+    }
+    if (len == 0 || len >= 16) {
+      *why = "an empty or overlong name";
+      return -1;
+    }
+    snprintf(out[n], 16, "%.*s", (int)len, p);
+    /* cubins are for real archs: "compute_XY" names only a PTX target */
+    if (strncmp(out[n], "sm_", 3) != 0 || !cg_cuda_parse_arch(out[n], &cc, &specific) || cc < 50) {
+      *why = "not an arch name like sm_90a or sm_80";
+      return -1;
+    }
+    for (int i = 0; i < n; i++)
+      if (strcmp(out[i], out[n]) == 0) {
+        *why = "an arch named twice";
+        return -1;
+      }
+    n++;
+    if (!p[len]) break;
+    p += len + 1;
+  }
+  return n;
+}
+
+smelt_status rt_check_archs(const char *archs) {
+  char list[RT_MAX_CUDA_ARCHS][16];
+  const char *why;
+  if (split_archs(archs, list, &why) < 0)
+    return st_error(ST_INVALID_INPUT, "--arch '%s': %s (expected a list like sm_90a,sm_80)", archs ? archs : "", why);
+  return NULL;
+}
+
+void rt_cuda_default_arch(char *out, size_t cap) {
+  snprintf(out, cap, "sm_90a");
+  RtCudaDevice *d;
+  smelt_status st = rt_cuda_device_create(0, &d);
+  if (st) {
+    st_free(st);
+    return;
+  }
+  snprintf(out, cap, "%s", rt_cuda_device_info(d)->arch);
+  rt_cuda_device_destroy(d);
 }
 
 /* Names every group after its kernel when the fuse pass left it unnamed,
@@ -324,8 +393,72 @@ static void name_groups(Graph *g, const Kernel *k, int nk) {
     if (!g->groups[k[i].group].kernel) g->groups[k[i].group].kernel = ir_graph_strdup(g, k[i].name);
 }
 
+/* What the CUDA target adds to a bundle. */
+typedef struct {
+  CgCudaModule *m;
+  CgCudaBinary *bins; /* m->nunits * narch: unit u for arch a at u * narch + a */
+  int narch;
+  char arch[RT_MAX_CUDA_ARCHS][16];
+  char *launch;       /* the launch table */
+  size_t launch_len;
+  char nvrtc[32];     /* NVRTC's version */
+} CudaBuild;
+
+static void cuda_build_free(CudaBuild *c) {
+  if (c->m) cg_cuda_binaries_free(c->bins, c->m->nunits * c->narch);
+  cg_cuda_module_free(c->m);
+  free(c->launch);
+  memset(c, 0, sizeof *c);
+}
+
+/* Generates the CUDA C of every kernel and compiles each unit for each
+ * arch with NVRTC (in parallel, through the disk cache). */
+static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const char *archs, CudaBuild *c) {
+  const char *why;
+  c->narch = split_archs(archs, c->arch, &why);
+  if (c->narch < 0) {
+    c->narch = 0;
+    return st_error(ST_INVALID_INPUT, "--arch '%s': %s", archs, why);
+  }
+  /* Sessions give every argument 64-byte alignment (cuMemAlloc'd buffers,
+   * 64-byte arena offsets, aligned user memory or else a staging copy), so
+   * the kernels need no run-time alignment test. */
+  CgCudaOptions co = {.args_aligned = true};
+  RETURN_IF_ERROR(cg_cuda_generate(g, k, nk, &co, &c->m));
+  CgNvrtc *nv;
+  smelt_status st = cg_cuda_nvrtc_open(&nv);
+  if (st) return st_prefix(st, "--target cuda: NVRTC compiles the kernels");
+  snprintf(c->nvrtc, sizeof c->nvrtc, "%s", cg_cuda_nvrtc_version(nv));
+  const char *av[RT_MAX_CUDA_ARCHS];
+  for (int a = 0; a < c->narch; a++) av[a] = c->arch[a];
+  st = cg_cuda_compile_module(nv, c->m, av, c->narch, NULL, &c->bins);
+  cg_cuda_nvrtc_close(nv);
+  if (st) {
+    c->bins = NULL;
+    return st;
+  }
+  return cg_cuda_launch_encode(c->m, &c->launch, &c->launch_len);
+}
+
+static smelt_status add_cuda_sections(RtBundleWriter *w, const CudaBuild *c) {
+  char name[RT_SECTION_NAME_BYTES];
+  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_LAUNCH, NULL, c->launch, c->launch_len));
+  for (int u = 0; u < c->m->nunits; u++) {
+    snprintf(name, sizeof name, "u%d", u);
+    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_SOURCE, name, c->m->units[u], strlen(c->m->units[u])));
+    for (int a = 0; a < c->narch; a++) {
+      const CgCudaBinary *bin = &c->bins[u * c->narch + a];
+      snprintf(name, sizeof name, "%s/u%d", c->arch[a], u);
+      RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUBIN, name, bin->cubin, bin->cubin_len));
+      /* with its NUL: the driver's JIT takes PTX as a C string */
+      if (bin->ptx) RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_PTX, name, bin->ptx, bin->ptx_len + 1));
+    }
+  }
+  return NULL;
+}
+
 static smelt_status build_manifest(const Graph *g, const RtCompileOptions *o, const char *desc, const char *triple,
-                                   const char *cpu, int nk, Buf *m) {
+                                   const char *cpu, const CudaBuild *cu, int nk, Buf *m) {
   char num[32];
   put_kv(m, "smelt_version", SMELT_LIB_VERSION);
   snprintf(num, sizeof num, "%d", RT_BUNDLE_VERSION);
@@ -345,9 +478,21 @@ static smelt_status build_manifest(const Graph *g, const RtCompileOptions *o, co
   snprintf(num, sizeof num, "%d", o->threads);
   put_kv(m, "threads", num);
   put_kv(m, "llvm_version", SMELT_LLVM_VERSION);
-  put_kv(m, "cpu_triple", triple);
-  put_kv(m, "cpu", cpu);
-  put_kv(m, "cpu_codegen", desc);
+  if (desc) {
+    put_kv(m, "cpu_triple", triple);
+    put_kv(m, "cpu", cpu);
+    put_kv(m, "cpu_codegen", desc);
+  }
+  if (cu && cu->m) {
+    Buf archs = {0};
+    for (int a = 0; a < cu->narch; a++) buf_printf(&archs, "%s%s", a ? "," : "", cu->arch[a]);
+    buf_put(&archs, "", 1);
+    put_kv(m, "cuda_archs", archs.oom ? "" : (const char *)archs.p);
+    free(archs.p);
+    put_kv(m, "nvrtc_version", cu->nvrtc);
+    snprintf(num, sizeof num, "%d", cu->m->nunits);
+    put_kv(m, "cuda_units", num);
+  }
   snprintf(num, sizeof num, "%d", nk);
   put_kv(m, "kernels", num);
   snprintf(num, sizeof num, "%lld", (long long)g->arena_bytes);
@@ -360,7 +505,19 @@ static smelt_status build_bundle(Graph *g, const RtCompileOptions *o, RtBundleWr
   *out_writer = NULL;
   static const RtCompileOptions no_options = {0};
   if (!o) o = &no_options;
-  RETURN_IF_ERROR(check_targets(o->targets));
+  bool cpu, cuda;
+  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
+#ifndef SMELT_HAVE_LLVM
+  if (cpu)
+    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
+                    "generate CPU code; use --target cuda");
+#endif
+  char archs[RT_MAX_CUDA_ARCHS * 16];
+  if (cuda) {
+    if (o->archs) snprintf(archs, sizeof archs, "%s", o->archs);
+    else rt_cuda_default_arch(archs, sizeof archs);
+    RETURN_IF_ERROR(rt_check_archs(archs));
+  }
   if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
   Kernel *k = NULL;
   int nk = 0;
@@ -369,38 +526,43 @@ static smelt_status build_bundle(Graph *g, const RtCompileOptions *o, RtBundleWr
   char *desc = NULL, *ir_text = NULL;
   Buf manifest = {0};
   RtBundleWriter *w = NULL;
+  CudaBuild cu = {0};
   smelt_status st;
+  char triple[40] = "", cpu_name[40] = "", section[RT_SECTION_NAME_BYTES + 32] = "";
   if ((st = cg_lower(g, &k, &nk))) goto done;
   name_groups(g, k, nk);
+  if (cpu) {
 #ifdef SMELT_HAVE_LLVM
-  CgLlvmOptions lo = {.cpu = o->cpu};
-  if ((st = cg_llvm_compile(g, k, nk, &lo, &obj, &obj_len, &desc))) goto done;
-#else
-  st = st_error(ST_UNSUPPORTED, "this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot generate CPU code");
-  goto done;
+    CgLlvmOptions lo = {.cpu = o->cpu};
+    if ((st = cg_llvm_compile(g, k, nk, &lo, &obj, &obj_len, &desc))) goto done;
 #endif
-  char triple[40], cpu[40], section[RT_SECTION_NAME_BYTES + 32];
-  parse_desc(desc, triple, sizeof triple, cpu, sizeof cpu);
-  /* Cut to the name field of the bundle's section table. */
-  snprintf(section, sizeof section, "%s/%s", triple, cpu);
-  section[RT_SECTION_NAME_BYTES - 1] = 0;
+    parse_desc(desc ? desc : "", triple, sizeof triple, cpu_name, sizeof cpu_name);
+    /* Cut to the name field of the bundle's section table. */
+    snprintf(section, sizeof section, "%s/%s", triple, cpu_name);
+    section[RT_SECTION_NAME_BYTES - 1] = 0;
+  }
+  /* A model without kernels (its outputs are inputs or constants) has no
+   * CUDA code; sessions need none. */
+  if (cuda && nk > 0 && (st = build_cuda(g, k, nk, archs, &cu))) goto done;
   if (!(ir_text = ir_print_str(g))) {
     st = st_error(ST_NO_MEMORY, "out of memory printing the IR");
     goto done;
   }
   if ((st = ir_graph_serialize(g, &graph_bytes, &graph_len))) goto done;
   if ((st = rt_kernel_table_encode(k, nk, &table, &table_len))) goto done;
-  if ((st = build_manifest(g, o, desc, triple, cpu, nk, &manifest))) goto done;
+  if ((st = build_manifest(g, o, desc, triple, cpu_name, &cu, nk, &manifest))) goto done;
   if ((st = rt_bundle_writer_create(&w))) goto done;
   if ((st = rt_bundle_writer_add(w, RT_SEC_MANIFEST, NULL, manifest.p, manifest.len))) goto done;
   if ((st = rt_bundle_writer_add(w, RT_SEC_IR_TEXT, NULL, ir_text, strlen(ir_text)))) goto done;
   if ((st = rt_bundle_writer_add(w, RT_SEC_GRAPH, NULL, graph_bytes, graph_len))) goto done;
   if ((st = rt_bundle_writer_add(w, RT_SEC_KERNELS, NULL, table, table_len))) goto done;
-  if ((st = rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, section, obj, obj_len))) goto done;
+  if (cpu && (st = rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, section, obj, obj_len))) goto done;
+  if (cu.m && (st = add_cuda_sections(w, &cu))) goto done;
   *out_writer = w;
   w = NULL;
 done:
   rt_bundle_writer_destroy(w);
+  cuda_build_free(&cu);
   free(manifest.p);
   free(table);
   free(graph_bytes);
@@ -560,15 +722,23 @@ static smelt_status parse_dims(const char *text, FeDim **out_dims, int *out_n, c
   return NULL;
 }
 
-/* YAML → graph → passes; the graph is the caller's. */
-static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, Graph **out_graph) {
+/* YAML → graph → passes; the graph is the caller's.  archs: the CUDA
+ * archs the fuse pass budgets for (NULL without the cuda target). */
+static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const char *archs,
+                                      Graph **out_graph) {
   *out_graph = NULL;
   FeOptions fo = {0};
   FeDim *dims;
   char *dims_text;
   if (o->dtype && (fo.dtype = dt_from_name(o->dtype)) == DT_INVALID)
     return st_error(ST_INVALID_INPUT, "unknown dtype '%s'", o->dtype);
-  RETURN_IF_ERROR(check_targets(o->targets));
+  bool cpu, cuda;
+  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
+#ifndef SMELT_HAVE_LLVM
+  if (cpu)
+    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
+                    "generate CPU code; use --target cuda");
+#endif
   RETURN_IF_ERROR(parse_dims(o->dims, &dims, &fo.ndims, &dims_text));
   fo.dims = dims;
   Graph *g = NULL;
@@ -576,7 +746,7 @@ static smelt_status load_and_optimise(const char *model_path, const smelt_compil
   free(dims);
   free(dims_text);
   if (st) return st;
-  PassCtx ctx = {.onchip_bytes = o->onchip_bytes};
+  PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = archs};
   st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
   pass_ctx_free(&ctx);
   if (st) {
@@ -587,9 +757,17 @@ static smelt_status load_and_optimise(const char *model_path, const smelt_compil
   return NULL;
 }
 
-static RtCompileOptions driver_options(const char *model_path, const smelt_compile_options *o) {
-  return (RtCompileOptions){.targets = o->targets, .cpu = o->cpu, .threads = o->threads, .model = model_path,
-                            .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
+/* The archs a compile for o->targets is for (the default one when cuda is
+ * a target), into buf; NULL when cuda is not. */
+static const char *default_archs(const smelt_compile_options *o, char *buf, size_t cap) {
+  if (!o->targets || !strstr(o->targets, "cuda")) return NULL;
+  rt_cuda_default_arch(buf, cap);
+  return buf;
+}
+
+static RtCompileOptions driver_options(const char *model_path, const smelt_compile_options *o, const char *archs) {
+  return (RtCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
+                            .model = model_path, .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
                             .onchip_bytes = o->onchip_bytes};
 }
 
@@ -598,9 +776,11 @@ smelt_status smelt_compile(const char *model_path, const smelt_compile_options *
   const smelt_compile_options *o = options ? options : &defaults;
   if (!model_path || !out_path) return st_error(ST_INVALID_INPUT, "smelt_compile: model and output paths are needed");
   if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
+  char buf[32];
+  const char *archs = default_archs(o, buf, sizeof buf);
   Graph *g;
-  RETURN_IF_ERROR(load_and_optimise(model_path, o, &g));
-  RtCompileOptions ro = driver_options(model_path, o);
+  RETURN_IF_ERROR(load_and_optimise(model_path, o, archs, &g));
+  RtCompileOptions ro = driver_options(model_path, o, archs);
   smelt_status st = rt_compile_graph(g, &ro, out_path);
   ir_graph_destroy(g);
   return st;
@@ -613,9 +793,11 @@ smelt_status rt_compile_model_to_memory(const char *model_path, const smelt_comp
   *out_buf = NULL;
   *out_len = 0;
   if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
+  char buf[32];
+  const char *archs = default_archs(o, buf, sizeof buf);
   Graph *g;
-  RETURN_IF_ERROR(load_and_optimise(model_path, o, &g));
-  RtCompileOptions ro = driver_options(model_path, o);
+  RETURN_IF_ERROR(load_and_optimise(model_path, o, archs, &g));
+  RtCompileOptions ro = driver_options(model_path, o, archs);
   smelt_status st = rt_compile_graph_to_memory(g, &ro, out_buf, out_len);
   ir_graph_destroy(g);
   return st;

@@ -10,6 +10,15 @@
  *   kernels     the kernel table (encoding in driver.c), validated on load
  *               against the graph
  *   cpu-object  one ELF object with every kernel; named "TRIPLE/CPU"
+ *               (--target cpu)
+ *   cuda-launch the CUDA launch table (cg_cuda_launch_encode): per kernel
+ *               its symbol, unit, grid, block and shared memory, in kernel
+ *               table order; validated on load against the kernel table
+ *   cuda-source one CUDA C translation unit each, named "u0", "u1", ...
+ *   cubin, ptx  each unit compiled by NVRTC for each requested arch, named
+ *               "ARCH/UNIT" ("sm_90a/u0"); the PTX ends with its NUL
+ *               (--target cuda; the kernels are generated with every
+ *               argument 64-byte aligned, which sessions guarantee)
  *
  * Ownership as in include/smelt.h: objects returned through out_ parameters
  * are owned by the caller.  Nothing here prints or exits.
@@ -17,6 +26,7 @@
 #ifndef SMELT_RT_DRIVER_H
 #define SMELT_RT_DRIVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,8 +40,11 @@
 /* The version of the kernel-table encoding; the loader accepts exactly it. */
 #define RT_KERNEL_TABLE_VERSION 1
 
+#define RT_MAX_CUDA_ARCHS 8
+
 typedef struct {
-  const char *targets; /* "cpu"; NULL = "cpu".  Other targets are ST_UNSUPPORTED for now */
+  const char *targets; /* "cpu", "cuda", "cpu,cuda" (or "cuda,cpu"); NULL = "cpu" */
+  const char *archs;   /* CUDA archs, "sm_90a,sm_80"; NULL = rt_cuda_default_arch() */
   const char *cpu;     /* LLVM CPU name; NULL = the host's */
   int threads;         /* default thread count recorded for sessions; 0 = number of cores */
   /* Recorded in the manifest only, so that a build can be reproduced: */
@@ -42,8 +55,20 @@ typedef struct {
   int64_t onchip_bytes;
 } RtCompileOptions;
 
-/* Lowers g (after the pass pipeline) to kernels, compiles them for the CPU
- * and writes the bundle to out_path (atomically).  g gains single-node
+/* Which targets a --target list names; ST_INVALID_INPUT for anything but
+ * "cpu", "cuda", "cpu,cuda", "cuda,cpu" (NULL = "cpu"). */
+smelt_status rt_parse_targets(const char *targets, bool *out_cpu, bool *out_cuda) SMELT_MUST_USE;
+/* Checks a comma-separated --arch list ("sm_90a,sm_80"): at most
+ * RT_MAX_CUDA_ARCHS real archs ("sm_XY" or "sm_XYa"), none twice. */
+smelt_status rt_check_archs(const char *archs) SMELT_MUST_USE;
+/* The CUDA arch to compile for when none is named: that of CUDA device 0
+ * ("sm_90a" on an H100/H200), else "sm_90a".  Opens the driver to ask. */
+void rt_cuda_default_arch(char *out, size_t cap);
+
+/* Lowers g (after the pass pipeline) to kernels, compiles them for the
+ * targets of o (CPU: LLVM; CUDA: CUDA C through NVRTC for every arch) and
+ * writes the bundle to out_path (atomically).  Without LLVM (SMELT_LLVM=OFF)
+ * the cpu target is ST_UNSUPPORTED; without NVRTC the cuda target is.  g gains single-node
  * groups when the fuse pass formed none, and each unnamed group is named
  * after its kernel; it is otherwise unchanged.  o may be NULL. */
 smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *out_path) SMELT_MUST_USE;
@@ -52,10 +77,11 @@ smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, voi
                                         size_t *out_len) SMELT_MUST_USE;
 
 /* Compiles g in memory and opens the result: what `smelt run MODEL.yaml
- * --device cpu` needs (the bundle is named after o->model in messages). */
+ * --device cpu|cuda` needs (the bundle is named after o->model in messages). */
 smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bundle **out_bundle) SMELT_MUST_USE;
 
-/* smelt_compile without the file: YAML → passes → bundle bytes (free()). */
+/* smelt_compile without the file: YAML → passes → bundle bytes (free()).
+ * options->targets may name cuda; the arch is then rt_cuda_default_arch(). */
 smelt_status rt_compile_model_to_memory(const char *model_path, const smelt_compile_options *options,
                                         void **out_buf, size_t *out_len) SMELT_MUST_USE;
 
@@ -78,7 +104,10 @@ void rt_kernel_table_free(Kernel *k, int n);
 smelt_status rt_bundle_open_bytes(const void *data, size_t len, const char *name,
                                   smelt_bundle **out_bundle) SMELT_MUST_USE;
 /* Opens and validates a bundle without loading its machine code: enough to
- * inspect it (sessions cannot be created on it). */
+ * inspect it (sessions cannot be created on it).  Opening with code
+ * (smelt_bundle_open) loads what this build can run: the CPU object when
+ * there is one and LLVM is built in, and the CUDA launch table; a session
+ * on a device the bundle has no code for is ST_UNSUPPORTED, saying why. */
 smelt_status rt_bundle_open_nojit(const char *path, smelt_bundle **out_bundle) SMELT_MUST_USE;
 
 const Graph *rt_bundle_graph(const smelt_bundle *b);
@@ -95,18 +124,46 @@ smelt_status rt_bundle_kernel_llvm_ir(const smelt_bundle *b, int i, char **out_t
 /* ---- running a session kernel by kernel (bench, check) ---- */
 
 /* Checks that every input and output is bound and resolves the pointer of
- * every kernel argument; must precede rt_session_run_kernel calls. */
+ * every kernel argument; must precede rt_session_run_kernel calls.  On
+ * CUDA it also copies the inputs to the device where they are staged. */
 smelt_status rt_session_prepare(smelt_session *s) SMELT_MUST_USE;
-/* Runs kernel i on the session's thread pool. */
-void rt_session_run_kernel(smelt_session *s, int i);
+/* Runs kernel i: on the CPU on the session's thread pool (it cannot fail);
+ * on CUDA a launch and a wait, an error naming the kernel. */
+smelt_status rt_session_run_kernel(smelt_session *s, int i) SMELT_MUST_USE;
 /* Copies graph outputs that no kernel writes (an input or a constant that
- * is also an output).  smelt_session_run = prepare, every kernel, this. */
-void rt_session_finish(smelt_session *s);
-/* Where value v lives during a run (after prepare): bound memory, constant
- * data, the arena or its own buffer; NULL for a value that lives only inside
- * a kernel. */
+ * is also an output), and on CUDA every output the user's memory does not
+ * hold yet.  smelt_session_run = prepare, every kernel, this (on CUDA the
+ * kernels as one CUDA graph, captured once). */
+smelt_status rt_session_finish(smelt_session *s) SMELT_MUST_USE;
+/* CPU sessions: where value v lives during a run (after prepare): bound
+ * memory, constant data, the arena or its own buffer; NULL for a value that
+ * lives only inside a kernel, and on CUDA sessions (use the next). */
 void *rt_session_value_data(const smelt_session *s, int v);
+/* Value v's current data in host memory (after prepare): on the CPU where
+ * it lives, on CUDA a copy downloaded now into a buffer the session owns
+ * (valid until the next call for v or the session's end).  *out_data is
+ * NULL for a value that lives only inside a kernel. */
+smelt_status rt_session_read_value(smelt_session *s, int v, const void **out_data) SMELT_MUST_USE;
 const smelt_bundle *rt_session_bundle(const smelt_session *s);
+/* CPU worker threads; 0 on a CUDA session. */
 int rt_session_threads(const smelt_session *s);
+
+/* ---- CUDA sessions (bench) ---- */
+
+struct RtCudaDevice;
+/* The session's device, NULL on a CPU session. */
+struct RtCudaDevice *rt_session_cuda_device(smelt_session *s);
+/* How each compilation unit was loaded ("cubin sm_90a", "nvrtc sm_90a",
+ * "ptx sm_80"), one per unit separated by ", ", into buf. */
+void rt_session_cuda_loaded(const smelt_session *s, char *buf, size_t cap);
+/* Times every kernel with CUDA events, `iters` times over (each after an
+ * untimed pass); out_ms[k * iters + i] is kernel k in pass i, in ms.
+ * Needs a run (or prepare) first. */
+smelt_status rt_session_cuda_time_kernels(smelt_session *s, int iters, double *out_ms) SMELT_MUST_USE;
+/* Replays the session's CUDA graph `batch` times back to back and waits,
+ * `reps` times over; out_ms[r] is the wall time of rep r over batch, in ms
+ * (queueing replays hides the launch latency of all but the first).  Needs
+ * smelt_session_run first (which captures the graph). */
+smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, double *out_ms) SMELT_MUST_USE;
 
 #endif

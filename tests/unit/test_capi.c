@@ -341,8 +341,8 @@ static void test_model(const char *model, const char *needs) {
 }
 
 static void test_compile_errors(void) {
-  smelt_compile_options o = {.targets = "cuda"};
-  expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_UNSUPPORTED, "cuda");
+  smelt_compile_options o = {.targets = "tpu"};
+  expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_INVALID_INPUT, "tpu");
   o = (smelt_compile_options){.dims = "batch=1,2"};
   expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_UNSUPPORTED, "specialisations");
   o = (smelt_compile_options){.dtype = "f13"};
