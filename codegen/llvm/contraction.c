@@ -1,9 +1,9 @@
 /* Contraction kernels: matmul and conv2d with an elementwise epilogue.
  *
- * cg_llvm_emit_contraction is the one entry point: a matmul whose weight is
- * a constant goes to the register-blocked GEMM with pre-packed weights
- * (gemm.c); what it does not take is done here, by the generic, obviously
- * correct loop nests below.
+ * cg_llvm_emit_contraction is the one entry point: a matmul or conv2d whose
+ * weight is a constant goes to the register-blocked GEMM with pre-packed
+ * weights (gemm.c; conv2d as an implicit GEMM); what it does not take is
+ * done here, by the generic, obviously correct loop nests below.
  *
  * matmul: one task per output row (batch index and m).  The columns are cut
  * into tiles of CG_NTILE accumulators kept on the stack.  When B is stored
@@ -224,6 +224,10 @@ smelt_status cg_llvm_emit_contraction(CgFn *f) {
     RETURN_IF_ERROR(cg_gemm_try(f, &done));
     return done ? NULL : emit_matmul(f);
   }
-  if (n->op == OP_CONV2D) return emit_conv2d(f);
+  if (n->op == OP_CONV2D) {
+    bool done;
+    RETURN_IF_ERROR(cg_gemm_conv_try(f, &done));
+    return done ? NULL : emit_conv2d(f);
+  }
   return st_error(ST_INTERNAL, "kernel %s: %s is not a contraction", f->k->name, ir_op_name(n->op));
 }

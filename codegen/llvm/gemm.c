@@ -1,5 +1,6 @@
 /* The register-blocked, cache-tiled GEMM: matmul with a constant right
- * operand (a weight), the common case of every linear layer.
+ * operand (a weight), the common case of every linear layer, and conv2d
+ * with a constant weight as an implicit GEMM over it (at the end).
  *
  * The scheme is Goto's / BLIS's, with the packing of the weight done once,
  * at compile time:
@@ -39,6 +40,38 @@
  * Not handled here (the generic loop nest in contraction.c takes them):
  * a right operand that is not a constant, batched weights, a 1-D right
  * operand, integer and f64 matmuls, K or N of 0.
+ *
+ * conv2d (NCHW x, OIHW w) is the same GEMM, implicit: per image n and
+ * group g, Y[oc, p] = sum_k W[oc, k] * X[k, p] with oc < O/groups, the
+ * pixels p = (oh, ow) and k = (c, kh, kw) < C/groups*KH*KW, X the im2col
+ * matrix, never built whole.  The operand roles are swapped against
+ * matmul's: the weight is the broadcast operand (MR channels a block) and
+ * the pixels are the vector lanes (NR a panel).  Why: in NCHW an output
+ * channel's pixels are contiguous, so a tile row (one channel, NR
+ * consecutive pixels) is a contiguous run of the output, and so is each row
+ * of the im2col panel in the input (for stride 1).  The other orientation
+ * (pixels as rows, channels as lanes) would store every tile column with a
+ * stride of OH*OW.  Concretely:
+ *   - the weight is packed at compile time into [groups][ceil(Og/MR)][K][MR]
+ *     f32 ("<w>.convpacked<MR>", zero rows past the group's last channel),
+ *     so the MR broadcasts of one k are adjacent;
+ *   - a task unit is (n, g, pixel panel of NR linear pixels, chunk of up to
+ *     CONV_OC_ROWS channels); the units are spread over the kernel's task
+ *     range in proportion, so two threads split any shape evenly;
+ *   - per unit and per chunk of KC k's (KC x NR f32 = 32 KiB, L1), the
+ *     im2col panel is built on the stack: the panel's pixels are cut into
+ *     output-row segments, and for each k the valid columns of a segment
+ *     are computed exactly (the copy is then a plain strided loop, the
+ *     padding a zero fill); x is read through cg_emit, so f16/bf16 are
+ *     widened there and a fused prologue works unchanged;
+ *   - every MR-channel block of the chunk meets the panel through the
+ *     micro-kernel above, adding into a stack tile of partial sums
+ *     (channels x NR); the last channels of a group, fewer than MR, go by
+ *     blocks of 4, 2 and 1 (depthwise: one channel per group);
+ *   - the tile goes to the epilogue (conv's own bias, then the group's
+ *     members: activation, residual, ...) row segment by row segment.
+ * Falls back (generic kernel) for a weight that is not a constant, integer
+ * and f64 convolutions, and empty tensors.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -143,6 +176,45 @@ static void row_coords(Gemm *G, LLVMValueRef row, LLVMValueRef *ac, LLVMValueRef
   for (int i = 0; i < G->prefix; i++) oc[i] = pc[i];
 }
 
+/* The micro-kernel, shared by matmul and conv2d: for k in [k0, k1) and
+ * rows i < mr, acc[i][v] += a(i, k) * B[boff + (k - k0) * nr + v * vl ..],
+ * B a float* to rows of NR contiguous floats (a packed weight panel, or the
+ * im2col panel of a convolution). */
+typedef LLVMValueRef (*GemmAFn)(Gemm *G, const void *ctx, int i, LLVMValueRef k);
+
+static void micro_kernel(Gemm *G, int mr, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef b, LLVMValueRef boff,
+                         GemmAFn a_at, const void *ctx) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int nv = G->nv;
+  CgLoop lk;
+  LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "k");
+  LLVMValueRef off = cg_add(f, boff, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr));
+  LLVMValueRef bvec[GEMM_MAX_ACC];
+  for (int v = 0; v < nv; v++) {
+    LLVMValueRef ld = LLVMBuildLoad2(B, G->vt, vec_ptr(G, b, cg_add(f, off, cg_i64(m, v * G->vl))), "b");
+    LLVMSetAlignment(ld, 4);
+    bvec[v] = ld;
+  }
+  for (int i = 0; i < mr; i++) {
+    LLVMValueRef a = splat(G, a_at(G, ctx, i, k));
+    for (int v = 0; v < nv; v++) {
+      LLVMValueRef slot = G->acc[i * nv + v];
+      LLVMValueRef args[3] = {a, bvec[v], LLVMBuildLoad2(B, G->vt, slot, "")};
+      LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &G->vt, 1, args, 3), slot);
+    }
+  }
+  cg_loop_end(f, &lk, false);
+}
+
+/* matmul's A: row i's element k, read through cg_emit at its coordinates */
+static LLVMValueRef mm_a_at(Gemm *G, const void *ctx, int i, LLVMValueRef k) {
+  LLVMValueRef(*ac)[IR_MAX_RANK] = (LLVMValueRef(*)[IR_MAX_RANK])ctx;
+  ac[i][G->ak] = k;
+  return cg_emit(G->f, G->av, ac[i]);
+}
+
 /* The rows [r0, r0 + mr) against panels [p0, p1). */
 static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMValueRef p1) {
   CgFn *f = G->f;
@@ -153,28 +225,10 @@ static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMVa
   int nv = G->nv;
   LLVMValueRef zero = LLVMConstNull(G->vt);
 
-  CgLoop lp, lk, li, lj;
+  CgLoop lp, li, lj;
   LLVMValueRef p = cg_loop_begin(f, &lp, p0, p1, "panel");
   for (int a = 0; a < mr * nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
-  LLVMValueRef pbase = cg_mulc(f, p, G->K * G->nr);
-  LLVMValueRef k = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, G->K), "k");
-  LLVMValueRef off = cg_add(f, pbase, cg_mulc(f, k, G->nr));
-  LLVMValueRef bvec[GEMM_MAX_ACC];
-  for (int v = 0; v < nv; v++) {
-    LLVMValueRef ld = LLVMBuildLoad2(B, G->vt, vec_ptr(G, G->packed, cg_add(f, off, cg_i64(m, v * G->vl))), "b");
-    LLVMSetAlignment(ld, 4);
-    bvec[v] = ld;
-  }
-  for (int i = 0; i < mr; i++) {
-    ac[i][G->ak] = k;
-    LLVMValueRef a = splat(G, cg_emit(f, G->av, ac[i]));
-    for (int v = 0; v < nv; v++) {
-      LLVMValueRef slot = G->acc[i * nv + v];
-      LLVMValueRef args[3] = {a, bvec[v], LLVMBuildLoad2(B, G->vt, slot, "")};
-      LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &G->vt, 1, args, 3), slot);
-    }
-  }
-  cg_loop_end(f, &lk, false);
+  micro_kernel(G, mr, cg_i64(m, 0), cg_i64(m, G->K), G->packed, cg_mulc(f, p, G->K * G->nr), mm_a_at, ac);
 
   /* the tile, through the stack, to the epilogue: valid columns only */
   for (int i = 0; i < mr; i++)
@@ -269,5 +323,353 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
     cg_if_end(f, &has);
   }
   cg_loop_end(f, &lc, false);
+  return NULL;
+}
+
+/* ---- conv2d as an implicit GEMM ---- */
+
+/* Blocks of MR output channels per task unit: bounds the stack tile of
+ * partial sums (CONV_OC_ROWS x NR f32) while the im2col panel it was
+ * built from is reused by as many channels as possible. */
+#define CONV_OC_ROWS 128
+/* bytes of the im2col panel (KC x NR f32): inside a 32 KiB L1 */
+#define CONV_PANEL_BYTES (32 * 1024)
+
+typedef struct {
+  Gemm G;
+  int xv, bv;
+  int64_t N, C, H, W, OH, OW, P, Cg, Og, KH, KW, K, groups;
+  int64_t sh, sw, pt, pl, dh, dw;
+  int64_t nob, kc, ocb; /* MR blocks per group, k per panel, MR blocks per unit */
+  LLVMValueRef panel, cbuf; /* float[kc * nr], float[ocb * mr * nr] */
+  int xarg;                 /* x's kernel argument when packing by masked vector loads, else -1 */
+  LLVMValueRef prow[GEMM_MAX_ACC / 2]; /* the panel row being built, nv vectors */
+  /* per unit */
+  LLVMValueRef n, g, p0, plen, r0, oh0, oh1;
+} Conv;
+
+/* The packed convolution weight: per group, blocks of MR output channels,
+ * each K rows of MR floats (k = (c, kh, kw), the OIHW order), zero rows
+ * past the group's last channel: [groups][nob][K][MR] f32. */
+static LLVMValueRef packed_conv_weight(CgMod *m, const Value *w, const Conv *c) {
+  char name[512];
+  int mr = c->G.mr;
+  snprintf(name, sizeof name, "%s.convpacked%d", w->name, mr);
+  LLVMValueRef gv = LLVMGetNamedGlobal(m->mod, name);
+  if (gv) return gv;
+  size_t count = (size_t)(c->groups * c->nob * c->K * mr), bytes = sizeof(float) * count;
+  float *buf = malloc(bytes);
+  if (!buf) return NULL;
+  for (int64_t g = 0; g < c->groups; g++)
+    for (int64_t ob = 0; ob < c->nob; ob++)
+      for (int64_t k = 0; k < c->K; k++)
+        for (int i = 0; i < mr; i++) {
+          int64_t o = ob * mr + i;
+          float x = 0;
+          if (o < c->Og) x = (float)dt_load(w->type.dt, w->data, (size_t)((g * c->Og + o) * c->K + k));
+          buf[((g * c->nob + ob) * c->K + k) * mr + i] = x;
+        }
+  LLVMValueRef init = LLVMConstStringInContext(m->ctx, (const char *)buf, (unsigned)bytes, 1);
+  free(buf);
+  gv = LLVMAddGlobal(m->mod, LLVMTypeOf(init), name);
+  LLVMSetInitializer(gv, init);
+  LLVMSetGlobalConstant(gv, 1);
+  LLVMSetLinkage(gv, LLVMPrivateLinkage);
+  LLVMSetUnnamedAddr(gv, 1);
+  LLVMSetAlignment(gv, 64);
+  return gv;
+}
+
+static void store_f32(CgFn *f, LLVMValueRef base, LLVMValueRef i, LLVMValueRef v) {
+  LLVMBuildStore(f->b, v, LLVMBuildInBoundsGEP2(f->b, f->m->t_f32, base, &i, 1, ""));
+}
+static LLVMValueRef load_f32(CgFn *f, LLVMValueRef base, LLVMValueRef i) {
+  return LLVMBuildLoad2(f->b, f->m->t_f32, LLVMBuildInBoundsGEP2(f->b, f->m->t_f32, base, &i, 1, ""), "");
+}
+
+/* base[i] = 0 for i in [lo, hi) */
+static void zero_range(CgFn *f, LLVMValueRef base, LLVMValueRef lo, LLVMValueRef hi) {
+  CgLoop l;
+  LLVMValueRef i = cg_loop_begin(f, &l, lo, hi, "zero");
+  store_f32(f, base, i, cg_fconst(f->m->t_f32, 0));
+  cg_loop_end(f, &l, false);
+}
+
+/* The unit's pixels [p0, p0 + plen) by output rows: opens a loop over oh
+ * and returns the segment's columns [*owa, *owb) and the panel column of
+ * ow = 0 (*jbase, so that pixel (oh, ow) is column jbase + ow). */
+static LLVMValueRef row_segment(Conv *c, CgLoop *l, LLVMValueRef *owa, LLVMValueRef *owb, LLVMValueRef *jbase) {
+  CgFn *f = c->G.f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef oh = cg_loop_begin(f, l, c->oh0, c->oh1, "oh");
+  LLVMValueRef rowp = cg_mulc(f, oh, c->OW);
+  *jbase = LLVMBuildNSWSub(B, rowp, c->p0, "");
+  LLVMValueRef neg = LLVMBuildNSWSub(B, cg_i64(m, 0), *jbase, ""); /* p0 - oh*OW */
+  *owa = cg_max(f, neg, cg_i64(m, 0));
+  *owb = cg_min(f, cg_add(f, neg, c->plen), cg_i64(m, c->OW));
+  return oh;
+}
+
+/* The output-column range [*vlo, *vhi) of the segment [owa, owb) of row
+ * oh whose input pixel for (kh, kw) lies inside the image (empty when the
+ * input row is in the padding), exactly, so no test remains per pixel;
+ * *off = pl - kw*dw, the input column being ow*sw - off. */
+static void valid_cols(Conv *c, LLVMValueRef oh, LLVMValueRef kh, LLVMValueRef kw, LLVMValueRef owa, LLVMValueRef owb,
+                       LLVMValueRef *ih, LLVMValueRef *off, LLVMValueRef *vlo, LLVMValueRef *vhi) {
+  CgFn *f = c->G.f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  *ih = cg_add(f, cg_mulc(f, oh, c->sh), cg_add(f, cg_i64(m, -c->pt), cg_mulc(f, kh, c->dh)));
+  LLVMValueRef in_h = LLVMBuildICmp(B, LLVMIntULT, *ih, cg_i64(m, c->H), "");
+  *off = LLVMBuildNSWSub(B, cg_i64(m, c->pl), cg_mulc(f, kw, c->dw), "");
+  LLVMValueRef lo = LLVMBuildSDiv(B, cg_add(f, cg_max(f, *off, cg_i64(m, 0)), cg_i64(m, c->sw - 1)), cg_i64(m, c->sw), "");
+  LLVMValueRef u = cg_add(f, *off, cg_i64(m, c->W - 1));
+  LLVMValueRef hi = cg_add(f, LLVMBuildSDiv(B, cg_max(f, u, cg_i64(m, 0)), cg_i64(m, c->sw), ""), cg_i64(m, 1));
+  hi = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, u, cg_i64(m, 0), ""), cg_i64(m, 0), hi, "");
+  LLVMValueRef a = cg_min(f, cg_max(f, lo, owa), owb);
+  LLVMValueRef b = cg_max(f, cg_min(f, hi, owb), a);
+  *vlo = LLVMBuildSelect(B, in_h, a, owb, "");
+  *vhi = LLVMBuildSelect(B, in_h, b, owb, "");
+}
+
+/* The panel row of one k by masked vector loads (stride 1, x an f32
+ * argument): the row's nv vectors start at zero, and each output-row
+ * segment loads its valid lanes straight from x's input row, the other
+ * lanes keeping what they held (masked-off lanes are never accessed, so
+ * the padding needs no test and no copy).  Small copies written as loops
+ * would otherwise become memcpy/memset calls, three per segment and k. */
+static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueRef ci, LLVMValueRef kh,
+                            LLVMValueRef kw) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMTypeRef it = LLVMVectorType(m->t_i64, (unsigned)G->vl);
+  for (int v = 0; v < G->nv; v++) LLVMBuildStore(B, LLVMConstNull(G->vt), c->prow[v]);
+  CgLoop ls;
+  LLVMValueRef owa, owb, jbase, ih, off, vlo, vhi;
+  LLVMValueRef oh = row_segment(c, &ls, &owa, &owb, &jbase);
+  valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
+  /* x[n, g*Cg + ci, ih, 0]: ih may be outside when no lane is valid */
+  LLVMValueRef ch = cg_add(f, cg_mulc(f, c->g, c->Cg), ci);
+  LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch), c->H), ih), c->W);
+  LLVMValueRef a = cg_add(f, jbase, vlo), b = cg_add(f, jbase, vhi);
+  LLVMValueRef va = LLVMBuildInsertElement(B, LLVMGetUndef(it), a, cg_i32(m, 0), "");
+  LLVMValueRef vb = LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), "");
+  LLVMValueRef zmask = LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)G->vl));
+  va = LLVMBuildShuffleVector(B, va, LLVMGetUndef(it), zmask, "");
+  vb = LLVMBuildShuffleVector(B, vb, LLVMGetUndef(it), zmask, "");
+  LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
+  for (int v = 0; v < G->nv; v++) {
+    LLVMValueRef lanes[16]; /* vl <= 16 */
+    for (int l = 0; l < G->vl; l++) lanes[l] = cg_i64(m, (int64_t)v * G->vl + l);
+    LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)G->vl);
+    LLVMValueRef mask = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
+    /* lane j reads x_row[j - jbase - off]; not inbounds: the masked-off
+     * lanes' addresses may lie outside x */
+    LLVMValueRef e = LLVMBuildNSWSub(B, cg_add(f, rowlin, cg_i64(m, (int64_t)v * G->vl)), cg_add(f, jbase, off), "");
+    LLVMValueRef p = LLVMBuildBitCast(B, LLVMBuildGEP2(B, m->t_f32, f->base[c->xarg], &e, 1, ""), vpt, "");
+    LLVMTypeRef over[2] = {G->vt, vpt};
+    LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, LLVMBuildLoad2(B, G->vt, c->prow[v], "")};
+    LLVMBuildStore(B, cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4), c->prow[v]);
+  }
+  cg_loop_end(f, &ls, false);
+  for (int v = 0; v < G->nv; v++) {
+    LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, c->prow[v], ""),
+                                     vec_ptr(G, c->panel, cg_add(f, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr),
+                                                                 cg_i64(m, (int64_t)v * G->vl))));
+    LLVMSetAlignment(st, 4);
+  }
+}
+
+/* The im2col panel for k in [k0, k1): row k - k0 holds, for each pixel of
+ * the unit, x[n, g*Cg + c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] (0 in
+ * the padding), then zeros up to NR past the last pixel. */
+static void pack_panel(Conv *c, LLVMValueRef k0, LLVMValueRef k1) {
+  CgFn *f = c->G.f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int64_t nr = c->G.nr;
+  CgLoop lo_, lk, lw;
+  if (c->xarg >= 0) {
+    LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
+    LLVMValueRef kw = LLVMBuildURem(B, k, cg_i64(m, c->KW), "");
+    LLVMValueRef kh = LLVMBuildURem(B, LLVMBuildUDiv(B, k, cg_i64(m, c->KW), ""), cg_i64(m, c->KH), "");
+    pack_row_vector(c, k, k0, LLVMBuildUDiv(B, k, cg_i64(m, c->KH * c->KW), ""), kh, kw);
+    cg_loop_end(f, &lk, false);
+    return;
+  }
+  LLVMValueRef owa, owb, jbase;
+  LLVMValueRef oh = row_segment(c, &lo_, &owa, &owb, &jbase);
+  LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
+  LLVMValueRef kw = LLVMBuildURem(B, k, cg_i64(m, c->KW), "");
+  LLVMValueRef kh = LLVMBuildURem(B, LLVMBuildUDiv(B, k, cg_i64(m, c->KW), ""), cg_i64(m, c->KH), "");
+  LLVMValueRef ci = LLVMBuildUDiv(B, k, cg_i64(m, c->KH * c->KW), "");
+  LLVMValueRef row = LLVMBuildInBoundsGEP2(
+      B, m->t_f32, c->panel, (LLVMValueRef[]){cg_add(f, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), nr), jbase)}, 1, "");
+  LLVMValueRef ih, off, vlo, vhi;
+  valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
+  zero_range(f, row, owa, vlo);
+  LLVMValueRef ow = cg_loop_begin(f, &lw, vlo, vhi, "im2col");
+  LLVMValueRef xc[4] = {c->n, cg_add(f, cg_mulc(f, c->g, c->Cg), ci), ih,
+                        LLVMBuildNSWSub(B, cg_mulc(f, ow, c->sw), off, "")};
+  store_f32(f, row, ow, cg_emit(f, c->xv, xc));
+  cg_loop_end(f, &lw, false);
+  zero_range(f, row, vhi, owb);
+  cg_loop_end(f, &lk, false);
+  cg_loop_end(f, &lo_, false);
+
+  /* columns past the last pixel (the image's last panel): zeros, so that
+   * the micro-kernel reads defined values */
+  CgIf tail;
+  cg_if_begin(f, &tail, LLVMBuildICmp(B, LLVMIntSLT, c->plen, cg_i64(m, nr), ""), "tail");
+  k = cg_loop_begin(f, &lk, k0, k1, "tk");
+  row = LLVMBuildInBoundsGEP2(B, m->t_f32, c->panel, (LLVMValueRef[]){cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), nr)}, 1, "");
+  zero_range(f, row, c->plen, cg_i64(m, nr));
+  cg_loop_end(f, &lk, false);
+  cg_if_end(f, &tail);
+}
+
+/* conv's A: the packed weight, channel row i of the block at *ctx (the
+ * float index of its k = 0 element) */
+static LLVMValueRef conv_a_at(Gemm *G, const void *ctx, int i, LLVMValueRef k) {
+  CgFn *f = G->f;
+  LLVMValueRef base = *(const LLVMValueRef *)ctx;
+  return load_f32(f, G->packed, cg_add(f, base, cg_add(f, cg_mulc(f, k, G->mr), cg_i64(f->m, i))));
+}
+
+/* Group-relative output channels [r, r + mr) over k in [k0, k1), added to
+ * the partial sums (rows r - r0 of cbuf). */
+static void conv_block(Conv *c, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMValueRef k1) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef ob = LLVMBuildUDiv(B, r, cg_i64(m, G->mr), ""), ri = LLVMBuildURem(B, r, cg_i64(m, G->mr), "");
+  LLVMValueRef blk = cg_add(f, cg_mulc(f, c->g, c->nob), ob);
+  LLVMValueRef wbase = cg_add(f, cg_mulc(f, blk, c->K * G->mr), ri);
+  LLVMValueRef zero = LLVMConstNull(G->vt);
+  for (int a = 0; a < mr * G->nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
+  micro_kernel(G, mr, k0, k1, c->panel, cg_i64(m, 0), conv_a_at, &wbase);
+  LLVMValueRef rel = LLVMBuildNSWSub(B, r, c->r0, "");
+  for (int i = 0; i < mr; i++)
+    for (int v = 0; v < G->nv; v++) {
+      LLVMValueRef p = vec_ptr(G, c->cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
+      LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
+      LLVMSetAlignment(old, 4);
+      LLVMValueRef st = LLVMBuildStore(B, LLVMBuildFAdd(B, old, LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], ""), ""), p);
+      LLVMSetAlignment(st, 4);
+    }
+}
+
+smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
+  *out_done = false;
+  Graph *g = f->g;
+  CgMod *m = f->m;
+  const Node *n = &g->node[f->anchor];
+  if (n->op != OP_CONV2D) return NULL;
+  Conv c = {.xv = n->in[0], .bv = n->nin > 2 ? n->in[2] : -1};
+  int wv = n->in[1];
+  const TensorType *xt = &g->val[c.xv].type, *wt = &g->val[wv].type, *yt = cg_anchor_type(f);
+  DType dt = xt->dt;
+  if ((dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) || wt->dt != dt) return NULL;
+  if (!ir_is_const(g, wv) || !g->val[wv].data) return NULL;
+  if (ir_type_numel(yt) == 0 || ir_type_numel(wt) == 0) return NULL;
+  const Attr *st = ir_attr(n, "strides"), *pd = ir_attr(n, "pads"), *dl = ir_attr(n, "dilations");
+  c.groups = ir_attr_int(n, "groups");
+  c.N = xt->dim[0], c.C = xt->dim[1], c.H = xt->dim[2], c.W = xt->dim[3];
+  c.OH = yt->dim[2], c.OW = yt->dim[3], c.P = c.OH * c.OW;
+  c.Cg = wt->dim[1], c.KH = wt->dim[2], c.KW = wt->dim[3], c.K = c.Cg * c.KH * c.KW;
+  c.Og = wt->dim[0] / c.groups;
+  c.sh = st->ints[0], c.sw = st->ints[1], c.pt = pd->ints[0], c.pl = pd->ints[1];
+  c.dh = dl->ints[0], c.dw = dl->ints[1];
+
+  Gemm *G = &c.G;
+  *G = (Gemm){.f = f, .K = c.K};
+  G->vl = host_lanes();
+  G->nr = 2 * G->vl;
+  G->nv = 2;
+  G->mr = G->vl == 16 ? 8 : 6;
+  c.nob = (c.Og + G->mr - 1) / G->mr;
+  if ((uint64_t)c.groups * (uint64_t)c.nob * (uint64_t)c.K * (uint64_t)G->mr * 4 > UINT32_MAX) return NULL;
+  c.kc = CONV_PANEL_BYTES / (G->nr * 4);
+  if (c.kc > c.K) c.kc = c.K;
+  c.ocb = (CONV_OC_ROWS + G->mr - 1) / G->mr;
+  if (c.ocb > c.nob) c.ocb = c.nob;
+  LLVMValueRef gv = packed_conv_weight(m, &g->val[wv], &c);
+  if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[wv].name);
+  *out_done = true;
+
+  LLVMBuilderRef B = f->b;
+  G->vt = LLVMVectorType(m->t_f32, (unsigned)G->vl);
+  G->packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "wpacked");
+  c.panel = cg_alloca(f, m->t_f32, c.kc * G->nr, "panel");
+  c.cbuf = cg_alloca(f, m->t_f32, c.ocb * G->mr * G->nr, "partial");
+  for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
+  /* masked vector loads need x in memory as f32 and unit stride */
+  c.xarg = dt == DT_F32 && c.sw == 1 ? f->arg_of[c.xv] : -1;
+  for (int v = 0; v < G->nv; v++) c.prow[v] = cg_alloca(f, G->vt, 1, "prow");
+
+  /* units (n, group, pixel panel, channel chunk), the chunk innermost so
+   * that one thread's consecutive units read the same input pixels */
+  int64_t npb = (c.P + G->nr - 1) / G->nr, nocc = (c.nob + c.ocb - 1) / c.ocb, nkc = (c.K + c.kc - 1) / c.kc;
+  int64_t udims[4] = {c.N, c.groups, npb, nocc};
+  cg_store_loops(f, f->side, f->nside);
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, c.N * c.groups * npb * nocc, &ub, &ue);
+  CgLoop lu, lkc, lb, li, lseg, lw;
+  LLVMValueRef unit = cg_loop_begin(f, &lu, ub, ue, "unit");
+  LLVMValueRef uc[4];
+  cg_delinearize(f, unit, udims, 4, uc);
+  c.n = uc[0], c.g = uc[1];
+  c.p0 = cg_mulc(f, uc[2], G->nr);
+  c.plen = cg_min(f, cg_i64(m, G->nr), LLVMBuildNSWSub(B, cg_i64(m, c.P), c.p0, ""));
+  c.oh0 = LLVMBuildUDiv(B, c.p0, cg_i64(m, c.OW), "");
+  c.oh1 = cg_add(f, LLVMBuildUDiv(B, cg_add(f, c.p0, cg_add(f, c.plen, cg_i64(m, -1))), cg_i64(m, c.OW), ""), cg_i64(m, 1));
+  c.r0 = cg_mulc(f, uc[3], c.ocb * G->mr);
+  LLVMValueRef r1 = cg_min(f, cg_add(f, c.r0, cg_i64(m, c.ocb * G->mr)), cg_i64(m, c.Og));
+  LLVMValueRef nrows = LLVMBuildNSWSub(B, r1, c.r0, "");
+  zero_range(f, c.cbuf, cg_i64(m, 0), cg_mulc(f, nrows, G->nr));
+
+  LLVMValueRef kci = cg_loop_begin(f, &lkc, cg_i64(m, 0), cg_i64(m, nkc), "kchunk");
+  LLVMValueRef k0 = cg_mulc(f, kci, c.kc);
+  LLVMValueRef k1 = cg_min(f, cg_add(f, k0, cg_i64(m, c.kc)), cg_i64(m, c.K));
+  pack_panel(&c, k0, k1);
+  LLVMValueRef nfull = LLVMBuildUDiv(B, nrows, cg_i64(m, G->mr), "");
+  LLVMValueRef bi = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "oc_block");
+  conv_block(&c, G->mr, cg_add(f, c.r0, cg_mulc(f, bi, G->mr)), k0, k1);
+  cg_loop_end(f, &lb, false);
+  /* the group's last channels, fewer than MR: by their binary digits */
+  LLVMValueRef r = cg_add(f, c.r0, cg_mulc(f, nfull, G->mr));
+  LLVMValueRef rem = LLVMBuildNSWSub(B, r1, r, "");
+  for (int s = 8; s >= 1; s /= 2) {
+    if (s >= G->mr) continue;
+    CgIf has;
+    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
+    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
+    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
+    conv_block(&c, s, cg_add(f, r, before), k0, k1);
+    cg_if_end(f, &has);
+  }
+  cg_loop_end(f, &lkc, false);
+
+  /* the epilogue: rows of cbuf are output channels, columns the unit's
+   * pixels, stored row segment by row segment (contiguous in NCHW) */
+  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), nrows, "oc");
+  LLVMValueRef oc = cg_add(f, cg_mulc(f, c.g, c.Og), cg_add(f, c.r0, i));
+  LLVMValueRef bias = c.bv >= 0 ? cg_emit(f, c.bv, &oc) : NULL;
+  LLVMValueRef rowbuf = LLVMBuildInBoundsGEP2(B, m->t_f32, c.cbuf, (LLVMValueRef[]){cg_mulc(f, i, G->nr)}, 1, "");
+  LLVMValueRef owa, owb, jbase;
+  LLVMValueRef oh = row_segment(&c, &lseg, &owa, &owb, &jbase);
+  LLVMValueRef ow = cg_loop_begin(f, &lw, owa, owb, "ow");
+  LLVMValueRef y = load_f32(f, rowbuf, cg_add(f, jbase, ow));
+  if (bias) y = LLVMBuildFAdd(B, y, bias, "");
+  LLVMValueRef yc[4] = {c.n, oc, oh, ow};
+  cg_store_epilogue(f, yc, y);
+  cg_loop_end(f, &lw, false);
+  cg_loop_end(f, &lseg, false);
+  cg_loop_end(f, &li, false);
+  cg_loop_end(f, &lu, false);
   return NULL;
 }

@@ -1,5 +1,6 @@
 /* The register-blocked GEMM of the CPU backend (gemm.c): the fast path of
- * cg_llvm_emit_contraction for matmuls whose right operand is a constant. */
+ * cg_llvm_emit_contraction for matmuls and conv2ds whose weight is a
+ * constant. */
 #ifndef SMELT_CG_GEMM_H
 #define SMELT_CG_GEMM_H
 
@@ -11,5 +12,10 @@
  * it.  May add the packed weight to the graph as a new constant and make
  * the kernel read it in place of the original (see gemm.c). */
 smelt_status cg_gemm_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
+
+/* The same for a conv2d-anchored group with a constant f32/f16/bf16
+ * weight: an implicit GEMM over im2col panels built on the fly, the weight
+ * packed into the module as a read-only global (see gemm.c). */
+smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
 
 #endif
