@@ -51,7 +51,8 @@ static const char bench_help[] =
     "  --warmup N              untimed runs first (default 3)\n"
     "  --iters N               timed runs (default 20)\n"
     "  --json                  print the results as one JSON object instead of a table\n"
-    "  --dim NAME=VALUE        (YAML only) override a size from the model's dims\n"
+    "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
+    "                          specialisations: the one to bench\n"
     "  --dtype DTYPE           (YAML only) default element type\n";
 
 #define COPY_BYTES ((size_t)256 << 20)
@@ -495,7 +496,9 @@ int cli_bench(int argc, char **argv) {
     else path = a;
   }
   if (!path) return cli_usage("bench", "which bundle or model? (smelt bench BUNDLE.smelt)");
-  if ((dims[0] || dtype) && !is_yaml(path)) return cli_usage("bench", "--dim and --dtype apply to a YAML model only");
+  if (dtype && !is_yaml(path)) return cli_usage("bench", "--dtype applies to a YAML model only");
+  if (is_yaml(path) && strchr(dims, ','))
+    return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
 
   smelt_bundle *b = NULL;
@@ -503,11 +506,20 @@ int cli_bench(int argc, char **argv) {
   Buffers keep = {0};
   smelt_session_options so = {.threads = threads};
   Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
-  smelt_status st = open_model(path, dims[0] ? dims : NULL, dtype, threads, cuda, &b);
+  smelt_status st = open_model(path, is_yaml(path) && dims[0] ? dims : NULL, dtype, threads, cuda, &b);
+  /* of a bundle of several specialisations, the one --dim names */
+  int spec = 0;
+  if (!st && !is_yaml(path) && (dims[0] || rt_bundle_num_specs(b) > 1)) {
+    if (!dims[0])
+      st = st_error(ST_INVALID_INPUT, "%s: error: the bundle holds %d specialisations: choose one with --dim", path,
+                    rt_bundle_num_specs(b));
+    else st = rt_bundle_find_spec(b, dims, &spec);
+  }
   if (!st) st = smelt_session_create(b, device, &so, &s);
+  if (!st) st = smelt_session_select(s, spec);
   if (!st) st = bind_random(s, &keep);
   if (!st) {
-    rep.nkernels = rt_bundle_num_kernels(b);
+    rep.nkernels = rt_bundle_num_kernels(rt_bundle_spec(b, spec));
     if (!(rep.rows = calloc((size_t)rep.nkernels + 2, sizeof *rep.rows))) st = st_error(ST_NO_MEMORY, "out of memory");
   }
   if (!st && cuda) {

@@ -53,14 +53,22 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo)
     if (missing) return cli_usage(cmd, "--dim needs NAME=VALUE"), 2;
     const char *eq = strchr(v, '=');
     if (!eq || eq == v) return cli_usage(cmd, "--dim needs NAME=VALUE, got '%s'", v), 2;
-    if (strchr(eq + 1, ','))
-      return cli_usage(cmd, "--dim %s: several values make several specialisations, which need the bundle "
-                            "(not built yet); give one value", v), 2;
-    if (mo->ndims == (int)(sizeof mo->dims / sizeof mo->dims[0])) return cli_usage(cmd, "too many --dim flags"), 2;
-    int64_t val;
-    if (!parse_i64(eq + 1, &val)) return cli_usage(cmd, "--dim %s: '%s' is not an integer", v, eq + 1), 2;
-    mo->dims[mo->ndims].name = strndup(v, (size_t)(eq - v));
-    mo->dims[mo->ndims++].value = val;
+    /* Several values ("seq=1,16,64") make specialisations: each is kept as
+     * an entry of its own under the same name, in order; the commands that
+     * take one value per dim refuse repeated names (cli_dims_single). */
+    for (const char *p = eq + 1;;) {
+      size_t n = strcspn(p, ",");
+      char num[32];
+      int64_t val;
+      snprintf(num, sizeof num, "%.*s", (int)(n < sizeof num ? n : sizeof num - 1), p);
+      if (n == 0 || n >= sizeof num || !parse_i64(num, &val))
+        return cli_usage(cmd, "--dim %s: '%.*s' is not an integer", v, (int)n, p), 2;
+      if (mo->ndims == (int)(sizeof mo->dims / sizeof mo->dims[0])) return cli_usage(cmd, "too many --dim values"), 2;
+      mo->dims[mo->ndims].name = strndup(v, (size_t)(eq - v));
+      mo->dims[mo->ndims++].value = val;
+      if (!p[n]) break;
+      p += n + 1;
+    }
     return 1;
   }
   if ((v = cli_flag_value("--dtype", argc, argv, i, &missing)) || missing) {

@@ -21,7 +21,9 @@ static const char compile_help[] =
     "flags:\n"
     "  -o, --output OUT        where to write the result (required)\n"
     "  --emit bundle|ir        what to write (default: bundle)\n"
-    "  --dim NAME=VALUE        override a size from the model's dims (repeatable)\n"
+    "  --dim NAME=VALUE[,VALUE...]  override a size from the model's dims (repeatable); several\n"
+    "                          values compile one specialisation per combination (at most 16)\n"
+    "                          into one bundle, and runs pick the one their input shapes fit\n"
     "  --dtype DTYPE           default element type of inputs and params (f32, f16, bf16, ...)\n"
     "  --passes a,b,c          run these passes instead of the default pipeline\n"
     "                          (default: canonicalize,const-fold,simplify,cse,dce,fuse-attention,fuse,plan-memory)\n"
@@ -199,31 +201,70 @@ int cli_compile(int argc, char **argv) {
     return 1;
   }
 
-  Graph *g = NULL;
-  smelt_status st = cli_load_model(model, &mo, &g);
-  if (!st && d.dump_dir) {
-    write_dump(&d, "00-input.ir", "IR from the frontend", g);
+  /* One pipeline run per combination of the --dim values (specialisations,
+   * SPEC §2); with one value per dim, one run and a plain bundle. */
+  RtDimSpace space;
+  smelt_status st = rt_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);
+  if (st) {
+    int rc = cli_usage("compile", "--dim: %s", st_message(st));
+    st_free(st);
+    pass_ctx_free(&ctx);
+    for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
+    return rc;
   }
-  if (!st) st = pass_run_pipeline(g, &ctx, passes, dump_hook, &d);
-  if (!st && d.io_error) st = d.io_error, d.io_error = NULL;
-  if (ctx.log && (verbose || ctx.explain_fusion)) fputs(ctx.log, stderr);
+  RtSpecGraph specs[RT_MAX_SPECIALISATIONS];
+  char labels[RT_MAX_SPECIALISATIONS][256];
+  int n = 0;
+  const char *dump_root = d.dump_dir;
+  char dump_dir[4096];
+  for (; n < space.ncombos && !st; n++) {
+    FeDim dims[RT_MAX_DIMS];
+    rt_dim_space_combo(&space, n, dims);
+    rt_dim_space_label(&space, n, labels[n], sizeof labels[n]);
+    specs[n] = (RtSpecGraph){.label = labels[n]};
+    if (space.ncombos > 1 && (d.after_all || d.nafter || d.nbefore || verbose || ctx.explain_fusion))
+      fprintf(stderr, "// ===== specialisation s%d: %s =====\n", n, labels[n]);
+    if (space.ncombos > 1 && dump_root) {
+      /* DIR/sI/ per specialisation */
+      snprintf(dump_dir, sizeof dump_dir, "%s/s%d", dump_root, n);
+      if (mkdir(dump_dir, 0777) != 0 && errno != EEXIST) {
+        st = st_error(ST_IO, "%s: error: cannot create directory: %s", dump_dir, strerror(errno));
+        break;
+      }
+      d.dump_dir = dump_dir;
+    }
+    FeOptions fo = {.dims = dims, .ndims = space.ndims, .dtype = mo.dtype};
+    st = fe_load_yaml(model, &fo, &specs[n].g);
+    if (!st && d.dump_dir) write_dump(&d, "00-input.ir", "IR from the frontend", specs[n].g);
+    PassCtx pc = {.onchip_bytes = ctx.onchip_bytes, .target = ctx.target, .arch = ctx.arch,
+                  .explain_fusion = ctx.explain_fusion};
+    if (!st) st = pass_run_pipeline(specs[n].g, &pc, passes, dump_hook, &d);
+    if (!st && d.io_error) st = d.io_error, d.io_error = NULL;
+    if (pc.log && (verbose || pc.explain_fusion)) fputs(pc.log, stderr);
+    pass_ctx_free(&pc);
+    if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
+  }
   if (!st && !emit_ir) {
     RtCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
                            .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                            .onchip_bytes = ctx.onchip_bytes};
-    st = rt_compile_graph(g, &co, out);
+    st = rt_compile_specs(specs, n, &co, out);
   } else if (!st) {
     FILE *f = fopen(out, "w");
     if (!f) {
       st = st_error(ST_IO, "%s: error: cannot write: %s", out, strerror(errno));
     } else {
-      ir_print(f, g);
+      for (int i = 0; i < n; i++) {
+        if (n > 1) fprintf(f, "%s// specialisation s%d: %s\n", i ? "\n" : "", i, labels[i]);
+        ir_print(f, specs[i].g);
+      }
       if (fclose(f) != 0) st = st_error(ST_IO, "%s: error: write failed", out);
     }
   }
   st_free(d.io_error);
   pass_ctx_free(&ctx);
-  ir_graph_destroy(g);
+  for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
+  rt_dim_space_free(&space);
   for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
   return st ? cli_fail(st) : 0;
 }

@@ -24,7 +24,10 @@ static const char inspect_help[] =
     "  --source KERNEL   the IR nodes a kernel computes and its LLVM IR\n"
     "                    (regenerated from the bundle's graph, before optimisation)\n"
     "  --memory          the activation arena against the sum of all intermediates,\n"
-    "                    and each intermediate's offset, size and lifetime (kernels)\n";
+    "                    and each intermediate's offset, size and lifetime (kernels)\n"
+    "  --dim NAME=VALUE  of a bundle of several specialisations (--dim seq=1,16 when\n"
+    "                    compiling), the one --ir, --kernels, --memory and --source show\n"
+    "                    (default: each in turn)\n";
 
 static void print_tensor_list(const char *what, const Graph *g, const int *vals, int n) {
   printf("%s:\n", what);
@@ -59,6 +62,21 @@ static void print_summary(const smelt_bundle *b) {
     total += sec->size;
   }
   printf("  %-45s %10zu bytes\n", "(all payloads)", total);
+  int ns = rt_bundle_num_specs(b);
+  if (ns > 1) {
+    printf("specialisations: %d (a run takes the one its input shapes fit)\n", ns);
+    for (int i = 0; i < ns; i++) {
+      const smelt_bundle *sp = rt_bundle_spec(b, i);
+      const Graph *sg = rt_bundle_graph(sp);
+      printf("  s%-3d %-20s", i, rt_bundle_spec_label(sp));
+      for (int k = 0; k < sg->ninputs; k++) {
+        char ty[128];
+        printf(" %s:%s", sg->val[sg->inputs[k]].name, ir_type_str(&sg->val[sg->inputs[k]].type, ty, sizeof ty));
+      }
+      printf("  (%d kernels, arena %lld bytes)\n", rt_bundle_num_kernels(sp), (long long)sg->arena_bytes);
+    }
+    printf("of s0:\n");
+  }
   print_tensor_list("inputs", g, g->inputs, g->ninputs);
   print_tensor_list("outputs", g, g->outputs, g->noutputs);
   printf("kernels: %d\n", rt_bundle_num_kernels(b));
@@ -69,7 +87,7 @@ static void print_summary(const smelt_bundle *b) {
 static void print_ir(const smelt_bundle *b) {
   const void *data;
   size_t len;
-  if (rt_bundle_find(rt_bundle_file(b), RT_SEC_IR_TEXT, NULL, &data, &len)) fwrite(data, 1, len, stdout);
+  if (rt_bundle_spec_find(b, RT_SEC_IR_TEXT, "", &data, &len)) fwrite(data, 1, len, stdout);
   else printf("(the bundle has no IR text)\n");
 }
 
@@ -138,7 +156,7 @@ static void print_memory(const smelt_bundle *b) {
 static void print_group_block(const smelt_bundle *b, const char *kernel) {
   const void *data;
   size_t len;
-  if (!rt_bundle_find(rt_bundle_file(b), RT_SEC_IR_TEXT, NULL, &data, &len)) return;
+  if (!rt_bundle_spec_find(b, RT_SEC_IR_TEXT, "", &data, &len)) return;
   char *text = strndup(data, len);
   if (!text) return;
   char head[160];
@@ -174,7 +192,7 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
 }
 
 int cli_inspect(int argc, char **argv) {
-  const char *path = NULL, *source = NULL;
+  const char *path = NULL, *source = NULL, *dim = NULL;
   bool ir = false, kernels = false, memory = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -187,7 +205,10 @@ int cli_inspect(int argc, char **argv) {
     if (strcmp(a, "--ir") == 0) ir = true;
     else if (strcmp(a, "--kernels") == 0) kernels = true;
     else if (strcmp(a, "--memory") == 0) memory = true;
-    else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
+    else if ((v = cli_flag_value("--dim", argc, argv, &i, &missing)) || missing) {
+      if (missing || !strchr(v, '=')) return cli_usage("inspect", "--dim needs NAME=VALUE");
+      dim = v;
+    } else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("inspect", "--source needs a kernel name");
       source = v;
     } else if (a[0] == '-' && a[1]) return cli_usage("inspect", "unknown flag '%s'", a);
@@ -198,12 +219,24 @@ int cli_inspect(int argc, char **argv) {
   smelt_bundle *b;
   smelt_status st = rt_bundle_open_nojit(path, &b);
   if (st) return cli_fail(st);
-  int rc = 0;
+  int rc = 0, first = 0, last = rt_bundle_num_specs(b) - 1;
+  if (dim) {
+    if ((st = rt_bundle_find_spec(b, dim, &first))) {
+      smelt_bundle_close(b);
+      return cli_fail(st);
+    }
+    last = first;
+  }
   if (!ir && !kernels && !memory && !source) print_summary(b);
-  if (ir) print_ir(b);
-  if (kernels) print_kernels(b);
-  if (memory) print_memory(b);
-  if (source) rc = print_source(b, source);
+  for (int i = first; i <= last && (ir || kernels || memory || source); i++) {
+    const smelt_bundle *sp = rt_bundle_spec(b, i);
+    if (rt_bundle_num_specs(b) > 1) printf("%s// ===== specialisation s%d: %s =====\n", i > first ? "\n" : "", i,
+                                          rt_bundle_spec_label(sp));
+    if (ir) print_ir(sp);
+    if (kernels) print_kernels(sp);
+    if (memory) print_memory(sp);
+    if (source && (rc = print_source(sp, source)) != 0) break;
+  }
   smelt_bundle_close(b);
   return rc;
 }

@@ -37,7 +37,9 @@ static const char run_help[] =
     "                          --output the model's outputs are summarised on stdout\n"
     "                          (bf16 values are written as f32: numpy has no bf16)\n"
     "  --seed N                seed of random inputs (default 0)\n"
-    "  --dim NAME=VALUE        override a size from the model's dims (repeatable)\n"
+    "  --dim NAME=VALUE        override a size from the model's dims (repeatable); of a bundle\n"
+    "                          of several specialisations, the one to run (else the shapes of\n"
+    "                          the --input files choose it)\n"
     "  --dtype DTYPE           default element type of inputs and params\n";
 
 typedef struct {
@@ -181,9 +183,9 @@ static int print_group_check(const RtGroupReport *r) {
 
 /* Runs a bundle on a device (cpu, cuda, cuda:N); returns a status, and in
  * *check_rc 1 when a --check found a mismatch. */
-static smelt_status run_device(smelt_bundle *b, const char *device, int threads, void *const *inputs,
+static smelt_status run_device(smelt_bundle *b, int spec, const char *device, int threads, void *const *inputs,
                                const NameFile *outs, int nout, int check, int *check_rc) {
-  const Graph *g = rt_bundle_graph(b);
+  const Graph *g = rt_bundle_graph(rt_bundle_spec(b, spec));
   for (int i = 0; i < nout; i++) {
     int v = ir_find_value(g, outs[i].name);
     bool is_output = false;
@@ -195,8 +197,10 @@ static smelt_status run_device(smelt_bundle *b, const char *device, int threads,
   smelt_session_options so = {.threads = threads};
   smelt_session *s;
   RETURN_IF_ERROR(smelt_session_create(b, device, &so, &s));
-  smelt_status st = NULL;
-  if (check == 1) {
+  /* the checks bind and run the session's specialisation: choose it first */
+  smelt_status st = smelt_session_select(s, spec);
+  if (st) {
+  } else if (check == 1) {
     RtOutputReport r;
     st = rt_check_outputs(s, (const void *const *)inputs, &r);
     if (!st) *check_rc = print_output_check(&r), rt_output_report_free(&r);
@@ -228,6 +232,45 @@ static smelt_status run_device(smelt_bundle *b, const char *device, int threads,
   free(res);
   smelt_session_destroy(s);
   return st;
+}
+
+/* Whether some --dim was given several values (specialisations). */
+static bool several_values(const ModelOpts *mo) {
+  for (int i = 0; i < mo->ndims; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(mo->dims[i].name, mo->dims[j].name) == 0) return true;
+  return false;
+}
+
+/* Which specialisation of bundle b to run: the one --dim names, else the
+ * one the shapes of the --input files fit (a bundle of one: that one). */
+static smelt_status choose_spec(smelt_bundle *b, const ModelOpts *mo, const char *dims, const NameFile *ins, int nin,
+                                int *out_spec) {
+  *out_spec = 0;
+  if (mo->ndims) return rt_bundle_find_spec(b, dims, out_spec);
+  if (rt_bundle_num_specs(b) == 1) return NULL;
+  const char *names[64];
+  TensorType shapes[64];
+  int n = 0;
+  smelt_status st = NULL;
+  for (int i = 0; i < nin && !st; i++) {
+    if (strcmp(ins[i].file, "random") == 0) continue;
+    void *data;
+    if ((st = fe_npy_read(ins[i].file, &shapes[n], &data))) break;
+    free(data);
+    names[n++] = ins[i].name;
+  }
+  if (st) return st;
+  if (n == 0) {
+    char list[512] = "";
+    for (int i = 0; i < rt_bundle_num_specs(b); i++) {
+      size_t k = strlen(list);
+      snprintf(list + k, sizeof list - k, "%s%s", i ? "; " : "", rt_bundle_spec_label(rt_bundle_spec(b, i)));
+    }
+    return st_error(ST_INVALID_INPUT, "error: the bundle holds %d specialisations (%s): choose one with --dim or give "
+                    "--input files whose shapes pick one", rt_bundle_num_specs(b), list);
+  }
+  return rt_bundle_match_inputs(b, names, shapes, n, out_spec);
 }
 
 /* "seq=1;hidden=64" for the compile options, from the --dim flags. */
@@ -311,22 +354,29 @@ int cli_run(int argc, char **argv) {
   }
   size_t ml = strlen(model);
   bool is_bundle = ml > 6 && strcmp(model + ml - 6, ".smelt") == 0;
-  if (is_bundle && (mo.ndims || mo.dtype != DT_INVALID)) {
-    rc = cli_usage("run", "--dim and --dtype apply when compiling; a bundle is already compiled");
+  if (is_bundle && mo.dtype != DT_INVALID) {
+    rc = cli_usage("run", "--dtype applies when compiling; a bundle is already compiled");
+    goto done;
+  }
+  if (several_values(&mo)) {
+    rc = cli_usage("run", "several values of a --dim make specialisations: compile them into a bundle "
+                          "(smelt compile --dim ...), then run it with --dim NAME=VALUE or inputs of the shapes wanted");
     goto done;
   }
   smelt_status st = NULL;
   Graph *own = NULL;
   smelt_bundle *b = NULL;
   const Graph *g = NULL;
+  int spec = 0;
+  char dims[1024];
+  dims_string(&mo, dims, sizeof dims);
   if (is_bundle) {
     st = !is_ref ? smelt_bundle_open(model, &b) : rt_bundle_open_nojit(model, &b);
-    if (!st) g = rt_bundle_graph(b);
+    if (!st) st = choose_spec(b, &mo, dims, ins, nin, &spec);
+    if (!st) g = rt_bundle_graph(rt_bundle_spec(b, spec));
   } else if (!is_ref) {
     /* a YAML model on a device: compile in memory for it first (for CUDA,
      * the arch of the GPU present) */
-    char dims[1024];
-    dims_string(&mo, dims, sizeof dims);
     smelt_compile_options co = {.targets = is_cpu ? "cpu" : "cuda", .dims = dims[0] ? dims : NULL,
                                 .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL};
     void *buf = NULL;
@@ -343,7 +393,7 @@ int cli_run(int argc, char **argv) {
   if (!st && !(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *)))) st = st_error(ST_NO_MEMORY, "out of memory");
   if (!st) st = gather_inputs(g, ins, nin, seed, inputs);
   int check_rc = 0;
-  if (!st) st = !is_ref ? run_device(b, device, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
+  if (!st) st = !is_ref ? run_device(b, spec, device, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
   for (int k = 0; inputs && k < g->ninputs; k++) free(inputs[k]);
   free(inputs);
   ir_graph_destroy(own);

@@ -72,13 +72,30 @@ typedef struct {
   int threads; /* CPU worker threads; 0 = number of cores */
 } smelt_session_options;
 
+/* Specialisations.  A model compiled with several values of a dim
+ * (dims "seq=1,16,64", `smelt compile --dim seq=1,16,64`) gives one bundle
+ * holding a specialisation per combination of the values (the cartesian
+ * product, at most 16); each takes inputs of other shapes, and a session
+ * runs the one that fits the tensors bound to it.  A bundle compiled for
+ * one combination has one specialisation. */
+int smelt_bundle_num_specialisations(const smelt_bundle *bundle);
+/* The dims in which specialisation i differs from the others, "seq=16" or
+ * "seq=16 batch=2" (owned by the bundle); "" in a bundle of one, NULL for
+ * an i out of range. */
+const char *smelt_bundle_specialisation_dims(const smelt_bundle *bundle, int i);
+
 /* Creates a session running the bundle on device "cpu" (or "cuda", "cuda:N"
- * where built).  The bundle must outlive the session.  options may be NULL. */
+ * where built).  The bundle must outlive the session.  options may be NULL.
+ * On a bundle of several specialisations no specialisation is chosen yet:
+ * see smelt_session_bind_input_shaped and smelt_session_select. */
 smelt_status smelt_session_create(smelt_bundle *bundle, const char *device, const smelt_session_options *options,
                                   smelt_session **out_session);
 void smelt_session_destroy(smelt_session *session);
 
-/* The session's inputs and outputs, in model order. */
+/* The session's inputs and outputs, in model order (the same names,
+ * dtypes and ranks in every specialisation).  The dims are those of the
+ * chosen specialisation; before one is chosen, a dim in which the
+ * specialisations differ is -1. */
 typedef struct {
   const char *name;
   smelt_dtype dtype;
@@ -93,11 +110,35 @@ void smelt_session_output_info(const smelt_session *session, int i, smelt_tensor
 
 /* Binds the memory of an input or output by name; `bytes` must equal the
  * tensor's size.  The memory must stay valid until the next run returns.
- * Host pointers are accepted on every device. */
+ * Host pointers are accepted on every device.  With several
+ * specialisations and none chosen, `bytes` must be the size of the tensor
+ * in at least one of them, or SMELT_INVALID_INPUT says which sizes they
+ * take. */
 smelt_status smelt_session_bind_input(smelt_session *session, const char *name, const void *data, size_t bytes);
 smelt_status smelt_session_bind_output(smelt_session *session, const char *name, void *data, size_t bytes);
+/* Binds an input with its shape (rank dims, row-major); `bytes` must be its
+ * size.  This is how a session on a bundle of several specialisations
+ * picks one: each run uses the specialisation that takes every tensor bound
+ * (shapes where given, else sizes; specialisations always differ in the
+ * shapes of their inputs).  An input no specialisation takes in that shape
+ * is SMELT_INVALID_INPUT at once, e.g. "no specialisation of model
+ * 'tiny_llama' takes input 'x' with shape [3,64]; the bundle has seq=1,16,64";
+ * bindings that each fit some specialisation but no single one together
+ * fail at the run.  Rebinding with other shapes switches specialisation at
+ * the next run; a session keeps what it set up for each one it has run. */
+smelt_status smelt_session_bind_input_shaped(smelt_session *session, const char *name, const void *data, int rank,
+                                             const int64_t *dims, size_t bytes);
+/* Chooses specialisation i (0 <= i < smelt_bundle_num_specialisations)
+ * for every run from now on; bindings are then checked against it alone,
+ * and smelt_session_input_info gives its shapes.  -1 returns to choosing
+ * from the bindings at each run. */
+smelt_status smelt_session_select(smelt_session *session, int i);
+/* The specialisation chosen (by smelt_session_select or by the last run);
+ * -1 before any.  Always 0 on a bundle of one. */
+int smelt_session_specialisation(const smelt_session *session);
 
-/* Runs the model once on the bound tensors. */
+/* Runs the model once on the bound tensors (on a bundle of several
+ * specialisations, the one that takes them; see above). */
 smelt_status smelt_session_run(smelt_session *session);
 
 #ifdef __cplusplus

@@ -440,25 +440,141 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   return cg_cuda_launch_encode(c->m, &c->launch, &c->launch_len);
 }
 
-static smelt_status add_cuda_sections(RtBundleWriter *w, const CudaBuild *c) {
-  char name[RT_SECTION_NAME_BYTES];
-  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_LAUNCH, NULL, c->launch, c->launch_len));
-  for (int u = 0; u < c->m->nunits; u++) {
-    snprintf(name, sizeof name, "u%d", u);
-    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_SOURCE, name, c->m->units[u], strlen(c->m->units[u])));
-    for (int a = 0; a < c->narch; a++) {
-      const CgCudaBinary *bin = &c->bins[u * c->narch + a];
-      snprintf(name, sizeof name, "%s/u%d", c->arch[a], u);
-      RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUBIN, name, bin->cubin, bin->cubin_len));
-      /* with its NUL: the driver's JIT takes PTX as a C string */
-      if (bin->ptx) RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_PTX, name, bin->ptx, bin->ptx_len + 1));
-    }
+/* ---- specialisations ---- */
+
+char *rt_input_signature(const Graph *g) {
+  Buf b = {0};
+  for (int i = 0; i < g->ninputs; i++) {
+    char ty[160];
+    const Value *v = &g->val[g->inputs[i]];
+    buf_printf(&b, "%s%s:%s", i ? " " : "", v->name, ir_type_str(&v->type, ty, sizeof ty));
   }
+  buf_put(&b, "", 1);
+  if (b.oom) {
+    free(b.p);
+    return NULL;
+  }
+  return (char *)b.p;
+}
+
+void rt_dim_space_free(RtDimSpace *d) {
+  for (int i = 0; i < d->ndims; i++) {
+    free(d->name[i]);
+    free(d->value[i]);
+  }
+  memset(d, 0, sizeof *d);
+}
+
+/* One "NAME=V[,V...]" item of a dims text into d. */
+static smelt_status parse_dim_item(char *item, RtDimSpace *d) {
+  char *eq = strchr(item, '=');
+  if (!eq || eq == item) return st_error(ST_INVALID_INPUT, "dims '%s': expected NAME=VALUE[,VALUE...]", item);
+  *eq = 0;
+  const char *name = item, *list = eq + 1;
+  for (int i = 0; i < d->ndims; i++)
+    if (strcmp(d->name[i], name) == 0)
+      return st_error(ST_INVALID_INPUT, "dims: '%s' is given twice (list its values in one: %s=A,B,...)", name, name);
+  if (d->ndims == RT_MAX_DIMS) return st_error(ST_INVALID_INPUT, "dims: more than %d names", RT_MAX_DIMS);
+  int n = 1;
+  for (const char *s = list; *s; s++) n += *s == ',';
+  if (n > RT_MAX_SPECIALISATIONS)
+    return st_error(ST_INVALID_INPUT, "dims '%s=%s': %d values; a bundle holds at most %d specialisations", name, list,
+                    n, RT_MAX_SPECIALISATIONS);
+  int64_t *vals = calloc((size_t)n, sizeof *vals);
+  char *nm = strdup(name);
+  if (!vals || !nm) {
+    free(vals);
+    free(nm);
+    return st_error(ST_NO_MEMORY, "out of memory parsing dims");
+  }
+  const char *p = list;
+  for (int k = 0; k < n; k++) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    smelt_status st = NULL;
+    if (errno || end == p || (*end && *end != ','))
+      st = st_error(ST_INVALID_INPUT, "dims '%s=%s': '%.*s' is not an integer", name, list, (int)strcspn(p, ","), p);
+    for (int j = 0; j < k && !st; j++)
+      if (vals[j] == v) st = st_error(ST_INVALID_INPUT, "dims '%s=%s': %lld is listed twice", name, list, v);
+    if (st) {
+      free(vals);
+      free(nm);
+      return st;
+    }
+    vals[k] = v;
+    p = *end ? end + 1 : end;
+  }
+  d->name[d->ndims] = nm;
+  d->value[d->ndims] = vals;
+  d->nvalues[d->ndims++] = n;
   return NULL;
 }
 
-static smelt_status build_manifest(const Graph *g, const RtCompileOptions *o, const char *desc, const char *triple,
-                                   const char *cpu, const CudaBuild *cu, int nk, Buf *m) {
+smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) {
+  memset(out, 0, sizeof *out);
+  out->ncombos = 1;
+  if (!text || !*text) return NULL;
+  char *copy = strdup(text);
+  if (!copy) return st_error(ST_NO_MEMORY, "out of memory parsing dims");
+  smelt_status st = NULL;
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ";", &save); item && !st; item = strtok_r(NULL, ";", &save))
+    st = parse_dim_item(item, out);
+  free(copy);
+  /* The product is bounded as it grows, so it cannot overflow. */
+  int64_t combos = 1;
+  for (int i = 0; i < out->ndims && !st; i++) {
+    combos *= out->nvalues[i];
+    if (combos > RT_MAX_SPECIALISATIONS) {
+      Buf why = {0};
+      for (int j = 0; j < out->ndims; j++)
+        if (out->nvalues[j] > 1) buf_printf(&why, "%s%d values of %s", why.len ? " x " : "", out->nvalues[j], out->name[j]);
+      buf_put(&why, "", 1);
+      st = st_error(ST_INVALID_INPUT, "dims '%s': %s make more than %d specialisations, the most a bundle holds", text,
+                    why.oom ? "the values" : (const char *)why.p, RT_MAX_SPECIALISATIONS);
+      free(why.p);
+    }
+  }
+  if (st) {
+    rt_dim_space_free(out);
+    return st;
+  }
+  out->ncombos = (int)combos;
+  return NULL;
+}
+
+/* Combination i counts like a number whose digits are the dims' value
+ * indices, the first dim the most significant. */
+static int combo_digit(const RtDimSpace *d, int i, int dim) {
+  for (int j = d->ndims - 1; j > dim; j--) i /= d->nvalues[j];
+  return i % d->nvalues[dim];
+}
+
+void rt_dim_space_combo(const RtDimSpace *d, int i, FeDim *out_dims) {
+  for (int k = 0; k < d->ndims; k++) {
+    out_dims[k].name = d->name[k];
+    out_dims[k].value = d->value[k][combo_digit(d, i, k)];
+  }
+}
+
+void rt_dim_space_label(const RtDimSpace *d, int i, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int k = 0; k < d->ndims && len < cap; k++) {
+    if (d->nvalues[k] < 2) continue;
+    int w = snprintf(buf + len, cap - len, "%s%s=%lld", len ? " " : "", d->name[k],
+                     (long long)d->value[k][combo_digit(d, i, k)]);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+}
+
+/* ---- building a bundle ---- */
+
+static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const RtCompileOptions *o, const char *desc,
+                                   const char *triple, const char *cpu, const CudaBuild *cu, const int *nk, Buf *m) {
+  const Graph *g = specs[0].g;
   char num[32];
   put_kv(m, "smelt_version", SMELT_LIB_VERSION);
   snprintf(num, sizeof num, "%d", RT_BUNDLE_VERSION);
@@ -490,21 +606,161 @@ static smelt_status build_manifest(const Graph *g, const RtCompileOptions *o, co
     put_kv(m, "cuda_archs", archs.oom ? "" : (const char *)archs.p);
     free(archs.p);
     put_kv(m, "nvrtc_version", cu->nvrtc);
-    snprintf(num, sizeof num, "%d", cu->m->nunits);
-    put_kv(m, "cuda_units", num);
   }
-  snprintf(num, sizeof num, "%d", nk);
-  put_kv(m, "kernels", num);
-  snprintf(num, sizeof num, "%lld", (long long)g->arena_bytes);
-  put_kv(m, "arena_bytes", num);
-  return m->oom ? st_error(ST_NO_MEMORY, "out of memory writing the manifest") : NULL;
+  /* Per specialisation, in index order, comma-separated when several. */
+  Buf kn = {0}, arena = {0}, units = {0};
+  for (int i = 0; i < nspecs; i++) {
+    buf_printf(&kn, "%s%d", i ? "," : "", nk[i]);
+    buf_printf(&arena, "%s%lld", i ? "," : "", (long long)specs[i].g->arena_bytes);
+    buf_printf(&units, "%s%d", i ? "," : "", cu[i].m ? cu[i].m->nunits : 0);
+  }
+  buf_put(&kn, "", 1);
+  buf_put(&arena, "", 1);
+  buf_put(&units, "", 1);
+  bool oom = kn.oom || arena.oom || units.oom;
+  if (!oom && cu && cu->m) put_kv(m, "cuda_units", (const char *)units.p);
+  if (!oom) put_kv(m, "kernels", (const char *)kn.p);
+  if (!oom) put_kv(m, "arena_bytes", (const char *)arena.p);
+  if (nspecs > 1) {
+    snprintf(num, sizeof num, "%d", nspecs);
+    put_kv(m, "specialisations", num);
+  }
+  free(kn.p);
+  free(arena.p);
+  free(units.p);
+  return oom || m->oom ? st_error(ST_NO_MEMORY, "out of memory writing the manifest") : NULL;
 }
 
-/* Everything that goes into a bundle, made into a writer. */
-static smelt_status build_bundle(Graph *g, const RtCompileOptions *o, RtBundleWriter **out_writer) {
+/* One specialisation's compiled form, before it is written. */
+typedef struct {
+  Kernel *k;
+  int nk;
+  void *obj, *graph_bytes, *table;
+  size_t obj_len, graph_len, table_len;
+  char *desc, *ir_text;
+  char triple[40], cpu_name[40];
+  CudaBuild cu;
+} SpecBuild;
+
+static void spec_build_free(SpecBuild *s) {
+  cuda_build_free(&s->cu);
+  free(s->table);
+  free(s->graph_bytes);
+  free(s->ir_text);
+  free(s->desc);
+  free(s->obj);
+  cg_kernels_free(s->k, s->nk);
+  memset(s, 0, sizeof *s);
+}
+
+/* Lowers g and generates code for the targets: the back half of the
+ * compiler for one specialisation. */
+static smelt_status build_spec(Graph *g, const RtCompileOptions *o, bool cpu, bool cuda, const char *archs,
+                               SpecBuild *s) {
+  if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
+  RETURN_IF_ERROR(cg_lower(g, &s->k, &s->nk));
+  name_groups(g, s->k, s->nk);
+  if (cpu) {
+#ifdef SMELT_HAVE_LLVM
+    CgLlvmOptions lo = {.cpu = o->cpu};
+    RETURN_IF_ERROR(cg_llvm_compile(g, s->k, s->nk, &lo, &s->obj, &s->obj_len, &s->desc));
+#else
+    (void)o;
+#endif
+    parse_desc(s->desc ? s->desc : "", s->triple, sizeof s->triple, s->cpu_name, sizeof s->cpu_name);
+  }
+  /* A model without kernels (its outputs are inputs or constants) has no
+   * CUDA code; sessions need none. */
+  if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, &s->cu));
+  if (!(s->ir_text = ir_print_str(g))) return st_error(ST_NO_MEMORY, "out of memory printing the IR");
+  RETURN_IF_ERROR(ir_graph_serialize(g, &s->graph_bytes, &s->graph_len));
+  return rt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
+}
+
+/* A section name under a specialisation's prefix ("" or "s3/"). */
+static const char *prefixed(char *buf, size_t cap, const char *prefix, const char *name) {
+  snprintf(buf, cap, "%s%s", prefix, name);
+  return buf;
+}
+
+static smelt_status add_cuda_sections(RtBundleWriter *w, const CudaBuild *c, const char *prefix) {
+  char name[RT_SECTION_NAME_BYTES], rel[RT_SECTION_NAME_BYTES];
+  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_LAUNCH, prefix, c->launch, c->launch_len));
+  for (int u = 0; u < c->m->nunits; u++) {
+    snprintf(rel, sizeof rel, "u%d", u);
+    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_SOURCE, prefixed(name, sizeof name, prefix, rel),
+                                         c->m->units[u], strlen(c->m->units[u])));
+    for (int a = 0; a < c->narch; a++) {
+      const CgCudaBinary *bin = &c->bins[u * c->narch + a];
+      snprintf(rel, sizeof rel, "%s/u%d", c->arch[a], u);
+      prefixed(name, sizeof name, prefix, rel);
+      RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUBIN, name, bin->cubin, bin->cubin_len));
+      /* with its NUL: the driver's JIT takes PTX as a C string */
+      if (bin->ptx) RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_PTX, name, bin->ptx, bin->ptx_len + 1));
+    }
+  }
+  return NULL;
+}
+
+static smelt_status add_spec_sections(RtBundleWriter *w, const SpecBuild *s, const char *prefix, bool cpu) {
+  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_IR_TEXT, prefix, s->ir_text, strlen(s->ir_text)));
+  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_GRAPH, prefix, s->graph_bytes, s->graph_len));
+  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_KERNELS, prefix, s->table, s->table_len));
+  if (cpu) {
+    /* "TRIPLE/CPU", cut to the name field of the bundle's section table */
+    char name[RT_SECTION_NAME_BYTES + 96];
+    snprintf(name, sizeof name, "%s%s/%s", prefix, s->triple, s->cpu_name);
+    name[RT_SECTION_NAME_BYTES - 1] = 0;
+    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, name, s->obj, s->obj_len));
+  }
+  if (s->cu.m) RETURN_IF_ERROR(add_cuda_sections(w, &s->cu, prefix));
+  return NULL;
+}
+
+/* The specialisation index (driver.h): a header line, then per
+ * specialisation its prefix, label and input signature, tab-separated.
+ * Two specialisations that take the same inputs could not be told apart
+ * when running, so that is an error here already. */
+static smelt_status build_index(const RtSpecGraph *specs, int n, Buf *out) {
+  char **sig = calloc((size_t)n, sizeof *sig);
+  if (!sig) return st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
+  smelt_status st = NULL;
+  buf_printf(out, "%s %d %d\n", RT_SPEC_INDEX_MAGIC, RT_SPEC_INDEX_VERSION, n);
+  for (int i = 0; i < n && !st; i++) {
+    const char *label = specs[i].label ? specs[i].label : "";
+    if (!*label || strchr(label, '\t') || strchr(label, '\n'))
+      st = st_error(ST_INTERNAL, "specialisation %d has a bad label '%s'", i, label);
+    else if (!(sig[i] = rt_input_signature(specs[i].g)))
+      st = st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
+    for (int j = 0; j < i && !st; j++)
+      if (strcmp(sig[i], sig[j]) == 0)
+        st = st_error(ST_INVALID_INPUT, "specialisations %s and %s take the same inputs (%s): a run could not tell "
+                      "them apart", specs[j].label, label, sig[i][0] ? sig[i] : "none");
+    if (!st) {
+      /* the section table holds names of up to 55 bytes; the rest is the runtime's */
+      buf_printf(out, "s%d/\t", i);
+      buf_put(out, label, strlen(label));
+      buf_put(out, "\t", 1);
+      buf_put(out, sig[i], strlen(sig[i]));
+      buf_put(out, "\n", 1);
+    }
+  }
+  for (int i = 0; i < n; i++) free(sig[i]);
+  free(sig);
+  if (!st && out->oom) st = st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
+  return st;
+}
+
+/* Everything that goes into a bundle, made into a writer.  One
+ * specialisation keeps the unprefixed layout of driver.h; several get
+ * their sections under "s0/", "s1/", ... and an index. */
+static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompileOptions *o,
+                                 RtBundleWriter **out_writer) {
   *out_writer = NULL;
   static const RtCompileOptions no_options = {0};
   if (!o) o = &no_options;
+  if (nspecs < 1 || nspecs > RT_MAX_SPECIALISATIONS)
+    return st_error(ST_INVALID_INPUT, "%d specialisations (a bundle holds 1 to %d)", nspecs, RT_MAX_SPECIALISATIONS);
   bool cpu, cuda;
   RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
 #ifndef SMELT_HAVE_LLVM
@@ -518,77 +774,69 @@ static smelt_status build_bundle(Graph *g, const RtCompileOptions *o, RtBundleWr
     else rt_cuda_default_arch(archs, sizeof archs);
     RETURN_IF_ERROR(rt_check_archs(archs));
   }
-  if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
-  Kernel *k = NULL;
-  int nk = 0;
-  void *obj = NULL, *graph_bytes = NULL, *table = NULL;
-  size_t obj_len = 0, graph_len = 0, table_len = 0;
-  char *desc = NULL, *ir_text = NULL;
-  Buf manifest = {0};
+  SpecBuild sb[RT_MAX_SPECIALISATIONS];
+  CudaBuild cus[RT_MAX_SPECIALISATIONS];
+  int nk[RT_MAX_SPECIALISATIONS];
+  memset(sb, 0, sizeof sb);
+  Buf manifest = {0}, index = {0};
   RtBundleWriter *w = NULL;
-  CudaBuild cu = {0};
-  smelt_status st;
-  char triple[40] = "", cpu_name[40] = "", section[RT_SECTION_NAME_BYTES + 32] = "";
-  if ((st = cg_lower(g, &k, &nk))) goto done;
-  name_groups(g, k, nk);
-  if (cpu) {
-#ifdef SMELT_HAVE_LLVM
-    CgLlvmOptions lo = {.cpu = o->cpu};
-    if ((st = cg_llvm_compile(g, k, nk, &lo, &obj, &obj_len, &desc))) goto done;
-#endif
-    parse_desc(desc ? desc : "", triple, sizeof triple, cpu_name, sizeof cpu_name);
-    /* Cut to the name field of the bundle's section table. */
-    snprintf(section, sizeof section, "%s/%s", triple, cpu_name);
-    section[RT_SECTION_NAME_BYTES - 1] = 0;
+  smelt_status st = NULL;
+  /* the index first: specialisations alike are refused before any code is made */
+  if (nspecs > 1) st = build_index(specs, nspecs, &index);
+  for (int i = 0; i < nspecs && !st; i++) {
+    st = build_spec(specs[i].g, o, cpu, cuda, archs, &sb[i]);
+    if (st && nspecs > 1) st = st_prefix(st, "specialisation %s", specs[i].label ? specs[i].label : "?");
+    cus[i] = sb[i].cu;
+    nk[i] = sb[i].nk;
   }
-  /* A model without kernels (its outputs are inputs or constants) has no
-   * CUDA code; sessions need none. */
-  if (cuda && nk > 0 && (st = build_cuda(g, k, nk, archs, &cu))) goto done;
-  if (!(ir_text = ir_print_str(g))) {
-    st = st_error(ST_NO_MEMORY, "out of memory printing the IR");
-    goto done;
+  if (!st)
+    st = build_manifest(specs, nspecs, o, sb[0].desc, sb[0].triple, sb[0].cpu_name, cus, nk, &manifest);
+  if (!st) st = rt_bundle_writer_create(&w);
+  if (!st) st = rt_bundle_writer_add(w, RT_SEC_MANIFEST, NULL, manifest.p, manifest.len);
+  if (!st && nspecs > 1) st = rt_bundle_writer_add(w, RT_SEC_SPECIALISATION, NULL, index.p, index.len);
+  for (int i = 0; i < nspecs && !st; i++) {
+    char prefix[16] = "";
+    if (nspecs > 1) snprintf(prefix, sizeof prefix, "s%d/", i);
+    st = add_spec_sections(w, &sb[i], prefix, cpu);
   }
-  if ((st = ir_graph_serialize(g, &graph_bytes, &graph_len))) goto done;
-  if ((st = rt_kernel_table_encode(k, nk, &table, &table_len))) goto done;
-  if ((st = build_manifest(g, o, desc, triple, cpu_name, &cu, nk, &manifest))) goto done;
-  if ((st = rt_bundle_writer_create(&w))) goto done;
-  if ((st = rt_bundle_writer_add(w, RT_SEC_MANIFEST, NULL, manifest.p, manifest.len))) goto done;
-  if ((st = rt_bundle_writer_add(w, RT_SEC_IR_TEXT, NULL, ir_text, strlen(ir_text)))) goto done;
-  if ((st = rt_bundle_writer_add(w, RT_SEC_GRAPH, NULL, graph_bytes, graph_len))) goto done;
-  if ((st = rt_bundle_writer_add(w, RT_SEC_KERNELS, NULL, table, table_len))) goto done;
-  if (cpu && (st = rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, section, obj, obj_len))) goto done;
-  if (cu.m && (st = add_cuda_sections(w, &cu))) goto done;
-  *out_writer = w;
-  w = NULL;
-done:
+  if (!st) {
+    *out_writer = w;
+    w = NULL;
+  }
   rt_bundle_writer_destroy(w);
-  cuda_build_free(&cu);
+  for (int i = 0; i < nspecs; i++) spec_build_free(&sb[i]);
   free(manifest.p);
-  free(table);
-  free(graph_bytes);
-  free(ir_text);
-  free(desc);
-  free(obj);
-  cg_kernels_free(k, nk);
+  free(index.p);
   return st;
 }
 
-smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *out_path) {
+smelt_status rt_compile_specs(RtSpecGraph *specs, int n, const RtCompileOptions *o, const char *out_path) {
   RtBundleWriter *w;
-  RETURN_IF_ERROR(build_bundle(g, o, &w));
+  RETURN_IF_ERROR(build_bundle(specs, n, o, &w));
   smelt_status st = rt_bundle_writer_write(w, out_path);
   rt_bundle_writer_destroy(w);
   return st;
 }
 
-smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, void **out_buf, size_t *out_len) {
+smelt_status rt_compile_specs_to_memory(RtSpecGraph *specs, int n, const RtCompileOptions *o, void **out_buf,
+                                        size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
   RtBundleWriter *w;
-  RETURN_IF_ERROR(build_bundle(g, o, &w));
+  RETURN_IF_ERROR(build_bundle(specs, n, o, &w));
   smelt_status st = rt_bundle_writer_to_memory(w, out_buf, out_len);
   rt_bundle_writer_destroy(w);
   return st;
+}
+
+smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *out_path) {
+  RtSpecGraph one = {.g = g};
+  return rt_compile_specs(&one, 1, o, out_path);
+}
+
+smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, void **out_buf, size_t *out_len) {
+  RtSpecGraph one = {.g = g};
+  return rt_compile_specs_to_memory(&one, 1, o, out_buf, out_len);
 }
 
 smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bundle **out_bundle) {
@@ -600,7 +848,6 @@ smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bun
   free(buf);
   return st;
 }
-
 /* ---- a kernel's LLVM IR, for smelt inspect ---- */
 
 /* Whether a "define" line defines @name or one of its helpers @name.xyz
@@ -670,84 +917,19 @@ smelt_status rt_bundle_kernel_llvm_ir(const smelt_bundle *b, int kernel, char **
 
 /* ---- smelt_compile ---- */
 
-/* Parses "seq=128;hidden=64" into dims (names point into `copy`, a
- * malloc'd copy of the text that the caller frees). */
-static smelt_status parse_dims(const char *text, FeDim **out_dims, int *out_n, char **out_copy) {
-  *out_dims = NULL;
-  *out_n = 0;
-  *out_copy = NULL;
-  if (!text || !*text) return NULL;
-  char *copy = strdup(text);
-  int cap = 1;
-  for (const char *s = text; *s; s++) cap += *s == ';';
-  FeDim *dims = calloc((size_t)cap, sizeof *dims);
-  if (!copy || !dims) {
-    free(copy);
-    free(dims);
-    return st_error(ST_NO_MEMORY, "out of memory parsing dims");
-  }
-  int n = 0;
-  smelt_status st = NULL;
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ";", &save); item && !st; item = strtok_r(NULL, ";", &save)) {
-    char *eq = strchr(item, '=');
-    if (!eq || eq == item) {
-      st = st_error(ST_INVALID_INPUT, "dims '%s': expected NAME=VALUE", item);
-      break;
-    }
-    *eq = 0;
-    if (strchr(eq + 1, ',')) {
-      st = st_error(ST_UNSUPPORTED, "dims '%s=%s': several values (specialisations) are not supported yet", item,
-                    eq + 1);
-      break;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(eq + 1, &end, 10);
-    if (errno || end == eq + 1 || *end) {
-      st = st_error(ST_INVALID_INPUT, "dims '%s=%s': the value is not an integer", item, eq + 1);
-      break;
-    }
-    dims[n].name = item;
-    dims[n++].value = v;
-  }
-  if (st) {
-    free(copy);
-    free(dims);
-    return st;
-  }
-  *out_dims = dims;
-  *out_n = n;
-  *out_copy = copy;
-  return NULL;
-}
-
-/* YAML → graph → passes; the graph is the caller's.  archs: the CUDA
- * archs the fuse pass budgets for (NULL without the cuda target). */
-static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const char *archs,
-                                      Graph **out_graph) {
+/* YAML → graph → passes for one assignment of dims; the graph is the
+ * caller's.  archs: the CUDA archs the fuse pass budgets for (NULL without
+ * the cuda target). */
+static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const FeDim *dims,
+                                      int ndims, const char *archs, Graph **out_graph) {
   *out_graph = NULL;
-  FeOptions fo = {0};
-  FeDim *dims;
-  char *dims_text;
+  FeOptions fo = {.dims = dims, .ndims = ndims};
   if (o->dtype && (fo.dtype = dt_from_name(o->dtype)) == DT_INVALID)
     return st_error(ST_INVALID_INPUT, "unknown dtype '%s'", o->dtype);
-  bool cpu, cuda;
-  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
-#ifndef SMELT_HAVE_LLVM
-  if (cpu)
-    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
-                    "generate CPU code; use --target cuda");
-#endif
-  RETURN_IF_ERROR(parse_dims(o->dims, &dims, &fo.ndims, &dims_text));
-  fo.dims = dims;
   Graph *g = NULL;
-  smelt_status st = fe_load_yaml(model_path, &fo, &g);
-  free(dims);
-  free(dims_text);
-  if (st) return st;
+  RETURN_IF_ERROR(fe_load_yaml(model_path, &fo, &g));
   PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = archs};
-  st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
+  smelt_status st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
   pass_ctx_free(&ctx);
   if (st) {
     ir_graph_destroy(g);
@@ -771,34 +953,55 @@ static RtCompileOptions driver_options(const char *model_path, const smelt_compi
                             .onchip_bytes = o->onchip_bytes};
 }
 
-smelt_status smelt_compile(const char *model_path, const smelt_compile_options *options, const char *out_path) {
+/* The whole compiler: one pipeline run per combination of the dims'
+ * values, every result into one bundle (to out_path, or to memory when
+ * out_path is NULL). */
+static smelt_status compile_model(const char *model_path, const smelt_compile_options *options, const char *out_path,
+                                  void **out_buf, size_t *out_len) {
   static const smelt_compile_options defaults = {0};
   const smelt_compile_options *o = options ? options : &defaults;
-  if (!model_path || !out_path) return st_error(ST_INVALID_INPUT, "smelt_compile: model and output paths are needed");
+  if (!model_path) return st_error(ST_INVALID_INPUT, "smelt_compile: no model path");
   if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
+  bool cpu, cuda;
+  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
+#ifndef SMELT_HAVE_LLVM
+  if (cpu)
+    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
+                    "generate CPU code; use --target cuda");
+#endif
+  RtDimSpace space;
+  RETURN_IF_ERROR(rt_dim_space_parse(o->dims, &space));
   char buf[32];
   const char *archs = default_archs(o, buf, sizeof buf);
-  Graph *g;
-  RETURN_IF_ERROR(load_and_optimise(model_path, o, archs, &g));
-  RtCompileOptions ro = driver_options(model_path, o, archs);
-  smelt_status st = rt_compile_graph(g, &ro, out_path);
-  ir_graph_destroy(g);
+  RtSpecGraph specs[RT_MAX_SPECIALISATIONS];
+  char labels[RT_MAX_SPECIALISATIONS][256];
+  int n = 0;
+  smelt_status st = NULL;
+  for (; n < space.ncombos && !st; n++) {
+    FeDim dims[RT_MAX_DIMS];
+    rt_dim_space_combo(&space, n, dims);
+    rt_dim_space_label(&space, n, labels[n], sizeof labels[n]);
+    specs[n].label = labels[n];
+    st = load_and_optimise(model_path, o, dims, space.ndims, archs, &specs[n].g);
+    if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
+  }
+  if (!st) {
+    RtCompileOptions ro = driver_options(model_path, o, archs);
+    st = out_path ? rt_compile_specs(specs, n, &ro, out_path) : rt_compile_specs_to_memory(specs, n, &ro, out_buf, out_len);
+  }
+  for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
+  rt_dim_space_free(&space);
   return st;
+}
+
+smelt_status smelt_compile(const char *model_path, const smelt_compile_options *options, const char *out_path) {
+  if (!out_path) return st_error(ST_INVALID_INPUT, "smelt_compile: model and output paths are needed");
+  return compile_model(model_path, options, out_path, NULL, NULL);
 }
 
 smelt_status rt_compile_model_to_memory(const char *model_path, const smelt_compile_options *options, void **out_buf,
                                         size_t *out_len) {
-  static const smelt_compile_options defaults = {0};
-  const smelt_compile_options *o = options ? options : &defaults;
   *out_buf = NULL;
   *out_len = 0;
-  if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
-  char buf[32];
-  const char *archs = default_archs(o, buf, sizeof buf);
-  Graph *g;
-  RETURN_IF_ERROR(load_and_optimise(model_path, o, archs, &g));
-  RtCompileOptions ro = driver_options(model_path, o, archs);
-  smelt_status st = rt_compile_graph_to_memory(g, &ro, out_buf, out_len);
-  ir_graph_destroy(g);
-  return st;
+  return compile_model(model_path, options, NULL, out_buf, out_len);
 }

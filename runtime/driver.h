@@ -20,6 +20,24 @@
  *               (--target cuda; the kernels are generated with every
  *               argument 64-byte aligned, which sessions guarantee)
  *
+ * Specialisations (SPEC §2, `--dim seq=1,16,64`): a bundle compiled for
+ * several values of its dims holds one full set of the sections above per
+ * combination (the cartesian product of the values, at most
+ * RT_MAX_SPECIALISATIONS), each named under the prefix "sI/" ("s0/" for
+ * graph, ir-text, kernels and cuda-launch; "s0/u0", "s0/sm_90a/u0",
+ * "s0/TRIPLE/CPU" for the others), one manifest for all, and a
+ * "specialisation" section, the index:
+ *   "smelt-specialisations 1 N\n", then per specialisation I (in order)
+ *   "sI/\tLABEL\tSIGNATURE\n"
+ * where LABEL gives the dims that differ between the specialisations
+ * ("seq=16", "seq=16 batch=2") and SIGNATURE the inputs it takes, as
+ * rt_input_signature writes it ("x:f32[16,64] pos:i32[16]"); signatures are
+ * distinct, which is how a run picks one from the shapes it is given.  A
+ * bundle of one specialisation has no index and unprefixed names (the
+ * layout of bundles before specialisations, which the same loader reads).
+ * Constants are serialised in each specialisation's graph: those shared by
+ * several specialisations are stored once per specialisation.
+ *
  * Ownership as in include/smelt.h: objects returned through out_ parameters
  * are owned by the caller.  Nothing here prints or exits.
  */
@@ -31,6 +49,7 @@
 #include <stdint.h>
 
 #include "codegen/kernel.h"
+#include "frontend/frontend.h"
 #include "include/smelt.h"
 #include "ir/ir.h"
 #include "runtime/bundle.h"
@@ -76,6 +95,51 @@ smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *o
 smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, void **out_buf,
                                         size_t *out_len) SMELT_MUST_USE;
 
+/* ---- specialisations ---- */
+
+#define RT_MAX_SPECIALISATIONS 16
+#define RT_MAX_DIMS 32
+#define RT_SPEC_INDEX_MAGIC "smelt-specialisations"
+#define RT_SPEC_INDEX_VERSION 1
+
+/* The dims overrides of a compile, each with one or more values. */
+typedef struct {
+  int ndims;
+  char *name[RT_MAX_DIMS];     /* malloc'd */
+  int64_t *value[RT_MAX_DIMS]; /* nvalues[i] values each, malloc'd */
+  int nvalues[RT_MAX_DIMS];
+  int ncombos;                 /* the product of the nvalues, 1 when there are no dims */
+} RtDimSpace;
+
+/* Parses "seq=1,16;hidden=64" (NULL or "" = no dims).  A name given twice,
+ * a value listed twice, a value that is not an integer, or more than
+ * RT_MAX_SPECIALISATIONS combinations is ST_INVALID_INPUT.  Release with
+ * rt_dim_space_free (also after an error: it is then empty). */
+smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) SMELT_MUST_USE;
+void rt_dim_space_free(RtDimSpace *d);
+/* Combination i (0 <= i < ncombos; the first dim varies slowest) as
+ * d->ndims FeDims whose names point into d. */
+void rt_dim_space_combo(const RtDimSpace *d, int i, FeDim *out_dims);
+/* Its label: the dims with several values, "seq=16 batch=2" ("" when none). */
+void rt_dim_space_label(const RtDimSpace *d, int i, char *buf, size_t cap);
+/* The inputs g takes, "x:f32[16,64] pos:i32[16]" (malloc'd; NULL when out
+ * of memory). */
+char *rt_input_signature(const Graph *g);
+
+typedef struct {
+  Graph *g;          /* after the pass pipeline */
+  const char *label; /* rt_dim_space_label's; ignored when there is one */
+} RtSpecGraph;
+
+/* rt_compile_graph for n specialisations of one model (1 <= n <=
+ * RT_MAX_SPECIALISATIONS): n == 1 writes the plain layout, more the
+ * prefixed one with an index.  Specialisations taking the same input
+ * shapes are ST_INVALID_INPUT. */
+smelt_status rt_compile_specs(RtSpecGraph *specs, int n, const RtCompileOptions *o,
+                              const char *out_path) SMELT_MUST_USE;
+smelt_status rt_compile_specs_to_memory(RtSpecGraph *specs, int n, const RtCompileOptions *o, void **out_buf,
+                                        size_t *out_len) SMELT_MUST_USE;
+
 /* Compiles g in memory and opens the result: what `smelt run MODEL.yaml
  * --device cpu|cuda` needs (the bundle is named after o->model in messages). */
 smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bundle **out_bundle) SMELT_MUST_USE;
@@ -109,6 +173,29 @@ smelt_status rt_bundle_open_bytes(const void *data, size_t len, const char *name
  * there is one and LLVM is built in, and the CUDA launch table; a session
  * on a device the bundle has no code for is ST_UNSUPPORTED, saying why. */
 smelt_status rt_bundle_open_nojit(const char *path, smelt_bundle **out_bundle) SMELT_MUST_USE;
+
+/* Specialisations: an opened bundle is its first specialisation (so the
+ * functions below give that one's graph and kernels); rt_bundle_spec(b, i)
+ * is specialisation i, a smelt_bundle owned by b's root that every
+ * function here takes (sessions take the root). */
+int rt_bundle_num_specs(const smelt_bundle *b);
+const smelt_bundle *rt_bundle_spec(const smelt_bundle *b, int i);
+/* "seq=16" ("" in a bundle of one). */
+const char *rt_bundle_spec_label(const smelt_bundle *b);
+/* The index of the specialisation whose dims have the values that `dims`
+ * gives ("seq=16", several separated by ';' or ' '); a bundle of one
+ * matches dims it was compiled with (its manifest's) and nothing else.
+ * ST_INVALID_INPUT listing the specialisations when none matches. */
+smelt_status rt_bundle_find_spec(const smelt_bundle *b, const char *dims, int *out_index) SMELT_MUST_USE;
+/* The specialisation that takes inputs of these shapes (n named inputs,
+ * the others unconstrained; the dtypes are not compared); errors as for
+ * smelt_session_bind_input_shaped, and when several fit. */
+smelt_status rt_bundle_match_inputs(const smelt_bundle *b, const char *const *names, const TensorType *shapes, int n,
+                                    int *out_index) SMELT_MUST_USE;
+/* Finds the section of that kind named `name` under b's prefix (NULL: the
+ * first of the kind under it). */
+bool rt_bundle_spec_find(const smelt_bundle *b, RtSectionKind kind, const char *name, const void **out_data,
+                         size_t *out_len);
 
 const Graph *rt_bundle_graph(const smelt_bundle *b);
 const RtBundle *rt_bundle_file(const smelt_bundle *b);

@@ -77,8 +77,18 @@ typedef struct {
   char *key, *value;
 } ManifestEntry;
 
+/* An opened bundle is its first specialisation; the others are bundles
+ * of their own (specs[1..]) that share the root's file and manifest, so
+ * that everything that works on one specialisation (sessions, check.c,
+ * inspect) takes a smelt_bundle either way. */
 struct smelt_bundle {
-  RtBundle *file;
+  RtBundle *file;      /* owned by the root */
+  smelt_bundle *root;  /* itself for the bundle smelt_bundle_open returns */
+  char prefix[16];     /* of its sections' names: "" in a bundle of one, else "sI/" */
+  char *label;         /* "seq=16"; "" in a bundle of one (malloc'd) */
+  char *signature;     /* rt_input_signature of g (malloc'd) */
+  smelt_bundle **specs; /* the root's: every specialisation, specs[0] == root */
+  int nspecs;
   Graph *g;
   Kernel *kernels;
   int nkernels;
@@ -111,17 +121,39 @@ typedef struct {
   void **mirror;           /* per value: host copy for rt_session_read_value */
 } CudaState;
 
-struct smelt_session {
-  smelt_bundle *b;
-  RtPool *pool;
+/* What a session keeps for one specialisation it has run: the memory and
+ * argument arrays of that graph's runs. */
+typedef struct {
   void *arena;
   void **own;          /* per value: its own buffer, or NULL */
   void **vptr;         /* per value: where it lives during a run */
-  const void **in_ptr; /* per graph input slot: bound memory */
-  void **out_ptr;      /* per graph output slot: bound memory */
   void **argv;         /* every kernel's argument pointers, back to back */
   int *argv_at;        /* per kernel: its first entry in argv */
   CudaState *cu;       /* NULL on the CPU */
+} RtRun;
+
+/* What was bound to one input or output slot. */
+typedef struct {
+  size_t bytes;
+  bool bound;
+  bool shaped;         /* bound with its shape (inputs only) */
+  TensorType shape;    /* its shape, when shaped (dtype: the slot's) */
+} Binding;
+
+struct smelt_session {
+  smelt_bundle *root;
+  smelt_bundle *b;     /* the active specialisation; the root before one is chosen */
+  RtRun *r;            /* its run state; NULL before one is chosen */
+  RtRun *runs;         /* per specialisation, made when it is first chosen */
+  bool *made;          /* per specialisation: runs[i] is made */
+  int active, pinned;  /* specialisations; -1: none */
+  bool cuda;
+  int ordinal;
+  RtCudaDevice *dev;   /* CUDA sessions: the device, shared by every run */
+  RtPool *pool;        /* CPU sessions: the threads, shared by every run */
+  const void **in_ptr; /* per graph input slot: bound memory */
+  void **out_ptr;      /* per graph output slot: bound memory */
+  Binding *in_bind, *out_bind;
 };
 
 /* ---- status wrappers ---- */
@@ -171,6 +203,7 @@ static smelt_status parse_manifest(smelt_bundle *b, const char *data, size_t len
 }
 
 const char *rt_bundle_manifest_get(const smelt_bundle *b, const char *key) {
+  b = b->root;
   for (int i = 0; i < b->nmanifest; i++)
     if (strcmp(b->manifest[i].key, key) == 0) return b->manifest[i].value;
   return NULL;
@@ -180,6 +213,35 @@ const Graph *rt_bundle_graph(const smelt_bundle *b) { return b->g; }
 const RtBundle *rt_bundle_file(const smelt_bundle *b) { return b->file; }
 int rt_bundle_num_kernels(const smelt_bundle *b) { return b->nkernels; }
 const Kernel *rt_bundle_kernel(const smelt_bundle *b, int i) { return &b->kernels[i]; }
+
+bool rt_bundle_spec_find(const smelt_bundle *b, RtSectionKind kind, const char *name, const void **out_data,
+                         size_t *out_len) {
+  *out_data = NULL;
+  *out_len = 0;
+  if (name) {
+    char full[RT_SECTION_NAME_BYTES + 16];
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    return rt_bundle_find(b->file, kind, full, out_data, out_len);
+  }
+  size_t pl = strlen(b->prefix);
+  for (int i = 0; i < rt_bundle_section_count(b->file); i++) {
+    const RtSection *sec = rt_bundle_section_at(b->file, i);
+    if (sec->kind != kind || strncmp(sec->name, b->prefix, pl) != 0) continue;
+    *out_data = sec->data;
+    *out_len = sec->size;
+    return true;
+  }
+  return false;
+}
+
+int rt_bundle_num_specs(const smelt_bundle *b) { return b->root->nspecs; }
+const smelt_bundle *rt_bundle_spec(const smelt_bundle *b, int i) { return b->root->specs[i]; }
+const char *rt_bundle_spec_label(const smelt_bundle *b) { return b->label; }
+
+int smelt_bundle_num_specialisations(const smelt_bundle *b) { return b->root->nspecs; }
+const char *smelt_bundle_specialisation_dims(const smelt_bundle *b, int i) {
+  return i >= 0 && i < b->root->nspecs ? b->root->specs[i]->label : NULL;
+}
 
 static smelt_status set_no_cpu(smelt_bundle *b, const char *why) {
   const char *path = rt_bundle_path(b->file);
@@ -197,7 +259,7 @@ static smelt_status load_machine_code(smelt_bundle *b) {
   const void *obj;
   size_t len;
   if (b->nkernels == 0) return NULL;
-  if (!rt_bundle_find(b->file, RT_SEC_CPU_OBJECT, NULL, &obj, &len))
+  if (!rt_bundle_spec_find(b, RT_SEC_CPU_OBJECT, NULL, &obj, &len))
     return set_no_cpu(b, "the bundle has no CPU machine code (it was compiled for --target cuda; "
                       "compile with --target cpu or cpu,cuda)");
   smelt_status st = cg_jit_create(obj, len, &b->jit);
@@ -233,7 +295,7 @@ static smelt_status load_cuda_table(smelt_bundle *b) {
   const char *path = rt_bundle_path(b->file);
   const void *data;
   size_t len;
-  if (!rt_bundle_find(b->file, RT_SEC_CUDA_LAUNCH, NULL, &data, &len)) return NULL;
+  if (!rt_bundle_spec_find(b, RT_SEC_CUDA_LAUNCH, "", &data, &len)) return NULL;
   smelt_status st = cg_cuda_launch_decode(data, len, &b->cuda);
   if (st) return st_prefix(st, "%s: error", path);
   const CgCudaModule *m = b->cuda;
@@ -248,8 +310,8 @@ static smelt_status load_cuda_table(smelt_bundle *b) {
   for (int u = 0; u < m->nunits; u++) {
     char name[32];
     snprintf(name, sizeof name, "u%d", u);
-    if (!rt_bundle_find(b->file, RT_SEC_CUDA_SOURCE, name, &data, &len))
-      return st_error(ST_INVALID_INPUT, "%s: error: no CUDA source for unit %s", path, name);
+    if (!rt_bundle_spec_find(b, RT_SEC_CUDA_SOURCE, name, &data, &len))
+      return st_error(ST_INVALID_INPUT, "%s: error: no CUDA source for unit %s%s", path, b->prefix, name);
     if (memchr(data, 0, len))
       return st_error(ST_INVALID_INPUT, "%s: error: CUDA source %s contains a NUL byte", path, name);
     if (!(b->cuda->units[u] = strndup(data, len))) return st_error(ST_NO_MEMORY, "%s: error: out of memory", path);
@@ -257,14 +319,28 @@ static smelt_status load_cuda_table(smelt_bundle *b) {
   return NULL;
 }
 
-void smelt_bundle_close(smelt_bundle *b) {
-  if (!b) return;
+/* Frees what one specialisation owns. */
+static void spec_close(smelt_bundle *b) {
   unload_machine_code(b);
   free(b->fns);
   free(b->no_cpu);
   cg_cuda_module_free(b->cuda);
   rt_kernel_table_free(b->kernels, b->nkernels);
   ir_graph_destroy(b->g);
+  free(b->label);
+  free(b->signature);
+}
+
+void smelt_bundle_close(smelt_bundle *b) {
+  if (!b) return;
+  /* Only the root is handed out; its specialisations go with it. */
+  for (int i = 1; i < b->nspecs; i++)
+    if (b->specs[i]) {
+      spec_close(b->specs[i]);
+      free(b->specs[i]);
+    }
+  free(b->specs);
+  spec_close(b);
   for (int i = 0; i < b->nmanifest; i++) {
     free(b->manifest[i].key);
     free(b->manifest[i].value);
@@ -274,7 +350,117 @@ void smelt_bundle_close(smelt_bundle *b) {
   free(b);
 }
 
-/* Everything but the machine code: manifest, graph, kernel table. */
+/* One specialisation's graph, kernel table and (with jit) code, from the
+ * sections under b->prefix.  Messages name the specialisation when the
+ * bundle has several. */
+static smelt_status load_spec(smelt_bundle *b, bool jit) {
+  const char *path = rt_bundle_path(b->file);
+  char where[96] = "";
+  if (b->prefix[0]) snprintf(where, sizeof where, " specialisation %s (%s):", b->prefix, b->label);
+  const void *data;
+  size_t len;
+  if (!rt_bundle_spec_find(b, RT_SEC_GRAPH, "", &data, &len))
+    return st_error(ST_INVALID_INPUT, "%s: error:%s no graph section", path, where);
+  smelt_status st = ir_graph_deserialize(data, len, &b->g);
+  if (st) return st_prefix(st, "%s: error:%s", path, where);
+  if (!rt_bundle_spec_find(b, RT_SEC_KERNELS, "", &data, &len))
+    return st_error(ST_INVALID_INPUT, "%s: error:%s no kernel table", path, where);
+  if ((st = rt_kernel_table_decode(data, len, b->g, &b->kernels, &b->nkernels)))
+    return st_prefix(st, "%s: error:%s", path, where);
+  if (b->prefix[0] && !rt_bundle_spec_find(b, RT_SEC_IR_TEXT, "", &data, &len))
+    return st_error(ST_INVALID_INPUT, "%s: error:%s no IR text", path, where);
+  if (!(b->signature = rt_input_signature(b->g))) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+  if (jit) RETURN_IF_ERROR(load_machine_code(b));
+  if (jit) RETURN_IF_ERROR(load_cuda_table(b));
+  b->code = jit;
+  return NULL;
+}
+
+/* One line of the index, "sI/\tLABEL\tSIGNATURE", into spec (prefix,
+ * label, and the signature it claims in *out_sig, malloc'd). */
+static smelt_status parse_index_line(const char *path, const char *line, size_t n, int i, smelt_bundle *spec,
+                                     char **out_sig) {
+  *out_sig = NULL;
+  char want[16];
+  snprintf(want, sizeof want, "s%d/\t", i);
+  size_t wl = strlen(want);
+  const char *tab = n > wl ? memchr(line + wl, '\t', n - wl) : NULL;
+  if (n <= wl || strncmp(line, want, wl) != 0 || !tab || tab == line + wl || memchr(line, 0, n))
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: entry %d is not \"s%d/<TAB>DIMS<TAB>INPUTS\"",
+                    path, i, i);
+  snprintf(spec->prefix, sizeof spec->prefix, "s%d/", i);
+  spec->label = strndup(line + wl, (size_t)(tab - (line + wl)));
+  *out_sig = strndup(tab + 1, (size_t)(line + n - (tab + 1)));
+  if (!spec->label || !*out_sig) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+  return NULL;
+}
+
+/* Reads the index and loads every specialisation it lists: each must have
+ * its sections, take the inputs the index says, and differ in them from
+ * every other; all must have the same inputs and outputs by name, dtype and
+ * rank (they are one model). */
+static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, bool jit) {
+  const char *path = rt_bundle_path(b->file);
+  const char *end = index + len, *nl = memchr(index, '\n', len);
+  char head[64];
+  int version = 0, n = 0, used = 0;
+  if (!nl || (size_t)(nl - index) >= sizeof head)
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: bad header", path);
+  snprintf(head, sizeof head, "%.*s", (int)(nl - index), index);
+  if (sscanf(head, RT_SPEC_INDEX_MAGIC " %d %d%n", &version, &n, &used) != 2 || head[used] != 0)
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: bad header", path);
+  if (version != RT_SPEC_INDEX_VERSION)
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index version %d (this smelt reads version %d)", path,
+                    version, RT_SPEC_INDEX_VERSION);
+  if (n < 2 || n > RT_MAX_SPECIALISATIONS)
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %d specialisations (expected 2 to %d)", path,
+                    n, RT_MAX_SPECIALISATIONS);
+  if (!(b->specs = calloc((size_t)n, sizeof *b->specs))) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+  b->nspecs = n;
+  b->specs[0] = b;
+  const char *line = nl + 1;
+  for (int i = 0; i < n; i++) {
+    if (i > 0) {
+      if (!(b->specs[i] = calloc(1, sizeof *b->specs[i]))) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+      b->specs[i]->file = b->file;
+      b->specs[i]->root = b;
+    }
+    smelt_bundle *sp = b->specs[i];
+    nl = line < end ? memchr(line, '\n', (size_t)(end - line)) : NULL;
+    if (!nl) return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %d entries, the header says %d", path, i, n);
+    char *sig;
+    RETURN_IF_ERROR(parse_index_line(path, line, (size_t)(nl - line), i, sp, &sig));
+    line = nl + 1;
+    smelt_status st = load_spec(sp, jit);
+    if (!st && strcmp(sig, sp->signature) != 0)
+      st = st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %s (%s) takes %s, the index says %s", path,
+                    sp->prefix, sp->label, sp->signature, sig);
+    free(sig);
+    RETURN_IF_ERROR(st);
+    for (int j = 0; j < i; j++) {
+      const smelt_bundle *o = b->specs[j];
+      if (strcmp(o->signature, sp->signature) == 0 || strcmp(o->label, sp->label) == 0)
+        return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %s (%s) and %s (%s) are not distinct (%s)",
+                        path, o->prefix, o->label, sp->prefix, sp->label, sp->signature);
+    }
+    const Graph *g0 = b->g, *g = sp->g;
+    bool same = g->ninputs == g0->ninputs && g->noutputs == g0->noutputs;
+    for (int k = 0; same && k < g->ninputs + g->noutputs; k++) {
+      const Value *v = k < g->ninputs ? &g->val[g->inputs[k]] : &g->val[g->outputs[k - g->ninputs]];
+      const Value *v0 = k < g->ninputs ? &g0->val[g0->inputs[k]] : &g0->val[g0->outputs[k - g->ninputs]];
+      same = strcmp(v->name, v0->name) == 0 && v->type.dt == v0->type.dt && v->type.rank == v0->type.rank;
+    }
+    if (!same)
+      return st_error(ST_INVALID_INPUT, "%s: error: specialisation %s (%s) has other inputs or outputs than %s (%s)",
+                      path, sp->prefix, sp->label, b->prefix, b->label);
+  }
+  if (line != end)
+    return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: more entries than the header's %d", path, n);
+  return NULL;
+}
+
+/* The manifest, then the specialisations: the one of a plain bundle, or
+ * those of the index. */
 static smelt_status load_bundle(RtBundle *file, bool jit, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   smelt_bundle *b = calloc(1, sizeof *b);
@@ -283,6 +469,7 @@ static smelt_status load_bundle(RtBundle *file, bool jit, smelt_bundle **out_bun
     return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
   }
   b->file = file;
+  b->root = b;
   const char *path = rt_bundle_path(file);
   const void *data;
   size_t len;
@@ -292,25 +479,17 @@ static smelt_status load_bundle(RtBundle *file, bool jit, smelt_bundle **out_bun
     goto fail;
   }
   if ((st = parse_manifest(b, data, len))) goto fail;
-  if (!rt_bundle_find(file, RT_SEC_GRAPH, NULL, &data, &len)) {
-    st = st_error(ST_INVALID_INPUT, "%s: error: no graph section", path);
-    goto fail;
+  if (rt_bundle_find(file, RT_SEC_SPECIALISATION, NULL, &data, &len)) {
+    if ((st = load_specs(b, data, len, jit))) goto fail;
+  } else {
+    if (!(b->label = strdup("")) || !(b->specs = calloc(1, sizeof *b->specs))) {
+      st = st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+      goto fail;
+    }
+    b->specs[0] = b;
+    b->nspecs = 1;
+    if ((st = load_spec(b, jit))) goto fail;
   }
-  if ((st = ir_graph_deserialize(data, len, &b->g))) {
-    st = st_prefix(st, "%s: error", path);
-    goto fail;
-  }
-  if (!rt_bundle_find(file, RT_SEC_KERNELS, NULL, &data, &len)) {
-    st = st_error(ST_INVALID_INPUT, "%s: error: no kernel table", path);
-    goto fail;
-  }
-  if ((st = rt_kernel_table_decode(data, len, b->g, &b->kernels, &b->nkernels))) {
-    st = st_prefix(st, "%s: error", path);
-    goto fail;
-  }
-  if (jit && (st = load_machine_code(b))) goto fail;
-  if (jit && (st = load_cuda_table(b))) goto fail;
-  b->code = jit;
   *out_bundle = b;
   return NULL;
 fail:
@@ -387,21 +566,21 @@ static int session_threads(const smelt_bundle *b, const smelt_session_options *o
 static smelt_status place_intermediates(smelt_session *s) {
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
-  if (g->arena_bytes > 0 && !(s->arena = aligned_buffer((size_t)g->arena_bytes)))
+  if (g->arena_bytes > 0 && !(s->r->arena = aligned_buffer((size_t)g->arena_bytes)))
     return st_error(ST_NO_MEMORY, "out of memory: activation arena of %lld bytes", (long long)g->arena_bytes);
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
     for (int a = kn->nargs - kn->nouts; a < kn->nargs; a++) {
       int v = kn->args[a];
-      if (is_graph_output(g, v) || s->vptr[v]) continue;
+      if (is_graph_output(g, v) || s->r->vptr[v]) continue;
       const Value *val = &g->val[v];
-      if (s->arena && val->mem_offset >= 0) {
-        s->vptr[v] = (char *)s->arena + val->mem_offset;
+      if (s->r->arena && val->mem_offset >= 0) {
+        s->r->vptr[v] = (char *)s->r->arena + val->mem_offset;
         continue;
       }
-      if (!(s->own[v] = aligned_buffer(ir_type_bytes(&val->type))))
+      if (!(s->r->own[v] = aligned_buffer(ir_type_bytes(&val->type))))
         return st_error(ST_NO_MEMORY, "out of memory: buffer of '%s'", val->name);
-      s->vptr[v] = s->own[v];
+      s->r->vptr[v] = s->r->own[v];
     }
   }
   return NULL;
@@ -410,7 +589,7 @@ static smelt_status place_intermediates(smelt_session *s) {
 /* ---- CUDA sessions: creation ---- */
 
 /* The bundle's compiled forms of unit u: one image per arch with a cubin
- * and/or PTX section named "ARCH/uU". */
+ * and/or PTX section named "ARCH/uU" under the specialisation's prefix. */
 static int unit_images(const smelt_bundle *b, int u, RtCudaImage *img, char (*arch)[16], int cap) {
   char suffix[32];
   int n = snprintf(suffix, sizeof suffix, "/u%d", u), count = 0;
@@ -418,10 +597,13 @@ static int unit_images(const smelt_bundle *b, int u, RtCudaImage *img, char (*ar
   for (int i = 0; i < rt_bundle_section_count(b->file); i++) {
     const RtSection *sec = rt_bundle_section_at(b->file, i);
     if (sec->kind != RT_SEC_CUBIN && sec->kind != RT_SEC_PTX) continue;
-    size_t nl = strlen(sec->name);
-    if (nl <= sl || nl - sl >= 16 || strcmp(sec->name + nl - sl, suffix) != 0) continue;
+    size_t pl = strlen(b->prefix);
+    if (strncmp(sec->name, b->prefix, pl) != 0) continue;
+    const char *rel = sec->name + pl;
+    size_t nl = strlen(rel);
+    if (nl <= sl || nl - sl >= 16 || strcmp(rel + nl - sl, suffix) != 0 || memchr(rel, '/', nl - sl)) continue;
     char a[16];
-    snprintf(a, sizeof a, "%.*s", (int)(nl - sl), sec->name);
+    snprintf(a, sizeof a, "%.*s", (int)(nl - sl), rel);
     int j = 0;
     while (j < count && strcmp(arch[j], a) != 0) j++;
     if (j == count) {
@@ -446,7 +628,7 @@ static int unit_images(const smelt_bundle *b, int u, RtCudaImage *img, char (*ar
  * every kernel. */
 static smelt_status cuda_load_modules(smelt_session *s) {
   const smelt_bundle *b = s->b;
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   const CgCudaModule *m = b->cuda;
   const char *path = rt_bundle_path(b->file);
   cu->mods = calloc((size_t)m->nunits, sizeof *cu->mods);
@@ -474,7 +656,7 @@ static smelt_status cuda_load_modules(smelt_session *s) {
 static smelt_status cuda_place(smelt_session *s) {
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   RETURN_IF_ERROR(rt_cuda_upload_constants(cu->dev, g, &cu->const_block, cu->const_ptr));
   if (g->arena_bytes > 0) RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, (size_t)g->arena_bytes, &cu->arena));
   for (int k = 0; k < b->nkernels; k++) {
@@ -497,13 +679,12 @@ static smelt_status cuda_place(smelt_session *s) {
   return NULL;
 }
 
-static smelt_status cuda_create(smelt_session *s, int ordinal, size_t nargs) {
+static smelt_status cuda_create(smelt_session *s, size_t nargs) {
   const smelt_bundle *b = s->b;
   size_t nval = (size_t)b->g->nval ? (size_t)b->g->nval : 1;
-  CudaState *cu = s->cu = calloc(1, sizeof *cu);
+  CudaState *cu = s->r->cu = calloc(1, sizeof *cu);
   if (!cu) return st_error(ST_NO_MEMORY, "out of memory creating a session");
-  smelt_status st = rt_cuda_device_create(ordinal, &cu->dev);
-  if (st) return st_prefix(st, "device 'cuda:%d'", ordinal);
+  cu->dev = s->dev; /* the session's */
   if (b->nkernels > 0 && !b->cuda)
     return st_error(ST_UNSUPPORTED, "%s: error: the bundle has no CUDA kernels (it was compiled for --target cpu; "
                     "compile with --target cuda or cpu,cuda)", rt_bundle_path(b->file));
@@ -526,13 +707,13 @@ static smelt_status cuda_create(smelt_session *s, int ordinal, size_t nargs) {
     const CgCudaLaunch *l = &b->cuda->kernels[k];
     cu->launches[k] = (RtCudaLaunch){.fn = cu->fns[k], .name = l->name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
                                      .block = {l->block[0], l->block[1], l->block[2]}, .smem = l->smem,
-                                     .params = cu->params + s->argv_at[k]};
+                                     .params = cu->params + s->r->argv_at[k]};
   }
   return NULL;
 }
 
 static void cuda_destroy(smelt_session *s) {
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   if (!cu) return;
   const Graph *g = s->b->g;
   rt_cuda_graph_destroy(cu->graph);
@@ -541,7 +722,6 @@ static void cuda_destroy(smelt_session *s) {
     rt_cuda_free(cu->dev, cu->arena);
     rt_cuda_free(cu->dev, cu->const_block);
     for (int u = 0; cu->mods && u < s->b->cuda->nunits; u++) rt_cuda_module_unload(cu->mods[u]);
-    rt_cuda_device_destroy(cu->dev);
   }
   for (int v = 0; cu->mirror && v < g->nval; v++) free(cu->mirror[v]);
   free(cu->mods), free(cu->loaded), free(cu->fns), free(cu->const_ptr), free(cu->own);
@@ -550,10 +730,322 @@ static void cuda_destroy(smelt_session *s) {
   free(cu);
 }
 
+/* ---- sessions: specialisations ---- */
+
+static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes);
+
+/* Frees the run state s->r of specialisation s->b, leaving it zeroed. */
+static void free_run(smelt_session *s) {
+  if (!s->r) return;
+  cuda_destroy(s);
+  if (s->r->own)
+    for (int v = 0; v < s->b->g->nval; v++) free(s->r->own[v]);
+  free(s->r->own);
+  free(s->r->arena);
+  free(s->r->vptr);
+  free(s->r->argv);
+  free(s->r->argv_at);
+  memset(s->r, 0, sizeof *s->r);
+}
+
+/* Makes specialisation i's run state (arena, buffers, argument arrays; on
+ * CUDA its modules, constants and device memory) the current one. */
+static smelt_status make_run(smelt_session *s, int i) {
+  s->b = s->root->specs[i];
+  s->r = &s->runs[i];
+  s->made[i] = true;
+  const smelt_bundle *b = s->b;
+  const Graph *g = b->g;
+  size_t nval = (size_t)g->nval, nargs = 0;
+  for (int k = 0; k < b->nkernels; k++) nargs += (size_t)b->kernels[k].nargs;
+  s->r->own = calloc(nval ? nval : 1, sizeof *s->r->own);
+  s->r->vptr = calloc(nval ? nval : 1, sizeof *s->r->vptr);
+  s->r->argv = calloc(nargs ? nargs : 1, sizeof *s->r->argv);
+  s->r->argv_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *s->r->argv_at);
+  if (!s->r->own || !s->r->vptr || !s->r->argv || !s->r->argv_at)
+    return st_error(ST_NO_MEMORY, "out of memory creating a session");
+  for (int k = 0, at = 0; k < b->nkernels; k++) {
+    s->r->argv_at[k] = at;
+    at += b->kernels[k].nargs;
+  }
+  return s->cuda ? cuda_create(s, nargs) : place_intermediates(s);
+}
+
+/* Makes specialisation i the active one, creating its run state the first
+ * time; a session keeps the state of every specialisation it has run, so
+ * going back and forth (decode, prefill, decode) costs nothing. */
+static smelt_status activate(smelt_session *s, int i) {
+  if (s->active == i) return NULL;
+  smelt_bundle *prev_b = s->b;
+  RtRun *prev_r = s->r;
+  if (s->made[i]) {
+    s->b = s->root->specs[i];
+    s->r = &s->runs[i];
+    s->active = i;
+    return NULL;
+  }
+  smelt_status st = make_run(s, i);
+  if (st) {
+    free_run(s);
+    s->made[i] = false;
+    s->b = prev_b;
+    s->r = prev_r;
+    if (s->root->nspecs > 1) st = st_prefix(st, "specialisation %s", s->root->specs[i]->label);
+    return st;
+  }
+  s->active = i;
+  return NULL;
+}
+
+/* The specialisations a bundle has, for messages: "seq=1,16,64" when they
+ * differ in one dim, else their labels separated by "; ". */
+static const char *spec_list(const smelt_bundle *root, char *buf, size_t cap) {
+  const char *eq0 = strchr(root->specs[0]->label, '=');
+  size_t nl = eq0 ? (size_t)(eq0 - root->specs[0]->label) + 1 : 0;
+  bool one_dim = nl > 0;
+  for (int i = 0; i < root->nspecs && one_dim; i++) {
+    const char *l = root->specs[i]->label;
+    one_dim = strncmp(l, root->specs[0]->label, nl) == 0 && !strchr(l, ' ');
+  }
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < root->nspecs && len + 1 < cap; i++) {
+    const char *l = root->specs[i]->label;
+    int w = one_dim ? snprintf(buf + len, cap - len, "%s%s", i ? "," : "", i ? l + nl : l)
+                    : snprintf(buf + len, cap - len, "%s%s", i ? "; " : "", l);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+  return buf;
+}
+
+static const char *shape_str(const TensorType *t, char *buf, size_t cap) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < t->rank && k < cap; i++) k += (size_t)snprintf(buf + k, cap - k, i ? ",%lld" : "%lld", (long long)t->dim[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+static int slot_value(const Graph *g, bool input, int slot) { return input ? g->inputs[slot] : g->outputs[slot]; }
+
+/* Whether specialisation sp takes binding bd in that input/output slot:
+ * the same shape when bound with one, else the same size. */
+static bool takes(const smelt_bundle *sp, bool input, int slot, const Binding *bd) {
+  const TensorType *t = &sp->g->val[slot_value(sp->g, input, slot)].type;
+  if (bd->shaped) {
+    if (bd->shape.rank != t->rank) return false;
+    for (int d = 0; d < t->rank; d++)
+      if (bd->shape.dim[d] != t->dim[d]) return false;
+  }
+  return ir_type_bytes(t) == bd->bytes;
+}
+
+/* Checks a binding against specialisation sp (the message of a bundle of
+ * one: what the tensor is and what was bound). */
+static smelt_status check_against(const smelt_bundle *sp, bool input, int slot, const void *data, const Binding *bd) {
+  const Graph *g = sp->g;
+  int v = slot_value(g, input, slot);
+  const Value *val = &g->val[v];
+  if (bd->shaped && !takes(sp, input, slot, bd) && ir_type_bytes(&val->type) == bd->bytes) {
+    char ty[128], sh[128];
+    return st_error(ST_INVALID_INPUT, "%s '%s' is %s; the bound tensor has shape %s", input ? "input" : "output",
+                    val->name, ir_type_str(&val->type, ty, sizeof ty), shape_str(&bd->shape, sh, sizeof sh));
+  }
+  return check_binding(g, v, input ? "input" : "output", data, bd->bytes);
+}
+
+/* Checks a binding before it is recorded: against the chosen
+ * specialisation when there is one, else against all of them. */
+static smelt_status check_slot(smelt_session *s, bool input, int slot, const void *data, const Binding *bd) {
+  const smelt_bundle *root = s->root;
+  if (s->pinned >= 0) return check_against(root->specs[s->pinned], input, slot, data, bd);
+  for (int i = 0; i < root->nspecs; i++)
+    if (takes(root->specs[i], input, slot, bd)) return check_against(root->specs[i], input, slot, data, bd);
+  char what[160], sh[192], list[512];
+  const char *name = root->g->val[slot_value(root->g, input, slot)].name;
+  if (bd->shaped) snprintf(sh, sizeof sh, "with shape %s", shape_str(&bd->shape, what, sizeof what));
+  else snprintf(sh, sizeof sh, "of %zu bytes", bd->bytes);
+  return st_error(ST_INVALID_INPUT, "no specialisation of model '%s' takes %s '%s' %s; the bundle has %s",
+                  root->g->name, input ? "input" : "output", name, sh, spec_list(root, list, sizeof list));
+}
+
+/* Picks the specialisation of the next run: the one chosen with
+ * smelt_session_select, else the only one that takes every binding. */
+static smelt_status choose(smelt_session *s) {
+  const smelt_bundle *root = s->root;
+  if (s->pinned >= 0) return activate(s, s->pinned);
+  const Graph *g = root->g;
+  int found = -1, count = 0;
+  char list[512], fits[512] = "";
+  for (int i = 0; i < root->nspecs; i++) {
+    bool ok = true;
+    for (int k = 0; k < g->ninputs && ok; k++) ok = !s->in_bind[k].bound || takes(root->specs[i], true, k, &s->in_bind[k]);
+    for (int k = 0; k < g->noutputs && ok; k++)
+      ok = !s->out_bind[k].bound || takes(root->specs[i], false, k, &s->out_bind[k]);
+    if (!ok) continue;
+    size_t n = strlen(fits);
+    snprintf(fits + n, sizeof fits - n, "%s%s", count ? ", " : "", root->specs[i]->label);
+    if (count++ == 0 || i == s->active) found = i;
+  }
+  if (count == 1) return activate(s, found);
+  if (count == 0) {
+    /* each binding fits some specialisation, but not the same one */
+    char what[1024] = "", sh[160];
+    for (int k = 0; k < g->ninputs + g->noutputs; k++) {
+      bool input = k < g->ninputs;
+      const Binding *bd = input ? &s->in_bind[k] : &s->out_bind[k - g->ninputs];
+      if (!bd->bound) continue;
+      size_t n = strlen(what);
+      if (bd->shaped) shape_str(&bd->shape, sh, sizeof sh);
+      else snprintf(sh, sizeof sh, "%zu bytes", bd->bytes);
+      snprintf(what + n, sizeof what - n, "%s%s '%s' %s", n ? ", " : "", input ? "input" : "output",
+               g->val[slot_value(g, input, input ? k : k - g->ninputs)].name, sh);
+    }
+    return st_error(ST_INVALID_INPUT, "no specialisation of model '%s' takes all of %s together; the bundle has %s",
+                    g->name, what, spec_list(root, list, sizeof list));
+  }
+  return st_error(ST_INVALID_INPUT, "the tensors bound fit %d specialisations of model '%s' (%s): bind the inputs "
+                  "with smelt_session_bind_input_shaped or choose one with smelt_session_select", count, g->name, fits);
+}
+
+/* Whether the space-separated label has the item "k=v". */
+static bool label_has(const char *label, const char *item, size_t n) {
+  for (const char *p = label; *p;) {
+    size_t len = strcspn(p, " ");
+    if (len == n && strncmp(p, item, n) == 0) return true;
+    p += len;
+    p += strspn(p, " ");
+  }
+  return false;
+}
+
+/* Whether any label names dim `name` (n bytes). */
+static bool labels_name(const smelt_bundle *root, const char *name, size_t n) {
+  for (int i = 0; i < root->nspecs; i++)
+    for (const char *p = root->specs[i]->label; *p;) {
+      size_t len = strcspn(p, " ");
+      if (len > n && p[n] == '=' && strncmp(p, name, n) == 0) return true;
+      p += len;
+      p += strspn(p, " ");
+    }
+  return false;
+}
+
+/* Whether the manifest's dims ("seq=16;hidden=64", as compiled) hold the
+ * item "k=v" (n bytes) as given. */
+static bool manifest_has(const smelt_bundle *root, const char *item, size_t n) {
+  const char *dims = rt_bundle_manifest_get(root, "dims");
+  for (const char *p = dims ? dims : ""; *p;) {
+    size_t len = strcspn(p, ";");
+    if (len == n && strncmp(p, item, n) == 0) return true;
+    p += len;
+    p += strspn(p, ";");
+  }
+  return false;
+}
+
+smelt_status rt_bundle_find_spec(const smelt_bundle *b, const char *dims, int *out_index) {
+  const smelt_bundle *root = b->root;
+  *out_index = -1;
+  char list[512];
+  const char *text = dims ? dims : "";
+  int found = -1, count = 0;
+  char fits[512] = "";
+  for (int i = 0; i < root->nspecs; i++) {
+    bool ok = true;
+    for (const char *p = text + strspn(text, "; "); *p && ok;) {
+      size_t n = strcspn(p, "; ");
+      const char *eq = memchr(p, '=', n);
+      if (!eq || eq == p)
+        return st_error(ST_INVALID_INPUT, "dims '%s': expected NAME=VALUE", text);
+      if (labels_name(root, p, (size_t)(eq - p))) ok = label_has(root->specs[i]->label, p, n);
+      else if (!manifest_has(root, p, n))
+        return st_error(ST_INVALID_INPUT, "%s: the bundle was not compiled for %.*s (%s%s%s)",
+                        rt_bundle_path(root->file), (int)n, p, root->nspecs > 1 ? "its specialisations: " : "its dims: ",
+                        root->nspecs > 1 ? spec_list(root, list, sizeof list) : "",
+                        root->nspecs > 1 ? "" : (rt_bundle_manifest_get(root, "dims") && *rt_bundle_manifest_get(root, "dims") ? rt_bundle_manifest_get(root, "dims") : "the model's"));
+      p += n;
+      p += strspn(p, "; ");
+    }
+    if (!ok) continue;
+    size_t k = strlen(fits);
+    snprintf(fits + k, sizeof fits - k, "%s%s", count ? "; " : "", root->specs[i]->label);
+    if (count++ == 0) found = i;
+  }
+  if (count > 1)
+    return st_error(ST_INVALID_INPUT, "%s: %s fits %d specialisations (%s): give a value for each dim in which they "
+                    "differ", rt_bundle_path(root->file), text, count, fits);
+  if (found < 0)
+    return st_error(ST_INVALID_INPUT, "%s: no specialisation has %s; the bundle has %s", rt_bundle_path(root->file),
+                    text, spec_list(root, list, sizeof list));
+  *out_index = found;
+  return NULL;
+}
+
+smelt_status rt_bundle_match_inputs(const smelt_bundle *b, const char *const *names, const TensorType *shapes, int n,
+                                    int *out_index) {
+  const smelt_bundle *root = b->root;
+  const Graph *g = root->g;
+  *out_index = -1;
+  char list[512], sh[160];
+  int *slot = calloc(n > 0 ? (size_t)n : 1, sizeof *slot);
+  Binding *bd = calloc(n > 0 ? (size_t)n : 1, sizeof *bd);
+  smelt_status st = NULL;
+  if (!slot || !bd) st = st_error(ST_NO_MEMORY, "out of memory");
+  /* each input alone first, for the message that names it */
+  for (int i = 0; i < n && !st; i++) {
+    slot[i] = -1;
+    for (int k = 0; k < g->ninputs; k++)
+      if (strcmp(g->val[g->inputs[k]].name, names[i]) == 0) slot[i] = k;
+    if (slot[i] < 0) {
+      st = st_error(ST_INVALID_INPUT, "model '%s' has no input named '%s'", g->name, names[i]);
+      break;
+    }
+    TensorType t = shapes[i];
+    t.dt = g->val[g->inputs[slot[i]]].type.dt;
+    bd[i] = (Binding){.bytes = ir_type_bytes(&t), .bound = true, .shaped = true, .shape = t};
+    bool any = false;
+    for (int j = 0; j < root->nspecs && !any; j++) any = takes(root->specs[j], true, slot[i], &bd[i]);
+    if (!any)
+      st = st_error(ST_INVALID_INPUT, "no specialisation of model '%s' takes input '%s' with shape %s; the bundle has %s",
+                    g->name, names[i], shape_str(&t, sh, sizeof sh), spec_list(root, list, sizeof list));
+  }
+  int found = -1, count = 0;
+  for (int j = 0; j < root->nspecs && !st; j++) {
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) ok = takes(root->specs[j], true, slot[i], &bd[i]);
+    if (ok && count++ == 0) found = j;
+  }
+  if (!st && count == 0)
+    st = st_error(ST_INVALID_INPUT, "no specialisation of model '%s' takes these inputs together; the bundle has %s",
+                  g->name, spec_list(root, list, sizeof list));
+  else if (!st && count > 1)
+    st = st_error(ST_INVALID_INPUT, "the inputs given fit %d specialisations of model '%s' (the bundle has %s)", count,
+                  g->name, spec_list(root, list, sizeof list));
+  free(slot);
+  free(bd);
+  if (!st) *out_index = found;
+  return st;
+}
+
+smelt_status smelt_session_select(smelt_session *s, int i) {
+  if (i < -1 || i >= s->root->nspecs)
+    return st_error(ST_INVALID_INPUT, "smelt_session_select: specialisation %d (the bundle has %d)", i,
+                    s->root->nspecs);
+  if (i >= 0) RETURN_IF_ERROR(activate(s, i));
+  s->pinned = i;
+  return NULL;
+}
+
+int smelt_session_specialisation(const smelt_session *s) { return s->active; }
+
+/* ---- sessions ---- */
+
 smelt_status smelt_session_create(smelt_bundle *b, const char *device, const smelt_session_options *options,
                                   smelt_session **out_session) {
   *out_session = NULL;
   if (!b) return st_error(ST_INVALID_INPUT, "smelt_session_create: no bundle");
+  b = b->root;
   bool cuda;
   int ordinal;
   RETURN_IF_ERROR(parse_device(device, &cuda, &ordinal));
@@ -565,30 +1057,38 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   const Graph *g = b->g;
   smelt_session *s = calloc(1, sizeof *s);
   if (!s) return st_error(ST_NO_MEMORY, "out of memory creating a session");
-  s->b = b;
-  size_t nval = (size_t)g->nval, nargs = 0;
-  for (int k = 0; k < b->nkernels; k++) nargs += (size_t)b->kernels[k].nargs;
-  s->own = calloc(nval ? nval : 1, sizeof *s->own);
-  s->vptr = calloc(nval ? nval : 1, sizeof *s->vptr);
-  s->in_ptr = calloc(g->ninputs ? (size_t)g->ninputs : 1, sizeof *s->in_ptr);
-  s->out_ptr = calloc(g->noutputs ? (size_t)g->noutputs : 1, sizeof *s->out_ptr);
-  s->argv = calloc(nargs ? nargs : 1, sizeof *s->argv);
-  s->argv_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *s->argv_at);
+  s->root = s->b = b;
+  s->active = s->pinned = -1;
+  s->cuda = cuda;
+  s->ordinal = ordinal;
+  size_t nin = g->ninputs ? (size_t)g->ninputs : 1, nout = g->noutputs ? (size_t)g->noutputs : 1;
+  s->runs = calloc((size_t)b->nspecs, sizeof *s->runs);
+  s->made = calloc((size_t)b->nspecs, sizeof *s->made);
+  s->in_ptr = calloc(nin, sizeof *s->in_ptr);
+  s->out_ptr = calloc(nout, sizeof *s->out_ptr);
+  s->in_bind = calloc(nin, sizeof *s->in_bind);
+  s->out_bind = calloc(nout, sizeof *s->out_bind);
   smelt_status st = NULL;
-  if (!s->own || !s->vptr || !s->in_ptr || !s->out_ptr || !s->argv || !s->argv_at) {
+  if (!s->runs || !s->made || !s->in_ptr || !s->out_ptr || !s->in_bind || !s->out_bind) {
     st = st_error(ST_NO_MEMORY, "out of memory creating a session");
     goto fail;
   }
-  for (int k = 0, at = 0; k < b->nkernels; k++) {
-    s->argv_at[k] = at;
-    at += b->kernels[k].nargs;
-  }
   if (cuda) {
-    if ((st = cuda_create(s, ordinal, nargs))) goto fail;
-  } else {
-    if ((st = place_intermediates(s))) goto fail;
-    if ((st = rt_pool_create(session_threads(b, options), &s->pool))) goto fail;
+    if ((st = rt_cuda_device_create(ordinal, &s->dev))) {
+      st = st_prefix(st, "device 'cuda:%d'", ordinal);
+      goto fail;
+    }
+    if (b->nkernels > 0 && !b->cuda) {
+      st = st_error(ST_UNSUPPORTED, "%s: error: the bundle has no CUDA kernels (it was compiled for --target cpu; "
+                    "compile with --target cuda or cpu,cuda)", rt_bundle_path(b->file));
+      goto fail;
+    }
+  } else if ((st = rt_pool_create(session_threads(b, options), &s->pool))) {
+    goto fail;
   }
+  /* A bundle of one has nothing to choose: it is chosen now, as before
+   * bundles had specialisations. */
+  if (b->nspecs == 1 && (st = smelt_session_select(s, 0))) goto fail;
   *out_session = s;
   return NULL;
 fail:
@@ -598,38 +1098,49 @@ fail:
 
 void smelt_session_destroy(smelt_session *s) {
   if (!s) return;
-  cuda_destroy(s);
+  for (int i = 0; s->made && i < s->root->nspecs; i++) {
+    if (!s->made[i]) continue;
+    s->b = s->root->specs[i];
+    s->r = &s->runs[i];
+    free_run(s);
+  }
+  if (s->dev) rt_cuda_device_destroy(s->dev);
   rt_pool_destroy(s->pool);
-  if (s->own)
-    for (int v = 0; v < s->b->g->nval; v++) free(s->own[v]);
-  free(s->own);
-  free(s->arena);
-  free(s->vptr);
+  free(s->runs);
+  free(s->made);
   free(s->in_ptr);
   free(s->out_ptr);
-  free(s->argv);
-  free(s->argv_at);
+  free(s->in_bind);
+  free(s->out_bind);
   free(s);
 }
 
 int smelt_session_num_inputs(const smelt_session *s) { return s->b->g->ninputs; }
 int smelt_session_num_outputs(const smelt_session *s) { return s->b->g->noutputs; }
 
-static void tensor_info(const Graph *g, int v, smelt_tensor_info *out) {
-  const Value *val = &g->val[v];
+/* Before a specialisation is chosen, the dims in which they differ are -1. */
+static void tensor_info(const smelt_session *s, bool input, int slot, smelt_tensor_info *out) {
+  const Graph *g = s->b->g;
+  const Value *val = &g->val[slot_value(g, input, slot)];
   memset(out, 0, sizeof *out);
   out->name = val->name;
   out->dtype = (smelt_dtype)val->type.dt;
   out->rank = val->type.rank;
-  for (int i = 0; i < val->type.rank && i < 8; i++) out->dims[i] = val->type.dim[i];
+  for (int i = 0; i < val->type.rank && i < 8; i++) {
+    out->dims[i] = val->type.dim[i];
+    for (int j = 0; !s->r && j < s->root->nspecs; j++) {
+      const Graph *o = s->root->specs[j]->g;
+      if (o->val[slot_value(o, input, slot)].type.dim[i] != val->type.dim[i]) out->dims[i] = -1;
+    }
+  }
 }
 
 void smelt_session_input_info(const smelt_session *s, int i, smelt_tensor_info *out_info) {
-  tensor_info(s->b->g, s->b->g->inputs[i], out_info);
+  tensor_info(s, true, i, out_info);
 }
 
 void smelt_session_output_info(const smelt_session *s, int i, smelt_tensor_info *out_info) {
-  tensor_info(s->b->g, s->b->g->outputs[i], out_info);
+  tensor_info(s, false, i, out_info);
 }
 
 /* "x, y" into buf: the names of a list of values, for messages. */
@@ -661,48 +1172,63 @@ static smelt_status check_binding(const Graph *g, int v, const char *what, const
   return NULL;
 }
 
-smelt_status smelt_session_bind_input(smelt_session *s, const char *name, const void *data, size_t bytes) {
-  const Graph *g = s->b->g;
+/* Binds every slot of that name (the same value may be listed as an
+ * output twice). */
+static smelt_status bind(smelt_session *s, bool input, const char *name, const void *data, const Binding *bd) {
+  const Graph *g = s->b->g; /* names, dtypes and ranks are the same in every specialisation */
+  const int *vals = input ? g->inputs : g->outputs;
+  int n = input ? g->ninputs : g->noutputs;
   bool found = false;
-  for (int i = 0; name && i < g->ninputs; i++) {
-    if (strcmp(g->val[g->inputs[i]].name, name) != 0) continue;
-    RETURN_IF_ERROR(check_binding(g, g->inputs[i], "input", data, bytes));
-    s->in_ptr[i] = data;
+  for (int i = 0; name && i < n; i++) {
+    if (strcmp(g->val[vals[i]].name, name) != 0) continue;
+    if (!found) RETURN_IF_ERROR(check_slot(s, input, i, data, bd));
+    if (input) {
+      s->in_ptr[i] = data;
+      s->in_bind[i] = *bd;
+    } else {
+      s->out_ptr[i] = (void *)data;
+      s->out_bind[i] = *bd;
+    }
     found = true;
   }
   if (!found) {
     char list[512];
-    return st_error(ST_INVALID_INPUT, "no input named '%s' (the inputs are: %s)", name ? name : "(null)",
-                    name_list(g, g->inputs, g->ninputs, list, sizeof list));
+    return st_error(ST_INVALID_INPUT, "no %s named '%s' (the %ss are: %s)", input ? "input" : "output",
+                    name ? name : "(null)", input ? "input" : "output", name_list(g, vals, n, list, sizeof list));
   }
   return NULL;
+}
+
+smelt_status smelt_session_bind_input(smelt_session *s, const char *name, const void *data, size_t bytes) {
+  Binding bd = {.bytes = bytes, .bound = true};
+  return bind(s, true, name, data, &bd);
+}
+
+smelt_status smelt_session_bind_input_shaped(smelt_session *s, const char *name, const void *data, int rank,
+                                             const int64_t *dims, size_t bytes) {
+  Binding bd = {.bytes = bytes, .bound = true, .shaped = true};
+  if (rank < 0 || rank > IR_MAX_RANK || (rank > 0 && !dims))
+    return st_error(ST_INVALID_INPUT, "input '%s': rank %d (expected 0 to %d, with its dims)", name ? name : "(null)",
+                    rank, IR_MAX_RANK);
+  bd.shape.rank = rank;
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] < 0) return st_error(ST_INVALID_INPUT, "input '%s': dim %d is %lld", name ? name : "(null)", d, (long long)dims[d]);
+    bd.shape.dim[d] = dims[d];
+  }
+  return bind(s, true, name, data, &bd);
 }
 
 smelt_status smelt_session_bind_output(smelt_session *s, const char *name, void *data, size_t bytes) {
-  const Graph *g = s->b->g;
-  bool found = false;
-  /* The same value may be listed as an output twice: bind every slot. */
-  for (int i = 0; name && i < g->noutputs; i++) {
-    if (strcmp(g->val[g->outputs[i]].name, name) != 0) continue;
-    RETURN_IF_ERROR(check_binding(g, g->outputs[i], "output", data, bytes));
-    s->out_ptr[i] = data;
-    found = true;
-  }
-  if (!found) {
-    char list[512];
-    return st_error(ST_INVALID_INPUT, "no output named '%s' (the outputs are: %s)", name ? name : "(null)",
-                    name_list(g, g->outputs, g->noutputs, list, sizeof list));
-  }
-  return NULL;
+  Binding bd = {.bytes = bytes, .bound = true};
+  return bind(s, false, name, data, &bd);
 }
-
 /* ---- CUDA sessions: running ---- */
 
 /* Gives value v, bound by the user at p (n bytes), its device address: p
  * itself when it is device memory aligned as the kernels assume, else the
  * value's staging buffer. */
 static smelt_status cuda_bind(smelt_session *s, int v, const void *p, size_t n) {
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   if (p && (uintptr_t)p % 64 == 0 && rt_cuda_is_device_pointer(cu->dev, p)) {
     cu->dptr[v] = (RtCudaPtr)(uintptr_t)p;
     cu->staged[v] = false;
@@ -720,7 +1246,7 @@ static smelt_status cuda_bind(smelt_session *s, int v, const void *p, size_t n) 
 static smelt_status cuda_prepare(smelt_session *s) {
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   for (int i = 0; i < g->ninputs; i++) {
     int v = g->inputs[i];
     RETURN_IF_ERROR(cuda_bind(s, v, s->in_ptr[i], ir_type_bytes(&g->val[v].type)));
@@ -743,7 +1269,7 @@ static smelt_status cuda_prepare(smelt_session *s) {
   }
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
-    for (int a = 0; a < kn->nargs; a++) cu->argval[s->argv_at[k] + a] = cu->dptr[kn->args[a]];
+    for (int a = 0; a < kn->nargs; a++) cu->argval[s->r->argv_at[k] + a] = cu->dptr[kn->args[a]];
   }
   return NULL;
 }
@@ -757,7 +1283,7 @@ static size_t total_args(const smelt_bundle *b) {
 /* Captures the kernel sequence into a CUDA graph, unless the graph held
  * was captured with exactly the current argument addresses. */
 static smelt_status cuda_ensure_graph(smelt_session *s) {
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   size_t n = total_args(s->b);
   if (cu->graph && memcmp(cu->captured, cu->argval, n * sizeof *cu->argval) == 0) return NULL;
   rt_cuda_graph_destroy(cu->graph);
@@ -770,7 +1296,7 @@ static smelt_status cuda_ensure_graph(smelt_session *s) {
 
 static smelt_status cuda_finish(smelt_session *s) {
   const Graph *g = s->b->g;
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
     size_t n = ir_type_bytes(&g->val[v].type);
@@ -783,7 +1309,7 @@ static smelt_status cuda_finish(smelt_session *s) {
 
 static smelt_status cuda_run(smelt_session *s) {
   RETURN_IF_ERROR(rt_session_prepare(s));
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   if (s->b->nkernels > 0) {
     RETURN_IF_ERROR(cuda_ensure_graph(s));
     smelt_status st = rt_cuda_graph_launch(cu->dev, cu->graph);
@@ -803,18 +1329,18 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + 1e-6 * (double)ts.tv_nsec;
 }
 
-RtCudaDevice *rt_session_cuda_device(smelt_session *s) { return s->cu ? s->cu->dev : NULL; }
+RtCudaDevice *rt_session_cuda_device(smelt_session *s) { return s->dev; }
 
 void rt_session_cuda_loaded(const smelt_session *s, char *buf, size_t cap) {
   int count[3] = {0, 0, 0};
-  int nunits = s->cu && s->b->cuda ? s->b->cuda->nunits : 0;
-  for (int u = 0; u < nunits; u++) count[s->cu->loaded[u]]++;
+  int nunits = s->r && s->r->cu && s->b->cuda ? s->b->cuda->nunits : 0;
+  for (int u = 0; u < nunits; u++) count[s->r->cu->loaded[u]]++;
   snprintf(buf, cap, "%d unit%s: %d from cubins, %d compiled by NVRTC now, %d from PTX", nunits,
            nunits == 1 ? "" : "s", count[RT_CUDA_LOADED_CUBIN], count[RT_CUDA_LOADED_NVRTC], count[RT_CUDA_LOADED_PTX]);
 }
 
 smelt_status rt_session_cuda_time_kernels(smelt_session *s, int iters, double *out_ms) {
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r ? s->r->cu : NULL;
   int nk = s->b->nkernels;
   if (!cu) return st_error(ST_INVALID_INPUT, "rt_session_cuda_time_kernels: not a CUDA session");
   if (nk == 0) return NULL;
@@ -830,7 +1356,7 @@ smelt_status rt_session_cuda_time_kernels(smelt_session *s, int iters, double *o
 }
 
 smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, double *out_ms) {
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r ? s->r->cu : NULL;
   if (!cu) return st_error(ST_INVALID_INPUT, "rt_session_cuda_time_graph: not a CUDA session");
   if (s->b->nkernels == 0) {
     for (int r = 0; r < reps; r++) out_ms[r] = 0;
@@ -850,6 +1376,7 @@ smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, d
 /* ---- running, on either device ---- */
 
 smelt_status rt_session_prepare(smelt_session *s) {
+  RETURN_IF_ERROR(choose(s));
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
   for (int i = 0; i < g->ninputs; i++)
@@ -858,20 +1385,26 @@ smelt_status rt_session_prepare(smelt_session *s) {
   for (int i = 0; i < g->noutputs; i++)
     if (!s->out_ptr[i] && ir_type_bytes(&g->val[g->outputs[i]].type) > 0)
       return st_error(ST_INVALID_INPUT, "output '%s' is not bound", g->val[g->outputs[i]].name);
-  if (s->cu) return cuda_prepare(s);
+  /* Bindings made before smelt_session_select chose another
+   * specialisation were checked against the ones then possible. */
+  for (int i = 0; i < g->ninputs; i++)
+    if (s->in_bind[i].bound) RETURN_IF_ERROR(check_against(b, true, i, s->in_ptr[i], &s->in_bind[i]));
+  for (int i = 0; i < g->noutputs; i++)
+    if (s->out_bind[i].bound) RETURN_IF_ERROR(check_against(b, false, i, s->out_ptr[i], &s->out_bind[i]));
+  if (s->r->cu) return cuda_prepare(s);
   /* Outputs first, then inputs and constants over them: a value that is
    * both an input and an output is read from the input, and the output gets
    * a copy in rt_session_finish. */
-  for (int i = g->noutputs - 1; i >= 0; i--) s->vptr[g->outputs[i]] = s->out_ptr[i];
-  for (int i = 0; i < g->ninputs; i++) s->vptr[g->inputs[i]] = (void *)s->in_ptr[i];
+  for (int i = g->noutputs - 1; i >= 0; i--) s->r->vptr[g->outputs[i]] = s->out_ptr[i];
+  for (int i = 0; i < g->ninputs; i++) s->r->vptr[g->inputs[i]] = (void *)s->in_ptr[i];
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
-    void **argv = s->argv + s->argv_at[k];
+    void **argv = s->r->argv + s->r->argv_at[k];
     for (int a = 0; a < kn->nargs; a++) {
       int v = kn->args[a];
       /* The kernel table's validation guarantees a kernel never writes a
        * constant or an input: their memory is only read. */
-      argv[a] = g->val[v].kind == VK_CONST ? g->val[v].data : s->vptr[v];
+      argv[a] = g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
     }
   }
   return NULL;
@@ -889,12 +1422,12 @@ static void call_kernel(void *ctx, int64_t begin, int64_t end) {
 
 smelt_status rt_session_run_kernel(smelt_session *s, int i) {
   const Kernel *kn = &s->b->kernels[i];
-  if (s->cu) {
-    smelt_status st = rt_cuda_launch(s->cu->dev, &s->cu->launches[i], 1);
-    if (!st) st = rt_cuda_sync(s->cu->dev);
+  if (s->r->cu) {
+    smelt_status st = rt_cuda_launch(s->r->cu->dev, &s->r->cu->launches[i], 1);
+    if (!st) st = rt_cuda_sync(s->r->cu->dev);
     return st ? st_prefix(st, "kernel '%s'", kn->name) : NULL;
   }
-  KernelCall c = {.fn = s->b->fns[i], .args = s->argv + s->argv_at[i]};
+  KernelCall c = {.fn = s->b->fns[i], .args = s->r->argv + s->r->argv_at[i]};
   double work = kn->bytes + kn->flops;
   int max_parts = 0;
   if (work > 0) max_parts = work / RT_WORK_PER_THREAD >= 4096 ? 4096 : (int)(work / RT_WORK_PER_THREAD);
@@ -904,11 +1437,11 @@ smelt_status rt_session_run_kernel(smelt_session *s, int i) {
 }
 
 smelt_status rt_session_finish(smelt_session *s) {
-  if (s->cu) return cuda_finish(s);
+  if (s->r->cu) return cuda_finish(s);
   const Graph *g = s->b->g;
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
-    const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : s->vptr[v];
+    const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
     size_t n = ir_type_bytes(&g->val[v].type);
     if (src != s->out_ptr[i] && n > 0) memmove(s->out_ptr[i], src, n);
   }
@@ -916,7 +1449,7 @@ smelt_status rt_session_finish(smelt_session *s) {
 }
 
 smelt_status smelt_session_run(smelt_session *s) {
-  if (s->cu) return cuda_run(s);
+  if (s->cuda) return cuda_run(s);
   RETURN_IF_ERROR(rt_session_prepare(s));
   for (int k = 0; k < s->b->nkernels; k++) RETURN_IF_ERROR(rt_session_run_kernel(s, k));
   return rt_session_finish(s);
@@ -924,19 +1457,19 @@ smelt_status smelt_session_run(smelt_session *s) {
 
 void *rt_session_value_data(const smelt_session *s, int v) {
   const Graph *g = s->b->g;
-  if (v < 0 || v >= g->nval || s->cu) return NULL;
-  return g->val[v].kind == VK_CONST ? g->val[v].data : s->vptr[v];
+  if (v < 0 || v >= g->nval || !s->r || s->r->cu) return NULL;
+  return g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
 }
 
 smelt_status rt_session_read_value(smelt_session *s, int v, const void **out_data) {
   *out_data = NULL;
   const Graph *g = s->b->g;
-  if (v < 0 || v >= g->nval) return NULL;
-  if (!s->cu || g->val[v].kind == VK_CONST) {
-    *out_data = g->val[v].kind == VK_CONST ? g->val[v].data : s->vptr[v];
+  if (v < 0 || v >= g->nval || !s->r) return NULL;
+  if (!s->r->cu || g->val[v].kind == VK_CONST) {
+    *out_data = g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
     return NULL;
   }
-  CudaState *cu = s->cu;
+  CudaState *cu = s->r->cu;
   if (!cu->dptr[v]) return NULL;
   size_t n = ir_type_bytes(&g->val[v].type);
   if (!cu->mirror[v] && !(cu->mirror[v] = malloc(n ? n : 1)))
