@@ -22,7 +22,7 @@
 # (seconds per test, default 300), SMELT_GPU_BUDGET (seconds for the whole
 # script, default 560: the benchmark gets what the tests left),
 # SMELT_GPU_BENCH=0 skips the benchmark, SMELT_GPU_BENCH_ONLY picks its
-# workloads (default w1,mlp,cnn,gpt2_block,tiny_llama).
+# workloads (default w1,w2_m1,w2_m2048,mlp,cnn,gpt2_block,tiny_llama).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT_DIR="$(pwd)"
@@ -168,7 +168,7 @@ if [ "${SMELT_GPU_BENCH:-1}" != 0 ] && [ -x "$BUILD/smelt" ]; then
   else
     set +e
     timeout "$LEFT" python3 bench/gpu/bench.py --smelt "$BUILD/smelt" \
-      --only "${SMELT_GPU_BENCH_ONLY:-w1,mlp,cnn,gpt2_block,tiny_llama}" 2>&1 | tee "$BUILD/logs/bench.log"
+      --only "${SMELT_GPU_BENCH_ONLY:-w1,w2_m1,w2_m2048,mlp,cnn,gpt2_block,tiny_llama}" 2>&1 | tee "$BUILD/logs/bench.log"
     BENCH_RC=${PIPESTATUS[0]}
     set -e
     case $BENCH_RC in

@@ -31,6 +31,12 @@ output written once) over time, against the device's copy bandwidth that
 CUDA events, read + write bytes); torch's own copy (dst.copy_(src), 1 GiB)
 is printed beside it.
 
+W2 (w2_m1, w2_m2048: the SwiGLU MLP at H 4096, I 11008, f16) is the
+exception to 2.: its 3 x 86 MiB of weights are made here with numpy and
+written to a safetensors file in the temporary directory, beside a copy of
+bench/models/w2_m*.yaml that reads them with `from:`.  Its note also gives
+TFLOP/s and the time of the three matmuls alone in torch (cuBLAS).
+
 Usage: bench.py [--smelt PATH] [--only w1,mlp,...] [--iters 20] [--keep DIR]
                 [--compile-mode default|reduce-overhead|max-autotune]
 Exit status 0 when everything ran (a slow result is not a failure), 1 when
@@ -122,6 +128,75 @@ def w1_workload():
                  torch_fn=lambda torch, x, p: w1_torch(torch, x, p))
     w.out_bytes = [rows * hidden * 2]
     return w
+
+
+W2_H, W2_I = 4096, 11008
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file of numpy arrays (f16/f32), tensors in the given order."""
+    codes = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32"}
+    header, off = {}, 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": codes[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little"))
+        f.write(h)
+        for a in tensors.values():
+            f.write(np.ascontiguousarray(a).tobytes())
+
+
+def w2_params(tmp, cache={}):
+    """The W2 weights (numpy normal, std 1/sqrt(fan_in)), written once per
+    run to tmp/w2.safetensors: smelt reads them with `from:`, torch gets the
+    same arrays."""
+    if "p" not in cache:
+        rng = np.random.default_rng(2)
+        p = {}
+        for name, shape in (("w_gate", (W2_H, W2_I)), ("w_up", (W2_H, W2_I)), ("w_down", (W2_I, W2_H))):
+            p[name] = (rng.standard_normal(shape, dtype=np.float32) / math.sqrt(shape[0])).astype(np.float16)
+        write_safetensors(os.path.join(tmp, "w2.safetensors"), p)
+        cache["p"] = p
+    return cache["p"]
+
+
+def w2_torch(torch, x, p):
+    F = torch.nn.functional
+    return [(F.silu(x["x"] @ p["w_gate"]) * (x["x"] @ p["w_up"])) @ p["w_down"]]
+
+
+def w2_workload(wid, tmp):
+    """W2 at M = 1 (decode) or 2048 (prefill); the YAML is copied beside the
+    weights file it names."""
+    m = int(wid.split("_m")[1])
+    src = os.path.join(ROOT, "bench", "models", f"{wid}.yaml")
+    path = os.path.join(tmp, f"{wid}.yaml")
+    shutil.copyfile(src, path)
+    params = w2_params(tmp)
+    w = Workload(wid, path, {"x": ((m, W2_H), "f16")},
+                 {k: (v.shape, "f16") for k, v in params.items()}, ["y"],
+                 torch_fn=lambda torch, x, p: w2_torch(torch, x, p))
+    w.param_arrays = params
+    w.out_bytes = [m * W2_H * 2]
+    w.m = m
+    return w
+
+
+def w2_cublas(torch, inputs, params, iters):
+    """The three matmuls of W2 alone in torch (cuBLAS), ms."""
+    x = torch.from_numpy(inputs["x"]).cuda()
+    p = {k: torch.from_numpy(v).cuda() for k, v in params.items()}
+    h = torch.empty((x.shape[0], W2_I), dtype=x.dtype, device="cuda")
+
+    def mm():
+        torch.matmul(x, p["w_gate"])
+        torch.matmul(x, p["w_up"])
+        return torch.matmul(h, p["w_down"])
+    with torch.inference_mode():
+        return time_torch(torch, mm, iters)
 
 
 def example_workload(name):
@@ -253,7 +328,7 @@ def fmt(v, spec):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", default=os.path.join(ROOT, "build-gpu", "smelt"))
-    ap.add_argument("--only", default="w1,mlp,cnn,gpt2_block,tiny_llama")
+    ap.add_argument("--only", default="w1,w2_m1,w2_m2048,mlp,cnn,gpt2_block,tiny_llama")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--compile-mode", default="default")
     ap.add_argument("--keep", default=None, help="keep the .npy and bundles in this directory")
@@ -277,6 +352,8 @@ def main():
         note = None
         if wid == "w1":
             w = w1_workload()
+        elif wid in ("w2_m1", "w2_m2048"):
+            w = w2_workload(wid, tmp)
         else:
             w, note = example_workload(wid)
         row = {"id": wid}
@@ -298,7 +375,7 @@ def main():
                 f = os.path.join(tmp, f"{wid}_in_{len(in_files)}.npy")
                 np.save(f, a)
                 in_files[n] = f
-            params = dump_params(args, w, tmp)
+            params = getattr(w, "param_arrays", None) or dump_params(args, w, tmp)
             bench, souts = smelt_side(args, w, tmp, in_files)
             graph = [t for t in bench["totals"] if "graph" in t["name"]]
             row["smelt_ms"] = (graph or bench["totals"])[-1]["median_us"] * 1e-3
@@ -318,6 +395,14 @@ def main():
                     row["compile_ms"] = cms
                     row["compile_s"] = t.get("compile_s")
                     row["err_compile"] = max(rel_l2(couts[i], eouts[i]) for i in range(len(w.outputs)))
+                if wid.startswith("w2"):
+                    flop = 2.0 * w.m * W2_H * W2_I * 3
+                    row["tflops"] = flop / (row["smelt_ms"] * 1e-3) * 1e-12
+                    cub = w2_cublas(torch, inputs, params, args.iters)
+                    row["cublas_ms"] = cub
+                    extra = (f"{row['tflops']:.1f} TFLOP/s; cuBLAS 3 matmuls {cub:.4f} ms "
+                             f"({flop / (cub * 1e-3) * 1e-12:.1f} TFLOP/s): smelt at {cub / row['smelt_ms']:.2f}x cuBLAS")
+                    row["note"] = (row.get("note") + "; " if row.get("note") else "") + extra
             else:
                 row["note"] = torch_note
         except Exception as e:

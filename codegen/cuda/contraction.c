@@ -17,8 +17,10 @@
  * element is computed with cu_emit, so whatever computes an operand inside
  * the group (a transpose, a cast) is fused into the load.
  *
- * This is the simple correct kernel; tensor cores (mma/wgmma) are the next
- * step and replace cu_emit_contraction's body behind the same entry point.
+ * This is the simple correct kernel, for every dtype and layout.  Two
+ * faster variants take the matmuls they can (cu_emit_contraction picks):
+ * M <= 8 goes to the bandwidth-bound GEMV (gemv.c), f16/bf16 with K and N
+ * multiples of 8 to the tensor-core kernel (mma.c).
  */
 #include <string.h>
 
@@ -28,25 +30,7 @@ typedef struct {
   int TM, TN, TK, RM, RN;
 } Tile;
 
-/* Per contraction: how to read A and B and where a result goes. */
-typedef struct Gemm Gemm;
-struct Gemm {
-  int64_t M, N, K, Z;
-  bool a_m_fast, b_n_fast; /* which tile index runs fastest when loading (coalescing) */
-  /* Emit A[m,k] / B[k,n] of batch z (scalar expressions) into *out. */
-  void (*load_a)(CuFn *f, const Gemm *gm, const char *z, const char *m, const char *k, CuVal *out);
-  void (*load_b)(CuFn *f, const Gemm *gm, const char *z, const char *k, const char *n, CuVal *out);
-  /* Result coordinates of C[m,n] of batch z, and the anchor value from acc. */
-  void (*result)(CuFn *f, const Gemm *gm, const char *z, const char *m, const char *n, const char *acc,
-                 CuCoords *out_co, CuVal *out_val);
-  const Node *an;
-  const TensorType *at, *bt, *yt;
-  /* matmul */
-  bool ta, tb, a1, b1;
-  int nbatch;              /* batch dims of the result */
-  /* conv2d */
-  int64_t C, H, W, O, Cg, KH, KW, OH, OW, Og, sh, sw, pt, pl, dh, dw;
-};
+typedef CuGemm Gemm;
 
 /* ---- matmul ---- */
 
@@ -245,14 +229,29 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   gm.an = an;
   if (an->op == OP_MATMUL) setup_matmul(g, an, &gm);
   else setup_conv(g, an, &gm);
+  int *epi, nepi, *side, nside;
+  cu_split_outputs(f, &epi, &nepi, &side, &nside);
+  /* The variant: M <= 8 (decode) is bound by reading B once: the GEMV
+   * kernel; f16/bf16 with 16-byte rows: tensor cores; else this kernel. */
+  if (an->op == OP_MATMUL && cu_gemv_eligible(f, &gm)) {
+    if (nside) cu_store_loops(f, side, nside);
+    cu_emit_gemv(f, &gm, epi, nepi, l);
+    return;
+  }
+  if (an->op == OP_MATMUL && cu_mma_eligible(f, &gm)) {
+    if (nside) cu_store_loops(f, side, nside);
+    CuMmaParams p;
+    cu_mma_default_params(&gm, &p);
+    cu_emit_mma(f, &gm, &p, epi, nepi, l);
+    return;
+  }
+  cu_line(f, "// variant: simple shared-memory tiled GEMM (CUDA cores)");
   /* small M (decode, GEMV): a flat tile wastes less of each block */
   Tile tl = gm.M <= 16 ? (Tile){16, 256, 16, 1, 16} : (Tile){64, 64, 16, 4, 4};
   int SR = tl.TM / tl.RM, SC = tl.TN / tl.RN; /* thread rows and columns; SR * SC == 256 */
   DType dt = g->val[an->out[0]].type.dt;
   const char *acct = cu_ctype(dt);
 
-  int *epi, nepi, *side, nside;
-  cu_split_outputs(f, &epi, &nepi, &side, &nside);
   if (nside) cu_store_loops(f, side, nside);
 
   l->kind = an->op == OP_MATMUL ? "matmul" : "conv2d";
@@ -318,4 +317,26 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   cu_close(f);
   cu_close(f);
   cu_close(f);
+}
+
+/* Operand t of a matmul has rank-2 batch dims, right-aligned against the
+ * result's nbatch dims and broadcast where they are 1: the element offset
+ * of batch z's matrix is a sum over the result's batch coordinates. */
+const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t) {
+  int nb = t->rank - 2;
+  if (nb <= 0 || gm->Z <= 1) return "0LL";
+  CuBuf b = {0};
+  int64_t matrix = t->dim[t->rank - 2] * t->dim[t->rank - 1], stride = matrix, below = 1;
+  /* innermost result batch dim first: coordinate = (z / below) % dim */
+  for (int d = gm->nbatch - 1, od = nb - 1; d >= 0; d--, od--) {
+    int64_t rd = gm->yt->dim[d];
+    if (od >= 0 && t->dim[od] != 1 && rd > 1)
+      cu_buf_printf(&b, "%s(((long long)%s / %lldLL) %% %lldLL) * %lldLL", b.len ? " + " : "", z, (long long)below,
+                    (long long)rd, (long long)stride);
+    if (od >= 0) stride *= t->dim[od];
+    below *= rd;
+  }
+  const char *e = cu_fmt(f, "%s", b.len ? b.s : "0LL");
+  cu_buf_free(&b);
+  return e;
 }

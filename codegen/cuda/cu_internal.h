@@ -210,4 +210,48 @@ bool cu_cache_read(const char *dir, const char *key, CgCudaBinary *out);
 /* Best effort: a failure to write only costs a later recompilation. */
 void cu_cache_write(const char *dir, const char *key, const CgCudaBinary *b);
 
+/* ---- contractions (contraction.c, mma.c, gemv.c) ----
+ * One contraction as a batch of GEMMs C[M,N] = A[M,K] B[K,N] over z (the
+ * broadcast batch for matmul, the group for conv2d).  load_a / load_b emit
+ * an operand element through cu_emit (so fused producers are computed in
+ * the load); result gives the anchor's coordinates and value for C[m,n]. */
+typedef struct CuGemm CuGemm;
+struct CuGemm {
+  int64_t M, N, K, Z;
+  bool a_m_fast, b_n_fast; /* which tile index runs fastest when loading (coalescing) */
+  void (*load_a)(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *k, CuVal *out);
+  void (*load_b)(CuFn *f, const CuGemm *gm, const char *z, const char *k, const char *n, CuVal *out);
+  void (*result)(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc,
+                 CuCoords *out_co, CuVal *out_val);
+  const Node *an;
+  const TensorType *at, *bt, *yt;
+  /* matmul */
+  bool ta, tb, a1, b1;
+  int nbatch;              /* batch dims of the result */
+  /* conv2d */
+  int64_t C, H, W, O, Cg, KH, KW, OH, OW, Og, sh, sw, pt, pl, dh, dw;
+};
+
+/* The tensor-core kernel's compile-time parameters (a tuner may vary
+ * them): a BM x BN block tile stepping BK along K, warps of WM x WN
+ * (BM/WM * BN/WN warps), `stages` shared-memory buffers in flight. */
+typedef struct {
+  int BM, BN, BK, WM, WN, stages;
+} CuMmaParams;
+
+/* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
+ * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */
+bool cu_mma_eligible(const CuFn *f, const CuGemm *gm);
+void cu_mma_default_params(const CuGemm *gm, CuMmaParams *out);
+/* Emits the kernel body (mma.sync m16n8k16, ldmatrix, cp.async) storing
+ * the epilogue values epi[0..nepi) from the f32 accumulators. */
+void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi, int nepi, CuLaunch *l);
+/* The C expression of the element offset of batch z's matrix in operand t
+ * (rank-2 batch dims broadcast against the result's), as a long long. */
+const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t);
+
+/* gemv.c: M <= 8 (decode), B a kernel argument with 16-byte rows. */
+bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm);
+void cu_emit_gemv(CuFn *f, const CuGemm *gm, const int *epi, int nepi, CuLaunch *l);
+
 #endif

@@ -469,6 +469,127 @@ static void test_emulated(void) {
          stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
 }
 
+/* ---- matmul variants: tensor cores, GEMV, the simple kernel ----
+ * Matmuls (with fused epilogues, batched, transpose_b, ragged shapes) go
+ * through the default pipeline; each must pick the expected variant, compile
+ * with NVRTC for sm_90a and sm_80, and (small shapes) run in the CPU
+ * emulation against the interpreter, with aligned buffers and 8 bytes off
+ * (the tensor-core kernel's plain-copy path).  The emulation runs the
+ * tensor-core kernel too: its host branch stands in for ldmatrix and
+ * mma.sync with warp shuffles (mma.c). */
+
+typedef struct {
+  const char *dt;
+  const char *a_shape, *b_shape; /* YAML shapes */
+  int64_t n; /* the result's columns */
+  bool tb;
+  const char *epi; /* "", "bias_silu", "gelu_res", "mul" */
+  const char *variant;
+  bool emulate;
+} TcCase;
+
+static Graph *tc_graph(const TcCase *c, int64_t n_out) {
+  char path[] = "/tmp/smelt-tc-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  fprintf(fp, "smelt: 1\nname: tc\nseed: 5\ndtype: %s\ninputs:\n  x: {shape: %s}\n", c->dt, c->a_shape);
+  if (!strcmp(c->epi, "gelu_res") || !strcmp(c->epi, "mul")) fprintf(fp, "  r: {shape: [%lld]}\n", (long long)n_out);
+  fprintf(fp, "params:\n  w: {shape: %s, init: {normal: 0.1}}\n  bias: {shape: [%lld], init: {normal: 0.5}}\nnodes:\n",
+          c->b_shape, (long long)n_out);
+  fprintf(fp, "  - {out: y0, op: matmul, in: [x, w]%s}\n", c->tb ? ", transpose_b: true" : "");
+  const char *last = "y0";
+  if (!strcmp(c->epi, "bias_silu")) {
+    fprintf(fp, "  - {out: y1, op: add, in: [y0, bias]}\n  - {out: y2, op: silu, in: [y1]}\n");
+    last = "y2";
+  } else if (!strcmp(c->epi, "gelu_res")) {
+    fprintf(fp, "  - {out: y1, op: gelu, in: [y0]}\n  - {out: y2, op: add, in: [y1, r]}\n");
+    last = "y2";
+  } else if (!strcmp(c->epi, "mul")) {
+    fprintf(fp, "  - {out: y1, op: relu, in: [y0]}\n  - {out: y2, op: mul, in: [y1, r]}\n");
+    last = "y2";
+  }
+  fprintf(fp, "outputs: [%s]\n", last);
+  fclose(fp);
+  Graph *g = load_example(path, DT_INVALID);
+  unlink(path);
+  return g;
+}
+
+static void test_matmul_variants(void) {
+  static const TcCase cases[] = {
+      {"f16", "[37, 40]", "[40, 24]", 24, false, "bias_silu", "tensor cores", true},
+      {"bf16", "[130, 64]", "[136, 64]", 136, true, "gelu_res", "tensor cores", true},
+      {"f16", "[9, 16]", "[16, 8]", 8, false, "mul", "tensor cores", true},
+      {"f16", "[3, 2, 20, 16]", "[2, 16, 24]", 24, false, "", "tensor cores", true},
+      {"bf16", "[2, 1, 33, 24]", "[3, 16, 24]", 16, true, "bias_silu", "tensor cores", true},
+      {"f16", "[1, 64]", "[64, 40]", 40, false, "bias_silu", "GEMV", true},
+      {"f16", "[5, 72]", "[24, 72]", 24, true, "gelu_res", "GEMV", true},
+      {"bf16", "[8, 48]", "[48, 2056]", 2056, false, "mul", "GEMV", true},
+      {"f32", "[3, 20]", "[20, 12]", 12, false, "bias_silu", "GEMV", true},
+      {"f16", "[2, 7, 32]", "[32, 16]", 16, false, "", "GEMV", true},
+      {"f16", "[9, 36]", "[36, 20]", 20, false, "bias_silu", "simple", true},
+      {"f16", "[9, 32]", "[32, 21]", 21, false, "", "simple", true},
+      {"f16", "[7, 31]", "[31, 21]", 21, false, "", "simple", true},
+      {"f32", "[40, 32]", "[32, 24]", 24, false, "bias_silu", "simple", true},
+      {"f16", "[2048, 4096]", "[4096, 11008]", 11008, false, "bias_silu", "tensor cores", false},
+      {"bf16", "[1000, 4096]", "[4096, 4096]", 4096, true, "", "tensor cores", false},
+      {"f16", "[1, 4096]", "[4096, 11008]", 11008, false, "", "GEMV", false},
+      {"f16", "[1, 11008]", "[4096, 11008]", 4096, true, "", "GEMV", false},
+  };
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  if (skip) printf("SKIP: emulated matmul variants: %s\n", skip);
+  HStats stats = {0};
+  int emulated = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const TcCase *c = &cases[i];
+    int64_t n_out = c->n;
+    char what[160];
+    snprintf(what, sizeof what, "matmul %s %s x %s%s %s", c->dt, c->a_shape, c->b_shape, c->tb ? "^T" : "", c->epi);
+    Graph *g = tc_graph(c, n_out);
+    if (!g) {
+      fprintf(stderr, "%s: could not build the graph\n", what);
+      check_failures++;
+      continue;
+    }
+    const char *want = c->variant;
+    for (int al = 0; al < 2; al++) {
+      CgCudaOptions opt = {.args_aligned = al == 1, .max_units = 1};
+      Graph *cl = ir_graph_clone(g);
+      CgCudaModule *m = generate(cl, &opt, what);
+      if (m) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "// variant: %s", want);
+        if (!source_has(m, needle)) {
+          fprintf(stderr, "%s: expected the '%s' variant\n", what, want);
+          check_failures++;
+        }
+        compile_all(m, what);
+        cg_cuda_module_free(m);
+      }
+      ir_graph_destroy(cl);
+    }
+    if (c->emulate && !skip) {
+      /* 8 bytes off (the plain-copy path) for every third case: the emulation is slow */
+      for (size_t off = 0; off <= (i % 3 == 0 ? 8u : 0u); off += 8) {
+        Graph *cl = ir_graph_clone(g);
+        CgCudaOptions opt = {.max_units = 1};
+        CHECK(h_check_graph(&e, cl, NULL, &opt, off, false, what, &stats) == 0);
+        ir_graph_destroy(cl);
+        emulated++;
+      }
+    }
+    ir_graph_destroy(g);
+  }
+  if (!skip) {
+    h_exec_close(&e);
+    printf("matmul variants: %d emulated runs, %d values compared with the interpreter, %d failures, worst %.2f of tolerance\n",
+           emulated, stats.values, stats.failures, stats.worst);
+  }
+}
+
 static void rm_tree(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;
@@ -505,6 +626,7 @@ int main(void) {
   test_suites();
   test_examples();
   test_emulated();
+  test_matmul_variants();
   if (nvrtc) printf("compiled %d (unit, arch) pairs for sm_90a and sm_80\n", units_compiled);
   cg_cuda_nvrtc_close(nvrtc);
   rm_tree(dir);
