@@ -29,7 +29,12 @@ fi
 
 BUILD=${SMELT_BUILD_DIR:-build}
 cmake -S . -B "$BUILD" -DPython3_EXECUTABLE="$(command -v "$PY")" ${SMELT_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -Ev '^\[ *[0-9]+%\]' || true
-test -x "$BUILD/smelt" || { echo "setup: build failed" >&2; exit 1; }
+# show warnings and errors, not the progress lines; a failed build stops here
+if ! cmake --build "$BUILD" -j"$(nproc)" > "$BUILD/build.log" 2>&1; then
+  grep -Ev '^\[ *[0-9]+%\]' "$BUILD/build.log" >&2
+  echo "setup: build failed (log: $BUILD/build.log)" >&2
+  exit 1
+fi
+grep -Ev '^\[ *[0-9]+%\]' "$BUILD/build.log" || true
 
 "$PY" examples/gen_weights.py

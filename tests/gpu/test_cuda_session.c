@@ -202,7 +202,7 @@ static void test_cli(const char *smelt, const char *const *models, int nmodels) 
     CHECK(0);
     return;
   }
-  char cmd[2048], bundle[64];
+  char cmd[8704], bundle[64]; /* room for a PATH_MAX binary and model path */
   snprintf(bundle, sizeof bundle, "/tmp/smelt-gpu-test-%d.smelt", (int)getpid());
   snprintf(cmd, sizeof cmd, "%s compile examples/mlp.yaml -o %s --target cuda --arch sm_90a,sm_80", smelt, bundle);
   cli(cmd, NULL);
