@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "codegen/cuda/cg_cuda.h"
 #include "runtime/driver.h"
 
 static const char inspect_help[] =
@@ -21,7 +22,7 @@ static const char inspect_help[] =
     "flags:\n"
     "  --ir              the final IR the kernels were generated from\n"
     "  --kernels         every kernel: tasks, estimated bytes and FLOPs, arguments\n"
-    "  --source KERNEL   the IR nodes a kernel computes and its LLVM IR\n"
+    "  --source KERNEL   the IR nodes a kernel computes, its CUDA C and its LLVM IR\n"
     "                    (regenerated from the bundle's graph, before optimisation)\n"
     "  --memory          the activation arena against the sum of all intermediates,\n"
     "                    and each intermediate's offset, size and lifetime (kernels)\n"
@@ -171,6 +172,54 @@ static void print_group_block(const smelt_bundle *b, const char *kernel) {
   free(text);
 }
 
+/* The CUDA C of kernel k, cut from its compilation unit in the bundle: the
+ * comment block above the __global__ function through its closing brace.
+ * Returns false when the bundle has no CUDA code. */
+static bool print_cuda_source(const smelt_bundle *b, int k) {
+  const void *lt, *src;
+  size_t ll, sl;
+  if (!rt_bundle_spec_find(b, RT_SEC_CUDA_LAUNCH, NULL, &lt, &ll)) return false;
+  CgCudaModule *m;
+  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  if (st) {
+    fprintf(stderr, "%s\n", st_message(st));
+    st_free(st);
+    return false;
+  }
+  bool printed = false;
+  if (k < m->nkernels) {
+    const CgCudaLaunch *l = &m->kernels[k];
+    char unit[32];
+    snprintf(unit, sizeof unit, "u%d", l->unit);
+    if (rt_bundle_spec_find(b, RT_SEC_CUDA_SOURCE, unit, &src, &sl)) {
+      char *text = strndup(src, sl);
+      char needle[160];
+      snprintf(needle, sizeof needle, " %s(", l->symbol);
+      char *at = text ? strstr(text, needle) : NULL;
+      if (at) {
+        char *start = at;
+        while (start > text && start[-1] != '\n') start--;
+        /* take in the comment lines just above the signature */
+        for (;;) {
+          char *prev = start > text ? start - 1 : text;
+          while (prev > text && prev[-1] != '\n') prev--;
+          if (prev == start || !(strncmp(prev, "//", 2) == 0 || strncmp(prev, "/*", 2) == 0 || strncmp(prev, " *", 2) == 0))
+            break;
+          start = prev;
+        }
+        char *end = strstr(at, "\n}\n");
+        if (end) end[2] = 0;
+        printf("// CUDA C (unit %s; grid %u,%u,%u block %u,%u,%u, %u B dynamic shared memory)\n%s\n", unit,
+               l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem, start);
+        printed = true;
+      }
+      free(text);
+    }
+  }
+  cg_cuda_module_free(m);
+  return printed;
+}
+
 static int print_source(const smelt_bundle *b, const char *kernel) {
   int k = -1;
   for (int i = 0; i < rt_bundle_num_kernels(b); i++)
@@ -183,8 +232,13 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
   printf("// kernel %s: %lld tasks, %.0f bytes, %.0f flops (estimates)\n", kn->name, (long long)kn->ntasks,
          kn->bytes, kn->flops);
   print_group_block(b, kernel);
+  bool cuda = print_cuda_source(b, k);
   char *ir;
   smelt_status st = rt_bundle_kernel_llvm_ir(b, k, &ir);
+  if (st && cuda) {
+    st_free(st); /* a CUDA-only bundle, or a build without LLVM: the CUDA C above is the source */
+    return 0;
+  }
   if (st) return cli_fail(st);
   printf("// LLVM IR (before optimisation)\n%s", ir);
   free(ir);
