@@ -36,6 +36,7 @@
  * values and nodes pointing at each other, group membership, memory offsets
  * inside the arena), and finally ir_verify() re-runs shape inference.  Only
  * then is the graph handed out. */
+#include "bytes.h"
 #include "serialize.h"
 
 #include <limits.h>
@@ -86,64 +87,9 @@ static const char *type_fault(const TensorType *t) {
 
 /* ---------------------------------------------------------------- encoder */
 
-typedef struct {
-  unsigned char *p;
-  size_t len, cap;
-  bool oom;
-} Buf;
-
-static void put(Buf *b, const void *data, size_t n) {
-  if (b->oom) return;
-  if (n > b->cap - b->len) {
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < n) {
-      if (cap > SIZE_MAX / 2) {
-        b->oom = true;
-        return;
-      }
-      cap *= 2;
-    }
-    unsigned char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->len, data, n);
-  b->len += n;
-}
-
-static void put_u8(Buf *b, unsigned v) {
-  unsigned char c = (unsigned char)v;
-  put(b, &c, 1);
-}
-
-static void put_u32(Buf *b, uint32_t v) {
-  unsigned char c[4];
-  for (int i = 0; i < 4; i++) c[i] = (unsigned char)(v >> (8 * i));
-  put(b, c, 4);
-}
-
-static void put_u64(Buf *b, uint64_t v) {
-  unsigned char c[8];
-  for (int i = 0; i < 8; i++) c[i] = (unsigned char)(v >> (8 * i));
-  put(b, c, 8);
-}
-
-static void put_i32(Buf *b, int32_t v) { put_u32(b, (uint32_t)v); }
-static void put_i64(Buf *b, int64_t v) { put_u64(b, (uint64_t)v); }
-
-static void put_f64(Buf *b, double v) {
-  uint64_t u;
-  memcpy(&u, &v, 8);
-  put_u64(b, u);
-}
-
-static void put_str(Buf *b, const char *s) {
+static void put_str(ByteBuf *b, const char *s) {
   if (!s) {
-    put_u32(b, NULL_STR);
+    bb_u32(b, NULL_STR);
     return;
   }
   size_t n = strlen(s);
@@ -151,8 +97,8 @@ static void put_str(Buf *b, const char *s) {
     b->oom = true;
     return;
   }
-  put_u32(b, (uint32_t)n);
-  put(b, s, n);
+  bb_u32(b, (uint32_t)n);
+  bb_put(b, s, n);
 }
 
 static unsigned wire_value_kind(ValueKind k) {
@@ -189,7 +135,7 @@ static unsigned wire_group_kind(GroupKind k) {
 
 static const char *dtype_wire_name(DType dt) { return dt == DT_INVALID ? "" : dt_name(dt); }
 
-static smelt_status put_value(Buf *b, const Value *v, int id) {
+static smelt_status put_value(ByteBuf *b, const Value *v, int id) {
   /* the rank bounds the dims read below; a constant's whole type bounds the
    * data copied.  Other faults are left for the decoder to report. */
   bool has_data = v->kind == VK_CONST && v->data;
@@ -198,50 +144,50 @@ static smelt_status put_value(Buf *b, const Value *v, int id) {
                                                                      : NULL;
   if (fault) return st_error(ST_INTERNAL, "serialize: value %d ('%s'): %s", id, v->name, fault);
   put_str(b, v->name);
-  put_u8(b, wire_value_kind(v->kind));
+  bb_u8(b, wire_value_kind(v->kind));
   put_str(b, dtype_wire_name(v->type.dt));
-  put_u8(b, (unsigned)v->type.rank);
-  for (int i = 0; i < v->type.rank; i++) put_i64(b, v->type.dim[i]);
-  put_i32(b, v->node);
-  put_i32(b, v->out_index);
+  bb_u8(b, (unsigned)v->type.rank);
+  for (int i = 0; i < v->type.rank; i++) bb_i64(b, v->type.dim[i]);
+  bb_i32(b, v->node);
+  bb_i32(b, v->out_index);
   put_str(b, v->init);
-  put_i32(b, v->loc.line);
-  put_i32(b, v->loc.col);
-  put_i64(b, v->mem_offset);
+  bb_i32(b, v->loc.line);
+  bb_i32(b, v->loc.col);
+  bb_i64(b, v->mem_offset);
   /* only a constant's data means anything; a dead value may still point at
    * the data of a constant that failed to fold, and that is dropped */
-  put_u8(b, has_data);
+  bb_u8(b, has_data);
   if (has_data) {
     size_t n = ir_type_bytes(&v->type);
-    put_u64(b, n);
-    put(b, v->data, n);
+    bb_u64(b, n);
+    bb_put(b, v->data, n);
   }
   return NULL;
 }
 
-static smelt_status put_node(Buf *b, const Node *n, int id) {
+static smelt_status put_node(ByteBuf *b, const Node *n, int id) {
   if (n->op < 0 || n->op >= OP_COUNT) return st_error(ST_INTERNAL, "serialize: node %d has op number %d", id, (int)n->op);
   put_str(b, ir_op_name(n->op));
-  put_u8(b, n->dead);
-  put_i32(b, n->group);
-  put_i32(b, n->loc.line);
-  put_i32(b, n->loc.col);
-  put_u32(b, (uint32_t)n->nin);
-  for (int i = 0; i < n->nin; i++) put_i32(b, n->in[i]);
-  put_u32(b, (uint32_t)n->nout);
-  for (int i = 0; i < n->nout; i++) put_i32(b, n->out[i]);
-  put_u32(b, (uint32_t)n->nattr);
+  bb_u8(b, n->dead);
+  bb_i32(b, n->group);
+  bb_i32(b, n->loc.line);
+  bb_i32(b, n->loc.col);
+  bb_u32(b, (uint32_t)n->nin);
+  for (int i = 0; i < n->nin; i++) bb_i32(b, n->in[i]);
+  bb_u32(b, (uint32_t)n->nout);
+  for (int i = 0; i < n->nout; i++) bb_i32(b, n->out[i]);
+  bb_u32(b, (uint32_t)n->nattr);
   for (int i = 0; i < n->nattr; i++) {
     const Attr *a = &n->attr[i];
     put_str(b, a->name);
-    put_u8(b, wire_attr_type(a->type));
+    bb_u8(b, wire_attr_type(a->type));
     switch (a->type) {
     case AT_INT:
-    case AT_BOOL: put_i64(b, a->i); break;
-    case AT_FLOAT: put_f64(b, a->f); break;
+    case AT_BOOL: bb_i64(b, a->i); break;
+    case AT_FLOAT: bb_f64(b, a->f); break;
     case AT_INTS:
-      put_u32(b, (uint32_t)a->n);
-      for (int k = 0; k < a->n; k++) put_i64(b, a->ints[k]);
+      bb_u32(b, (uint32_t)a->n);
+      for (int k = 0; k < a->n; k++) bb_i64(b, a->ints[k]);
       break;
     case AT_DTYPE: put_str(b, dtype_wire_name(a->dt)); break;
     case AT_ENUM: put_str(b, a->s); break;
@@ -250,37 +196,37 @@ static smelt_status put_node(Buf *b, const Node *n, int id) {
   return NULL;
 }
 
-static void put_group(Buf *b, const Group *gr) {
-  put_u8(b, wire_group_kind(gr->kind));
-  put_i32(b, gr->anchor);
-  put_i64(b, gr->footprint);
-  put_i64(b, gr->budget);
+static void put_group(ByteBuf *b, const Group *gr) {
+  bb_u8(b, wire_group_kind(gr->kind));
+  bb_i32(b, gr->anchor);
+  bb_i64(b, gr->footprint);
+  bb_i64(b, gr->budget);
   put_str(b, gr->kernel);
-  put_u32(b, (uint32_t)gr->nnodes);
-  for (int i = 0; i < gr->nnodes; i++) put_i32(b, gr->nodes[i]);
+  bb_u32(b, (uint32_t)gr->nnodes);
+  for (int i = 0; i < gr->nnodes; i++) bb_i32(b, gr->nodes[i]);
 }
 
 smelt_status ir_graph_serialize(const Graph *g, void **out_buf, size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
-  Buf b = {0};
+  ByteBuf b = {0};
   smelt_status st = NULL;
-  put(&b, MAGIC, 4);
-  put_u32(&b, IR_SERIAL_VERSION);
+  bb_put(&b, MAGIC, 4);
+  bb_u32(&b, IR_SERIAL_VERSION);
   put_str(&b, g->name);
   put_str(&b, g->file);
-  put_i64(&b, g->arena_bytes);
-  put_i64(&b, g->unplanned_bytes);
-  put_u32(&b, (uint32_t)g->nval);
-  put_u32(&b, (uint32_t)g->nnode);
-  put_u32(&b, (uint32_t)g->ngroups);
-  put_u32(&b, (uint32_t)g->ninputs);
-  put_u32(&b, (uint32_t)g->noutputs);
+  bb_i64(&b, g->arena_bytes);
+  bb_i64(&b, g->unplanned_bytes);
+  bb_u32(&b, (uint32_t)g->nval);
+  bb_u32(&b, (uint32_t)g->nnode);
+  bb_u32(&b, (uint32_t)g->ngroups);
+  bb_u32(&b, (uint32_t)g->ninputs);
+  bb_u32(&b, (uint32_t)g->noutputs);
   for (int v = 0; v < g->nval && !st; v++) st = put_value(&b, &g->val[v], v);
   for (int i = 0; i < g->nnode && !st; i++) st = put_node(&b, &g->node[i], i);
   for (int k = 0; k < g->ngroups && !st; k++) put_group(&b, &g->groups[k]);
-  for (int i = 0; i < g->ninputs && !st; i++) put_i32(&b, g->inputs[i]);
-  for (int i = 0; i < g->noutputs && !st; i++) put_i32(&b, g->outputs[i]);
+  for (int i = 0; i < g->ninputs && !st; i++) bb_i32(&b, g->inputs[i]);
+  for (int i = 0; i < g->noutputs && !st; i++) bb_i32(&b, g->outputs[i]);
   if (!st && b.oom) st = st_error(ST_NO_MEMORY, "serialize: out of memory");
   if (st) {
     free(b.p);

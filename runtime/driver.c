@@ -27,6 +27,7 @@
  * relies on to never read uninitialised memory nor write the (shared,
  * read-only) constants of a bundle.
  */
+#include "ir/bytes.h"
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -58,68 +59,28 @@ static const unsigned char KT_MAGIC[4] = {'S', 'K', 'T', 'B'};
  * each, at least one argument 4 */
 #define KT_MIN_KERNEL_BYTES 45
 
-/* ---- a growable byte buffer ---- */
-
-typedef struct {
-  unsigned char *p;
-  size_t len, cap;
-  bool oom;
-} Buf;
-
-static void buf_put(Buf *b, const void *data, size_t n) {
-  if (b->oom) return;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + n) cap *= 2;
-    unsigned char *p = realloc(b->p, cap);
-    if (!p) {
-      b->oom = true;
-      return;
-    }
-    b->p = p;
-    b->cap = cap;
-  }
-  memcpy(b->p + b->len, data, n);
-  b->len += n;
-}
-
-static void put_u32(Buf *b, uint32_t v) { buf_put(b, &v, 4); }
-static void put_i32(Buf *b, int32_t v) { buf_put(b, &v, 4); }
-static void put_i64(Buf *b, int64_t v) { buf_put(b, &v, 8); }
-static void put_f64(Buf *b, double v) { buf_put(b, &v, 8); }
-
-static void buf_printf(Buf *b, const char *fmt, ...) SMELT_PRINTF(2, 3);
-static void buf_printf(Buf *b, const char *fmt, ...) {
-  char tmp[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  buf_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
 
 /* ---- the kernel table ---- */
 
 smelt_status rt_kernel_table_encode(const Kernel *k, int n, void **out_buf, size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
-  Buf b = {0};
-  buf_put(&b, KT_MAGIC, 4);
-  put_u32(&b, RT_KERNEL_TABLE_VERSION);
-  put_u32(&b, (uint32_t)n);
-  put_u32(&b, 0);
+  ByteBuf b = {0};
+  bb_put(&b, KT_MAGIC, 4);
+  bb_u32(&b, RT_KERNEL_TABLE_VERSION);
+  bb_u32(&b, (uint32_t)n);
+  bb_u32(&b, 0);
   for (int i = 0; i < n; i++) {
     size_t nl = strlen(k[i].name);
-    put_u32(&b, (uint32_t)nl);
-    buf_put(&b, k[i].name, nl);
-    put_i32(&b, k[i].group);
-    put_i32(&b, k[i].nargs);
-    put_i32(&b, k[i].nouts);
-    put_i64(&b, k[i].ntasks);
-    put_f64(&b, k[i].bytes);
-    put_f64(&b, k[i].flops);
-    for (int a = 0; a < k[i].nargs; a++) put_i32(&b, k[i].args[a]);
+    bb_u32(&b, (uint32_t)nl);
+    bb_put(&b, k[i].name, nl);
+    bb_i32(&b, k[i].group);
+    bb_i32(&b, k[i].nargs);
+    bb_i32(&b, k[i].nouts);
+    bb_i64(&b, k[i].ntasks);
+    bb_f64(&b, k[i].bytes);
+    bb_f64(&b, k[i].flops);
+    for (int a = 0; a < k[i].nargs; a++) bb_i32(&b, k[i].args[a]);
   }
   if (b.oom) {
     free(b.p);
@@ -136,7 +97,12 @@ void rt_kernel_table_free(Kernel *k, int n) {
   free(k);
 }
 
-/* A bounds-checked reader. */
+/* A bounds-checked reader.  The table is written little-endian (ir/bytes.h)
+ * and read with memcpy into native integers: smelt's hosts are
+ * little-endian, and the build says so if one is not. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the kernel table reader assumes a little-endian host"
+#endif
 typedef struct {
   const unsigned char *p;
   size_t len, at;
@@ -288,13 +254,13 @@ done:
 /* ---- compiling ---- */
 
 /* Manifest values are one line each. */
-static void put_kv(Buf *b, const char *key, const char *value) {
-  buf_printf(b, "%s=", key);
+static void put_kv(ByteBuf *b, const char *key, const char *value) {
+  bb_printf(b, "%s=", key);
   for (const char *s = value ? value : ""; *s; s++) {
     char c = *s == '\n' || *s == '\r' ? ' ' : *s;
-    buf_put(b, &c, 1);
+    bb_put(b, &c, 1);
   }
-  buf_put(b, "\n", 1);
+  bb_put(b, "\n", 1);
 }
 
 /* From cg_llvm_compile's description "LLVM 14.0.6 TRIPLE cpu=CPU ...", the
@@ -443,13 +409,13 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
 /* ---- specialisations ---- */
 
 char *rt_input_signature(const Graph *g) {
-  Buf b = {0};
+  ByteBuf b = {0};
   for (int i = 0; i < g->ninputs; i++) {
     char ty[160];
     const Value *v = &g->val[g->inputs[i]];
-    buf_printf(&b, "%s%s:%s", i ? " " : "", v->name, ir_type_str(&v->type, ty, sizeof ty));
+    bb_printf(&b, "%s%s:%s", i ? " " : "", v->name, ir_type_str(&v->type, ty, sizeof ty));
   }
-  buf_put(&b, "", 1);
+  bb_put(&b, "", 1);
   if (b.oom) {
     free(b.p);
     return NULL;
@@ -527,10 +493,10 @@ smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) {
   for (int i = 0; i < out->ndims && !st; i++) {
     combos *= out->nvalues[i];
     if (combos > RT_MAX_SPECIALISATIONS) {
-      Buf why = {0};
+      ByteBuf why = {0};
       for (int j = 0; j < out->ndims; j++)
-        if (out->nvalues[j] > 1) buf_printf(&why, "%s%d values of %s", why.len ? " x " : "", out->nvalues[j], out->name[j]);
-      buf_put(&why, "", 1);
+        if (out->nvalues[j] > 1) bb_printf(&why, "%s%d values of %s", why.len ? " x " : "", out->nvalues[j], out->name[j]);
+      bb_put(&why, "", 1);
       st = st_error(ST_INVALID_INPUT, "dims '%s': %s make more than %d specialisations, the most a bundle holds", text,
                     why.oom ? "the values" : (const char *)why.p, RT_MAX_SPECIALISATIONS);
       free(why.p);
@@ -573,7 +539,7 @@ void rt_dim_space_label(const RtDimSpace *d, int i, char *buf, size_t cap) {
 /* ---- building a bundle ---- */
 
 static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const RtCompileOptions *o, const char *desc,
-                                   const char *triple, const char *cpu, const CudaBuild *cu, const int *nk, Buf *m) {
+                                   const char *triple, const char *cpu, const CudaBuild *cu, const int *nk, ByteBuf *m) {
   const Graph *g = specs[0].g;
   char num[32];
   put_kv(m, "smelt_version", SMELT_LIB_VERSION);
@@ -600,23 +566,23 @@ static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const R
     put_kv(m, "cpu_codegen", desc);
   }
   if (cu && cu->m) {
-    Buf archs = {0};
-    for (int a = 0; a < cu->narch; a++) buf_printf(&archs, "%s%s", a ? "," : "", cu->arch[a]);
-    buf_put(&archs, "", 1);
+    ByteBuf archs = {0};
+    for (int a = 0; a < cu->narch; a++) bb_printf(&archs, "%s%s", a ? "," : "", cu->arch[a]);
+    bb_put(&archs, "", 1);
     put_kv(m, "cuda_archs", archs.oom ? "" : (const char *)archs.p);
     free(archs.p);
     put_kv(m, "nvrtc_version", cu->nvrtc);
   }
   /* Per specialisation, in index order, comma-separated when several. */
-  Buf kn = {0}, arena = {0}, units = {0};
+  ByteBuf kn = {0}, arena = {0}, units = {0};
   for (int i = 0; i < nspecs; i++) {
-    buf_printf(&kn, "%s%d", i ? "," : "", nk[i]);
-    buf_printf(&arena, "%s%lld", i ? "," : "", (long long)specs[i].g->arena_bytes);
-    buf_printf(&units, "%s%d", i ? "," : "", cu[i].m ? cu[i].m->nunits : 0);
+    bb_printf(&kn, "%s%d", i ? "," : "", nk[i]);
+    bb_printf(&arena, "%s%lld", i ? "," : "", (long long)specs[i].g->arena_bytes);
+    bb_printf(&units, "%s%d", i ? "," : "", cu[i].m ? cu[i].m->nunits : 0);
   }
-  buf_put(&kn, "", 1);
-  buf_put(&arena, "", 1);
-  buf_put(&units, "", 1);
+  bb_put(&kn, "", 1);
+  bb_put(&arena, "", 1);
+  bb_put(&units, "", 1);
   bool oom = kn.oom || arena.oom || units.oom;
   if (!oom && cu && cu->m) put_kv(m, "cuda_units", (const char *)units.p);
   if (!oom) put_kv(m, "kernels", (const char *)kn.p);
@@ -721,11 +687,11 @@ static smelt_status add_spec_sections(RtBundleWriter *w, const SpecBuild *s, con
  * specialisation its prefix, label and input signature, tab-separated.
  * Two specialisations that take the same inputs could not be told apart
  * when running, so that is an error here already. */
-static smelt_status build_index(const RtSpecGraph *specs, int n, Buf *out) {
+static smelt_status build_index(const RtSpecGraph *specs, int n, ByteBuf *out) {
   char **sig = calloc((size_t)n, sizeof *sig);
   if (!sig) return st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
   smelt_status st = NULL;
-  buf_printf(out, "%s %d %d\n", RT_SPEC_INDEX_MAGIC, RT_SPEC_INDEX_VERSION, n);
+  bb_printf(out, "%s %d %d\n", RT_SPEC_INDEX_MAGIC, RT_SPEC_INDEX_VERSION, n);
   for (int i = 0; i < n && !st; i++) {
     const char *label = specs[i].label ? specs[i].label : "";
     if (!*label || strchr(label, '\t') || strchr(label, '\n'))
@@ -738,11 +704,11 @@ static smelt_status build_index(const RtSpecGraph *specs, int n, Buf *out) {
                       "them apart", specs[j].label, label, sig[i][0] ? sig[i] : "none");
     if (!st) {
       /* the section table holds names of up to 55 bytes; the rest is the runtime's */
-      buf_printf(out, "s%d/\t", i);
-      buf_put(out, label, strlen(label));
-      buf_put(out, "\t", 1);
-      buf_put(out, sig[i], strlen(sig[i]));
-      buf_put(out, "\n", 1);
+      bb_printf(out, "s%d/\t", i);
+      bb_put(out, label, strlen(label));
+      bb_put(out, "\t", 1);
+      bb_put(out, sig[i], strlen(sig[i]));
+      bb_put(out, "\n", 1);
     }
   }
   for (int i = 0; i < n; i++) free(sig[i]);
@@ -778,7 +744,7 @@ static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompile
   CudaBuild cus[RT_MAX_SPECIALISATIONS];
   int nk[RT_MAX_SPECIALISATIONS];
   memset(sb, 0, sizeof sb);
-  Buf manifest = {0}, index = {0};
+  ByteBuf manifest = {0}, index = {0};
   RtBundleWriter *w = NULL;
   smelt_status st = NULL;
   /* the index first: specialisations alike are refused before any code is made */
@@ -867,15 +833,15 @@ static bool defines(const char *line, size_t n, const char *name) {
 /* Every function of a module's text that belongs to the kernel called
  * name, "define" to its closing "}", or NULL when there is none. */
 static char *extract_functions(const char *module, const char *name) {
-  Buf out = {0};
+  ByteBuf out = {0};
   for (const char *line = module; *line;) {
     const char *nl = strchr(line, '\n');
     size_t n = nl ? (size_t)(nl - line) : strlen(line);
     if (strncmp(line, "define ", 7) == 0 && defines(line, n, name)) {
       const char *end = strstr(line, "\n}\n");
       size_t len = end ? (size_t)(end - line) + 3 : strlen(line);
-      buf_put(&out, line, len);
-      buf_put(&out, "\n", 1);
+      bb_put(&out, line, len);
+      bb_put(&out, "\n", 1);
       line += len;
       continue;
     }
@@ -885,7 +851,7 @@ static char *extract_functions(const char *module, const char *name) {
     free(out.p);
     return NULL;
   }
-  buf_put(&out, "", 1);
+  bb_put(&out, "", 1);
   if (out.oom) {
     free(out.p);
     return NULL;
