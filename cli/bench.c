@@ -24,6 +24,16 @@
  * "% roofline" is its roofline time, max(bytes / bandwidth, FLOPs / peak),
  * over its measured time.
  *
+ * The resource report (CUDA): next to each kernel's time, the variant it
+ * was generated as (the launch table's token, "mma:bm=128,...", for the
+ * matmul and attention kernels), the registers per thread, the local
+ * memory per thread (stack frame and register spills: a matmul kernel
+ * should have none) and the shared memory, static + dynamic.  The driver
+ * reports registers, local and static shared bytes of a loaded function
+ * (rt_cuda_function_resources); the bench loads the bundle's units again for
+ * that, as a session does (the cubin for this GPU, else NVRTC on the
+ * unit's source), because a session does not hand out its functions.
+ *
  * --json prints the same numbers as one JSON object instead of the table,
  * for scripts (bench/gpu/bench.py). */
 #include <stdio.h>
@@ -43,7 +53,9 @@ static const char bench_help[] =
     "Times every kernel and the whole model on fixed inputs and reports median times,\n"
     "achieved GB/s and GFLOP/s (from each kernel's estimated bytes and FLOPs) and the\n"
     "fraction of the device's roofline (measured copy bandwidth; on CUDA also a FLOP\n"
-    "peak).  A YAML model is compiled first for the device.\n"
+    "peak).  On CUDA each kernel's variant, registers and local memory per thread and\n"
+    "shared memory (static + dynamic) are shown beside its time.  A YAML model is\n"
+    "compiled first for the device.\n"
     "\n"
     "flags:\n"
     "  --device cpu|cuda[:N]   where to run (default cpu)\n"
@@ -180,12 +192,22 @@ static smelt_status bind_random(smelt_session *s, Buffers *keep) {
 
 /* ---- results: one row per kernel, then the total ---- */
 
+/* What the resource report shows of one CUDA kernel. */
+typedef struct {
+  const char *kind;              /* "matmul", "attention", ... ("" unknown) */
+  char variant[CG_VARIANT_LEN];  /* "" for kernels without variants */
+  int regs, local_bytes, smem_static; /* from the driver; -1 = not known */
+  unsigned smem_dynamic;
+  uint64_t workspace;
+} KernelRes;
+
 typedef struct {
   const char *name;
   int64_t tasks;   /* -1: not a kernel */
   double t;        /* median seconds */
   double bytes, flops;
   double peak;     /* FLOP/s this row's roofline uses; 0 = bytes only */
+  const KernelRes *res; /* CUDA kernels; NULL otherwise */
 } Row;
 
 typedef struct {
@@ -199,6 +221,8 @@ typedef struct {
   int nrows;             /* kernels, then totals */
   int nkernels;
   char note[200];
+  KernelRes *res;        /* CUDA: per kernel */
+  char res_note[240];    /* why some resources are unknown */
 } Report;
 
 static double roofline_pct(const Row *r, double bw) {
@@ -209,7 +233,9 @@ static double roofline_pct(const Row *r, double bw) {
 }
 
 static void print_table(const Report *rep) {
-  printf("%-44s %8s %11s %9s %9s %9s\n", "kernel", "tasks", "median(us)", "GB/s", "GFLOP/s", "%roofline");
+  printf("%-44s %8s %11s %9s %9s %9s", "kernel", "tasks", "median(us)", "GB/s", "GFLOP/s", "%roofline");
+  if (rep->res) printf(" %5s %6s %15s  %s", "regs", "local", "smem(st+dyn)", "variant");
+  printf("\n");
   for (int i = 0; i < rep->nrows; i++) {
     const Row *r = &rep->rows[i];
     double gbs = r->t > 0 ? r->bytes / r->t * 1e-9 : 0, gfs = r->t > 0 ? r->flops / r->t * 1e-9 : 0;
@@ -218,9 +244,25 @@ static void print_table(const Report *rep) {
     printf("%-44s %8s %11.2f %9.2f %9.2f", r->name, tasks_s, r->t * 1e6, gbs, gfs);
     double pct = roofline_pct(r, rep->copy_bw);
     if (pct > 0) printf(" %8.1f%%", pct);
+    else if (r->res) printf(" %9s", "");
+    if (r->res) {
+      const KernelRes *k = r->res;
+      char regs[16] = "?", local[16] = "?", smem[40];
+      if (k->regs >= 0) snprintf(regs, sizeof regs, "%d", k->regs);
+      if (k->local_bytes >= 0) snprintf(local, sizeof local, "%d", k->local_bytes);
+      if (k->smem_static >= 0) snprintf(smem, sizeof smem, "%d+%u", k->smem_static, k->smem_dynamic);
+      else snprintf(smem, sizeof smem, "?+%u", k->smem_dynamic);
+      printf(" %5s %6s %15s  %s", regs, local, smem, k->variant);
+      if (k->workspace) printf(" (workspace %llu B)", (unsigned long long)k->workspace);
+    }
     printf("\n");
   }
   if (rep->note[0]) printf("%s\n", rep->note);
+  if (rep->res) {
+    printf("regs: registers per thread; local: bytes of local memory per thread (stack and spills); smem: bytes "
+           "of static + dynamic shared memory per block\n");
+    if (rep->res_note[0]) printf("%s\n", rep->res_note);
+  }
 }
 
 static void json_string(const char *s) {
@@ -238,9 +280,21 @@ static void json_row(const Row *r, double bw) {
   printf("{\"name\": ");
   json_string(r->name);
   printf(", \"median_us\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"gbs\": %.3f, \"gflops\": %.3f, "
-         "\"roofline_pct\": %.2f}",
+         "\"roofline_pct\": %.2f",
          r->t * 1e6, r->bytes, r->flops, r->t > 0 ? r->bytes / r->t * 1e-9 : 0, r->t > 0 ? r->flops / r->t * 1e-9 : 0,
          roofline_pct(r, bw));
+  if (r->res) {
+    /* -1: the driver could not say */
+    const KernelRes *k = r->res;
+    printf(", \"kind\": ");
+    json_string(k->kind);
+    printf(", \"variant\": ");
+    json_string(k->variant);
+    printf(", \"registers\": %d, \"local_bytes\": %d, \"smem_static\": %d, \"smem_dynamic\": %u, "
+           "\"workspace\": %llu",
+           k->regs, k->local_bytes, k->smem_static, k->smem_dynamic, (unsigned long long)k->workspace);
+  }
+  printf("}");
 }
 
 static void print_json(const Report *rep) {
@@ -255,6 +309,10 @@ static void print_json(const Report *rep) {
   json_string(rep->copy_how);
   printf(", \"flop_peak\": ");
   json_string(rep->peak_how);
+  if (rep->res) {
+    printf(", \"resources_note\": ");
+    json_string(rep->res_note);
+  }
   printf(",\n \"kernels\": [");
   for (int i = 0; i < rep->nkernels; i++) {
     printf(i ? ",\n  " : "\n  ");
@@ -297,11 +355,12 @@ static smelt_status bench_cpu(smelt_session *s, Report *rep) {
   double all_bytes = 0, all_flops = 0;
   for (int k = 0; k < nk; k++) {
     const Kernel *kn = rt_bundle_kernel(b, k);
-    rep->rows[k] = (Row){kn->name, kn->ntasks, median(times + (size_t)k * (size_t)iters, iters), kn->bytes, kn->flops, 0};
+    rep->rows[k] = (Row){kn->name, kn->ntasks, median(times + (size_t)k * (size_t)iters, iters), kn->bytes, kn->flops, 0,
+                         NULL};
     all_bytes += kn->bytes;
     all_flops += kn->flops;
   }
-  rep->rows[nk] = (Row){"total (whole run)", -1, median(total, iters), all_bytes, all_flops, 0};
+  rep->rows[nk] = (Row){"total (whole run)", -1, median(total, iters), all_bytes, all_flops, 0, NULL};
   rep->nrows = nk + 1;
   free(times);
   return NULL;
@@ -396,7 +455,99 @@ static double flop_peak(int cc, DType dt) {
   }
 }
 
-static smelt_status bench_cuda(smelt_session *s, Report *rep) {
+/* Appends "; what: message" to the resource note (first few only). */
+static void res_note(Report *rep, const char *what, smelt_status st) {
+  size_t n = strlen(rep->res_note);
+  if (n + 8 < sizeof rep->res_note)
+    snprintf(rep->res_note + n, sizeof rep->res_note - n, "%s%s: %.100s", n ? "; " : "resources unknown: ", what,
+             st_message(st));
+  st_free(st);
+}
+
+/* Loads unit u of spec the way a session does (the cubin for the device's
+ * arch, else NVRTC on the unit's source) and fills the driver's numbers of
+ * each of its kernels into res. */
+static smelt_status unit_resources(const smelt_bundle *spec, RtCudaDevice *d, const CgCudaModule *m, int u,
+                                   KernelRes *res) {
+  const char *arch = rt_cuda_device_info(d)->arch;
+  char name[48];
+  const void *src, *bin;
+  size_t src_len, bin_len;
+  snprintf(name, sizeof name, "u%d", u);
+  if (!rt_bundle_spec_find(spec, RT_SEC_CUDA_SOURCE, name, &src, &src_len))
+    return st_error(ST_INVALID_INPUT, "no CUDA source for unit %s", name);
+  snprintf(name, sizeof name, "%s/u%d", arch, u);
+  RtCudaImage img = {.arch = arch};
+  if (rt_bundle_spec_find(spec, RT_SEC_CUBIN, name, &bin, &bin_len) && bin_len > 0) {
+    img.cubin = bin;
+    img.cubin_len = bin_len;
+  }
+  char *source = strndup(src, src_len);
+  if (!source) return st_error(ST_NO_MEMORY, "out of memory");
+  RtCudaModule *mod = NULL;
+  RtCudaLoadKind how;
+  snprintf(name, sizeof name, "unit u%d", u);
+  smelt_status st = rt_cuda_module_load(d, &img, img.cubin ? 1 : 0, source, name, &mod, &how);
+  free(source);
+  for (int k = 0; k < m->nkernels && !st; k++) {
+    const CgCudaLaunch *l = &m->kernels[k];
+    if (l->unit != u) continue;
+    RtCudaFunction fn;
+    RtCudaResources r;
+    st = rt_cuda_module_function(mod, l->symbol, l->smem, &fn);
+    if (!st) st = rt_cuda_function_resources(d, fn, &r);
+    if (!st) {
+      res[k].regs = r.registers;
+      res[k].local_bytes = r.local_bytes;
+      res[k].smem_static = r.static_smem;
+    }
+  }
+  rt_cuda_module_unload(mod);
+  return st;
+}
+
+/* The resource report of every kernel of spec (see the top of the file):
+ * variant, kind, dynamic shared memory and workspace from the launch
+ * table, the rest from the driver.  What cannot be had stays unknown (-1)
+ * and rep->res_note says why; the benchmark goes on. */
+static void cuda_resources(const smelt_bundle *spec, RtCudaDevice *d, Report *rep) {
+  int nk = rep->nkernels;
+  for (int k = 0; k < nk; k++) rep->res[k] = (KernelRes){.kind = "", .regs = -1, .local_bytes = -1, .smem_static = -1};
+  const void *lt;
+  size_t ll;
+  CgCudaModule *m = NULL;
+  if (!rt_bundle_spec_find(spec, RT_SEC_CUDA_LAUNCH, "", &lt, &ll)) {
+    res_note(rep, "bundle", st_error(ST_INVALID_INPUT, "no CUDA launch table"));
+    return;
+  }
+  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  if (!st && m->nkernels != nk)
+    st = st_error(ST_INVALID_INPUT, "%d launches for %d kernels", m->nkernels, nk);
+  if (st) {
+    res_note(rep, "launch table", st);
+    cg_cuda_module_free(m);
+    return;
+  }
+  for (int k = 0; k < nk; k++) {
+    const CgCudaLaunch *l = &m->kernels[k];
+    KernelRes *r = &rep->res[k];
+    r->kind = l->kind ? l->kind : "";
+    snprintf(r->variant, sizeof r->variant, "%s", l->variant);
+    r->smem_dynamic = l->smem;
+    r->workspace = l->workspace;
+  }
+  for (int u = 0; u < m->nunits; u++) {
+    st = unit_resources(spec, d, m, u, rep->res);
+    if (st) {
+      char what[32];
+      snprintf(what, sizeof what, "unit u%d", u);
+      res_note(rep, what, st);
+    }
+  }
+  cg_cuda_module_free(m);
+}
+
+static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Report *rep) {
   const smelt_bundle *b = rt_session_bundle(s);
   const Graph *g = rt_bundle_graph(b);
   RtCudaDevice *d = rt_session_cuda_device(s);
@@ -429,19 +580,21 @@ static smelt_status bench_cuda(smelt_session *s, Report *rep) {
     const Kernel *kn = rt_bundle_kernel(b, k);
     DType dt = g->val[kn->args[kn->nargs - 1]].type.dt;
     double t = median(times + (size_t)k * (size_t)iters, iters) * 1e-3;
-    rep->rows[k] = (Row){kn->name, kn->ntasks, t, kn->bytes, kn->flops, flop_peak(info->cc, dt)};
+    rep->rows[k] = (Row){kn->name, kn->ntasks, t, kn->bytes, kn->flops, flop_peak(info->cc, dt), &rep->res[k]};
     all_bytes += kn->bytes;
     all_flops += kn->flops;
     sum += t;
   }
   DType out_dt = g->noutputs ? g->val[g->outputs[0]].type.dt : DT_F32;
-  rep->rows[nk] = (Row){"total (sum of kernels)", -1, sum, all_bytes, all_flops, flop_peak(info->cc, out_dt)};
+  rep->rows[nk] = (Row){"total (sum of kernels)", -1, sum, all_bytes, all_flops, flop_peak(info->cc, out_dt), NULL};
   rep->rows[nk + 1] = (Row){"total (CUDA graph replay)", -1, median(graph, iters) * 1e-3, all_bytes, all_flops,
-                            flop_peak(info->cc, out_dt)};
+                            flop_peak(info->cc, out_dt), NULL};
   rep->nrows = nk + 2;
   snprintf(rep->note, sizeof rep->note, "graph replay: median over %d runs of %d replays queued back to back", iters,
            GRAPH_BATCH);
   free(times);
+  /* after the timings: loading the units again must not disturb them */
+  cuda_resources(spec, d, rep);
   return NULL;
 }
 
@@ -521,9 +674,11 @@ int cli_bench(int argc, char **argv) {
   if (!st) {
     rep.nkernels = rt_bundle_num_kernels(rt_bundle_spec(b, spec));
     if (!(rep.rows = calloc((size_t)rep.nkernels + 2, sizeof *rep.rows))) st = st_error(ST_NO_MEMORY, "out of memory");
+    if (!st && cuda && !(rep.res = calloc((size_t)rep.nkernels + 1, sizeof *rep.res)))
+      st = st_error(ST_NO_MEMORY, "out of memory");
   }
   if (!st && cuda) {
-    st = bench_cuda(s, &rep);
+    st = bench_cuda(s, rt_bundle_spec(b, spec), &rep);
     if (!st && !json) {
       printf("bench %s on %s: %s\n%d kernels, %d warm-up runs, median of %d runs\n", path, device, rep.hw,
              rep.nkernels, warmup, iters);
@@ -552,6 +707,7 @@ int cli_bench(int argc, char **argv) {
     else print_table(&rep);
   }
   free(rep.rows);
+  free(rep.res);
   buffers_free(&keep);
   smelt_session_destroy(s);
   smelt_bundle_close(b);

@@ -27,6 +27,9 @@ typedef struct {
  * Returns 1 if consumed, 0 if not a model option, 2 on a usage error. */
 int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo);
 smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out);
+/* The tuning table used when none is named: $SMELT_TUNE_TABLE, else the
+ * source tree's tuning/cuda.table when it is readable, else NULL. */
+const char *cli_default_tune_table(void);
 /* Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL if argv[*i] is not that flag. */
 const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool *missing);
 
@@ -34,5 +37,6 @@ int cli_compile(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_tune(int argc, char **argv);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -83,4 +84,13 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo)
 smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out) {
   FeOptions fo = {.dims = mo->dims, .ndims = mo->ndims, .dtype = mo->dtype};
   return fe_load_yaml(path, &fo, out);
+}
+
+const char *cli_default_tune_table(void) {
+  const char *env = getenv("SMELT_TUNE_TABLE");
+  if (env && *env) return env;
+#ifdef SMELT_DEFAULT_TUNE_TABLE
+  if (access(SMELT_DEFAULT_TUNE_TABLE, R_OK) == 0) return SMELT_DEFAULT_TUNE_TABLE;
+#endif
+  return NULL;
 }

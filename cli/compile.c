@@ -26,7 +26,7 @@ static const char compile_help[] =
     "                          into one bundle, and runs pick the one their input shapes fit\n"
     "  --dtype DTYPE           default element type of inputs and params (f32, f16, bf16, ...)\n"
     "  --passes a,b,c          run these passes instead of the default pipeline\n"
-    "                          (default: canonicalize,const-fold,simplify,cse,dce,fuse-attention,fuse,plan-memory)\n"
+    "                          (default: canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory)\n"
     "  --print-ir-after-all    print the IR after every pass to stderr\n"
     "  --print-ir-after=PASS   print the IR after PASS (repeatable)\n"
     "  --print-ir-before=PASS  print the IR before PASS (repeatable)\n"
@@ -37,7 +37,17 @@ static const char compile_help[] =
     "  --target cpu|cuda|cpu,cuda  kernel targets (default cpu)\n"
     "  --arch sm_90a,sm_80     CUDA archs to compile cubins for (default: the GPU present,\n"
     "                          else sm_90a); the CUDA source and PTX travel too\n"
-    "  --cpu NAME              LLVM CPU to generate code for (default: this machine's)\n";
+    "  --cpu NAME              LLVM CPU to generate code for (default: this machine's)\n"
+    "  --tune-table FILE       the tuning table matmul/attention kernels take their variant from\n"
+    "                          (written by 'smelt tune'; default: $SMELT_TUNE_TABLE, else the\n"
+    "                          source tree's tuning/cuda.table when it exists); misses are noted\n"
+    "  --no-tune-table         heuristics only\n";
+
+/* Prints a note of the compiler (a tuning-table miss) to stderr. */
+static void print_note(void *ctx, const char *msg) {
+  (void)ctx;
+  fprintf(stderr, "smelt: note: %s\n", msg);
+}
 
 typedef struct {
   bool after_all;
@@ -104,7 +114,8 @@ int cli_compile(int argc, char **argv) {
   DumpOpts d = {.err = stderr};
   PassCtx ctx = {0};
   bool verbose = false, emit_ir = false;
-  const char *target = "cpu", *cpu = NULL, *arch = NULL;
+  const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
+  bool no_tune_table = false;
   char default_arch[32];
   char dims_text[512] = "";
   for (int i = 1; i < argc; i++) {
@@ -166,6 +177,11 @@ int cli_compile(int argc, char **argv) {
         return rc;
       }
       arch = v;
+    } else if ((v = cli_flag_value("--tune-table", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("compile", "--tune-table needs a file");
+      tune_table = v;
+    } else if (strcmp(a, "--no-tune-table") == 0) {
+      no_tune_table = true;
     } else if ((v = cli_flag_value("--cpu", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--cpu needs an LLVM CPU name");
       cpu = v;
@@ -183,6 +199,8 @@ int cli_compile(int argc, char **argv) {
   if (!model) return cli_usage("compile", "no model given");
   bool for_cuda = strstr(target, "cuda") != NULL;
   if (arch && !for_cuda) return cli_usage("compile", "--arch applies to --target cuda (or cpu,cuda)");
+  if (tune_table && no_tune_table) return cli_usage("compile", "--tune-table and --no-tune-table contradict");
+  if (for_cuda && !tune_table && !no_tune_table) tune_table = cli_default_tune_table();
   if (for_cuda && !arch) {
     rt_cuda_default_arch(default_arch, sizeof default_arch);
     arch = default_arch;
@@ -247,7 +265,8 @@ int cli_compile(int argc, char **argv) {
   if (!st && !emit_ir) {
     RtCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
                            .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
-                           .onchip_bytes = ctx.onchip_bytes};
+                           .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
+                           .log = print_note};
     st = rt_compile_specs(specs, n, &co, out);
   } else if (!st) {
     FILE *f = fopen(out, "w");

@@ -4,10 +4,18 @@
  * checksums, versions, the graph and the kernel table against each other)
  * but without linking its machine code, so a bundle built for another CPU
  * can still be inspected.  A corrupted bundle is reported with the loader's
- * message and exit status 1. */
+ * message and exit status 1.
+ *
+ * --dump-cubins writes the bundle's cubins out as files, one per
+ * compilation unit and arch, with an index of which kernel (symbol, kind,
+ * variant) lives in which unit, so that NVIDIA's cuobjdump can show the
+ * SASS and the resource usage of each kernel (scripts/gpu-check.sh counts
+ * tensor-core and local-memory instructions that way). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "codegen/cuda/cg_cuda.h"
@@ -21,13 +29,19 @@ static const char inspect_help[] =
     "\n"
     "flags:\n"
     "  --ir              the final IR the kernels were generated from\n"
-    "  --kernels         every kernel: tasks, estimated bytes and FLOPs, arguments\n"
+    "  --kernels         every kernel: tasks, estimated bytes and FLOPs, arguments; on\n"
+    "                    CUDA its variant and workspace bytes\n"
     "  --source KERNEL   the IR nodes a kernel computes, its CUDA C and its LLVM IR\n"
     "                    (regenerated from the bundle's graph, before optimisation)\n"
     "  --memory          the activation arena against the sum of all intermediates,\n"
     "                    and each intermediate's offset, size and lifetime (kernels)\n"
+    "  --dump-cubins DIR write every compilation unit's cubin per arch as\n"
+    "                    DIR/u0.sm_90a.cubin (DIR/s1.u0.sm_90a.cubin for specialisation\n"
+    "                    s1 of several) and DIR/kernels.tsv (each kernel's unit, symbol,\n"
+    "                    kind, variant), for cuobjdump -sass / -res-usage\n"
     "  --dim NAME=VALUE  of a bundle of several specialisations (--dim seq=1,16 when\n"
-    "                    compiling), the one --ir, --kernels, --memory and --source show\n"
+    "                    compiling), the one --ir, --kernels, --memory, --source and\n"
+    "                    --dump-cubins show\n"
     "                    (default: each in turn)\n";
 
 static void print_tensor_list(const char *what, const Graph *g, const int *vals, int n) {
@@ -92,16 +106,123 @@ static void print_ir(const smelt_bundle *b) {
   else printf("(the bundle has no IR text)\n");
 }
 
+/* The CUDA launch table of b decoded, or NULL when b has none (or it does
+ * not decode: the loader would have refused the bundle then). */
+static CgCudaModule *launch_table(const smelt_bundle *b) {
+  const void *lt;
+  size_t ll;
+  CgCudaModule *m = NULL;
+  if (!rt_bundle_spec_find(b, RT_SEC_CUDA_LAUNCH, "", &lt, &ll)) return NULL;
+  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  if (st) {
+    fprintf(stderr, "%s\n", st_message(st));
+    st_free(st);
+    return NULL;
+  }
+  return m;
+}
+
 static void print_kernels(const smelt_bundle *b) {
   const Graph *g = rt_bundle_graph(b);
-  printf("%-4s %-44s %-12s %6s %10s %14s %14s %5s\n", "#", "kernel", "group", "nodes", "tasks", "bytes", "flops",
+  CgCudaModule *m = launch_table(b);
+  if (m && m->nkernels != rt_bundle_num_kernels(b)) {
+    cg_cuda_module_free(m);
+    m = NULL;
+  }
+  printf("%-4s %-44s %-12s %6s %10s %14s %14s %5s", "#", "kernel", "group", "nodes", "tasks", "bytes", "flops",
          "args");
+  if (m) printf(" %10s  %s", "workspace", "CUDA variant");
+  printf("\n");
   for (int i = 0; i < rt_bundle_num_kernels(b); i++) {
     const Kernel *k = rt_bundle_kernel(b, i);
     const Group *gr = &g->groups[k->group];
-    printf("%-4d %-44s %-12s %6d %10lld %14.0f %14.0f %5d\n", i, k->name, ir_group_kind_name(gr->kind), gr->nnodes,
+    printf("%-4d %-44s %-12s %6d %10lld %14.0f %14.0f %5d", i, k->name, ir_group_kind_name(gr->kind), gr->nnodes,
            (long long)k->ntasks, k->bytes, k->flops, k->nargs);
+    if (m) {
+      const CgCudaLaunch *l = &m->kernels[i];
+      printf(" %10llu  %s", (unsigned long long)l->workspace, l->variant[0] ? l->variant : "-");
+    }
+    printf("\n");
   }
+  cg_cuda_module_free(m);
+}
+
+/* ---- --dump-cubins ---- */
+
+static bool write_file(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return false;
+  bool ok = fwrite(data, 1, len, f) == len;
+  return fclose(f) == 0 && ok;
+}
+
+/* Writes the cubins of specialisations first..last of b into dir and the
+ * index dir/kernels.tsv: one line per kernel, its cubin's stem ("u3",
+ * "s1.u3"), symbol, kind, variant ("-" for none), workspace and dynamic
+ * shared memory bytes, grid, block and name.  The archs are the
+ * manifest's cuda_archs. */
+static int dump_cubins(const smelt_bundle *b, int first, int last, const char *dir) {
+  const char *archs = rt_bundle_manifest_get(b, "cuda_archs");
+  if (!archs || !archs[0]) {
+    fprintf(stderr, "smelt inspect: %s has no CUDA code (compile with --target cuda)\n",
+            rt_bundle_path(rt_bundle_file(b)));
+    return 1;
+  }
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "smelt inspect: cannot create %s: %s\n", dir, strerror(errno));
+    return 1;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/kernels.tsv", dir);
+  FILE *idx = fopen(path, "w");
+  if (!idx) {
+    fprintf(stderr, "smelt inspect: cannot write %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  fprintf(idx, "# unit\tsymbol\tkind\tvariant\tworkspace\tsmem\tgrid\tblock\tname\n");
+  int written = 0, rc = 0;
+  for (int i = first; i <= last && !rc; i++) {
+    const smelt_bundle *sp = rt_bundle_spec(b, i);
+    CgCudaModule *m = launch_table(sp);
+    if (!m) continue;
+    char tag[16] = "";
+    if (rt_bundle_num_specs(b) > 1) snprintf(tag, sizeof tag, "s%d.", i);
+    for (int u = 0; u < m->nunits && !rc; u++) {
+      /* every arch of the comma-separated list */
+      for (const char *a = archs; *a && !rc;) {
+        int n = (int)strcspn(a, ",");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s/u%d", n < 16 ? n : 16, a, u);
+        const void *data;
+        size_t len;
+        if (rt_bundle_spec_find(sp, RT_SEC_CUBIN, name, &data, &len) && len > 0) {
+          snprintf(path, sizeof path, "%s/%su%d.%.*s.cubin", dir, tag, u, n < 16 ? n : 16, a);
+          if (!write_file(path, data, len)) {
+            fprintf(stderr, "smelt inspect: cannot write %s: %s\n", path, strerror(errno));
+            rc = 1;
+          } else {
+            printf("%s  %zu bytes\n", path, len);
+            written++;
+          }
+        }
+        a += n;
+        if (*a == ',') a++;
+      }
+    }
+    for (int k = 0; k < m->nkernels; k++) {
+      const CgCudaLaunch *l = &m->kernels[k];
+      fprintf(idx, "%su%d\t%s\t%s\t%s\t%llu\t%u\t%u,%u,%u\t%u,%u,%u\t%s\n", tag, l->unit, l->symbol, l->kind,
+              l->variant[0] ? l->variant : "-", (unsigned long long)l->workspace, l->smem, l->grid[0], l->grid[1],
+              l->grid[2], l->block[0], l->block[1], l->block[2], l->name);
+    }
+    cg_cuda_module_free(m);
+  }
+  if (fclose(idx) != 0 && !rc) {
+    fprintf(stderr, "smelt inspect: cannot write %s/kernels.tsv\n", dir);
+    rc = 1;
+  }
+  if (!rc) printf("%d cubins and %s/kernels.tsv written\n", written, dir);
+  return rc;
 }
 
 /* Intermediates: values a kernel writes that are not graph outputs.  Their
@@ -246,7 +367,7 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
 }
 
 int cli_inspect(int argc, char **argv) {
-  const char *path = NULL, *source = NULL, *dim = NULL;
+  const char *path = NULL, *source = NULL, *dim = NULL, *cubin_dir = NULL;
   bool ir = false, kernels = false, memory = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -262,6 +383,9 @@ int cli_inspect(int argc, char **argv) {
     else if ((v = cli_flag_value("--dim", argc, argv, &i, &missing)) || missing) {
       if (missing || !strchr(v, '=')) return cli_usage("inspect", "--dim needs NAME=VALUE");
       dim = v;
+    } else if ((v = cli_flag_value("--dump-cubins", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("inspect", "--dump-cubins needs a directory");
+      cubin_dir = v;
     } else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("inspect", "--source needs a kernel name");
       source = v;
@@ -281,7 +405,7 @@ int cli_inspect(int argc, char **argv) {
     }
     last = first;
   }
-  if (!ir && !kernels && !memory && !source) print_summary(b);
+  if (!ir && !kernels && !memory && !source && !cubin_dir) print_summary(b);
   for (int i = first; i <= last && (ir || kernels || memory || source); i++) {
     const smelt_bundle *sp = rt_bundle_spec(b, i);
     if (rt_bundle_num_specs(b) > 1) printf("%s// ===== specialisation s%d: %s =====\n", i > first ? "\n" : "", i,
@@ -291,6 +415,7 @@ int cli_inspect(int argc, char **argv) {
     if (memory) print_memory(sp);
     if (source && (rc = print_source(sp, source)) != 0) break;
   }
+  if (cubin_dir && !rc) rc = dump_cubins(b, first, last, cubin_dir);
   smelt_bundle_close(b);
   return rc;
 }

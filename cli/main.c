@@ -20,6 +20,8 @@ static void print_main_help(FILE *f) {
         "  run MODEL.yaml|OUT.smelt    run a model (--device ref|cpu), compare with --check\n"
         "  inspect OUT.smelt           show a bundle: IR, kernels, memory plan, sources\n"
         "  bench OUT.smelt|MODEL.yaml  time every kernel against the machine's limits\n"
+        "  tune MODEL.yaml             measure kernel variants on the GPU, keep the fastest\n"
+        "                              in a tuning table (--target cuda)\n"
         "  passes                      list the passes of the default pipeline\n"
         "  ops                         list the operators and their attributes\n"
         "\n"
@@ -76,6 +78,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
   if (strcmp(cmd, "inspect") == 0) return cli_inspect(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+  if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "passes") == 0) return cmd_passes(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   fprintf(stderr, "smelt: unknown command '%s'\n", cmd);

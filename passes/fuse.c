@@ -572,6 +572,114 @@ static void place_alone(Fuser *f, int n, GroupKind kind) {
   note_cands(f, n, c, nc, "");
 }
 
+/* ---- prologues of opaque attention and decode matmuls (CUDA) ----
+ *
+ * The CUDA kernels of attention and of the decode matmul (M <= 8, the
+ * GEMV) read their operands through "emit at coordinates", so an operand
+ * may be computed in the load instead of coming from memory: the rope,
+ * transposes and reshapes that make q, k and v [B, H, S, D], the concat
+ * that appends this step's k/v to a KV cache, the transpose back after
+ * attention that feeds the output projection.  Each such kernel would
+ * otherwise be launched on its own and write and read its result once
+ * more; in decode, where each moves a few KiB, the launches are the cost.
+ * A producer group joins when it is elementwise/injective (or a lone
+ * concat), its result is used by this node alone, and no cycle of kernels
+ * results; producers of an absorbed group whose results only it reads
+ * join too.  Attention takes k and v prologues only with one query tile
+ * (S <= 64): with more, every query tile would recompute the keys.  Only
+ * for a CUDA-only target: the CPU backend reads these operands as arrays.
+ */
+enum { PRO_MAX = 32, ATT_KV_PROLOGUE_MAX_S = 64, GEMV_PROLOGUE_MAX_M = 8 };
+
+static bool cuda_only(const Fuser *f) { return f->ctx->target && strcmp(f->ctx->target, "cuda") == 0; }
+
+/* Whether group G (producing operand v of node `user` inside the
+ * candidate) can be absorbed as a prologue; the reason in why if not. */
+static bool prologue_group_ok(Fuser *f, int G, int v, char *why, size_t cap) {
+  int p = producer(f, v);
+  bool lone_concat = f->kind[G] == GK_OPAQUE && f->head[G] == f->last[G] && f->g->node[p].op == OP_CONCAT;
+  if (f->kind[G] != GK_ELEMWISE && !lone_concat) {
+    snprintf(why, cap, "%s is %s", nd(f, p),
+             f->kind[G] == GK_OPAQUE ? "opaque" : "the result of a reduction or contraction");
+    return false;
+  }
+  if (f->tail[G] != p) {
+    snprintf(why, cap, "%s is not the result of its group", f->g->val[v].name);
+    return false;
+  }
+  if (f->is_out[v]) {
+    snprintf(why, cap, "%s is a graph output", f->g->val[v].name);
+    return false;
+  }
+  for (int i = f->ustart[v]; i < f->ustart[v + 1]; i++)
+    if (!in_cand(f, f->unode[i])) {
+      snprintf(why, cap, "%s is also used by %s", f->g->val[v].name, nd(f, f->unode[i]));
+      return false;
+    }
+  return true;
+}
+
+/* Adds to grps[] (marked in the candidate) the producer groups of the
+ * operands of node m that qualify, recursively. */
+static int absorb_producers(Fuser *f, int m, const bool *operand_ok, int *grps, int ng) {
+  const Node *nn = &f->g->node[m];
+  for (int j = 0; j < nn->nin && ng < PRO_MAX; j++) {
+    if (operand_ok && !operand_ok[j]) continue;
+    int p = producer(f, nn->in[j]);
+    if (p < 0 || cand_has_group(f, f->gid[p])) continue;
+    int G = f->gid[p];
+    char why[256];
+    if (!prologue_group_ok(f, G, nn->in[j], why, sizeof why)) continue;
+    cand_mark(f, G, true);
+    grps[ng++] = G;
+    for (int k = f->head[G]; k >= 0 && ng < PRO_MAX; k = f->next[k]) ng = absorb_producers(f, k, NULL, grps, ng);
+  }
+  return ng;
+}
+
+/* Attention or a decode matmul with the prologue groups that qualify. */
+static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
+  const Node *nn = &f->g->node[n];
+  bool ok[8] = {false};
+  if (nn->op == OP_ATTENTION) {
+    int64_t S = vtype(f, nn->in[0])->dim[2];
+    ok[0] = true;
+    ok[1] = ok[2] = S <= ATT_KV_PROLOGUE_MAX_S;
+  } else {
+    ok[0] = true; /* A of the GEMV; B is the weight */
+  }
+  cand_begin(f, n);
+  int grps[PRO_MAX];
+  int ng = absorb_producers(f, n, ok, grps, 0);
+  if (ng > 0 && would_cycle(f, grps, ng)) {
+    note(f, "fuse: %s: its operands' kernels not fused in (the kernels would depend on each other in a cycle)", nd(f, n));
+    ng = 0;
+  }
+  if (ng == 0) {
+    place_alone(f, n, kind);
+    return;
+  }
+  for (int i = 0; i < ng; i++)
+    note(f, "fuse: %s: computed in the operand loads of %s (%s prologue)", nd(f, f->tail[grps[i]]), nd(f, n),
+         ir_op_name(nn->op));
+  int G = grps[0];
+  for (int i = 1; i < ng; i++) group_absorb(f, G, grps[i]);
+  group_append(f, G, n);
+  f->kind[G] = kind;
+  f->anchor[G] = n;
+}
+
+/* Whether node n takes a prologue (CUDA only): attention always, a
+ * matmul with M <= 8 whose A is not transposed. */
+static bool takes_prologue(const Fuser *f, int n) {
+  if (!cuda_only(f)) return false;
+  const Node *nn = &f->g->node[n];
+  if (nn->op == OP_ATTENTION) return true;
+  if (nn->op != OP_MATMUL || ir_attr_int(nn, "transpose_a")) return false;
+  const TensorType *a = vtype(f, nn->in[0]);
+  return a->rank >= 2 && a->dim[a->rank - 2] <= GEMV_PROLOGUE_MAX_M;
+}
+
 /* Why elementwise group E (whose last value v0 is R's first input) cannot
  * be reduction R's prologue; false when it can. */
 static bool prologue_refusal(Fuser *f, int E, int R, int v0, char *why, size_t cap) {
@@ -1098,8 +1206,14 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
 
   for (int n = 0; n < g->nnode; n++) {
     switch (f.role[n]) {
-    case ROLE_OPAQUE: place_alone(&f, n, GK_OPAQUE); break;
-    case ROLE_CON: place_alone(&f, n, GK_CONTRACTION); break;
+    case ROLE_OPAQUE:
+      if (takes_prologue(&f, n)) place_with_prologue(&f, n, GK_OPAQUE);
+      else place_alone(&f, n, GK_OPAQUE);
+      break;
+    case ROLE_CON:
+      if (takes_prologue(&f, n)) place_with_prologue(&f, n, GK_CONTRACTION);
+      else place_alone(&f, n, GK_CONTRACTION);
+      break;
     case ROLE_RED: place_reduction(&f, n); break;
     case ROLE_EW:
     case ROLE_INJ: place_elementwise(&f, n); break;

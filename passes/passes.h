@@ -43,6 +43,8 @@ typedef struct {
   X(cse, "common subexpression elimination")                                                 \
   X(dce, "dead code elimination")                                                            \
   X(fuse_attention, "matmul-scale-mask-softmax-matmul becomes attention")                    \
+  X(merge_matmuls, "CUDA: matmuls sharing their input and reading constant weights become one") \
+  X(layout, "CUDA: matmul weights stored [N, K] (transpose_b) for the GEMV/tensor-core kernels") \
   X(fuse, "cache-bounded fusion into kernels")                                               \
   X(plan_memory, "assign arena offsets to intermediates")
 
@@ -52,7 +54,7 @@ PASS_LIST(X)
 
 /* The pass called `name` on the command line ("const-fold"), or NULL. */
 const PassInfo *pass_lookup(const char *name);
-/* "canonicalize,const-fold,simplify,cse,dce,fuse-attention,fuse,plan-memory" */
+/* "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory" */
 const char *pass_default_pipeline(void);
 
 /* Called around every pass; `after` is false before it runs.  index counts

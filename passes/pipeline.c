@@ -36,6 +36,8 @@ static const PassInfo pass_table[] = {
     ENTRY("cse", cse),
     ENTRY("dce", dce),
     ENTRY("fuse-attention", fuse_attention),
+    ENTRY("merge-matmuls", merge_matmuls),
+    ENTRY("layout", layout),
     ENTRY("fuse", fuse),
     ENTRY("plan-memory", plan_memory),
 };
@@ -52,7 +54,7 @@ const PassInfo *pass_lookup(const char *name) {
 }
 
 const char *pass_default_pipeline(void) {
-  return "canonicalize,const-fold,simplify,cse,dce,fuse-attention,fuse,plan-memory";
+  return "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory";
 }
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) {

@@ -99,6 +99,10 @@ typedef struct {
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+  CUresult (*FuncGetAttribute)(int *, int, CUfunction);
+  /* optional (NULL on drivers before CUDA 12): TMA descriptors */
+  CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,
+                                   const unsigned *, const unsigned *, int, int, int, int);
 } CuApi;
 
 struct RtCudaDevice {
@@ -195,6 +199,7 @@ static smelt_status load_api(void **out_lib, CuApi *api) {
       {(void **)&api->EventSynchronize, "cuEventSynchronize", NULL},
       /* CUDA 12.8 added _v2; older drivers have only the original */
       {(void **)&api->EventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"},
+      {(void **)&api->FuncGetAttribute, "cuFuncGetAttribute", NULL},
   };
   for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
     *syms[i].slot = dlsym(lib, syms[i].name);
@@ -204,6 +209,7 @@ static smelt_status load_api(void **out_lib, CuApi *api) {
       return st_error(ST_UNSUPPORTED, "CUDA driver %s lacks %s (driver too old?)", libname, syms[i].name);
     }
   }
+  api->TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
   *out_lib = lib;
   return NULL;
 }
@@ -630,4 +636,40 @@ smelt_status rt_cuda_time_kernels(RtCudaDevice *d, const RtCudaLaunch *l, int n,
   for (int i = 0; i < made && ev[i]; i++) d->api.EventDestroy(ev[i]);
   free(ev);
   return st;
+}
+
+/* ---- TMA descriptors and kernel resources ---- */
+
+smelt_status rt_cuda_tensor_map(RtCudaDevice *d, int dtype, int rank, RtCudaPtr base, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, int swizzle, void *out) {
+  if (!d->api.TensorMapEncodeTiled)
+    return st_error(ST_UNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12+)");
+  /* CUtensorMapDataType: FLOAT16 6, FLOAT32 7, BFLOAT16 9; swizzle NONE 0, 32B 1, 64B 2, 128B 3 */
+  int ty = dtype == DT_F16 ? 6 : dtype == DT_BF16 ? 9 : dtype == DT_F32 ? 7 : -1;
+  int sw = swizzle == 0 ? 0 : swizzle == 32 ? 1 : swizzle == 64 ? 2 : swizzle == 128 ? 3 : -1;
+  if (ty < 0 || sw < 0 || rank < 1 || rank > 5)
+    return st_error(ST_INVALID_INPUT, "TMA descriptor: dtype %d, rank %d, swizzle %d not supported", dtype, rank, swizzle);
+  unsigned long long gd[5], gs[4];
+  unsigned bx[5], es[5];
+  for (int i = 0; i < rank; i++) gd[i] = dims[i], bx[i] = box[i], es[i] = 1;
+  for (int i = 0; i + 1 < rank; i++) gs[i] = strides[i];
+  RETURN_IF_ERROR(current(d));
+  /* interleave NONE, L2 promotion 128B, out-of-bounds elements read as zero */
+  CUresult r = d->api.TensorMapEncodeTiled(out, ty, (unsigned)rank, (void *)(uintptr_t)base, gd, gs, bx, es, 0, sw, 2, 0);
+  if (r != 0) return cu_error(d, r, "cuTensorMapEncodeTiled", NULL);
+  return NULL;
+}
+
+smelt_status rt_cuda_function_resources(RtCudaDevice *d, RtCudaFunction fn, RtCudaResources *out) {
+  /* CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1, LOCAL_SIZE_BYTES 3, NUM_REGS 4 */
+  int v[3] = {0, 0, 0}, attr[3] = {4, 3, 1};
+  memset(out, 0, sizeof *out);
+  for (int i = 0; i < 3; i++) {
+    CUresult r = d->api.FuncGetAttribute(&v[i], attr[i], (CUfunction)fn);
+    if (r != 0) return cu_error(d, r, "cuFuncGetAttribute", NULL);
+  }
+  out->registers = v[0];
+  out->local_bytes = v[1];
+  out->static_smem = v[2];
+  return NULL;
 }

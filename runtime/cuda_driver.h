@@ -148,4 +148,23 @@ void rt_cuda_graph_destroy(RtCudaGraph *gr);
  * `reps` runs of the whole list (after one warm-up run). */
 smelt_status rt_cuda_time_kernels(RtCudaDevice *d, const RtCudaLaunch *l, int n, int reps, double *out_ms) SMELT_MUST_USE;
 
+/* ---- TMA descriptors (Hopper) ---- */
+
+/* Encodes a tiled-copy descriptor (a CUtensorMap, 128 bytes, into out,
+ * which must be 64-byte aligned) for the tensor at device address base:
+ * dtype a smelt DType (f16, bf16, f32), rank 1..5 dims innermost first,
+ * strides in bytes of dims 1..rank-1, box the elements of one copy,
+ * swizzle 0/32/64/128 bytes.  Elements outside dims read as zero.
+ * ST_UNSUPPORTED on a driver without cuTensorMapEncodeTiled. */
+smelt_status rt_cuda_tensor_map(RtCudaDevice *d, int dtype, int rank, RtCudaPtr base, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, int swizzle, void *out) SMELT_MUST_USE;
+
+/* What a loaded kernel uses (cuFuncGetAttribute): for the resource report. */
+typedef struct {
+  int registers;    /* per thread */
+  int local_bytes;  /* per thread: stack frame and spills */
+  int static_smem;  /* bytes of static shared memory */
+} RtCudaResources;
+smelt_status rt_cuda_function_resources(RtCudaDevice *d, RtCudaFunction fn, RtCudaResources *out) SMELT_MUST_USE;
+
 #endif

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "codegen/cuda/cg_cuda.h"
+#include "codegen/cuda/table.h"
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
@@ -379,7 +380,8 @@ static void cuda_build_free(CudaBuild *c) {
 
 /* Generates the CUDA C of every kernel and compiles each unit for each
  * arch with NVRTC (in parallel, through the disk cache). */
-static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const char *archs, CudaBuild *c) {
+static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const char *archs, const CgTuneTable *table,
+                               const RtCompileOptions *o, CudaBuild *c) {
   const char *why;
   c->narch = split_archs(archs, c->arch, &why);
   if (c->narch < 0) {
@@ -389,7 +391,10 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   /* Sessions give every argument 64-byte alignment (cuMemAlloc'd buffers,
    * 64-byte arena offsets, aligned user memory or else a staging copy), so
    * the kernels need no run-time alignment test. */
-  CgCudaOptions co = {.args_aligned = true};
+  CgCudaOptions co = {.args_aligned = true, .table = table, .log = o->log, .log_ctx = o->log_ctx};
+  /* Variants are chosen for one arch; for several, only those every
+   * sm_80+ GPU runs (the same source is compiled for each). */
+  if (c->narch == 1) co.arch = c->arch[0];
   RETURN_IF_ERROR(cg_cuda_generate(g, k, nk, &co, &c->m));
   CgNvrtc *nv;
   smelt_status st = cg_cuda_nvrtc_open(&nv);
@@ -572,6 +577,7 @@ static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const R
     put_kv(m, "cuda_archs", archs.oom ? "" : (const char *)archs.p);
     free(archs.p);
     put_kv(m, "nvrtc_version", cu->nvrtc);
+    put_kv(m, "tune_table", o->tune_table);
   }
   /* Per specialisation, in index order, comma-separated when several. */
   ByteBuf kn = {0}, arena = {0}, units = {0};
@@ -622,7 +628,7 @@ static void spec_build_free(SpecBuild *s) {
 /* Lowers g and generates code for the targets: the back half of the
  * compiler for one specialisation. */
 static smelt_status build_spec(Graph *g, const RtCompileOptions *o, bool cpu, bool cuda, const char *archs,
-                               SpecBuild *s) {
+                               const CgTuneTable *table, SpecBuild *s) {
   if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
   RETURN_IF_ERROR(cg_lower(g, &s->k, &s->nk));
   name_groups(g, s->k, s->nk);
@@ -637,7 +643,7 @@ static smelt_status build_spec(Graph *g, const RtCompileOptions *o, bool cpu, bo
   }
   /* A model without kernels (its outputs are inputs or constants) has no
    * CUDA code; sessions need none. */
-  if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, &s->cu));
+  if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, table, o, &s->cu));
   if (!(s->ir_text = ir_print_str(g))) return st_error(ST_NO_MEMORY, "out of memory printing the IR");
   RETURN_IF_ERROR(ir_graph_serialize(g, &s->graph_bytes, &s->graph_len));
   return rt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
@@ -749,8 +755,10 @@ static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompile
   smelt_status st = NULL;
   /* the index first: specialisations alike are refused before any code is made */
   if (nspecs > 1) st = build_index(specs, nspecs, &index);
+  CgTuneTable *table = NULL;
+  if (!st && cuda && o->tune_table) st = cg_tune_table_load(o->tune_table, &table);
   for (int i = 0; i < nspecs && !st; i++) {
-    st = build_spec(specs[i].g, o, cpu, cuda, archs, &sb[i]);
+    st = build_spec(specs[i].g, o, cpu, cuda, archs, table, &sb[i]);
     if (st && nspecs > 1) st = st_prefix(st, "specialisation %s", specs[i].label ? specs[i].label : "?");
     cus[i] = sb[i].cu;
     nk[i] = sb[i].nk;
@@ -771,6 +779,7 @@ static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompile
   }
   rt_bundle_writer_destroy(w);
   for (int i = 0; i < nspecs; i++) spec_build_free(&sb[i]);
+  cg_tune_table_free(table);
   free(manifest.p);
   free(index.p);
   return st;

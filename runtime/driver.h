@@ -66,6 +66,13 @@ typedef struct {
   const char *archs;   /* CUDA archs, "sm_90a,sm_80"; NULL = rt_cuda_default_arch() */
   const char *cpu;     /* LLVM CPU name; NULL = the host's */
   int threads;         /* default thread count recorded for sessions; 0 = number of cores */
+  /* The tuning table (codegen/cuda/table.h) matmul/attention kernels look
+   * their variant up in; NULL = heuristics only.  Its path is recorded in
+   * the manifest and each kernel's variant in the CUDA launch table. */
+  const char *tune_table;
+  /* Notes while compiling (tuning-table misses); NULL = none. */
+  void (*log)(void *ctx, const char *msg);
+  void *log_ctx;
   /* Recorded in the manifest only, so that a build can be reproduced: */
   const char *model;   /* the model file */
   const char *dims;    /* the dims overrides as given */

@@ -115,7 +115,11 @@ typedef struct {
   bool *staged;            /* per value: an input/output copied through own[v] */
   RtCudaPtr *argval;       /* every kernel's argument values, back to back (argv_at) */
   RtCudaPtr *captured;     /* argval as the graph was captured with */
-  void **params;           /* params[i] = &argval[i]: cuLaunchKernel's kernelParams */
+  void **params;           /* per kernel, back to back: &argval[..] of its arguments, then &ws when
+                            * it has a workspace, then its TMA descriptors (cuLaunchKernel's kernelParams) */
+  RtCudaPtr ws;            /* the workspace every kernel that needs one shares (zeroed once) */
+  unsigned char *tmaps;    /* every kernel's TMA descriptors, 128 bytes each, 64-byte aligned */
+  int *tmap_at;            /* per kernel: its first descriptor in tmaps */
   RtCudaLaunch *launches;  /* per kernel */
   RtCudaGraph *graph;      /* NULL: capture on the next run */
   void **mirror;           /* per value: host copy for rt_session_read_value */
@@ -695,19 +699,60 @@ static smelt_status cuda_create(smelt_session *s, size_t nargs) {
   cu->mirror = calloc(nval, sizeof *cu->mirror);
   cu->argval = calloc(nargs ? nargs : 1, sizeof *cu->argval);
   cu->captured = calloc(nargs ? nargs : 1, sizeof *cu->captured);
-  cu->params = calloc(nargs ? nargs : 1, sizeof *cu->params);
+  /* beyond the arguments: a workspace pointer and the TMA descriptors */
+  uint64_t ws_bytes = 0;
+  size_t ntmaps = 0;
+  for (int k = 0; b->cuda && k < b->nkernels; k++) {
+    const CgCudaLaunch *l = &b->cuda->kernels[k];
+    if (l->workspace > ws_bytes) ws_bytes = l->workspace;
+    ntmaps += (size_t)l->ntmaps;
+  }
+  size_t nparams = nargs + (size_t)b->nkernels + ntmaps;
+  cu->params = calloc(nparams ? nparams : 1, sizeof *cu->params);
   cu->launches = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->launches);
+  cu->tmap_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->tmap_at);
+  cu->tmaps = ntmaps ? aligned_alloc(64, ntmaps * 128) : NULL;
   if (!cu->const_ptr || !cu->own || !cu->dptr || !cu->staged || !cu->mirror || !cu->argval || !cu->captured ||
-      !cu->params || !cu->launches)
+      !cu->params || !cu->launches || !cu->tmap_at || (ntmaps && !cu->tmaps))
     return st_error(ST_NO_MEMORY, "out of memory creating a session");
-  for (size_t i = 0; i < nargs; i++) cu->params[i] = &cu->argval[i];
+  if (ntmaps) memset(cu->tmaps, 0, ntmaps * 128);
   if (b->cuda) RETURN_IF_ERROR(cuda_load_modules(s));
   RETURN_IF_ERROR(cuda_place(s));
+  if (ws_bytes) {
+    RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, (size_t)ws_bytes, &cu->ws));
+    RETURN_IF_ERROR(rt_cuda_memset(cu->dev, cu->ws, 0, (size_t)ws_bytes));
+  }
+  size_t at = 0;
+  int tm = 0;
   for (int k = 0; k < b->nkernels; k++) {
     const CgCudaLaunch *l = &b->cuda->kernels[k];
+    void **p = cu->params + at;
+    int n = 0;
+    for (int a = 0; a < b->kernels[k].nargs; a++) p[n++] = &cu->argval[s->r->argv_at[k] + a];
+    if (l->workspace) p[n++] = &cu->ws;
+    cu->tmap_at[k] = tm;
+    for (int t = 0; t < l->ntmaps; t++) p[n++] = cu->tmaps + (size_t)(tm++) * 128;
+    at += (size_t)n;
     cu->launches[k] = (RtCudaLaunch){.fn = cu->fns[k], .name = l->name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
-                                     .block = {l->block[0], l->block[1], l->block[2]}, .smem = l->smem,
-                                     .params = cu->params + s->r->argv_at[k]};
+                                     .block = {l->block[0], l->block[1], l->block[2]}, .smem = l->smem, .params = p};
+  }
+  return NULL;
+}
+
+/* Encodes every TMA descriptor from the addresses of this run's arguments
+ * (a descriptor holds its tensor's address). */
+static smelt_status cuda_encode_tmaps(smelt_session *s) {
+  const smelt_bundle *b = s->b;
+  CudaState *cu = s->r->cu;
+  for (int k = 0; b->cuda && k < b->nkernels; k++) {
+    const CgCudaLaunch *l = &b->cuda->kernels[k];
+    for (int t = 0; t < l->ntmaps; t++) {
+      const CgCudaTmap *m = &l->tmaps[t];
+      RtCudaPtr base = cu->argval[s->r->argv_at[k] + m->arg];
+      smelt_status st = rt_cuda_tensor_map(cu->dev, m->dtype, m->rank, base, m->dims, m->strides, m->box, m->swizzle,
+                                           cu->tmaps + (size_t)(cu->tmap_at[k] + t) * 128);
+      if (st) return st_prefix(st, "kernel '%s'", l->name);
+    }
   }
   return NULL;
 }
@@ -721,12 +766,13 @@ static void cuda_destroy(smelt_session *s) {
     for (int v = 0; cu->own && v < g->nval; v++) rt_cuda_free(cu->dev, cu->own[v]);
     rt_cuda_free(cu->dev, cu->arena);
     rt_cuda_free(cu->dev, cu->const_block);
+    rt_cuda_free(cu->dev, cu->ws);
     for (int u = 0; cu->mods && u < s->b->cuda->nunits; u++) rt_cuda_module_unload(cu->mods[u]);
   }
   for (int v = 0; cu->mirror && v < g->nval; v++) free(cu->mirror[v]);
   free(cu->mods), free(cu->loaded), free(cu->fns), free(cu->const_ptr), free(cu->own);
   free(cu->dptr), free(cu->staged), free(cu->mirror), free(cu->argval), free(cu->captured), free(cu->params);
-  free(cu->launches);
+  free(cu->launches), free(cu->tmaps), free(cu->tmap_at);
   free(cu);
 }
 
@@ -1271,7 +1317,7 @@ static smelt_status cuda_prepare(smelt_session *s) {
     const Kernel *kn = &b->kernels[k];
     for (int a = 0; a < kn->nargs; a++) cu->argval[s->r->argv_at[k] + a] = cu->dptr[kn->args[a]];
   }
-  return NULL;
+  return cuda_encode_tmaps(s);
 }
 
 static size_t total_args(const smelt_bundle *b) {

@@ -2,47 +2,390 @@
  * [B,Hkv,T,D] keys/values (grouped-query: query head h reads kv head
  * h / (H / Hkv)), causal with the last query aligned to the last key
  * (query i sees keys j <= T - S + i), with an optional mask broadcast to
- * [B,H,S,T] (bool: may attend; otherwise added to the scores).
+ * [B,H,S,T] (bool: may attend; otherwise added to the scores).  None of
+ * the kernels materialises the S x T scores: each keeps, per query row, the
+ * running maximum m, the running sum l of exp(s - m) and the output
+ * accumulator, and rescales both by exp(m_old - m_new) when m grows (the
+ * online softmax).  Three variants, chosen by token (cg_cuda.h):
  *
- * One warp per query row (b, h, i), four rows per block.  Lane l holds the
- * query features l, l+32, ... (scaled) and the output features l, l+32, ...
- * The keys are visited once with the online softmax: for key j the warp
- * computes the score (partial dot products, then a shuffle reduction),
- * raises the running maximum m if needed, rescales the running sum l and
- * the accumulator by exp(m_old - m_new), and adds exp(s - m) v_j.  A key
- * masked out (score -inf) is skipped; a row with no visible key yields 0,
- * like the reference.  Accumulation is in float (double for f64).
+ * "flash:bm=..,bn=..,w=..,st=.."  prefill, FlashAttention-2 style, f16/bf16
+ *   with f32 accumulation, D = Dv a multiple of 16 up to 128, no mask.  A
+ *   block of w warps owns bm query rows of one (b, h), 16 * bm/(16 w) rows
+ *   per warp (one or two m16 tiles).  The Q tile is copied to shared memory
+ *   once and each warp keeps its rows' A fragments in registers
+ *   (ldmatrix).  K and V tiles of bn keys stream through `st` shared-memory
+ *   buffers with 16-byte cp.async (zero-filled past T), rows padded by 16
+ *   bytes so that ldmatrix's eight row addresses hit distinct banks.  Per
+ *   tile a warp computes S = Q K^T with mma.sync.m16n8k16 (f32
+ *   accumulators; K rows are the B operand "col" as stored), masks only
+ *   where the tile crosses the causal diagonal or the end of the keys,
+ *   takes row maxima over its accumulator fragments (a row's 4 lanes
+ *   exchange with two shuffles), computes p = exp2(s * scale * log2(e) -
+ *   m * scale * log2(e)), and turns p into the A fragments of the next
+ *   product in registers (the m16n8 accumulator layout of two adjacent n8
+ *   tiles is exactly the m16k16 A layout) to add P V with mma.sync (V
+ *   fragments through ldmatrix.trans).  Causal blocks stop at the last tile
+ *   their rows can see and run longest-first; a warp whose rows see no key
+ *   of a tile skips it.  l is summed per lane and reduced across the quad
+ *   once at the end; O / l goes through the group's epilogue.
  *
- * This is the simple correct kernel; a tiled tensor-core version (several
- * queries per block, K/V tiles in shared memory) replaces it behind the
- * same entry point.
+ * "flashdec:split=..,bn=..,w=.."  decode (few query rows per kv head), f16/
+ *   bf16, D = Dv with D/8 dividing 32, no mask.  Bandwidth bound: K and V
+ *   must be read exactly once with 16-byte loads and enough of them in
+ *   flight.  Grid (split, kv head x row chunk, b): a block takes the query
+ *   rows of every query head sharing its kv head (up to 8 per block; more
+ *   rows make more row chunks) against one of `split` slices of the keys.
+ *   D/8 lanes form a key group: lane c of a group holds features 8c..8c+7
+ *   of every query row (pre-scaled by scale * log2(e)) and loads the same
+ *   16 bytes of K and of V of its key, so the score needs only a shuffle
+ *   sum over the group and P V needs no exchange at all.  Each group runs
+ *   its own online softmax over bn / (groups per block) keys per step
+ *   (that many 16-byte loads of K and of V in flight per lane); the groups
+ *   are merged with shuffles, the warps through shared memory.  With
+ *   split > 1 each block writes its partial (m, l, acc[D]) per row to the
+ *   workspace; the last block of a (b, kv head, row chunk) to finish --
+ *   found with __threadfence and an atomicAdd on a counter there --
+ *   merges the partials, runs the epilogue, zeroes what it read and resets
+ *   the counter, so the workspace is left all-zero.
+ *
+ * "simple"  everything else (a mask, f32/f64, other head dims): one warp
+ *   per query row, four rows per block.  Lane l holds the query features
+ *   l, l+32, ... (scaled) and the output features l, l+32, ...  The keys
+ *   are visited once; for key j the warp computes the score (partial dot
+ *   products, then a shuffle reduction) and updates m, l and the
+ *   accumulator.  A key masked out (score -inf) is skipped; a row with no
+ *   visible key yields 0, like the reference.  Accumulation in float
+ *   (double for f64).
+ *
+ * Operands: an operand that is a kernel argument is copied with 16-byte
+ * accesses (cp.async, or vector loads in flashdec; with a uniform fallback
+ * to plain loads when the pointers are not 16-byte aligned and alignment is
+ * not guaranteed); an operand computed inside the group (rope, transpose,
+ * reshape in front of the attention) is computed element by element with
+ * cu_emit where the tile is filled.
+ *
+ * The PTX (cp.async, ldmatrix, mma.sync, cvt) is under #ifdef
+ * __CUDA_ARCH__.  On the host (the CPU emulation of tests/gpu/cuda_emu.hpp)
+ * each lane computes the fragments the PTX ISA's layouts give it, from the
+ * shared-memory row addresses the lanes would pass to ldmatrix, and the P
+ * fragments, which live in registers, are exchanged between the lanes of a
+ * warp through a small shared array, so the kernel's indexing, masking and
+ * softmax are tested without a GPU.
  */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cuda/cu_internal.h"
 
 #define CU_ATT_ROWS_PER_BLOCK 4
+#define LOG2E 1.4426950408889634
+/* flashdec: query rows per block (registers: 16 floats per row per lane) */
+#define DEC_MAX_ROWS 8
+/* flashdec: the blocks the heuristic aims for (a few per SM of an H100/H200) */
+#define DEC_TARGET_BLOCKS 512
 
-void cu_emit_attention(CuFn *f, CuLaunch *l) {
+/* ---- the shape and the variants ---- */
+
+typedef struct {
+  const Node *an;
+  DType dt;
+  int64_t B, H, Hkv, G, S, T, D, Dv;
+  double scale;
+  bool causal, mask;
+} Att;
+
+typedef struct {
+  int BM, BN, W, stages; /* rows per warp: BM / W, a multiple of 16 */
+} FlashParams;
+
+typedef struct {
+  int split, BN, W; /* BN: keys per block and step */
+} DecParams;
+
+typedef enum { ATT_SIMPLE, ATT_FLASH, ATT_FLASHDEC } AttFamily;
+
+typedef struct {
+  AttFamily fam;
+  FlashParams fp;
+  DecParams dp;
+} AttVariant;
+
+static void att_shape(const CuFn *f, Att *a) {
   const Graph *g = f->g;
   const Node *an = &g->node[f->anchor];
   const TensorType *qt = &g->val[an->in[0]].type, *kt = &g->val[an->in[1]].type, *vt = &g->val[an->in[2]].type;
-  int64_t B = qt->dim[0], H = qt->dim[1], S = qt->dim[2], D = qt->dim[3];
-  int64_t Hkv = kt->dim[1], T = kt->dim[2], Dv = vt->dim[3];
-  int64_t group = Hkv ? H / Hkv : 1;
+  memset(a, 0, sizeof *a);
+  a->an = an;
+  a->dt = qt->dt;
+  a->B = qt->dim[0], a->H = qt->dim[1], a->S = qt->dim[2], a->D = qt->dim[3];
+  a->Hkv = kt->dim[1], a->T = kt->dim[2], a->Dv = vt->dim[3];
+  a->G = a->Hkv ? a->H / a->Hkv : 1;
   const Attr *sa = ir_attr(an, "scale");
-  double scale = sa ? sa->f : 1.0 / sqrt((double)D);
-  bool causal = ir_attr_int(an, "causal") != 0;
-  bool has_mask = an->nin > 3;
-  DType dt = qt->dt;
+  a->scale = sa ? sa->f : 1.0 / sqrt((double)a->D);
+  a->causal = ir_attr_int(an, "causal") != 0;
+  a->mask = an->nin > 3;
+}
+
+static bool is_arg_value(const CuFn *f, int v) {
+  const Value *val = &f->g->val[v];
+  if (f->arg_of[v] < 0) return false;
+  return !(val->kind == VK_NODE && f->member[val->node]);
+}
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Shared memory one block may use for the archs the module is built for:
+ * the one named, else every sm_80+ GPU (sm_80's limit). */
+static int64_t smem_limit(const CuFn *f) {
+  CgCudaArchLimits lim;
+  cg_cuda_arch_limits(f->opt && f->opt->arch ? f->opt->arch : "sm_80", &lim);
+  return lim.smem_per_block;
+}
+
+/* The parts the flash kernels share: f16/bf16, no mask, scores scaled by a
+ * positive factor (the running maximum is taken on unscaled scores), and
+ * something to compute. */
+static bool tc_common(const Att *a, const char **why) {
+  if (a->dt != DT_F16 && a->dt != DT_BF16) return *why = "needs f16 or bf16", false;
+  if (a->mask) return *why = "does not take a mask", false;
+  if (!(a->scale > 0)) return *why = "needs a positive scale", false;
+  if (a->D != a->Dv) return *why = "needs q, k and v of one head dim", false;
+  if (a->B < 1 || a->H < 1 || a->S < 1 || a->T < 1) return *why = "needs a non-empty problem", false;
+  return true;
+}
+
+static bool flash_eligible(const Att *a, const char **why) {
+  if (!tc_common(a, why)) return false;
+  if (a->D % 16 != 0 || a->D > 128) return *why = "needs a head dim that is a multiple of 16 up to 128", false;
+  return true;
+}
+
+static int64_t flash_smem(const Att *a, const FlashParams *p) {
+  return 2 * (int64_t)(p->BM + 2 * p->stages * p->BN) * (a->D + 8);
+}
+
+static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const char **why) {
+  if (!flash_eligible(a, why)) return false;
+  if (p->W != 1 && p->W != 2 && p->W != 4 && p->W != 8) return *why = "w must be 1, 2, 4 or 8", false;
+  if (p->BM != 16 * p->W && p->BM != 32 * p->W) return *why = "bm must be 16 or 32 rows per warp (16 w or 32 w)", false;
+  if (p->BN != 16 && p->BN != 32 && p->BN != 64 && p->BN != 128) return *why = "bn must be 16, 32, 64 or 128", false;
+  if (p->stages < 2 || p->stages > 4) return *why = "st must be 2, 3 or 4", false;
+  if (flash_smem(a, p) > smem_limit(f)) return *why = "needs more shared memory than a block may use", false;
+  if (a->B * a->H * cdiv(a->S, p->BM) > 0x7fffffffLL) return *why = "has more blocks than the grid takes", false;
+  return true;
+}
+
+/* flashdec's query rows per kv head, the row chunks they are cut into and
+ * the rows per block. */
+static void dec_rows(const Att *a, int64_t *out_rows, int64_t *out_chunks, int *out_rb) {
+  int64_t R = a->G * a->S;
+  int64_t nrc = cdiv(R, DEC_MAX_ROWS);
+  *out_rows = R;
+  *out_chunks = nrc;
+  *out_rb = (int)cdiv(R, nrc);
+}
+
+static bool dec_eligible(const Att *a, const char **why) {
+  if (!tc_common(a, why)) return false;
+  if (a->D < 8 || a->D > 256 || 32 % (a->D / 8) != 0 || a->D % 8 != 0)
+    return *why = "needs a head dim of 8, 16, 32, 64, 128 or 256", false;
+  return true;
+}
+
+static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const char **why) {
+  if (!dec_eligible(a, why)) return false;
+  if (p->W != 1 && p->W != 2 && p->W != 4 && p->W != 8) return *why = "w must be 1, 2, 4 or 8", false;
+  int groups = p->W * (32 / (int)(a->D / 8));
+  if (p->BN % groups != 0 || p->BN / groups < 1 || p->BN / groups > 8)
+    return *why = "bn must be 1 to 8 keys per key group (w * 32 / (D/8) groups)", false;
+  if (p->split < 1 || p->split > 1024 || p->split > a->T) return *why = "split must be 1 .. min(T, 1024)", false;
+  int64_t R, nrc;
+  int rb;
+  dec_rows(a, &R, &nrc, &rb);
+  if ((int64_t)p->W * rb * (a->D + 2) * 4 > 48 * 1024) return *why = "needs more than 48 KiB of shared memory", false;
+  if (a->Hkv * nrc > 65535 || a->B > 65535) return *why = "has more blocks than the grid takes", false;
+  (void)f;
+  return true;
+}
+
+/* ---- tokens ---- */
+
+/* "key=value,..." with exactly the n keys named, each once, positive. */
+static bool parse_fields(const char *s, int n, const char *const *keys, int *vals) {
+  bool seen[8] = {0};
+  int got = 0;
+  while (*s) {
+    const char *eq = strchr(s, '=');
+    if (!eq || eq[1] < '0' || eq[1] > '9') return false;
+    size_t klen = (size_t)(eq - s);
+    int k = -1;
+    for (int i = 0; i < n; i++)
+      if (strlen(keys[i]) == klen && strncmp(s, keys[i], klen) == 0) k = i;
+    if (k < 0 || seen[k]) return false;
+    char *end;
+    long v = strtol(eq + 1, &end, 10);
+    if (v < 1 || v > (1 << 20) || (*end != ',' && *end != 0)) return false;
+    seen[k] = true;
+    vals[k] = (int)v;
+    got++;
+    s = end;
+    if (*s == ',') {
+      s++;
+      if (!*s) return false;
+    }
+  }
+  return got == n;
+}
+
+static bool parse_variant(const char *tok, AttVariant *out) {
+  memset(out, 0, sizeof *out);
+  if (strcmp(tok, "simple") == 0) return out->fam = ATT_SIMPLE, true;
+  if (strncmp(tok, "flash:", 6) == 0) {
+    static const char *const keys[] = {"bm", "bn", "w", "st"};
+    int v[4];
+    if (!parse_fields(tok + 6, 4, keys, v)) return false;
+    out->fam = ATT_FLASH;
+    out->fp = (FlashParams){v[0], v[1], v[2], v[3]};
+    return true;
+  }
+  if (strncmp(tok, "flashdec:", 9) == 0) {
+    static const char *const keys[] = {"split", "bn", "w"};
+    int v[3];
+    if (!parse_fields(tok + 9, 3, keys, v)) return false;
+    out->fam = ATT_FLASHDEC;
+    out->dp = (DecParams){v[0], v[1], v[2]};
+    return true;
+  }
+  return false;
+}
+
+static void format_variant(const AttVariant *v, char out[CG_VARIANT_LEN]) {
+  switch (v->fam) {
+  case ATT_FLASH:
+    snprintf(out, CG_VARIANT_LEN, "flash:bm=%d,bn=%d,w=%d,st=%d", v->fp.BM, v->fp.BN, v->fp.W, v->fp.stages);
+    break;
+  case ATT_FLASHDEC: snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d", v->dp.split, v->dp.BN, v->dp.W); break;
+  default: snprintf(out, CG_VARIANT_LEN, "simple"); break;
+  }
+}
+
+static bool variant_valid(const CuFn *f, const Att *a, const AttVariant *v, const char **why) {
+  *why = "";
+  switch (v->fam) {
+  case ATT_FLASH: return flash_valid(f, a, &v->fp, why);
+  case ATT_FLASHDEC: return dec_valid(f, a, &v->dp, why);
+  default: return true;
+  }
+}
+
+/* flashdec's defaults: 4 warps; 4 keys per group and step for one or two
+ * rows (bytes in flight), 2 for more (registers); splits for about
+ * DEC_TARGET_BLOCKS blocks, each slice at least two steps long. */
+static void dec_default(const Att *a, DecParams *p) {
+  int64_t R, nrc;
+  int rb;
+  dec_rows(a, &R, &nrc, &rb);
+  int W = 4, groups = W * (32 / (int)(a->D / 8));
+  int U = rb <= 2 ? 4 : 2;
+  int64_t units = a->B * a->Hkv * nrc;
+  int64_t split = cdiv(DEC_TARGET_BLOCKS, units);
+  int64_t most = a->T / (2 * (int64_t)U * groups);
+  if (split > most) split = most;
+  if (split > 1024) split = 1024;
+  if (split < 1) split = 1;
+  *p = (DecParams){(int)split, U * groups, W};
+}
+
+/* The heuristic: few query rows per kv head (decode): flashdec; else the
+ * flash prefill kernel: FlashAttention-2's tile for sm_80+ (128 rows, 32 per
+ * warp, 64 keys, double buffered; the fewest shared-memory reads per
+ * FLOP that fit in registers), 64 rows of 16 per warp for short sequences
+ * (more blocks); else simple. */
+static void heuristic(const CuFn *f, const Att *a, AttVariant *out) {
+  const char *why;
+  memset(out, 0, sizeof *out);
+  out->fam = ATT_SIMPLE;
+  AttVariant v = {0};
+  if (dec_eligible(a, &why) && a->G * a->S <= 16) {
+    v.fam = ATT_FLASHDEC;
+    dec_default(a, &v.dp);
+    if (variant_valid(f, a, &v, &why)) {
+      *out = v;
+      return;
+    }
+  }
+  if (flash_eligible(a, &why)) {
+    v.fam = ATT_FLASH;
+    v.fp = a->S >= 256 ? (FlashParams){128, 64, 4, 2} : (FlashParams){64, 64, 4, 2};
+    if (variant_valid(f, a, &v, &why)) *out = v;
+  }
+}
+
+int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
+  Att a;
+  att_shape(f, &a);
+  AttVariant all[64];
+  int n = 0;
+  heuristic(f, &a, &all[n++]);
+  const char *why;
+  int64_t R, nrc;
+  int rb;
+  dec_rows(&a, &R, &nrc, &rb);
+  if (flash_eligible(&a, &why) && a.S < 16) {
+    /* a few query rows: one 64-row tile, for comparison with flashdec */
+    all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2}, {0}};
+  } else if (flash_eligible(&a, &why)) {
+    /* 16 or 32 rows per warp, 2 to 8 warps; 32 rows of a head above 64
+     * with more than 64 keys per tile would not fit in registers (O and
+     * the scores alone take 256) */
+    static const int bmw[][2] = {{64, 4}, {128, 8}, {128, 4}, {64, 2}};
+    static const int bns[] = {32, 64, 128};
+    for (size_t i = 0; i < sizeof bmw / sizeof *bmw; i++)
+      for (size_t j = 0; j < sizeof bns / sizeof *bns; j++)
+        for (int st = 2; st <= 3; st++) {
+          bool two = bmw[i][0] == 32 * bmw[i][1];
+          if (two && a.D > 64 && bns[j] > 64) continue;
+          all[n++] = (AttVariant){ATT_FLASH, {bmw[i][0], bns[j], bmw[i][1], st}, {0}};
+        }
+  }
+  /* flashdec reads K and V once per row chunk: only for a few rows */
+  if (dec_eligible(&a, &why) && R <= 4 * DEC_MAX_ROWS) {
+    /* around the default: half and twice the splits, one split, 2 or 4
+     * keys per group and step, 8 warps */
+    DecParams d;
+    dec_default(&a, &d);
+    int groups4 = 4 * (32 / (int)(a.D / 8));
+    int splits[] = {d.split, d.split / 2, d.split * 2, 1};
+    for (int i = 0; i < 4; i++)
+      for (int U = 2; U <= 4; U *= 2)
+        if (splits[i] >= 1) all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * groups4, 4}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, d.BN * 2, 8}};
+  }
+  all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
+  int got = 0;
+  for (int i = 0; i < n && got < max; i++) {
+    if (!variant_valid(f, &a, &all[i], &why)) continue;
+    char tok[CG_VARIANT_LEN];
+    format_variant(&all[i], tok);
+    bool dup = false;
+    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], tok) == 0;
+    if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
+  }
+  return got;
+}
+
+/* ---- the simple kernel ---- */
+
+static void emit_simple(CuFn *f, const Att *a, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *an = a->an;
+  int64_t B = a->B, H = a->H, S = a->S, D = a->D, T = a->T, Dv = a->Dv, group = a->G;
+  DType dt = a->dt;
   const char *ct = cu_ctype(dt);
   const char *sfx = dt == DT_F64 ? "" : "f";
   int DQ = (int)((D + 31) / 32), DV = (int)((Dv + 31) / 32);
-
-  int *epi, nepi, *side, nside;
-  cu_split_outputs(f, &epi, &nepi, &side, &nside);
-  if (nside) cu_store_loops(f, side, nside);
 
   int64_t rows = B * H * S;
   l->kind = "attention";
@@ -54,6 +397,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   }
   l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
   if (rows == 0) return;
+  cu_line(f, "// variant: simple (one warp per query row, online softmax)");
 
   const char *lane = cu_tmp(f), *row = cu_tmp(f);
   cu_line(f, "const int %s = threadIdx.x %% 32;", lane);
@@ -81,7 +425,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
     cu_coords_scalar(&co, 4, c);
     CuVal x;
     cu_emit(f, an->in[0], &co, &x);
-    cu_line(f, "q[dd] = %s * %s;", x.l[0], cu_const(f, dt, scale));
+    cu_line(f, "q[dd] = %s * %s;", x.l[0], cu_const(f, dt, a->scale));
   }
   cu_close(f);
   cu_close(f);
@@ -91,7 +435,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   cu_line(f, "for (int dd = 0; dd < %d; dd++) acc[dd] = 0;", DV);
   const char *m = cu_tmp(f), *sum = cu_tmp(f), *jend = cu_tmp(f);
   cu_line(f, "%s %s = %s, %s = 0;  // running maximum and sum of exp(s - m)", ct, m, cu_const(f, dt, -INFINITY), sum);
-  if (causal)
+  if (a->causal)
     cu_line(f, "const %s %s = %s + %lld < %lld ? %s + %lld : %lld;  // causal: keys j <= T - S + i", f->idx, jend, i,
             (long long)(T - S + 1), (long long)T, i, (long long)(T - S + 1), (long long)T);
   else
@@ -116,7 +460,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   cu_close(f);
   cu_close(f);
   cu_line(f, "%s = smelt_warp_reduce(%s, smelt_sum_op());", s, s);
-  if (has_mask) {
+  if (a->mask) {
     const TensorType *mt = &g->val[an->in[3]].type;
     const char *c4[4] = {b, h, i, j};
     CuCoords full, co;
@@ -170,4 +514,873 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   cu_close(f);
   cu_close(f);
   cu_close(f);
+}
+
+/* ---- pieces of generated code the flash kernels share ---- */
+
+/* Host stand-ins for ldmatrix and mma.sync (emulation only), after the
+ * fragment layouts of the PTX ISA (g = lane / 4, t = lane % 4).  Without
+ * warps to exchange registers each lane computes what another lane would
+ * hold: ldsm evaluates the row address lane s would give, and mma gathers
+ * the rows and columns of its result from the lanes that hold them. */
+static const char emu_helpers[] =
+    "#ifndef __CUDA_ARCH__\n"
+    "  auto emu_cvt = [](unsigned short h, bool bf16) -> float {\n"
+    "    if (bf16) { unsigned u = (unsigned)h << 16; float v; memcpy(&v, &u, 4); return v; }\n"
+    "    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;\n"
+    "    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);\n"
+    "    return s ? -v : v;\n"
+    "  };\n"
+    "  // ldmatrix .x4: lanes 8q..8q+7 give the rows of matrix q; lane l gets row g,\n"
+    "  // columns 2t, 2t+1 (.trans: rows 2t, 2t+1 of column g).\n"
+    "  auto emu_ldsm_x4 = [](unsigned r[4], auto ptr_of, bool trans, int l) {\n"
+    "    const int g = l / 4, t = l % 4;\n"
+    "    for (int q = 0; q < 4; q++) {\n"
+    "      if (!trans) {\n"
+    "        const unsigned short *row = ptr_of(8 * q + g);\n"
+    "        r[q] = row[2 * t] | (unsigned)row[2 * t + 1] << 16;\n"
+    "      } else {\n"
+    "        const unsigned short *r0 = ptr_of(8 * q + 2 * t), *r1 = ptr_of(8 * q + 2 * t + 1);\n"
+    "        r[q] = r0[g] | (unsigned)r1[g] << 16;\n"
+    "      }\n"
+    "    }\n"
+    "  };\n"
+    "  // mma m16n8k16: lane 4g+s holds a0 = A[g][2s..], a1 = A[g+8][2s..], a2 = A[g][2s+8..],\n"
+    "  // a3 = A[g+8][2s+8..]; b0 = B[2s..][g], b1 = B[2s+8..][g]; c0, c1 = C[g][2t..], c2, c3 = C[g+8][2t..].\n"
+    "  auto emu_mma = [&](float c[4], auto a_of, auto b_of, bool bf16) {\n"
+    "    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n"
+    "    float A[2][16], B[2][16];  // rows g, g+8 of A; columns 2t, 2t+1 of B\n"
+    "    for (int s = 0; s < 4; s++) {\n"
+    "      unsigned x[4], y[2][2];\n"
+    "      a_of(4 * g + s, x);\n"
+    "      for (int n = 0; n < 2; n++) b_of(4 * (2 * t + n) + s, y[n]);\n"
+    "      for (int h = 0; h < 2; h++) {\n"
+    "        A[h][2 * s] = emu_cvt(x[h] & 0xffffu, bf16), A[h][2 * s + 1] = emu_cvt(x[h] >> 16, bf16);\n"
+    "        A[h][2 * s + 8] = emu_cvt(x[h + 2] & 0xffffu, bf16), A[h][2 * s + 9] = emu_cvt(x[h + 2] >> 16, bf16);\n"
+    "        B[h][2 * s] = emu_cvt(y[h][0] & 0xffffu, bf16), B[h][2 * s + 1] = emu_cvt(y[h][0] >> 16, bf16);\n"
+    "        B[h][2 * s + 8] = emu_cvt(y[h][1] & 0xffffu, bf16), B[h][2 * s + 9] = emu_cvt(y[h][1] >> 16, bf16);\n"
+    "      }\n"
+    "    }\n"
+    "    for (int e = 0; e < 4; e++)\n"
+    "      for (int k = 0; k < 16; k++) c[e] += A[e / 2][k] * B[e % 2][k];\n"
+    "  };\n"
+    "#endif\n";
+
+/* Copies the 16-byte chunk at global `src` (when `ok`; zeros otherwise) to
+ * shared `dst`: cp.async when the pointers allow, plain loads otherwise. */
+static void copy_chunk(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "if (%s) {", aligned);
+  cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
+  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? 16 : 0));",
+          src, ok);
+  cu_line(f, "} else");
+  cu_line(f, "#endif");
+  cu_line(f, "{");
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int e = 0; e < 8; e++) %s[e] = %s ? %s[e] : (unsigned short)0;", dst, ok, src);
+  cu_line(f, "}");
+}
+
+static void ldmatrix(CuFn *f, const char *regs, const char *ptr, bool trans) {
+  cu_open(f, "%s", "");
+  cu_line(f, "const unsigned sa = (unsigned)__cvta_generic_to_shared(%s);", ptr);
+  cu_line(f,
+          "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(%s[0]), "
+          "\"=r\"(%s[1]), \"=r\"(%s[2]), \"=r\"(%s[3]) : \"r\"(sa));",
+          trans ? ".trans" : "", regs, regs, regs, regs);
+  cu_close(f);
+}
+
+/* c (4 floats) += a (4 regs) * (b0, b1) */
+static void mma(CuFn *f, bool bf16, const char *c, const char *a, const char *b0, const char *b1) {
+  cu_line(f,
+          "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, "
+          "{%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\" : \"+f\"(%s[0]), \"+f\"(%s[1]), \"+f\"(%s[2]), \"+f\"(%s[3]) : "
+          "\"r\"(%s[0]), \"r\"(%s[1]), \"r\"(%s[2]), \"r\"(%s[3]), \"r\"(%s), \"r\"(%s));",
+          bf16 ? "bf16.bf16" : "f16.f16", c, c, c, c, a, a, a, a, b0, b1);
+}
+
+/* Fills rows [row0, row0 + rows) x D of operand `v` (head `head`) into the
+ * shared tile `dst` (row stride `stride` elements; rows >= nrows zero):
+ * 16-byte chunks with cp.async when v is a kernel argument (global rows
+ * start at `gbase`), else computed element by element with cu_emit. */
+static void fill_tile(CuFn *f, const Att *a, int v, const char *gbase, const char *dst, const char *b, const char *head,
+                      const char *row0, int64_t nrows, int rows, int stride, int threads, const char *aligned) {
+  int D = (int)a->D, CD = D / 8, chunks = rows * CD;
+  if (gbase) {
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int it = 0; it < %d; it++)", cdiv(chunks, threads) > 0 ? (int)cdiv(chunks, threads) : 1);
+    cu_line(f, "const int c = threadIdx.x + it * %d, r = c / %d, dc = (c %% %d) * 8;", threads, CD, CD);
+    if (chunks % threads) cu_line(f, "if (c >= %d) break;", chunks);
+    cu_line(f, "const long long gr = (long long)(%s) + r;", row0);
+    cu_line(f, "const bool ok = gr < %lldLL;", (long long)nrows);
+    cu_line(f, "const unsigned short *src = %s + (ok ? gr * %d + dc : 0LL);", gbase, D);
+    cu_line(f, "unsigned short *dsts = %s + r * %d + dc;", dst, stride);
+    copy_chunk(f, "dsts", "src", "ok", aligned);
+    cu_close(f);
+    return;
+  }
+  const char *st = cu_stype(a->dt);
+  cu_line(f, "// %s is computed in this kernel: element by element", f->g->val[v].name);
+  cu_open(f, "for (int c = threadIdx.x; c < %d; c += %d)", chunks, threads);
+  const char *r = cu_tmp(f), *dc = cu_tmp(f), *gr = cu_tmp(f);
+  cu_line(f, "const int %s = c / %d, %s = (c %% %d) * 8;", r, CD, dc, CD);
+  cu_line(f, "const %s %s = (%s)(%s) + %s;", f->idx, gr, f->idx, row0, r);
+  cu_line(f, "%s *dsts = reinterpret_cast<%s *>(%s + %s * %d + %s);", st, st, dst, r, stride, dc);
+  cu_open(f, "if (%s < %lld)", gr, (long long)nrows);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 8; e++)");
+  const char *d = cu_tmp(f);
+  cu_line(f, "const %s %s = %s + e;", f->idx, d, dc);
+  const char *c[4] = {b, head, gr, d};
+  CuCoords co;
+  cu_coords_scalar(&co, 4, c);
+  CuVal x;
+  cu_emit(f, v, &co, &x);
+  cu_line(f, "dsts[e] = %s;", cu_to_storage(f, a->dt, x.l[0]));
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "else");
+  cu_line(f, "  for (int e = 0; e < 8; e++) reinterpret_cast<unsigned short *>(dsts)[e] = 0;");
+  cu_close(f);
+}
+
+/* fexp2: 2^x with the hardware's ex2.approx on the GPU (the scores are
+ * already in log2 units; -inf gives 0), exp2f in the emulation. */
+static void emit_fexp2(CuFn *f) {
+  cu_line(f, "auto fexp2 = [](float x) -> float {");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "  float y;");
+  cu_line(f, "  asm(\"ex2.approx.ftz.f32 %%0, %%1;\\n\" : \"=f\"(y) : \"f\"(x));");
+  cu_line(f, "  return y;");
+  cu_line(f, "#else");
+  cu_line(f, "  return exp2f(x);");
+  cu_line(f, "#endif");
+  cu_line(f, "};");
+}
+
+static void commit(CuFn *f) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
+  cu_line(f, "#endif");
+}
+
+static void wait_group(CuFn *f, int n) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", n);
+  cu_line(f, "#endif");
+}
+
+/* ---- flash: the prefill kernel ---- */
+
+static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *an = a->an;
+  bool bf16 = a->dt == DT_BF16;
+  int D = (int)a->D, W = p->W, BM = p->BM, BN = p->BN, ST = p->stages, MI = p->BM / (16 * p->W);
+  int QS = D + 8, threads = 32 * W, KD = D / 16, NJ = BN / 8, OJ = D / 8, PK = BN / 16;
+  int64_t B = a->B, H = a->H, S = a->S, T = a->T, G = a->G;
+  int64_t NQB = cdiv(S, BM), NT = cdiv(T, BN), BH = B * H;
+  int64_t smem_elems = (int64_t)(BM + 2 * ST * BN) * QS;
+  double sl2 = a->scale * LOG2E;
+  /* Q's A fragments stay in registers when they take at most 32 per lane;
+   * else (two m16 tiles of a 128-wide head) they are read again per k step */
+  bool qregs = MI * KD * 4 <= 32;
+
+  l->kind = "attention";
+  l->block[0] = (unsigned)threads;
+  l->grid[0] = (unsigned)(NQB * BH);
+  l->smem = (unsigned)(smem_elems * 2);
+  int qv = an->in[0], kv = an->in[1], vv = an->in[2];
+  bool qa = is_arg_value(f, qv), ka = is_arg_value(f, kv), va = is_arg_value(f, vv);
+
+  cu_line(f, "// variant: flash (FlashAttention-2: mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async, online softmax)",
+          bf16 ? "bf16.bf16" : "f16.f16");
+  cu_line(f, "// %s = attention(%s, %s, %s): B %lld, H %lld, Hkv %lld, S %lld, T %lld, D %d%s", g->val[an->out[0]].name,
+          g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)H, (long long)a->Hkv, (long long)S,
+          (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
+  cu_line(f, "// parameters: %d query rows per block (%d warps of %d), %d keys per tile, %d stages", BM, W, 16 * MI, BN, ST);
+  cu_buf_append(f->out, emu_helpers, sizeof emu_helpers - 1);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "extern __shared__ __align__(16) unsigned short smelt_fa_smem[];");
+  cu_line(f, "#else");
+  cu_line(f, "__align__(16) __shared__ unsigned short smelt_fa_smem[%lld];", (long long)smem_elems);
+  cu_line(f, "// P fragments, exchanged between the lanes of a warp");
+  cu_line(f, "static unsigned emu_pf[%d][32][%d];", W, MI * PK * 4);
+  cu_line(f, "#endif");
+  cu_line(f, "unsigned short *const Qs = smelt_fa_smem;  // [%d][%d] (rows padded by 8)", BM, QS);
+  cu_line(f, "unsigned short *const Ks = smelt_fa_smem + %d;  // [%d stages][%d][%d]", BM * QS, ST, BN, QS);
+  cu_line(f, "unsigned short *const Vs = smelt_fa_smem + %d;  // [%d stages][%d][%d]", BM * QS + ST * BN * QS, ST, BN, QS);
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  cu_line(f, "// f32 pair -> f16x2 / bf16x2 (round to nearest even), lo in the low half");
+  cu_line(f, "auto pack2 = [](float lo, float hi) -> unsigned {");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "  unsigned r;");
+  cu_line(f, "  asm(\"cvt.rn.%s.f32 %%0, %%1, %%2;\\n\" : \"=r\"(r) : \"f\"(hi), \"f\"(lo));", bf16 ? "bf16x2" : "f16x2");
+  cu_line(f, "  return r;");
+  cu_line(f, "#else");
+  cu_line(f, "  return (unsigned)%s(lo).x | (unsigned)%s(hi).x << 16;", bf16 ? "__float2bfloat16_rn" : "__float2half_rn",
+          bf16 ? "__float2bfloat16_rn" : "__float2half_rn");
+  cu_line(f, "#endif");
+  cu_line(f, "};");
+  emit_fexp2(f);
+  if (a->causal)
+    cu_line(f, "// block -> (query block, b, h); causal: the longest query blocks first");
+  else
+    cu_line(f, "// block -> (query block, b, h)");
+  cu_line(f, "const long long qb = %s(long long)(blockIdx.x / %lldu), bh = blockIdx.x %% %lldu;", a->causal ? cu_fmt(f, "%lldLL - 1 - ", (long long)NQB) : "",
+          (long long)BH, (long long)BH);
+  const char *b = "b", *h = "h", *hk = "hk";
+  cu_line(f, "const %s b = (%s)(bh / %lld), h = (%s)(bh %% %lld), hk = h / %lld;", f->idx, f->idx, (long long)H, f->idx,
+          (long long)H, (long long)G);
+  cu_line(f, "const long long m0 = qb * %d;", BM);
+  if (qa)
+    cu_line(f, "const unsigned short *Qg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + h) * %lldLL;  // %s",
+            f->arg_of[qv], (long long)H, (long long)(S * D), g->val[qv].name);
+  if (ka)
+    cu_line(f, "const unsigned short *Kg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
+            f->arg_of[kv], (long long)a->Hkv, (long long)(T * D), g->val[kv].name);
+  if (va)
+    cu_line(f, "const unsigned short *Vg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
+            f->arg_of[vv], (long long)a->Hkv, (long long)(T * D), g->val[vv].name);
+  const char *aligned = "true";
+  if ((qa || ka || va) && !(f->opt && f->opt->args_aligned)) {
+    aligned = "aligned16";
+    cu_line(f, "const bool aligned16 = true%s%s%s;", qa ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[qv]) : "",
+            ka ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[kv]) : "",
+            va ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[vv]) : "");
+  }
+  if (a->causal) {
+    cu_line(f, "// causal: the block's last row sees keys up to T - S + that row");
+    cu_line(f, "const long long last_row = m0 + %d < %lldLL ? m0 + %d : %lldLL;", BM - 1, (long long)S, BM - 1, (long long)(S - 1));
+    cu_line(f, "const int ntiles = (int)((%lldLL + last_row) / %d + 1 < %lldLL ? (%lldLL + last_row) / %d + 1 : %lldLL);",
+            (long long)(T - S), BN, (long long)NT, (long long)(T - S), BN, (long long)NT);
+  } else {
+    cu_line(f, "const int ntiles = %lld;", (long long)NT);
+  }
+
+  /* the prologue: Q, then KV tiles 0 .. ST-2, one commit group each */
+  cu_line(f, "// Q tile (rows m0 .. m0+%d), then KV tiles 0 .. %d in flight", BM - 1, ST - 2);
+  cu_open(f, "%s", "");
+  fill_tile(f, a, qv, qa ? "Qg" : NULL, "Qs", b, h, "m0", S, BM, QS, threads, aligned);
+  cu_close(f);
+  commit(f);
+  /* one tile of K and V into buffer `stage` */
+#define FILL_KV(stage, tile)                                                                                                 \
+  do {                                                                                                                       \
+    cu_open(f, "%s", "");                                                                                                    \
+    cu_line(f, "const long long n0 = (long long)(%s) * %d;", tile, BN);                                                     \
+    cu_line(f, "unsigned short *ks = Ks + (%s) * %d, *vs = Vs + (%s) * %d;", stage, BN * QS, stage, BN * QS);              \
+    fill_tile(f, a, kv, ka ? "Kg" : NULL, "ks", b, hk, "n0", T, BN, QS, threads, aligned);                                  \
+    fill_tile(f, a, vv, va ? "Vg" : NULL, "vs", b, hk, "n0", T, BN, QS, threads, aligned);                                  \
+    cu_close(f);                                                                                                             \
+  } while (0)
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int s = 0; s < %d; s++)", ST - 1);
+  cu_open(f, "if (s < ntiles)");
+  FILL_KV("s", "s");
+  cu_close(f);
+  commit(f);
+  cu_close(f);
+
+  cu_line(f, "float o[%d][%d][4];  // O accumulators: m16n8 fragments of this warp's %d rows x %d", MI, OJ, 16 * MI, D);
+  cu_line(f, "float mrow[%d][2], lrow[%d][2];  // per fragment row (g, g + 8): running max (unscaled), this lane's sum", MI, MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "mrow[i][0] = mrow[i][1] = -SMELT_INF_F, lrow[i][0] = lrow[i][1] = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;", OJ);
+  cu_close(f);
+  cu_line(f, "const int wr = warp * %d;  // this warp's first row in the block", 16 * MI);
+  cu_line(f, "const long long r0 = m0 + wr;");
+  const char *pq = cu_fmt(f, "Qs + (wr + i * 16 + (lane & 15)) * %d + kd * 16 + (lane >> 4) * 8", QS);
+  const char *pk = cu_fmt(f, "ks + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kd * 16 + ((lane >> 3) & 1) * 8", QS);
+  const char *pv = cu_fmt(f, "vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * %d + j * 8 + (lane >> 4) * 8", QS);
+  wait_group(f, ST - 1);
+  cu_line(f, "__syncthreads();");
+  if (qregs) {
+    cu_line(f, "// the Q tile has landed (the oldest group): this warp's A fragments into registers");
+    cu_line(f, "#ifdef __CUDA_ARCH__");
+    cu_line(f, "unsigned qf[%d][%d][4];", MI, KD);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "  #pragma unroll");
+    cu_open(f, "  for (int kd = 0; kd < %d; kd++)", KD);
+    cu_line(f, "const unsigned short *pq = %s;", pq);
+    ldmatrix(f, "qf[i][kd]", "pq", false);
+    cu_close(f);
+    cu_line(f, "#endif");
+  } else {
+    cu_line(f, "// the Q tile has landed (the oldest group); its fragments are read per k step (%d rows x %d would take %d registers)",
+            16 * MI, D, MI * KD * 4);
+  }
+
+  cu_open(f, "for (int kt = 0; kt < ntiles; kt++)");
+  cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", ST - 2);
+  wait_group(f, ST - 2);
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "%s", "");
+  cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", ST - 1);
+  cu_open(f, "if (next < ntiles)");
+  FILL_KV(cu_fmt(f, "(next %% %d)", ST), "next");
+  cu_close(f);
+  commit(f);
+  cu_close(f);
+#undef FILL_KV
+  cu_line(f, "const unsigned short *ks = Ks + (kt %% %d) * %d, *vs = Vs + (kt %% %d) * %d;", ST, BN * QS, ST, BN * QS);
+  cu_line(f, "const long long n0 = (long long)kt * %d;", BN);
+  if (a->causal) {
+    cu_line(f, "// causal: this warp's rows see no key of this tile");
+    cu_line(f, "if (n0 > %lldLL + r0 + %d) continue;", (long long)(T - S), 16 * MI - 1);
+  }
+
+  cu_line(f, "// S = Q K^T: %d x %d scores of this warp, f32", 16 * MI, BN);
+  cu_line(f, "float s[%d][%d][4];", MI, NJ);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int j = 0; j < %d; j++) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.0f;", NJ);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int kd = 0; kd < %d; kd++)", KD);
+  const char *qfrag = "qf[i][kd]";
+  if (!qregs) {
+    qfrag = "qk[i]";
+    cu_line(f, "unsigned qk[%d][4];  // this k step's Q fragments", MI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "const unsigned short *pq = %s;", pq);
+    ldmatrix(f, "qk[i]", "pq", false);
+    cu_close(f);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j += 2)", NJ);
+  cu_line(f, "// K rows are keys: matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15)");
+  cu_line(f, "unsigned r[4];");
+  cu_line(f, "const unsigned short *pk = %s;", pk);
+  ldmatrix(f, "r", "pk", false);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  mma(f, bf16, "s[i][j]", qfrag, "r[0]", "r[1]");
+  mma(f, bf16, "s[i][j + 1]", qfrag, "r[2]", "r[3]");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#else");
+  cu_line(f, "for (int kd = 0; kd < %d; kd++)", KD);
+  cu_line(f, "  for (int i = 0; i < %d; i++)", MI);
+  cu_open(f, "    for (int j = 0; j < %d; j++)", NJ);
+  cu_line(f, "auto a_of = [&](int l, unsigned x[4]) { emu_ldsm_x4(x, [&](int lane) { return %s; }, false, l); };", pq);
+  cu_line(f, "auto b_of = [&](int l, unsigned y[2]) {");
+  cu_line(f, "  unsigned r[4];");
+  cu_line(f, "  const int j0 = j & ~1;");
+  cu_line(f, "  emu_ldsm_x4(r, [&](int lane) { const int j = j0; return %s; }, false, l);", pk);
+  cu_line(f, "  y[0] = r[(j & 1) * 2], y[1] = r[(j & 1) * 2 + 1];");
+  cu_line(f, "};");
+  cu_line(f, "emu_mma(s[i][j], a_of, b_of, %s);", bf16 ? "true" : "false");
+  cu_close(f);
+  cu_line(f, "#endif");
+
+  /* masks: keys past T, and keys past the causal limit of each row */
+  const char *edge = a->causal ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > %lldLL + r0", BN, (long long)T, BN - 1, (long long)(T - S))
+                               : cu_fmt(f, "n0 + %d > %lldLL", BN, (long long)T);
+  bool any_edge = a->causal || T % BN != 0;
+  if (any_edge) {
+    cu_line(f, "// the tile crosses %s: mask", a->causal ? "the end of the keys or the causal diagonal" : "the end of the keys");
+    cu_open(f, "if (%s)", edge);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int j = 0; j < %d; j++)", NJ);
+    cu_line(f, "    #pragma unroll");
+    cu_open(f, "    for (int e = 0; e < 4; e++)");
+    cu_line(f, "const long long key = n0 + j * 8 + (lane & 3) * 2 + (e & 1);");
+    if (a->causal) {
+      cu_line(f, "const long long row = r0 + i * 16 + (lane >> 2) + (e >> 1) * 8;");
+      cu_line(f, "if (key >= %lldLL || key > %lldLL + row) s[i][j][e] = -SMELT_INF_F;", (long long)T, (long long)(T - S));
+    } else {
+      cu_line(f, "if (key >= %lldLL) s[i][j][e] = -SMELT_INF_F;", (long long)T);
+    }
+    cu_close(f);
+    cu_close(f);
+  }
+
+  cu_line(f, "// online softmax per fragment row: the row's 4 lanes (a quad) share its maximum");
+  cu_line(f, "unsigned pf[%d][%d][4];  // P as the A fragments of P V", MI, PK);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int hr = 0; hr < 2; hr++)");
+  cu_line(f, "float mx = mrow[i][hr];");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++) mx = fmaxf(mx, fmaxf(s[i][j][2 * hr], s[i][j][2 * hr + 1]));", NJ);
+  cu_line(f, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));");
+  cu_line(f, "mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));");
+  cu_line(f, "// exp2 of scaled scores; a row that has seen no key yet keeps 0 (no inf - inf)");
+  cu_line(f, "const float base = mx == -SMELT_INF_F ? 0.0f : mx * %s;", cu_const(f, DT_F32, sl2));
+  cu_line(f, "const float corr = fexp2(mrow[i][hr] * %s - base);", cu_const(f, DT_F32, sl2));
+  cu_line(f, "mrow[i][hr] = mx;");
+  cu_line(f, "float sum = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", NJ);
+  cu_line(f, "s[i][j][2 * hr] = fexp2(s[i][j][2 * hr] * %s - base);", cu_const(f, DT_F32, sl2));
+  cu_line(f, "s[i][j][2 * hr + 1] = fexp2(s[i][j][2 * hr + 1] * %s - base);", cu_const(f, DT_F32, sl2));
+  cu_line(f, "sum += s[i][j][2 * hr] + s[i][j][2 * hr + 1];");
+  cu_close(f);
+  cu_line(f, "lrow[i][hr] = lrow[i][hr] * corr + sum;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++) o[i][j][2 * hr] *= corr, o[i][j][2 * hr + 1] *= corr;", OJ);
+  cu_close(f);
+  cu_line(f, "// accumulator tiles 2kk, 2kk+1 (keys 16kk ..) are the m16k16 A fragment kk");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int kk = 0; kk < %d; kk++)", PK);
+  cu_line(f, "pf[i][kk][0] = pack2(s[i][2 * kk][0], s[i][2 * kk][1]);");
+  cu_line(f, "pf[i][kk][1] = pack2(s[i][2 * kk][2], s[i][2 * kk][3]);");
+  cu_line(f, "pf[i][kk][2] = pack2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);");
+  cu_line(f, "pf[i][kk][3] = pack2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);");
+  cu_close(f);
+  cu_close(f);
+
+  cu_line(f, "// O += P V (V rows are keys: ldmatrix.trans gives the B fragments)");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int kk = 0; kk < %d; kk++)", PK);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j += 2)", OJ);
+  cu_line(f, "unsigned r[4];");
+  cu_line(f, "const unsigned short *pv = %s;", pv);
+  ldmatrix(f, "r", "pv", true);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  mma(f, bf16, "o[i][j]", "pf[i][kk]", "r[0]", "r[1]");
+  mma(f, bf16, "o[i][j + 1]", "pf[i][kk]", "r[2]", "r[3]");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#else");
+  cu_line(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "  for (int kk = 0; kk < %d; kk++)", PK);
+  cu_line(f, "    for (int q = 0; q < 4; q++) emu_pf[warp][lane][(i * %d + kk) * 4 + q] = pf[i][kk][q];", PK);
+  cu_line(f, "smelt_emu_warp_sync();");
+  cu_line(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "  for (int kk = 0; kk < %d; kk++)", PK);
+  cu_open(f, "    for (int j = 0; j < %d; j++)", OJ);
+  cu_line(f, "auto a_of = [&](int l, unsigned x[4]) { for (int q = 0; q < 4; q++) x[q] = emu_pf[warp][l][(i * %d + kk) * 4 + q]; };",
+          PK);
+  cu_line(f, "auto b_of = [&](int l, unsigned y[2]) {");
+  cu_line(f, "  unsigned r[4];");
+  cu_line(f, "  const int j0 = j & ~1;");
+  cu_line(f, "  emu_ldsm_x4(r, [&](int lane) { const int j = j0; return %s; }, true, l);", pv);
+  cu_line(f, "  y[0] = r[(j & 1) * 2], y[1] = r[(j & 1) * 2 + 1];");
+  cu_line(f, "};");
+  cu_line(f, "emu_mma(o[i][j], a_of, b_of, %s);", bf16 ? "true" : "false");
+  cu_close(f);
+  cu_line(f, "smelt_emu_warp_sync();  // the exchange array is rewritten by the next tile");
+  cu_line(f, "#endif");
+  cu_close(f); /* kt */
+  wait_group(f, 0);
+
+  cu_line(f, "// O / l through the epilogue: fragment element e of tile (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "float inv[2];");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int hr = 0; hr < 2; hr++)");
+  cu_line(f, "float sum = lrow[i][hr];");
+  cu_line(f, "sum += __shfl_xor_sync(0xffffffffu, sum, 1);");
+  cu_line(f, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);");
+  cu_line(f, "inv[hr] = sum > 0.0f ? 1.0f / sum : 0.0f;");
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", OJ);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 4; e++)");
+  const char *row = cu_tmp(f), *d = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)(r0 + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, row, f->idx);
+  cu_line(f, "const %s %s = j * 8 + (lane & 3) * 2 + (e & 1);", f->idx, d);
+  cu_open(f, "if (%s < %lld)", row, (long long)S);
+  CuVal y = {{0}};
+  y.l[0] = cu_tmp(f);
+  cu_line(f, "const float %s = o[i][j][e] * inv[e >> 1];  // %s (attention)", y.l[0], g->val[an->out[0]].name);
+  const char *c[4] = {b, h, row, d};
+  CuCoords co;
+  cu_coords_scalar(&co, 4, c);
+  cu_store_epilogue(f, epi, nepi, &co, &y);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+}
+
+/* ---- flashdec: the split-KV decode kernel ---- */
+
+/* Loads (when v is an argument) U 16-byte chunks of operand v for keys
+ * base + u * NG + grp into `regs` (zeros past t1). */
+static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char *gbase, const char *aligned, int U,
+                      int NG) {
+  cu_line(f, "smelt_pack<unsigned short, 8> %s[%d];  // %s", regs, U, f->g->val[v].name);
+  if (!gbase) return;
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const long long j = base + u * %d + grp;", NG);
+  cu_line(f, "const unsigned short *src = %s + j * %lld + c * 8;", gbase, (long long)a->D);
+  cu_open(f, "if (j < t1)");
+  if (strcmp(aligned, "true") == 0) {
+    cu_line(f, "%s[u] = *reinterpret_cast<const smelt_pack<unsigned short, 8> *>(src);", regs);
+  } else {
+    cu_line(f, "if (%s) %s[u] = *reinterpret_cast<const smelt_pack<unsigned short, 8> *>(src);", aligned, regs);
+    cu_line(f, "else");
+    cu_line(f, "  for (int e = 0; e < 8; e++) %s[u].v[e] = src[e];", regs);
+  }
+  cu_close(f);
+  cu_line(f, "else");
+  cu_line(f, "  for (int e = 0; e < 8; e++) %s[u].v[e] = 0;", regs);
+  cu_close(f);
+}
+
+/* The 8 features of key j (a C expression) as floats `out[8]`: converted
+ * from the fetched chunk `regs[u]`, or computed with cu_emit when the
+ * operand is computed in the kernel (0 past t1). */
+static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg, const char *out) {
+  cu_line(f, "float %s[8];", out);
+  if (arg) {
+    cu_line(f, "#pragma unroll");
+    if (a->dt == DT_BF16)
+      cu_line(f, "for (int e = 0; e < 8; e++) %s[e] = __int_as_float((int)((unsigned)%s[u].v[e] << 16));", out, regs);
+    else {
+      cu_line(f, "for (int e = 0; e < 8; e++)");
+      cu_line(f, "#ifdef __CUDA_ARCH__");
+      cu_line(f, "  %s[e] = __half2float(__ushort_as_half(%s[u].v[e]));", out, regs);
+      cu_line(f, "#else");
+      cu_line(f, "  %s[e] = emu_cvt(%s[u].v[e], false);", out, regs);
+      cu_line(f, "#endif");
+    }
+    return;
+  }
+  cu_line(f, "// %s is computed in this kernel", f->g->val[v].name);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 8; e++)");
+  cu_line(f, "%s[e] = 0.0f;", out);
+  cu_open(f, "if (j < t1)");
+  const char *jj = cu_tmp(f), *d = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)j, %s = c * 8 + e;", f->idx, jj, f->idx, d);
+  const char *co4[4] = {"b", "hk", jj, d};
+  CuCoords co;
+  cu_coords_scalar(&co, 4, co4);
+  CuVal x;
+  cu_emit(f, v, &co, &x);
+  cu_line(f, "%s[e] = %s;", out, x.l[0]);
+  cu_close(f);
+  cu_close(f);
+}
+
+static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *an = a->an;
+  int D = (int)a->D, W = p->W, LPK = D / 8, GPW = 32 / LPK, NG = W * GPW, U = p->BN / NG, SPLIT = p->split;
+  int threads = 32 * W;
+  int64_t R, NRC;
+  int RB;
+  dec_rows(a, &R, &NRC, &RB);
+  int64_t S = a->S, T = a->T, G = a->G, Hkv = a->Hkv, B = a->B;
+  int64_t CHUNK = cdiv(T, SPLIT);
+  int64_t units = B * Hkv * NRC;
+  double sl2 = a->scale * LOG2E;
+  /* workspace: counters (one per unit), then (m, l) and acc[D] per unit, split and row */
+  uint64_t cnt_bytes = (uint64_t)cdiv(units * 4, 16) * 16;
+  uint64_t ml_floats = (uint64_t)units * SPLIT * RB * 2, acc_floats = (uint64_t)units * SPLIT * RB * D;
+
+  l->kind = "attention";
+  l->block[0] = (unsigned)threads;
+  l->grid[0] = (unsigned)SPLIT;
+  l->grid[1] = (unsigned)(Hkv * NRC);
+  l->grid[2] = (unsigned)B;
+  l->workspace = SPLIT > 1 ? cnt_bytes + 4 * (ml_floats + acc_floats) : 0;
+  int qv = an->in[0], kv = an->in[1], vv = an->in[2];
+  bool ka = is_arg_value(f, kv), va = is_arg_value(f, vv);
+
+  cu_line(f, "// variant: flashdec (split-KV decode: K and V read once with 16-byte loads, online softmax per key group)");
+  cu_line(f, "// %s = attention(%s, %s, %s): B %lld, H %lld, Hkv %lld, S %lld, T %lld, D %d%s", g->val[an->out[0]].name,
+          g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)a->H, (long long)Hkv, (long long)S,
+          (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
+  cu_line(f, "// parameters: %lld query rows per kv head in %lld chunk(s) of %d; %d warps, key groups of %d lanes (%d groups),",
+          (long long)R, (long long)NRC, RB, W, LPK, NG);
+  cu_line(f, "// %d keys per group and step (%d per block), %d split(s) of %lld keys", U, p->BN, SPLIT, (long long)CHUNK);
+  cu_line(f, "#ifndef __CUDA_ARCH__");
+  cu_line(f, "auto emu_cvt = [](unsigned short h, bool bf16) -> float {");
+  cu_line(f, "  if (bf16) { unsigned u = (unsigned)h << 16; float v; memcpy(&v, &u, 4); return v; }");
+  cu_line(f, "  const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;");
+  cu_line(f, "  float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);");
+  cu_line(f, "  return s ? -v : v;");
+  cu_line(f, "};");
+  cu_line(f, "#endif");
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  emit_fexp2(f);
+  cu_line(f, "const int grp = warp * %d + lane / %d;  // this lane's key group", GPW, LPK);
+  cu_line(f, "const int c = lane %% %d;  // its features: 8c .. 8c+7", LPK);
+  cu_line(f, "const %s b = (%s)blockIdx.z, hk = (%s)(blockIdx.y / %lldu);", f->idx, f->idx, f->idx, (long long)NRC);
+  cu_line(f, "const int rc = (int)(blockIdx.y %% %lldu);  // row chunk", (long long)NRC);
+  cu_line(f, "const long long t0 = (long long)blockIdx.x * %lld;", (long long)CHUNK);
+  cu_line(f, "const long long t1 = t0 + %lld < %lldLL ? t0 + %lld : %lldLL;  // this split's keys [t0, t1)", (long long)CHUNK,
+          (long long)T, (long long)CHUNK, (long long)T);
+  if (ka)
+    cu_line(f, "const unsigned short *Kg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
+            f->arg_of[kv], (long long)Hkv, (long long)(T * D), g->val[kv].name);
+  if (va)
+    cu_line(f, "const unsigned short *Vg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
+            f->arg_of[vv], (long long)Hkv, (long long)(T * D), g->val[vv].name);
+  const char *aligned = "true";
+  if ((ka || va) && !(f->opt && f->opt->args_aligned)) {
+    aligned = "aligned16";
+    cu_line(f, "const bool aligned16 = true%s%s;", ka ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[kv]) : "",
+            va ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[vv]) : "");
+  }
+
+  /* the rows: r -> row rc * RB + r of this kv head: query head hk * G + row / S, position row % S */
+  cu_line(f, "// this block's query rows: row -> query head hk * %lld + row / %lld, position row %% %lld", (long long)G,
+          (long long)S, (long long)S);
+  cu_line(f, "float q[%d][8];  // features 8c .. 8c+7, times scale * log2(e)", RB);
+  cu_line(f, "long long lim[%d];  // the last key each row sees (-1: not a row)", RB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
+  cu_line(f, "lim[r] = row < %lldLL ? %s : -1;", (long long)R,
+          a->causal ? cu_fmt(f, "%lldLL + row %% %lld", (long long)(T - S), (long long)S) : cu_fmt(f, "%lldLL", (long long)(T - 1)));
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) q[r][e] = 0.0f;");
+  cu_open(f, "if (row < %lldLL)", (long long)R);
+  const char *h = cu_tmp(f), *i = cu_tmp(f);
+  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld);", f->idx, h, (long long)G, f->idx,
+          (long long)S, i, f->idx, (long long)S);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 8; e++)");
+  const char *d = cu_tmp(f);
+  cu_line(f, "const %s %s = c * 8 + e;", f->idx, d);
+  {
+    const char *c[4] = {"b", h, i, d};
+    CuCoords co;
+    cu_coords_scalar(&co, 4, c);
+    CuVal x;
+    cu_emit(f, qv, &co, &x);
+    cu_line(f, "q[r][e] = %s * %s;", x.l[0], cu_const(f, DT_F32, sl2));
+  }
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+
+  cu_line(f, "float m[%d], lsum[%d], acc[%d][8];  // per row: running max (log2 units), sum, output features", RB, RB, RB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "m[r] = -SMELT_INF_F, lsum[r] = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;");
+  cu_close(f);
+
+  cu_open(f, "for (long long base = t0; base < t1; base += %d)", p->BN);
+  cu_line(f, "// %d keys per group in flight: key base + u * %d + grp", U, NG);
+  dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG);
+  dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG);
+  cu_line(f, "float sc[%d][%d];  // scores (log2 units)", U, RB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const long long j = base + u * %d + grp;", NG);
+  dec_floats(f, a, kv, "kr", ka, "kf");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "float x = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) x += q[r][e] * kf[e];");
+  if (LPK > 1) {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int o = %d; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);  // over the group", LPK / 2);
+  }
+  cu_line(f, "sc[u][r] = j < t1 && j <= lim[r] ? x : -SMELT_INF_F;");
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "// rescale by the new maximum, then add the keys");
+  cu_line(f, "float mb[%d];", RB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "float mx = m[r];");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++) mx = fmaxf(mx, sc[u][r]);", U);
+  cu_line(f, "mb[r] = mx == -SMELT_INF_F ? 0.0f : mx;  // no key seen yet: no inf - inf");
+  cu_line(f, "const float corr = fexp2(m[r] - mb[r]);");
+  cu_line(f, "m[r] = mx;");
+  cu_line(f, "lsum[r] *= corr;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] *= corr;");
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const long long j = base + u * %d + grp;", NG);
+  dec_floats(f, a, vv, "vr", va, "vf");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "const float pr = fexp2(sc[u][r] - mb[r]);");
+  cu_line(f, "lsum[r] += pr;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] += pr * vf[e];");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f); /* base */
+
+  /* merge the groups: within the warp by shuffles, then the warps in shared memory */
+  cu_line(f, "// merge two online-softmax states: (m, l, acc) and (mo, lo, acco)");
+  if (GPW > 1) {
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int off = %d; off < 32; off <<= 1)", LPK);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+    cu_line(f, "const float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo = __shfl_xor_sync(0xffffffffu, lsum[r], off);");
+    cu_line(f, "const float mx = fmaxf(m[r], mo), mbase = mx == -SMELT_INF_F ? 0.0f : mx;");
+    cu_line(f, "const float fa = exp2f(m[r] - mbase), fo = exp2f(mo - mbase);");
+    cu_line(f, "m[r] = mx;");
+    cu_line(f, "lsum[r] = lsum[r] * fa + lo * fo;");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] = acc[r][e] * fa + __shfl_xor_sync(0xffffffffu, acc[r][e], off) * fo;");
+    cu_close(f);
+    cu_close(f);
+  }
+  cu_line(f, "__shared__ float sm_m[%d][%d], sm_l[%d][%d], sm_acc[%d][%d][%d];", W, RB, W, RB, W, RB, D);
+  cu_open(f, "if (lane < %d)", LPK);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "if (c == 0) sm_m[warp][r] = m[r], sm_l[warp][r] = lsum[r];");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 8; e++) sm_acc[warp][r][c * 8 + e] = acc[r][e];");
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "__syncthreads();");
+
+  /* the element loop: x -> (row r, feature d) */
+  const char *yname = g->val[an->out[0]].name;
+#define ROW_COORDS()                                                                                                \
+  do {                                                                                                              \
+    cu_line(f, "const int r = x / %d;", D);                                                                         \
+    cu_line(f, "const long long row = (long long)rc * %d + r;", RB);                                                \
+  } while (0)
+  if (SPLIT == 1) {
+    cu_line(f, "// one split: the block's result is final");
+    cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
+    ROW_COORDS();
+    cu_line(f, "if (row >= %lldLL) continue;", (long long)R);
+    cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
+    cu_line(f, "for (int w = 0; w < %d; w++) mx = fmaxf(mx, sm_m[w][r]);", W);
+    cu_open(f, "for (int w = 0; w < %d; w++)", W);
+    cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : exp2f(sm_m[w][r] - mx);");
+    cu_line(f, "L += sm_l[w][r] * fw, A += sm_acc[w][r][x %% %d] * fw;", D);
+    cu_close(f);
+  } else {
+    cu_line(f, "// this block's partial (m, l, acc) per row into the workspace: unit (b, hk, rc), split blockIdx.x");
+    cu_line(f, "const long long unit = ((long long)b * %lld + hk) * %lld + rc;", (long long)Hkv, (long long)NRC);
+    cu_line(f, "unsigned *const cnt = reinterpret_cast<unsigned *>(ws) + unit;");
+    cu_line(f, "float *const wml = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][m, l]",
+            (unsigned long long)cnt_bytes, SPLIT * RB * 2);
+    cu_line(f, "float *const wacc = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][D]",
+            (unsigned long long)(cnt_bytes + 4 * ml_floats), SPLIT * RB * D);
+    cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
+    cu_line(f, "const int r = x / %d;", D);
+    cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
+    cu_line(f, "for (int w = 0; w < %d; w++) mx = fmaxf(mx, sm_m[w][r]);", W);
+    cu_open(f, "for (int w = 0; w < %d; w++)", W);
+    cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : exp2f(sm_m[w][r] - mx);");
+    cu_line(f, "L += sm_l[w][r] * fw, A += sm_acc[w][r][x %% %d] * fw;", D);
+    cu_close(f);
+    cu_line(f, "wacc[(long long)blockIdx.x * %d + x] = A;", RB * D);
+    cu_line(f, "if (x %% %d == 0) wml[((long long)blockIdx.x * %d + r) * 2] = mx, wml[((long long)blockIdx.x * %d + r) * 2 + 1] = L;",
+            D, RB, RB);
+    cu_close(f);
+    cu_line(f, "// the last block of this unit to finish merges the partials");
+    cu_line(f, "__shared__ int is_last;");
+    cu_line(f, "__syncthreads();");
+    cu_open(f, "if (threadIdx.x == 0)");
+    cu_line(f, "#ifdef __CUDA_ARCH__");
+    cu_line(f, "__threadfence();  // the partial is visible before the count says so");
+    cu_line(f, "is_last = atomicAdd(cnt, 1u) == %du;", SPLIT - 1);
+    cu_line(f, "#else");
+    cu_line(f, "is_last = (*cnt)++ == %du;  // the emulation runs blocks one after another", SPLIT - 1);
+    cu_line(f, "#endif");
+    cu_close(f);
+    cu_line(f, "__syncthreads();");
+    cu_line(f, "if (!is_last) return;");
+    cu_line(f, "#ifdef __CUDA_ARCH__");
+    cu_line(f, "__threadfence();");
+    cu_line(f, "auto ld = [](const float *p) { return __ldcg(p); };  // past L1: written by other SMs");
+    cu_line(f, "#else");
+    cu_line(f, "auto ld = [](const float *p) { return *p; };");
+    cu_line(f, "#endif");
+    cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
+    ROW_COORDS();
+    cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
+    cu_line(f, "for (int s = 0; s < %d; s++) mx = fmaxf(mx, ld(&wml[(s * %d + r) * 2]));", SPLIT, RB);
+    cu_open(f, "for (int s = 0; s < %d; s++)", SPLIT);
+    cu_line(f, "const float ms = ld(&wml[(s * %d + r) * 2]);", RB);
+    cu_line(f, "const float fw = ms == -SMELT_INF_F ? 0.0f : exp2f(ms - mx);");
+    cu_line(f, "L += ld(&wml[(s * %d + r) * 2 + 1]) * fw, A += ld(&wacc[(long long)s * %d + x]) * fw;", RB, RB * D);
+    cu_line(f, "wacc[(long long)s * %d + x] = 0.0f;  // leave the workspace zero", RB * D);
+    cu_close(f);
+    cu_line(f, "if (row >= %lldLL) continue;", (long long)R);
+  }
+  /* the result and the epilogue at (b, h, i, d) */
+  const char *hh = cu_tmp(f), *ii = cu_tmp(f), *dd = cu_tmp(f);
+  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld), %s = x %% %d;", f->idx, hh, (long long)G,
+          f->idx, (long long)S, ii, f->idx, (long long)S, dd, D);
+  CuVal y = {{0}};
+  y.l[0] = cu_tmp(f);
+  cu_line(f, "const float %s = L > 0.0f ? A / L : 0.0f;  // %s (attention)", y.l[0], yname);
+  const char *c[4] = {"b", hh, ii, dd};
+  CuCoords co;
+  cu_coords_scalar(&co, 4, c);
+  cu_store_epilogue(f, epi, nepi, &co, &y);
+  cu_close(f);
+  if (SPLIT > 1) {
+    cu_line(f, "__syncthreads();  // every (m, l) has been read");
+    cu_line(f, "for (int x = threadIdx.x; x < %d; x += %d) wml[x] = 0.0f;", SPLIT * RB * 2, threads);
+    cu_line(f, "if (threadIdx.x == 0) *cnt = 0u;  // ready for the next launch");
+  }
+#undef ROW_COORDS
+}
+
+/* ---- entry ---- */
+
+void cu_emit_attention(CuFn *f, CuLaunch *l) {
+  Att a;
+  att_shape(f, &a);
+  int *epi, nepi, *side, nside;
+  cu_split_outputs(f, &epi, &nepi, &side, &nside);
+  if (nside) cu_store_loops(f, side, nside);
+
+  /* the variant: forced, else the tuning table's, else the heuristic's */
+  AttVariant v;
+  bool from_table = false;
+  const char *tok = cu_pick_variant(f, &from_table);
+  const char *why = "";
+  if (tok) {
+    bool ok = parse_variant(tok, &v);
+    if (!ok) why = "is not an attention variant (flash:bm=..,bn=..,w=..,st=.., flashdec:split=..,bn=..,w=.., simple)";
+    else ok = variant_valid(f, &a, &v, &why);
+    if (!ok && !from_table) {
+      cu_fail(f, ST_INVALID_INPUT, "variant '%s' %s for attention '%s' (%s B %lld H %lld Hkv %lld S %lld T %lld D %lld%s%s)",
+              tok, why, f->g->val[a.an->out[0]].name, dt_name(a.dt), (long long)a.B, (long long)a.H, (long long)a.Hkv,
+              (long long)a.S, (long long)a.T, (long long)a.D, a.causal ? " causal" : "", a.mask ? " masked" : "");
+      return;
+    }
+    if (!ok) {
+      cu_log(f, "%s: tuned variant '%s' %s; using the heuristic", f->k->name, tok, why);
+      heuristic(f, &a, &v);
+    }
+  } else {
+    heuristic(f, &a, &v);
+    char h[CG_VARIANT_LEN];
+    format_variant(&v, h);
+    cu_note_heuristic(f, h);
+  }
+  format_variant(&v, l->variant);
+  switch (v.fam) {
+  case ATT_FLASH: emit_flash(f, &a, &v.fp, epi, nepi, l); break;
+  case ATT_FLASHDEC: emit_flashdec(f, &a, &v.dp, epi, nepi, l); break;
+  default: emit_simple(f, &a, epi, nepi, l); break;
+  }
 }

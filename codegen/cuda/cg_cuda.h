@@ -59,6 +59,19 @@ bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific);
 
 /* ---- generation ---- */
 
+/* ---- variants and the tuning table ----
+ * A matmul or attention kernel comes in variants: a kernel family and its
+ * compile-time parameters, written as one token, e.g.
+ *   "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=3,sk=1"   mma.sync (sm_80+)
+ *   "wgmma:bm=128,bn=256,bk=64,st=4"                  wgmma + TMA (sm_90a only)
+ *   "gemv:..."  "flash:..."  "flashdec:..."  "simple"
+ * Each family parses and prints its own token (its file owns the syntax).
+ * Which variant a kernel gets: a forced one (smelt tune's candidates), else
+ * the tuning table's row for its shape (codegen/cuda/table.h), else a
+ * heuristic, logged as a miss.  The launch table records the variant. */
+#define CG_VARIANT_LEN 96
+typedef struct CgTuneTable CgTuneTable;
+
 typedef struct {
   /* Every argument pointer is at least 64-byte aligned (the runtime's arena
    * and cudaMalloc'd memory are): vector paths need no run-time check and
@@ -66,7 +79,32 @@ typedef struct {
    * alignment at run time and falls back to scalar code. */
   bool args_aligned;
   int max_units;  /* split into at most this many compilation units; 0 = 16 */
+  /* The arch variants are chosen for ("sm_90a"): the one arch the module is
+   * compiled for.  NULL (or several archs): variants every sm_80+ GPU runs
+   * (no wgmma/TMA).  Hopper-only variants need an 'a' arch of CC 9.0. */
+  const char *arch;
+  const CgTuneTable *table;  /* tuned variants by shape; NULL: heuristics only */
+  const char *const *force;  /* NULL, or per kernel (nk entries) a variant token or NULL */
+  /* Called with one line per kernel whose shape the table does not have
+   * ("no tuned variant for matmul f16 sm_90a M=37 N=4096 K=4096 ...:
+   * heuristic mma:..."); NULL: not reported. */
+  void (*log)(void *ctx, const char *msg);
+  void *log_ctx;
 } CgCudaOptions;
+
+/* A TMA descriptor a kernel needs (cuTensorMapEncodeTiled's arguments,
+ * innermost dim first), built by the runtime from the argument's device
+ * address once its buffers are known. */
+#define CG_MAX_TMAPS 4
+typedef struct {
+  int arg;              /* the kernel argument it maps */
+  int dtype;            /* DType of the elements (f16, bf16, f32) */
+  int rank;             /* 2..5 */
+  uint64_t dims[5];     /* elements per dim, innermost first */
+  uint64_t strides[4];  /* bytes between consecutive indices of dims 1..rank-1 */
+  uint32_t box[5];      /* elements per dim of one copy */
+  int swizzle;          /* 0, 32, 64 or 128 (bytes) */
+} CgCudaTmap;
 
 /* How one generated kernel is launched. */
 typedef struct {
@@ -78,6 +116,17 @@ typedef struct {
   unsigned smem;        /* dynamic shared memory in bytes */
   const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool" */
   bool vectorised;      /* some loop uses 16-byte vector loads/stores */
+  char variant[CG_VARIANT_LEN]; /* matmul/attention: the variant token; "" for other kernels */
+  /* Bytes of scratch the kernel needs, zero when the session starts and
+   * left zero by every launch (counters are reset by the block that uses
+   * them last).  Non-zero: one more parameter after the arguments,
+   * `unsigned char *__restrict__ ws`.  Kernels of a module run one after
+   * another, so one buffer of the largest size serves them all. */
+  uint64_t workspace;
+  /* Then, per TMA descriptor: a `const __grid_constant__ smelt_tmap`
+   * parameter (128 bytes, by value). */
+  int ntmaps;
+  CgCudaTmap tmaps[CG_MAX_TMAPS];
 } CgCudaLaunch;
 
 typedef struct {
@@ -93,6 +142,24 @@ typedef struct {
 smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgCudaOptions *opt,
                               CgCudaModule **out_module) SMELT_MUST_USE;
 void cg_cuda_module_free(CgCudaModule *m);
+
+/* ---- tuning (codegen/cuda/variants.c) ---- */
+
+/* The table key of a kernel whose anchor is a matmul or an attention:
+ * op ("matmul", "attention"), dtype ("f16"), m (the rows: M of the matmul,
+ * S of the attention) and the rest of the shape as "N=.. K=.. Z=.. tb=.." or
+ * "T=.. D=.. H=.. Hkv=.. causal=..".  false for any other kernel. */
+typedef struct {
+  char op[16];
+  char dtype[8];
+  int64_t m;
+  char rest[128];
+} CgTuneKey;
+bool cg_cuda_tune_key(const Graph *g, const Kernel *k, CgTuneKey *out);
+/* The variants the backend can generate for kernel k on arch (NULL:
+ * portable ones), the heuristic's choice first: at most max tokens into
+ * out.  Returns how many (0 for a kernel without variants). */
+int cg_cuda_variants(const Graph *g, const Kernel *k, const char *arch, char (*out)[CG_VARIANT_LEN], int max);
 /* Index of the kernel whose symbol or name is `name`, or -1. */
 int cg_cuda_module_find(const CgCudaModule *m, const char *name);
 

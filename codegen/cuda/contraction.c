@@ -17,10 +17,12 @@
  * element is computed with cu_emit, so whatever computes an operand inside
  * the group (a transpose, a cast) is fused into the load.
  *
- * This is the simple correct kernel, for every dtype and layout.  Two
- * faster variants take the matmuls they can (cu_emit_contraction picks):
- * M <= 8 goes to the bandwidth-bound GEMV (gemv.c), f16/bf16 with K and N
- * multiples of 8 to the tensor-core kernel (mma.c).
+ * This is the simple correct kernel ("simple"), for every dtype and
+ * layout.  Faster variants take the matmuls they can; which one a kernel
+ * gets is a forced token (smelt tune), else the tuning table's row for its
+ * shape, else the heuristic: M <= 8 (decode) the bandwidth-bound GEMV
+ * (gemv.c), f16/bf16 with K and N multiples of 8 the tensor-core kernel
+ * (mma.c); wgmma.c (Hopper, sm_90a) is a candidate for the table.
  */
 #include <string.h>
 
@@ -221,38 +223,109 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
   cu_close(f);
 }
 
+void cu_gemm_setup(const CuFn *f, CuGemm *gm) {
+  const Node *an = &f->g->node[f->anchor];
+  memset(gm, 0, sizeof *gm);
+  gm->an = an;
+  if (an->op == OP_MATMUL) setup_matmul(f->g, an, gm);
+  else setup_conv(f->g, an, gm);
+}
+
+/* Emits the kernel of variant token tok when it names a family that can
+ * compute this contraction; false (nothing emitted) otherwise. */
+static bool emit_token(CuFn *f, const Gemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  bool mm = gm->an->op == OP_MATMUL;
+  CuGemvParams gp;
+  CuMmaParams mp;
+  CuWgmmaParams wp;
+  if (mm && cu_gemv_parse(tok, &gp) && cu_gemv_eligible(f, gm)) {
+    cu_emit_gemv(f, gm, &gp, epi, nepi, l);
+    return true;
+  }
+  if (mm && cu_wgmma_parse(tok, &wp) && cu_hopper(f) && cu_wgmma_eligible(f, gm)) {
+    cu_emit_wgmma(f, gm, &wp, epi, nepi, l);
+    return true;
+  }
+  if (mm && cu_mma_parse(tok, &mp) && cu_mma_eligible(f, gm)) {
+    cu_emit_mma(f, gm, &mp, epi, nepi, l);
+    return true;
+  }
+  return false;
+}
+
+/* The heuristic's token: M <= 8 (decode) is bound by reading B once: the
+ * GEMV; f16/bf16 with 16-byte rows: tensor cores (mma.sync); else the
+ * simple kernel. */
+static void heuristic(CuFn *f, const Gemm *gm, char out[CG_VARIANT_LEN]) {
+  bool mm = gm->an->op == OP_MATMUL;
+  if (mm && cu_gemv_eligible(f, gm)) {
+    CuGemvParams p;
+    cu_gemv_default_params(f, gm, &p);
+    cu_gemv_format(&p, out);
+  } else if (mm && cu_mma_eligible(f, gm)) {
+    CuMmaParams p;
+    cu_mma_default_params(gm, &p);
+    cu_mma_format(&p, out);
+  } else {
+    snprintf(out, CG_VARIANT_LEN, "simple");
+  }
+}
+
+int cu_contraction_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
+  Gemm gm;
+  cu_gemm_setup(f, &gm);
+  char h[CG_VARIANT_LEN];
+  heuristic(f, &gm, h);
+  char all[64][CG_VARIANT_LEN];
+  int n = 0;
+  snprintf(all[n++], CG_VARIANT_LEN, "%s", h);
+  bool mm = gm.an->op == OP_MATMUL;
+  if (mm && cu_gemv_eligible(f, &gm)) n += cu_gemv_candidates(f, &gm, all + n, 64 - n);
+  if (mm && cu_hopper(f) && cu_wgmma_eligible(f, &gm)) n += cu_wgmma_candidates(&gm, all + n, 64 - n);
+  if (mm && cu_mma_eligible(f, &gm)) n += cu_mma_candidates(&gm, all + n, 64 - n);
+  if (n < 64) snprintf(all[n++], CG_VARIANT_LEN, "simple");
+  int got = 0;
+  for (int i = 0; i < n && got < max; i++) {
+    bool dup = false;
+    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], all[i]) == 0;
+    if (!dup) memcpy(out[got++], all[i], CG_VARIANT_LEN);
+  }
+  return got;
+}
+
 void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   const Graph *g = f->g;
   const Node *an = &g->node[f->anchor];
   Gemm gm;
-  memset(&gm, 0, sizeof gm);
-  gm.an = an;
-  if (an->op == OP_MATMUL) setup_matmul(g, an, &gm);
-  else setup_conv(g, an, &gm);
+  cu_gemm_setup(f, &gm);
   int *epi, nepi, *side, nside;
   cu_split_outputs(f, &epi, &nepi, &side, &nside);
-  /* The variant: M <= 8 (decode) is bound by reading B once: the GEMV
-   * kernel; f16/bf16 with 16-byte rows: tensor cores; else this kernel. */
-  if (an->op == OP_MATMUL && cu_gemv_eligible(f, &gm)) {
-    if (nside) cu_store_loops(f, side, nside);
-    cu_emit_gemv(f, &gm, epi, nepi, l);
-    return;
+  if (nside) cu_store_loops(f, side, nside);
+  /* the variant: forced, else the tuning table's, else the heuristic's */
+  bool from_table = false;
+  const char *tok = cu_pick_variant(f, &from_table);
+  if (tok && strcmp(tok, "simple") != 0) {
+    if (emit_token(f, &gm, tok, epi, nepi, l)) return;
+    if (!from_table) {
+      cu_fail(f, ST_INVALID_INPUT, "variant '%s' cannot compute this %s (%lld x %lld x %lld)", tok, ir_op_name(an->op),
+              (long long)gm.M, (long long)gm.N, (long long)gm.K);
+      return;
+    }
+    cu_log(f, "%s: tuned variant '%s' does not apply; using the heuristic", f->k->name, tok);
   }
-  if (an->op == OP_MATMUL && cu_mma_eligible(f, &gm)) {
-    if (nside) cu_store_loops(f, side, nside);
-    CuMmaParams p;
-    cu_mma_default_params(&gm, &p);
-    cu_emit_mma(f, &gm, &p, epi, nepi, l);
-    return;
+  if (!tok) {
+    char h[CG_VARIANT_LEN];
+    heuristic(f, &gm, h);
+    cu_note_heuristic(f, h);
+    if (strcmp(h, "simple") != 0 && emit_token(f, &gm, h, epi, nepi, l)) return;
   }
+  snprintf(l->variant, sizeof l->variant, "simple");
   cu_line(f, "// variant: simple shared-memory tiled GEMM (CUDA cores)");
   /* small M (decode, GEMV): a flat tile wastes less of each block */
   Tile tl = gm.M <= 16 ? (Tile){16, 256, 16, 1, 16} : (Tile){64, 64, 16, 4, 4};
   int SR = tl.TM / tl.RM, SC = tl.TN / tl.RN; /* thread rows and columns; SR * SC == 256 */
   DType dt = g->val[an->out[0]].type.dt;
   const char *acct = cu_ctype(dt);
-
-  if (nside) cu_store_loops(f, side, nside);
 
   l->kind = an->op == OP_MATMUL ? "matmul" : "conv2d";
   l->block[0] = 256;

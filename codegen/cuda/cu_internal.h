@@ -100,7 +100,14 @@ typedef struct {
   bool vectorised;   /* the kernel has a vector path */
   int open_marks[CU_MAX_DEPTH]; /* per open block: the memo mark at its start */
   smelt_status err;  /* the first error */
+  const char *force; /* the variant this kernel must use (CgCudaOptions.force), or NULL */
+  int nanchors;      /* reduction/contraction/opaque nodes in the group (1 at most to generate) */
 } CuFn;
+
+/* Generation state of kernel k (module.c); cu_fn_fini releases it, also
+ * after a failed init. */
+smelt_status cu_fn_init(CuFn *f, const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force) SMELT_MUST_USE;
+void cu_fn_fini(CuFn *f);
 
 void cu_fail(CuFn *f, StatusCode code, const char *fmt, ...) SMELT_PRINTF(3, 4);
 /* Appends one line of code at the current indentation. */
@@ -184,7 +191,18 @@ const char *cu_vec_condition(CuFn *f);
 typedef struct {
   unsigned grid[3], block[3], smem;
   const char *kind;
+  /* matmul / attention: the variant token (CgCudaLaunch.variant) */
+  char variant[CG_VARIANT_LEN];
+  uint64_t workspace;    /* > 0: the kernel has a `ws` parameter (CgCudaLaunch.workspace) */
+  int ntmaps;            /* TMA descriptors: parameters tm0, tm1, ... */
+  CgCudaTmap tmaps[CG_MAX_TMAPS];
+  int min_blocks;        /* > 0: __launch_bounds__(threads, min_blocks) */
 } CuLaunch;
+
+/* The variant this kernel must use (CgCudaOptions.force), or NULL. */
+const char *cu_forced_variant(const CuFn *f);
+/* Reports a table miss through CgCudaOptions.log. */
+void cu_log(CuFn *f, const char *fmt, ...) SMELT_PRINTF(2, 3);
 
 void cu_emit_elemwise(CuFn *f, CuLaunch *l);
 void cu_emit_reduction(CuFn *f, CuLaunch *l);
@@ -232,12 +250,30 @@ struct CuGemm {
   int64_t C, H, W, O, Cg, KH, KW, OH, OW, Og, sh, sw, pt, pl, dh, dw;
 };
 
+/* ---- variant selection (variants.c) ----
+ * The variant token this kernel should use: the forced one, else the
+ * tuning table's row for its shape (*out_from_table set), else NULL: the
+ * emitter then uses its heuristic and calls cu_note_heuristic, which logs
+ * the table miss.  Each emitter copies the token it used into l->variant. */
+const char *cu_pick_variant(CuFn *f, bool *out_from_table);
+void cu_note_heuristic(CuFn *f, const char *variant);
+/* Whether Hopper-only variants (wgmma, TMA) may be used: opt->arch is an
+ * 'a' arch of compute capability 9.0. */
+bool cu_hopper(const CuFn *f);
+
 /* The tensor-core kernel's compile-time parameters (a tuner may vary
  * them): a BM x BN block tile stepping BK along K, warps of WM x WN
- * (BM/WM * BN/WN warps), `stages` shared-memory buffers in flight. */
+ * (BM/WM * BN/WN warps), `stages` shared-memory buffers in flight,
+ * split into `splitk` slices of K (1: none) whose partial tiles are added
+ * in the workspace by the last block to finish. */
 typedef struct {
-  int BM, BN, BK, WM, WN, stages;
+  int BM, BN, BK, WM, WN, stages, splitk;
 } CuMmaParams;
+/* Token syntax "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=3,sk=1". */
+bool cu_mma_parse(const char *tok, CuMmaParams *out);
+void cu_mma_format(const CuMmaParams *p, char out[CG_VARIANT_LEN]);
+/* Candidates for the tuner (valid for gm; the default first). */
+int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max);
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */
@@ -250,8 +286,42 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
  * (rank-2 batch dims broadcast against the result's), as a long long. */
 const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t);
 
-/* gemv.c: M <= 8 (decode), B a kernel argument with 16-byte rows. */
+/* gemv.c: M <= 8 (decode), B a kernel argument with 16-byte rows.
+ * Parameters: see gemv.c (CuGemvParams); token "gemv:...". */
+typedef struct {
+  int warps;    /* warps per block */
+  int cols;     /* output columns per warp */
+  int unroll;   /* 16-byte loads in flight per lane */
+  int splitk;   /* slices of K added in the workspace (1: none) */
+} CuGemvParams;
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm);
-void cu_emit_gemv(CuFn *f, const CuGemm *gm, const int *epi, int nepi, CuLaunch *l);
+bool cu_gemv_parse(const char *tok, CuGemvParams *out);
+void cu_gemv_format(const CuGemvParams *p, char out[CG_VARIANT_LEN]);
+void cu_gemv_default_params(const CuFn *f, const CuGemm *gm, CuGemvParams *out);
+int cu_gemv_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max);
+void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *epi, int nepi, CuLaunch *l);
+
+/* wgmma.c: Hopper (sm_90a) matmul: TMA loads into 128-byte-swizzled
+ * shared memory, wgmma from shared memory, producer/consumer warpgroups.
+ * f16/bf16, A [M,K] and B [N,K] (transpose_b) kernel arguments, K a
+ * multiple of 8; token "wgmma:bm=128,bn=256,bk=64,st=4". */
+typedef struct {
+  int BM, BN, BK, stages, consumers;
+} CuWgmmaParams;
+bool cu_wgmma_eligible(const CuFn *f, const CuGemm *gm);
+bool cu_wgmma_parse(const char *tok, CuWgmmaParams *out);
+void cu_wgmma_format(const CuWgmmaParams *p, char out[CG_VARIANT_LEN]);
+void cu_wgmma_default_params(const CuGemm *gm, CuWgmmaParams *out);
+int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max);
+void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int *epi, int nepi, CuLaunch *l);
+
+/* contraction.c: sets up the CuGemm of the kernel's matmul / conv2d
+ * anchor; the variants it can generate, the heuristic's first. */
+void cu_gemm_setup(const CuFn *f, CuGemm *out);
+int cu_contraction_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max);
+
+/* attention.c: the attention variants ("flash:...", "flashdec:...",
+ * "simple") for the tuner. */
+int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max);
 
 #endif

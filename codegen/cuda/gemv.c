@@ -2,37 +2,63 @@
  * read exactly once, with 16-byte loads, f32 accumulation.
  *
  * Such a product is bound by the bytes of B, so the kernel's only job is to
- * keep enough 16-byte loads in flight over the whole GPU, coalesced.  A
- * (M x K, small) is read through cu_emit (cached; a fused producer such as
- * a cast is computed in the load).  Two layouts of B:
+ * keep enough 16-byte loads of B in flight on every SM, coalesced, and to
+ * do little else per byte.  Parameters (CuGemvParams, token
+ * "gemv:w=4,c=2,u=4,sk=1"): w warps per block, c and u as below, and sk
+ * slices of K.  Two layouts of B:
  *
- *   B stored [K, N] (n contiguous): a block owns NB = CL x VEC columns;
- *   thread (kg, c) of its 256 reads the VEC columns of chunk c at rows
- *   k = kg, kg + KG, ... (KG = 256 / CL row groups), so each row segment of
- *   CL x 16 bytes is read by neighbouring lanes.  Partial sums are added
- *   across the row groups of a warp with shuffles, then across the 8 warps
- *   through shared memory.
+ *   B stored [N, K] (transpose_b, k contiguous; the layout the pipeline
+ *   gives constant weights): warp w of block b owns the c columns
+ *   n0 = (b * w_per_block + w) * c ...; its lanes read 16-byte chunks along
+ *   k (512 contiguous bytes per column and step), u chunks per column per
+ *   step, all c * u loads issued before any arithmetic (streamed with
+ *   ld.global.nc.L1::no_allocate: B is never read again).  A's chunk at the
+ *   same k is read as one 16-byte pack per row straight from memory (it
+ *   stays in L1: every warp of the SM reads the same few KB).  At the end
+ *   the 32 lanes' partial sums of the c x M results are added with a
+ *   "transpose reduction": at each shuffle step a lane keeps half of its
+ *   values and sends the other half, so P values cost about P shuffles
+ *   instead of 5 P, and each result ends in one lane, which runs the
+ *   epilogue.  No shared memory, no block barrier on this path.
  *
- *   B stored [N, K] (transpose_b, k contiguous): each warp owns CPW columns
- *   and its lanes stride along k in 16-byte chunks (512 contiguous bytes
- *   per column and step), then a shuffle reduction gives every lane the M
- *   dot products.
+ *   B stored [K, N] (n contiguous): a block owns c chunks of 16 bytes of a
+ *   row (c x 8 columns of f16); its threads split into row groups that
+ *   stride along k, u rows per step in flight; partial sums are added across
+ *   the row groups of a warp with shuffles, then across warps in shared
+ *   memory (once per block).
+ *
+ * Split-K (sk > 1, grid.y = slice): when N alone gives too few warps to keep
+ * the GPU's loads in flight (the small matrices of a 1B model are 1-23 MB),
+ * each slice of K is summed by its own blocks into an f32 workspace
+ * [Z][sk][M][N]; a counter per column block ([Z][blocks], at the start of
+ * the workspace) is raised with atomicAdd after a __threadfence, and the
+ * block that raises it to sk adds the sk slices in slice order (the result
+ * does not depend on which block is last), runs the epilogue and puts the
+ * counter back to 0, so the workspace is all zero again when the kernel
+ * ends.
  *
  * Either way each result goes through the group's elementwise epilogue.
- * Without the alignment guarantee a uniform test of B's pointer picks
- * plain element loads.
+ * Without the alignment guarantee a uniform test of the pointers picks
+ * plain element loads.  Device-only instructions (the streaming load,
+ * atomics, fences) are under #ifdef __CUDA_ARCH__ with a host form for the
+ * CPU emulation, whose blocks run one after another.
  */
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen/cuda/cu_internal.h"
 
-#define GEMV_THREADS 256
-#define GEMV_CPW 2 /* columns per warp, B stored [N, K] */
+/* Warps the whole grid should have in flight before split-K stops paying
+ * (132 SMs x 16 warps on an H200). */
+#define GEMV_TARGET_WARPS 2048
+/* The largest workspace a split-K GEMV may ask for. */
+#define GEMV_MAX_WORKSPACE ((uint64_t)256 << 20)
 
 static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
 
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
-  if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1) return false;
+  if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1 || gm->K < 1) return false;
   int bv = gm->an->in[1];
   const Value *b = &f->g->val[bv];
   if (f->arg_of[bv] < 0 || (b->kind == VK_NODE && f->member[b->node])) return false;
@@ -41,171 +67,554 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   return gm->tb ? gm->K % vec == 0 : gm->N % vec == 0;
 }
 
+/* ---- parameters ---- */
+
+bool cu_gemv_parse(const char *tok, CuGemvParams *out) {
+  int w, c, u, sk, used = 0;
+  if (sscanf(tok, "gemv:w=%d,c=%d,u=%d,sk=%d%n", &w, &c, &u, &sk, &used) != 4 || tok[used] != 0) return false;
+  /* c a power of two: the [K, N] layout's row groups are threads / c */
+  if (w < 1 || w > 32 || c < 1 || c > 8 || (c & (c - 1)) || u < 1 || u > 8 || sk < 1 || sk > 64) return false;
+  *out = (CuGemvParams){w, c, u, sk};
+  return true;
+}
+
+void cu_gemv_format(const CuGemvParams *p, char out[CG_VARIANT_LEN]) {
+  snprintf(out, CG_VARIANT_LEN, "gemv:w=%d,c=%d,u=%d,sk=%d", p->warps, p->cols, p->unroll, p->splitk);
+}
+
+static int vec_of(const CuGemm *gm) { return (int)(16 / dt_size(gm->bt->dt)); }
+
+/* Column blocks of the grid (grid.x). */
+static int64_t col_blocks(const CuGemm *gm, const CuGemvParams *p) {
+  int64_t nb = gm->tb ? (int64_t)p->warps * p->cols : (int64_t)p->cols * vec_of(gm);
+  return (gm->N + nb - 1) / nb;
+}
+
+/* Units of K a slice is made of: 16-byte chunks ([N, K]) or rows ([K, N]). */
+static int64_t k_units(const CuGemm *gm) { return gm->tb ? gm->K / vec_of(gm) : gm->K; }
+
+/* Split K until the grid has GEMV_TARGET_WARPS warps, keeping at least two
+ * units per lane (or row group) in every slice. */
+static int pick_splitk(const CuGemm *gm, const CuGemvParams *p) {
+  int64_t warps = col_blocks(gm, p) * p->warps * (gm->Z < 1 ? 1 : gm->Z);
+  int64_t per = gm->tb ? 64 : 2 * (32 * (int64_t)p->warps / p->cols);
+  int sk = 1;
+  while (sk < 16 && warps * sk < GEMV_TARGET_WARPS && k_units(gm) >= per * 2 * sk) sk *= 2;
+  return sk;
+}
+
+void cu_gemv_default_params(const CuFn *f, const CuGemm *gm, CuGemvParams *out) {
+  (void)f;
+  if (gm->tb) {
+    /* 4 warps of 2 columns, 4 chunks per column in flight (8 loads, 128
+     * bytes per lane, 48 registers); more rows need more registers per
+     * chunk: 2 chunks deep (72 registers at M = 8). */
+    *out = gm->M <= 4 ? (CuGemvParams){4, 2, 4, 1} : (CuGemvParams){4, 2, 2, 1};
+  } else {
+    /* 4 chunks (64 bytes of f16) per row segment; 2 when that leaves too
+     * few blocks to keep every SM's loads in flight */
+    int vec = vec_of(gm);
+    *out = (CuGemvParams){8, gm->N / (vec * 4) >= 264 ? 4 : 2, gm->M <= 2 ? 4 : 2, 1};
+  }
+  out->splitk = pick_splitk(gm, out);
+}
+
+/* Whether p fits the kernel's limits for gm: the [K, N] layout's shared
+ * reduction buffer, the workspace of split-K. */
+static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_t *out_part_off);
+
+static bool params_fit(const CuGemm *gm, const CuGemvParams *p) {
+  if (!gm->tb) {
+    int64_t T = 32 * (int64_t)p->warps;
+    if (T % p->cols || (int64_t)p->warps * gm->M * p->cols * vec_of(gm) * 4 > 48 * 1024) return false;
+  }
+  uint64_t off;
+  return workspace_bytes(gm, p, &off) <= GEMV_MAX_WORKSPACE;
+}
+
+int cu_gemv_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  CuGemvParams d;
+  cu_gemv_default_params(f, gm, &d);
+  CuGemvParams list[16];
+  int n = 0;
+  list[n++] = d;
+  /* the same shape of block with half and twice the slices */
+  if (d.splitk > 1) list[n] = d, list[n++].splitk = d.splitk / 2;
+  if (d.splitk < 32) list[n] = d, list[n++].splitk = d.splitk * 2;
+  /* other blocks, each with its own split */
+  static const CuGemvParams tb_alt[] = {{4, 2, 2, 1}, {4, 1, 8, 1}, {8, 2, 4, 1}, {4, 4, 2, 1}, {2, 2, 4, 1}, {4, 2, 8, 1}};
+  static const CuGemvParams kn_alt[] = {{8, 2, 4, 1}, {8, 4, 2, 1}, {4, 2, 4, 1}, {8, 1, 8, 1}, {16, 2, 2, 1}};
+  const CuGemvParams *alt = gm->tb ? tb_alt : kn_alt;
+  int nalt = gm->tb ? (int)(sizeof tb_alt / sizeof *tb_alt) : (int)(sizeof kn_alt / sizeof *kn_alt);
+  for (int i = 0; i < nalt; i++) {
+    list[n] = alt[i];
+    list[n].splitk = pick_splitk(gm, &list[n]);
+    n++;
+  }
+  int got = 0;
+  for (int i = 0; i < n && got < max; i++) {
+    if (!params_fit(gm, &list[i])) continue;
+    char tok[CG_VARIANT_LEN];
+    cu_gemv_format(&list[i], tok);
+    bool dup = false;
+    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], tok) == 0;
+    if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
+  }
+  return got;
+}
+
+/* ---- emission ---- */
+
+typedef struct {
+  const CuGemm *gm;
+  const CuGemvParams *p;
+  const int *epi;
+  int nepi;
+  DType bdt, adt;
+  const char *st, *sa; /* storage types of B and A */
+  int vec, M;
+  int a0, b0;          /* argument indices */
+  bool x_vec;          /* A read as packs straight from its argument */
+  const char *z;       /* the batch index */
+  int64_t gx;          /* column blocks */
+  uint64_t part_off;   /* split-K: byte offset of the partial sums in ws */
+} Gv;
+
+/* Counters [Z][gx] (u32, rounded up to 256 bytes), then partial sums
+ * [Z][sk][M][N] (f32); nothing when sk == 1. */
+static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_t *out_part_off) {
+  *out_part_off = 0;
+  if (p->splitk <= 1) return 0;
+  uint64_t Z = (uint64_t)(gm->Z < 1 ? 1 : gm->Z);
+  uint64_t counters = (Z * (uint64_t)col_blocks(gm, p) * 4 + 255) / 256 * 256;
+  *out_part_off = counters;
+  return counters + Z * (uint64_t)p->splitk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
+}
+
 /* The anchor's value at (m, n) from the f32 sum, through the epilogue. */
-static void finish(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *sum,
-                   const int *epi, int nepi) {
+static void finish(CuFn *f, const Gv *v, const char *m, const char *n, const char *sum) {
   const Graph *g = f->g;
+  const CuGemm *gm = v->gm;
   CuCoords co;
   CuVal val;
-  gm->result(f, gm, z, m, n, sum, &co, &val);
+  gm->result(f, gm, v->z, m, n, sum, &co, &val);
   const Value *av = &g->val[gm->an->out[0]];
   const char *r = cu_tmp(f);
   cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
   val.l[0] = r;
-  cu_store_epilogue(f, epi, nepi, &co, &val);
+  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
 }
 
-/* A 16-byte pack of B at element offset `off` into `pk`. */
-static void load_pack(CuFn *f, const char *pk, const char *st, int vec, const char *ptr, const char *off,
-                      const char *vec_ok) {
-  cu_line(f, "smelt_pack<%s, %d> %s;", st, vec, pk);
-  if (!strcmp(vec_ok, "true")) {
-    cu_line(f, "%s = *reinterpret_cast<const smelt_pack<%s, %d> *>(%s + %s);", pk, st, vec, ptr, off);
+/* Result (m, n) of this block's slice: the epilogue, or (split-K) its
+ * partial sum into the workspace.  m and n are expressions of f->idx. */
+static void result(CuFn *f, const Gv *v, const char *m, const char *n, const char *sum) {
+  if (v->p->splitk <= 1) {
+    finish(f, v, m, n, sum);
     return;
   }
-  cu_line(f, "if (%s) %s = *reinterpret_cast<const smelt_pack<%s, %d> *>(%s + %s);", vec_ok, pk, st, vec, ptr, off);
-  cu_line(f, "else for (int v = 0; v < %d; v++) %s.v[v] = %s[%s + v];", vec, pk, ptr, off);
+  cu_line(f, "part[((%s * %dLL + blockIdx.y) * %lldLL + %s) * %lldLL + %s] = %s;", v->z, v->p->splitk, (long long)v->gm->M,
+          m, (long long)v->gm->N, n, sum);
 }
 
-void cu_emit_gemv(CuFn *f, const CuGemm *gm, const int *epi, int nepi, CuLaunch *l) {
+/* Split-K: after every thread stored its partial sums, count this block's
+ * slice; the last block of the column block (nb0 .. nb0 + NBLK - 1) adds
+ * the slices in order and runs the epilogue. */
+static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int threads) {
+  const CuGemm *gm = v->gm;
+  int sk = v->p->splitk;
+  cu_line(f, "// split-K: count this slice once its partial sums are visible; the last of the %d slices adds them", sk);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();");
+  cu_line(f, "#endif");
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "%s", "");
+  cu_line(f, "__shared__ int last_slice;");
+  cu_open(f, "if (threadIdx.x == 0)");
+  cu_line(f, "unsigned *const count = reinterpret_cast<unsigned *>(ws) + (%s * %lldLL + blockIdx.x);", v->z, (long long)v->gx);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "const unsigned done = atomicAdd(count, 1u);");
+  cu_line(f, "#else");
+  cu_line(f, "const unsigned done = (*count)++;  // emulation: blocks run one after another");
+  cu_line(f, "#endif");
+  cu_line(f, "last_slice = done == %du;", sk - 1);
+  cu_line(f, "if (last_slice) *count = 0u;  // the workspace is left zero for the next kernel");
+  cu_close(f);
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "if (last_slice)");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();");
+  cu_line(f, "#endif");
+  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", (int)gm->M * NBLK, threads);
+  const char *m = cu_tmp(f), *n = cu_tmp(f);
+  cu_line(f, "const %s %s = i / %d, %s = (%s)(%s + i %% %d);", f->idx, m, NBLK, n, f->idx, nb0, NBLK);
+  cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
+  cu_line(f, "const float *pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", v->z, sk, (long long)gm->M, m,
+          (long long)gm->N, n);
+  cu_line(f, "float s = 0.0f;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "for (int q = 0; q < %d; q++) s += __ldcg(pp + q * %lldLL);  // L2: written by other SMs", sk,
+          (long long)(gm->M * gm->N));
+  cu_line(f, "#else");
+  cu_line(f, "for (int q = 0; q < %d; q++) s += pp[q * %lldLL];", sk, (long long)(gm->M * gm->N));
+  cu_line(f, "#endif");
+  finish(f, v, m, n, "s");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+}
+
+/* A lambda `load_b(p)` returning the 16-byte pack of B at p, streamed
+ * past L1 on the GPU (B is read once; A and the epilogue's operands keep
+ * L1). */
+static void stream_lambda(CuFn *f, const Gv *v) {
+  const char *pk = cu_fmt(f, "smelt_pack<%s, %d>", v->st, v->vec);
+  cu_line(f, "// 16-byte loads of B that bypass L1: B is read once");
+  cu_open(f, "auto load_b = [](const %s *p)", pk);
+  cu_line(f, "%s r;", pk);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "unsigned *const w = reinterpret_cast<unsigned *>(&r);");
+  cu_line(f, "asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(w[0]), \"=r\"(w[1]), "
+             "\"=r\"(w[2]), \"=r\"(w[3]) : \"l\"(p));");
+  cu_line(f, "#else");
+  cu_line(f, "r = *p;");
+  cu_line(f, "#endif");
+  cu_line(f, "return r;");
+  f->indent--;
+  cu_line(f, "};");
+}
+
+/* ---- B stored [N, K] ---- */
+
+static int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+/* One step of the [N, K] stream: U chunks per column at c, c + 32, ...
+ * (chunk indices of k / vec).  vector: 16-byte loads (else element loads);
+ * guarded: the last, partial step (a chunk at or beyond c1 loads the
+ * slice's last chunk and adds nothing, so every load stays valid and all
+ * are still issued together). */
+static void tb_step(CuFn *f, const Gv *v, int U, bool vector, bool guarded) {
+  const CuGemm *gm = v->gm;
+  int C = v->p->cols, vec = v->vec, M = v->M, MP = pow2_at_least(M);
+  const char *chunk = guarded ? "(c + 32 * u < c1 ? c + 32 * u : c1 - 1)" : "(c + 32 * u)";
+  if (vector) {
+    cu_line(f, "smelt_pack<%s, %d> b[%d][%d];  // all loads of the step first", v->st, vec, U, C);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int u = 0; u < %d; u++)", U);
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int j = 0; j < %d; j++) b[u][j] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(br[j]) + %s);", C,
+            v->st, vec, chunk);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const %s k = (%s)%s * %d;", f->idx, f->idx, chunk, vec);
+  if (guarded) cu_line(f, "if (c + 32 * u >= c1) continue;");
+  cu_line(f, "float bf[%d][%d];", C, vec);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int e = 0; e < %d; e++) bf[j][e] = %s;", vec,
+          cu_from_storage(f, v->bdt, vector ? "b[u][j].v[e]" : "br[j][k + e]"));
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int m = 0; m < %d; m++)", M);
+  cu_line(f, "float x[%d];  // A[m][k .. k+%d]", vec, vec - 1);
+  if (vector && v->x_vec) {
+    cu_line(f, "const smelt_pack<%s, %d> xp = *reinterpret_cast<const smelt_pack<%s, %d> *>(X + m * %lldLL + k);", v->sa, vec,
+            v->sa, vec, (long long)gm->K);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < %d; e++) x[e] = %s;", vec, cu_from_storage(f, v->adt, "xp.v[e]"));
+  } else {
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int e = 0; e < %d; e++)", vec);
+    CuVal x;
+    gm->load_a(f, gm, v->z, "m", "(k + e)", &x);
+    cu_line(f, "x[e] = (float)%s;", x.l[0]);
+    cu_close(f);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int e = 0; e < %d; e++) acc[j * %d + m] += x[e] * bf[j][e];", vec, MP);
+  cu_close(f);
+  cu_close(f);
+}
+
+/* The lanes' stream over this slice's chunks [c0, c1). */
+static void tb_stream(CuFn *f, const Gv *v, bool vector) {
+  int U = vector ? v->p->unroll : 1;
+  cu_line(f, "int c = c0 + lane;");
+  if (U > 1) cu_open(f, "for (; c + %d < c1; c += %d)", 32 * (U - 1), 32 * U);
+  else cu_open(f, "for (; c < c1; c += 32)");
+  tb_step(f, v, U, vector, false);
+  cu_close(f);
+  if (U > 1) {
+    cu_line(f, "// the rest of the slice: one step of at most %d chunks per column, loads still issued together", U);
+    cu_open(f, "if (c < c1)");
+    tb_step(f, v, U, vector, true);
+    cu_close(f);
+  }
+}
+
+/* Transpose reduction of the P values acc[0..P) (P a power of two) over
+ * the lanes that share lane % lo (offsets 16 .. lo): at the step of offset
+ * o a lane keeps the upper half of its values when its bit o is set, the
+ * lower half otherwise, and adds what its partner sends of the same half,
+ * so P values cost about P shuffles instead of P log2(32 / lo).  With
+ * S = 32 / lo lanes and g = lane / lo, lane g ends with R = P / S values,
+ * indices g R .. g R + R - 1, when P >= S; else with index g / (S / P)
+ * (the same in S / P lanes).  Returns R (at least 1). */
+static int transpose_reduce(CuFn *f, int P, int lo) {
+  int cnt = P;
+  cu_line(f, "// add the partial sums of the lanes: each shuffle step halves the values a lane keeps");
+  for (int o = 16; o >= lo; o >>= 1) {
+    if (cnt > 1) {
+      int H = cnt / 2;
+      cu_open(f, "%s", "");
+      cu_line(f, "const bool up = (lane & %d) != 0;", o);
+      cu_line(f, "#pragma unroll");
+      cu_open(f, "for (int i = 0; i < %d; i++)", H);
+      cu_line(f, "const float send = up ? acc[i] : acc[i + %d], keep = up ? acc[i + %d] : acc[i];", H, H);
+      cu_line(f, "acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, %d);", o);
+      cu_close(f);
+      cu_close(f);
+      cnt = H;
+    } else {
+      cu_line(f, "acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], %d);", o);
+    }
+  }
+  return cnt;
+}
+
+/* Opens the code for value r of the R a lane holds after
+ * transpose_reduce(P, lo): declares `i` (the value's index) and `s` (its
+ * sum) inside a block whose condition says the lane is the one to use it;
+ * the caller closes the block. */
+static void reduced_value(CuFn *f, int P, int lo, int R, int r) {
+  int S = 32 / lo;
+  if (P >= S) {
+    cu_open(f, "%s", "");
+    cu_line(f, "const int i = lane / %d * %d + %d;", lo, R, r);
+    cu_line(f, "const float s = acc[%d];", r);
+  } else {
+    cu_open(f, "if (lane / %d %% %d == 0)", lo, S / P);
+    cu_line(f, "const int i = lane / %d;  // the same sum in %d lanes", lo * (S / P), S / P);
+    cu_line(f, "const float s = acc[0];");
+  }
+}
+
+static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
+  const CuGemm *gm = v->gm;
+  const CuGemvParams *p = v->p;
+  int W = p->warps, C = p->cols, T = 32 * W, M = v->M, MP = pow2_at_least(M), P = C * MP;
+  int64_t KC = gm->K / v->vec, CPS = (KC + p->splitk - 1) / p->splitk;
+  bool aligned_opt = f->opt && f->opt->args_aligned;
+  const Graph *g = f->g;
+  cu_line(f, "// B given as [N, K]: warp w of block b owns columns (b * %d + w) * %d .. + %d; its lanes stream 16-byte", W, C, C - 1);
+  cu_line(f, "// chunks of k (chunk c at k = %d c), %d chunks per column in flight, A's chunks read beside them", v->vec,
+          p->unroll);
+  if (!aligned_opt)
+    cu_line(f, "const bool vec_ok = smelt_aligned(a%d, 16)%s;", v->b0,
+            v->x_vec ? cu_fmt(f, " && smelt_aligned(a%d, %d)", v->a0, v->vec * (int)dt_size(v->adt)) : "");
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  stream_lambda(f, v);
+  if (p->splitk > 1)
+    cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // split-K partial sums [Z][%d][M][N]",
+            (unsigned long long)v->part_off, p->splitk);
+  cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
+          g->val[gm->an->in[1]].name);
+  if (v->x_vec)
+    cu_line(f, "const %s *X = a%d + %s;  // %s", v->sa, v->a0, cu_gemm_batch_offset(f, gm, v->z, gm->at),
+            g->val[gm->an->in[0]].name);
+  cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
+  if (p->splitk > 1)
+    cu_line(f, "const int c0 = (int)blockIdx.y * %lld, c1 = c0 + %lld < %lld ? c0 + %lld : %lld;  // this slice's chunks",
+            (long long)CPS, (long long)CPS, (long long)KC, (long long)CPS, (long long)KC);
+  else cu_line(f, "const int c0 = 0, c1 = %lld;", (long long)KC);
+  cu_line(f, "float acc[%d];  // acc[j * %d + m]: column n0 + j, row m", P, MP);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", P);
+  cu_open(f, "if (n0 < %lldLL)", (long long)gm->N);
+  cu_line(f, "const %s *br[%d];  // column n0 + j (past N: the last column, its sums unused)", v->st, C);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++) br[j] = B + (n0 + j < %lldLL ? n0 + j : %lldLL) * %lldLL;", C, (long long)gm->N,
+          (long long)gm->N - 1, (long long)gm->K);
+  if (aligned_opt) {
+    tb_stream(f, v, true);
+  } else {
+    cu_open(f, "if (vec_ok)");
+    tb_stream(f, v, true);
+    cu_close(f);
+    cu_open(f, "else");
+    tb_stream(f, v, false);
+    cu_close(f);
+  }
+  cu_close(f);
+  int R = transpose_reduce(f, P, 1);
+  for (int r = 0; r < R; r++) {
+    reduced_value(f, P, 1, R, r);
+    const char *m = cu_tmp(f), *n = cu_tmp(f);
+    cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
+    cu_open(f, "if (%s < %d && %s < %lld)", m, M, n, (long long)gm->N);
+    result(f, v, m, n, "s");
+    cu_close(f);
+    cu_close(f);
+  }
+  if (p->splitk > 1) split_tail(f, v, cu_fmt(f, "(long long)blockIdx.x * %d", W * C), W * C, T);
+  cu_close(f); /* z */
+  (void)l;
+}
+
+/* ---- B stored [K, N] ---- */
+
+/* One step of the [K, N] stream: U rows k, k + KG, ... of this thread's
+ * chunk; guarded as in tb_step. */
+static void kn_step(CuFn *f, const Gv *v, int U, int KG, bool vector, bool guarded) {
+  const CuGemm *gm = v->gm;
+  int vec = v->vec, M = v->M;
+  const char *row = guarded ? cu_fmt(f, "(k + %d * u < k1 ? k + %d * u : k1 - 1)", KG, KG) : cu_fmt(f, "(k + %d * u)", KG);
+  if (vector) {
+    cu_line(f, "smelt_pack<%s, %d> b[%d];  // all loads of the step first", v->st, vec, U);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int u = 0; u < %d; u++) b[u] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(B + (long long)%s * %lldLL + nc));",
+            U, v->st, vec, row, (long long)gm->N);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const %s kr = %s;", f->idx, row);
+  if (guarded) cu_line(f, "if (k + %d * u >= k1) continue;", KG);
+  cu_line(f, "float bf[%d];", vec);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < %d; e++) bf[e] = %s;", vec,
+          cu_from_storage(f, v->bdt, vector ? "b[u].v[e]" : cu_fmt(f, "B[(long long)kr * %lldLL + nc + e]", (long long)gm->N)));
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int m = 0; m < %d; m++)", M);
+  CuVal x;
+  gm->load_a(f, gm, v->z, "m", "kr", &x);
+  cu_line(f, "const float xm = (float)%s;", x.l[0]);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < %d; e++) acc[m * %d + e] += xm * bf[e];", vec, vec);
+  cu_close(f);
+  cu_close(f);
+}
+
+static void kn_stream(CuFn *f, const Gv *v, int KG, bool vector) {
+  int U = vector ? v->p->unroll : 1;
+  cu_line(f, "int k = k0 + kg;");
+  if (U > 1) cu_open(f, "for (; k + %d < k1; k += %d)", KG * (U - 1), KG * U);
+  else cu_open(f, "for (; k < k1; k += %d)", KG);
+  kn_step(f, v, U, KG, vector, false);
+  cu_close(f);
+  if (U > 1) {
+    cu_open(f, "if (k < k1)");
+    kn_step(f, v, U, KG, vector, true);
+    cu_close(f);
+  }
+}
+
+static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {
+  const CuGemm *gm = v->gm;
+  const CuGemvParams *p = v->p;
+  int W = p->warps, CL = p->cols, T = 32 * W, vec = v->vec, NB = CL * vec, KG = T / CL, M = v->M, MP = pow2_at_least(M);
+  int64_t RPS = (gm->K + p->splitk - 1) / p->splitk;
+  bool aligned_opt = f->opt && f->opt->args_aligned;
+  (void)l;
+  cu_line(f, "// B given as [K, N]: a block owns %d columns; thread (kg, c) reads columns n0 + %d c .. +%d at rows", NB, vec,
+          vec - 1);
+  cu_line(f, "// kg, kg + %d, ... of its slice, %d rows in flight", KG, p->unroll);
+  if (!aligned_opt) cu_line(f, "const bool vec_ok = smelt_aligned(a%d, 16);", v->b0);
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  cu_line(f, "const int c = threadIdx.x %% %d, kg = threadIdx.x / %d;", CL, CL);
+  stream_lambda(f, v);
+  if (p->splitk > 1)
+    cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // split-K partial sums [Z][%d][M][N]",
+            (unsigned long long)v->part_off, p->splitk);
+  cu_line(f, "__shared__ float red[%d][%d][%d];  // per warp, row, column", W, M, NB);
+  cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
+          f->g->val[gm->an->in[1]].name);
+  cu_line(f, "const long long n0 = (long long)blockIdx.x * %d, nc = n0 + c * %d;", NB, vec);
+  if (p->splitk > 1)
+    cu_line(f, "const int k0 = (int)blockIdx.y * %lld, k1 = k0 + %lld < %lld ? k0 + %lld : %lld;  // this slice's rows",
+            (long long)RPS, (long long)RPS, (long long)gm->K, (long long)RPS, (long long)gm->K);
+  else cu_line(f, "const int k0 = 0, k1 = %lld;", (long long)gm->K);
+  cu_line(f, "float acc[%d];  // acc[m * %d + e]: row m, column nc + e", MP * vec, vec);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", MP * vec);
+  cu_open(f, "if (nc < %lldLL)", (long long)gm->N);
+  if (aligned_opt) {
+    kn_stream(f, v, KG, true);
+  } else {
+    cu_open(f, "if (vec_ok)");
+    kn_stream(f, v, KG, true);
+    cu_close(f);
+    cu_open(f, "else");
+    kn_stream(f, v, KG, false);
+    cu_close(f);
+  }
+  cu_close(f);
+  cu_line(f, "// add the row groups of a warp (lanes c, c + %d, ...), then of the block", CL);
+  int P = MP * vec, R = transpose_reduce(f, P, CL);
+  for (int r = 0; r < R; r++) {
+    reduced_value(f, P, CL, R, r);
+    cu_line(f, "if (i < %d) red[warp][i / %d][c * %d + i %% %d] = s;", M * vec, vec, vec, vec);
+    cu_close(f);
+  }
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", M * NB, T);
+  cu_line(f, "const int col = i %% %d;", NB);
+  cu_line(f, "float s = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int w = 0; w < %d; w++) s += red[w][i / %d][col];", W, NB);
+  const char *n = cu_tmp(f), *mm = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)(n0 + col), %s = i / %d;", f->idx, n, f->idx, mm, NB);
+  cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
+  result(f, v, mm, n, "s");
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "__syncthreads();  // red is reused by the next batch");
+  if (p->splitk > 1) split_tail(f, v, "n0", NB, T);
+  cu_close(f); /* z */
+}
+
+void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
   const Node *an = gm->an;
-  DType bdt = gm->bt->dt;
-  const char *st = cu_stype(bdt);
-  int vec = (int)(16 / dt_size(bdt)), M = (int)gm->M;
-  int b0 = f->arg_of[an->in[1]];
-  const char *vec_ok = f->opt && f->opt->args_aligned ? "true" : "b_aligned";
+  cu_gemv_format(p, l->variant);
   l->kind = "matmul";
-  l->block[0] = GEMV_THREADS;
-  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  int CL = 0, NB;
-  if (!gm->tb) {
-    /* 4 chunks (64 bytes of f16) per row segment; 2 when that leaves too
-     * few blocks to keep every SM's loads in flight */
-    CL = gm->N / (vec * 4) >= 264 ? 4 : 2;
-    NB = CL * vec;
-  } else {
-    NB = GEMV_CPW * (GEMV_THREADS / 32);
-  }
-  int64_t gx = (gm->N + NB - 1) / NB;
-  if (gx > 0x7fffffffLL) {
-    cu_fail(f, ST_UNSUPPORTED, "a result of %lld columns exceeds the grid", (long long)gm->N);
+  if (!params_fit(gm, p)) {
+    cu_fail(f, ST_UNSUPPORTED, "GEMV variant %s does not fit a %lld x %lld x %lld matmul (shared memory or workspace)",
+            l->variant, (long long)gm->M, (long long)gm->N, (long long)gm->K);
     return;
   }
-  l->grid[0] = (unsigned)gx;
-  if (gm->Z == 0) return;
-
-  cu_line(f, "// variant: GEMV for M = %d (decode): %s read once with 16-byte loads, f32 accumulation%s", M,
-          g->val[an->in[1]].name, gm->tb ? ", B given as [N, K]" : "");
-  if (strcmp(vec_ok, "true") != 0) cu_line(f, "const bool b_aligned = smelt_aligned(a%d, 16);", b0);
-  const char *z = cu_tmp(f);
-  cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, z, z, (long long)gm->Z, z);
-  cu_line(f, "const %s *B = a%d + %s;  // %s", st, b0, cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
-  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-  if (!gm->tb) {
-    int KG = GEMV_THREADS / CL;
-    cu_line(f, "// %d columns per block: thread (kg, c) reads columns n0 + %d c .. +%d at rows kg, kg + %d, ...", NB, vec,
-            vec - 1, KG);
-    cu_line(f, "__shared__ float red[%d][%d][%d];  // per warp, row, column", GEMV_THREADS / 32, M, NB);
-    cu_line(f, "const int c = threadIdx.x %% %d, kg = threadIdx.x / %d;", CL, CL);
-    cu_line(f, "const long long n0 = (long long)blockIdx.x * %d, nc = n0 + c * %d;", NB, vec);
-    cu_line(f, "float acc[%d][%d];", M, vec);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int m = 0; m < %d; m++)", M);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int v = 0; v < %d; v++) acc[m][v] = 0.0f;", vec);
-    cu_open(f, "if (nc < %lldLL)", (long long)gm->N);
-    cu_line(f, "#pragma unroll 4");
-    const char *k = cu_tmp(f);
-    cu_open(f, "for (%s %s = kg; %s < %lld; %s += %d)", f->idx, k, k, (long long)gm->K, k, KG);
-    load_pack(f, "pk", st, vec, "B", cu_fmt(f, "(long long)%s * %lldLL + nc", k, (long long)gm->N), vec_ok);
-    cu_line(f, "float b[%d];", vec);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int v = 0; v < %d; v++) b[v] = %s;", vec, cu_from_storage(f, bdt, "pk.v[v]"));
-    for (int m = 0; m < M; m++) {
-      CuVal x;
-      gm->load_a(f, gm, z, cu_fmt(f, "%d", m), k, &x);
-      cu_line(f, "#pragma unroll");
-      cu_line(f, "for (int v = 0; v < %d; v++) acc[%d][v] += (float)%s * b[v];", vec, m, x.l[0]);
-    }
-    cu_close(f);
-    cu_close(f);
-    cu_line(f, "// add the row groups of a warp (lanes c, c + %d, ...), then of the block", CL);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int m = 0; m < %d; m++)", M);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int v = 0; v < %d; v++)", vec);
-    cu_line(f, "    #pragma unroll");
-    cu_line(f, "    for (int o = %d; o < 32; o <<= 1) acc[m][v] += __shfl_xor_sync(0xffffffffu, acc[m][v], o);", CL);
-    cu_open(f, "if (lane < %d)", CL);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int m = 0; m < %d; m++)", M);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int v = 0; v < %d; v++) red[warp][m][c * %d + v] = acc[m][v];", vec, vec);
-    cu_close(f);
-    cu_line(f, "__syncthreads();");
-    cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", M * NB, GEMV_THREADS);
-    cu_line(f, "const int m = i / %d, col = i %% %d;", NB, NB);
-    cu_line(f, "float s = 0.0f;");
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int w = 0; w < %d; w++) s += red[w][m][col];", GEMV_THREADS / 32);
-    const char *n = cu_tmp(f), *mm = cu_tmp(f);
-    cu_line(f, "const %s %s = (%s)(n0 + col), %s = m;", f->idx, n, f->idx, mm);
-    cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
-    finish(f, gm, z, mm, n, "s", epi, nepi);
-    cu_close(f);
-    cu_close(f);
-    cu_line(f, "__syncthreads();  // red is reused by the next batch");
-  } else {
-    cu_line(f, "// warp w owns columns n0 + %d w .. +%d; its lanes stride along k, %d elements at a time", GEMV_CPW,
-            GEMV_CPW - 1, vec);
-    cu_line(f, "const long long n0 = (long long)blockIdx.x * %d + warp * %d;", NB, GEMV_CPW);
-    cu_line(f, "float acc[%d][%d];", GEMV_CPW, M);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int j = 0; j < %d; j++)", GEMV_CPW);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int m = 0; m < %d; m++) acc[j][m] = 0.0f;", M);
-    cu_line(f, "#pragma unroll 2");
-    const char *k = cu_tmp(f);
-    cu_open(f, "for (%s %s = lane * %d; %s < %lld; %s += %d)", f->idx, k, vec, k, (long long)gm->K, k, 32 * vec);
-    cu_line(f, "float x[%d][%d];  // A[m][k .. k+%d]", M, vec, vec - 1);
-    for (int m = 0; m < M; m++)
-      for (int v = 0; v < vec; v++) {
-        CuVal x;
-        gm->load_a(f, gm, z, cu_fmt(f, "%d", m), cu_fmt(f, "(%s + %d)", k, v), &x);
-        cu_line(f, "x[%d][%d] = (float)%s;", m, v, x.l[0]);
-      }
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", GEMV_CPW);
-    cu_line(f, "const long long n = n0 + j;");
-    cu_line(f, "if (n >= %lldLL) break;", (long long)gm->N);
-    load_pack(f, "pk", st, vec, "B", cu_fmt(f, "n * %lldLL + %s", (long long)gm->K, k), vec_ok);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int v = 0; v < %d; v++) {", vec);
-    cu_line(f, "  const float b = %s;", cu_from_storage(f, bdt, "pk.v[v]"));
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int m = 0; m < %d; m++) acc[j][m] += x[m][v] * b;", M);
-    cu_line(f, "}");
-    cu_close(f);
-    cu_close(f);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int j = 0; j < %d; j++)", GEMV_CPW);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int m = 0; m < %d; m++)", M);
-    cu_line(f, "    #pragma unroll");
-    cu_line(f, "    for (int o = 16; o > 0; o >>= 1) acc[j][m] += __shfl_xor_sync(0xffffffffu, acc[j][m], o);");
-    cu_line(f, "// lane j * %d + m stores row m of column n0 + j", M);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", GEMV_CPW);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int m = 0; m < %d; m++)", M);
-    const char *n = cu_tmp(f), *mm = cu_tmp(f);
-    cu_line(f, "const %s %s = (%s)(n0 + j), %s = m;", f->idx, n, f->idx, mm);
-    cu_open(f, "if (lane == j * %d + m && %s < %lld)", M, n, (long long)gm->N);
-    finish(f, gm, z, mm, n, "acc[j][m]", epi, nepi);
-    cu_close(f);
-    cu_close(f);
-    cu_close(f);
+  Gv v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .bdt = gm->bt->dt, .adt = gm->at->dt, .M = (int)gm->M};
+  v.st = cu_stype(v.bdt);
+  v.sa = cu_stype(v.adt);
+  v.vec = vec_of(gm);
+  v.b0 = f->arg_of[an->in[1]];
+  v.a0 = f->arg_of[an->in[0]];
+  /* A is read as packs when it is a plain argument with k contiguous */
+  const Value *av = &g->val[an->in[0]];
+  v.x_vec = gm->tb && !gm->ta && v.a0 >= 0 && !(av->kind == VK_NODE && f->member[av->node]);
+  v.gx = col_blocks(gm, p);
+  uint64_t ws = workspace_bytes(gm, p, &v.part_off);
+  if (v.gx > 0x7fffffffLL || k_units(gm) > INT_MAX / 2) {
+    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld matrix exceeds the GEMV's grid", (long long)gm->N, (long long)gm->K);
+    return;
   }
-  cu_close(f); /* z */
+  l->block[0] = (unsigned)(32 * p->warps);
+  l->grid[0] = (unsigned)v.gx;
+  l->grid[1] = (unsigned)p->splitk;
+  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
+  l->workspace = ws;
+  if (gm->Z == 0) return;
+  cu_line(f, "// variant: GEMV for M = %d (decode): %s read once with 16-byte loads, f32 accumulation%s", v.M,
+          g->val[an->in[1]].name, p->splitk > 1 ? cu_fmt(f, ", K in %d slices", p->splitk) : "");
+  v.z = cu_tmp(f);
+  if (gm->tb) emit_tb(f, &v, l);
+  else emit_kn(f, &v, l);
 }

@@ -10,7 +10,26 @@
  * are padded by 16 bytes so that the 8 row addresses of an ldmatrix fall
  * in distinct banks.  Operand fragments come from shared memory with
  * ldmatrix (.trans for B stored [K, N]: the MMA wants B "col"), and every
- * k16 step issues (WM/16) x (WN/8) mma.sync.m16n8k16.
+ * k16 step issues (WM/16) x (WN/8) mma.sync.m16n8k16.  A warp tile of
+ * 64 x 64 issues 32 MMAs for 8 ldmatrix.x4: shared-memory bandwidth, not
+ * the tensor cores, is what limits mma.sync on Hopper, so big warp tiles
+ * matter most.
+ *
+ * Grid: grid.x walks the tiles in groups of 8 tile rows (all columns of a
+ * group before the next group), so the blocks running at one time share
+ * A rows and B columns in L2; grid.y is the split-K slice; grid.z the
+ * batch.  Split-K (sk > 1, for shapes with fewer tiles than SMs and a long
+ * K): slice s multiplies k-tiles [s KTS, (s+1) KTS), stores its f32 tile in
+ * the workspace ([Z][sk][M][N], after a counter per tile [Z][tiles]), and
+ * raises the tile's counter after a __threadfence; the block that raises
+ * it to sk adds the sk partial tiles in slice order (the same sum whichever
+ * block is last), puts the counter back to 0 (the workspace is all zero
+ * when the kernel ends) and runs the epilogue.
+ *
+ * Shared memory: stages x (BM + BN) x (BK + 8) halves.  A variant asking
+ * for more than the target arch allows (opt->arch; without one, 99 KiB:
+ * every sm_80+ GPU has that) runs with fewer stages; the token recorded in
+ * the launch (l->variant) is the one used.
  *
  * Ragged edges: a 16-byte chunk (8 elements along a contiguous dim whose
  * length is a multiple of 8) is either wholly inside the matrix or wholly
@@ -25,8 +44,10 @@
  * the host (the CPU emulation of tests/gpu/cuda_emu.hpp) the same
  * fragments are exchanged with warp shuffles by small functions that
  * follow the PTX ISA's fragment layouts, so the kernel's indexing is
- * tested without a GPU.
+ * tested without a GPU; the emulation runs blocks one after another, so
+ * its split-K counter needs no atomics.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen/cuda/cu_internal.h"
@@ -50,11 +71,101 @@ bool cu_mma_eligible(const CuFn *f, const CuGemm *gm) {
   return is_arg_value(f, an->in[0]) && is_arg_value(f, an->in[1]);
 }
 
+/* Rows of tiles a raster group covers (grid.x order). */
+#define MMA_GROUP_M 8
+/* Blocks that fill the GPU once (132 SMs on an H200); split-K aims for it. */
+#define MMA_TARGET_BLOCKS 132
+/* The largest workspace a split-K variant may ask for. */
+#define MMA_MAX_WORKSPACE ((uint64_t)512 << 20)
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t tiles_of(const CuGemm *gm, int BM, int BN) {
+  return ceil_div(gm->M, BM) * ceil_div(gm->N, BN) * (gm->Z < 1 ? 1 : gm->Z);
+}
+
+/* Doubles the slices while the grid is smaller than the GPU and every
+ * slice keeps at least 4 k-tiles. */
+static int pick_splitk(const CuGemm *gm, const CuMmaParams *p) {
+  int64_t tiles = tiles_of(gm, p->BM, p->BN), KT = ceil_div(gm->K, p->BK);
+  int sk = 1;
+  while (sk < 16 && tiles * sk < MMA_TARGET_BLOCKS && KT >= 8 * sk) sk *= 2;
+  return sk;
+}
+
 void cu_mma_default_params(const CuGemm *gm, CuMmaParams *out) {
-  /* 128 x 128 x 32, 8 warps of 64 x 32, 3 stages (60 KiB): the usual
-   * mma.sync shape; a small M gets a 64-row tile to waste less. */
-  if (gm->M <= 64) *out = (CuMmaParams){64, 128, 32, 32, 32, 3};
-  else *out = (CuMmaParams){128, 128, 32, 64, 32, 3};
+  /* Few rows: a flat tile wastes less (B's bandwidth is what counts).
+   * Otherwise 8 warps of 64 x 64 on a 128 x 256 tile when that gives the
+   * GPU enough blocks, else 4 of them on 128 x 128 (and split-K when even
+   * that leaves SMs idle).  4 stages of BK 32: 120 KiB at 128 x 256. */
+  if (gm->M <= 32) *out = (CuMmaParams){32, 128, 64, 32, 32, 4, 1};
+  else if (gm->M <= 64) *out = (CuMmaParams){64, 128, 32, 32, 64, 4, 1};
+  else if (tiles_of(gm, 128, 256) >= MMA_TARGET_BLOCKS) *out = (CuMmaParams){128, 256, 32, 64, 64, 4, 1};
+  else *out = (CuMmaParams){128, 128, 32, 64, 64, 4, 1};
+  out->splitk = pick_splitk(gm, out);
+}
+
+bool cu_mma_parse(const char *tok, CuMmaParams *out) {
+  CuMmaParams p;
+  int used = 0;
+  if (sscanf(tok, "mma:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,st=%d,sk=%d%n", &p.BM, &p.BN, &p.BK, &p.WM, &p.WN, &p.stages,
+             &p.splitk, &used) != 7 || tok[used] != 0)
+    return false;
+  /* B fragments come in pairs of n8 tiles (one ldmatrix.x4): WN % 16 */
+  if (p.WM < 16 || p.WM % 16 || p.WN < 16 || p.WN % 16 || p.BM < p.WM || p.BM % p.WM || p.BN < p.WN || p.BN % p.WN)
+    return false;
+  /* at most 128 f32 accumulators per thread (64 x 64 per warp) */
+  if (p.WM * p.WN > 64 * 64 || p.BM > 256 || p.BN > 256) return false;
+  if (p.BK < 16 || p.BK % 16 || p.BK > 128 || p.stages < 2 || p.stages > 8 || p.splitk < 1 || p.splitk > 64) return false;
+  if (32 * (p.BM / p.WM) * (p.BN / p.WN) > 1024) return false;
+  *out = p;
+  return true;
+}
+
+void cu_mma_format(const CuMmaParams *p, char out[CG_VARIANT_LEN]) {
+  snprintf(out, CG_VARIANT_LEN, "mma:bm=%d,bn=%d,bk=%d,wm=%d,wn=%d,st=%d,sk=%d", p->BM, p->BN, p->BK, p->WM, p->WN,
+           p->stages, p->splitk);
+}
+
+static uint64_t workspace_bytes(const CuGemm *gm, const CuMmaParams *p, uint64_t *out_part_off) {
+  *out_part_off = 0;
+  if (p->splitk <= 1) return 0;
+  uint64_t counters = ((uint64_t)tiles_of(gm, p->BM, p->BN) * 4 + 255) / 256 * 256;
+  *out_part_off = counters;
+  return counters + (uint64_t)(gm->Z < 1 ? 1 : gm->Z) * (uint64_t)p->splitk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
+}
+
+int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  CuMmaParams d;
+  cu_mma_default_params(gm, &d);
+  CuMmaParams list[16];
+  int n = 0;
+  list[n++] = d;
+  static const CuMmaParams alt[] = {
+      {128, 256, 32, 64, 64, 4, 1}, {256, 128, 32, 64, 64, 4, 1}, {128, 128, 32, 64, 64, 4, 1},
+      {128, 256, 64, 64, 64, 3, 1}, {128, 128, 64, 64, 64, 3, 1}, {128, 128, 32, 64, 32, 3, 1},
+      {64, 128, 32, 32, 64, 4, 1},  {64, 64, 32, 32, 32, 4, 1},
+  };
+  for (size_t i = 0; i < sizeof alt / sizeof *alt; i++) {
+    /* a tile much taller or wider than the matrix only wastes work */
+    if (alt[i].BM > 2 * gm->M && alt[i].BM > 32) continue;
+    list[n] = alt[i];
+    list[n].splitk = pick_splitk(gm, &list[n]);
+    n++;
+  }
+  /* split-K itself: the default with twice the slices, if K allows */
+  if (ceil_div(gm->K, d.BK) >= 8 * d.splitk && d.splitk < 16) list[n] = d, list[n++].splitk = d.splitk * 2;
+  int got = 0;
+  for (int i = 0; i < n && got < max; i++) {
+    uint64_t off;
+    if (workspace_bytes(gm, &list[i], &off) > MMA_MAX_WORKSPACE) continue;
+    char tok[CG_VARIANT_LEN];
+    cu_mma_format(&list[i], tok);
+    bool dup = false;
+    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], tok) == 0;
+    if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
+  }
+  return got;
 }
 
 /* The host-side stand-ins for ldmatrix and mma.sync (emulation only).
@@ -114,7 +225,7 @@ static void copy_chunk(CuFn *f, const char *dst, const char *src, const char *ok
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "if (%s) {", aligned);
   cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
-  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? 16 : 0));",
+  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global.L2::128B [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? 16 : 0));",
           src, ok);
   cu_line(f, "} else");
   cu_line(f, "#endif");
@@ -182,34 +293,147 @@ static void ldmatrix(CuFn *f, const char *regs, const char *ptr, bool trans) {
   cu_close(f);
 }
 
-void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi, int nepi, CuLaunch *l) {
+/* The shared memory of p for gm, in bytes. */
+static int64_t smem_bytes(const CuGemm *gm, const CuMmaParams *p) {
+  int64_t AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
+  return (int64_t)p->stages * (p->BM * AS + (gm->tb ? p->BN * BS : p->BK * BS)) * 2;
+}
+
+/* What one block may use on the target: the arch's opt-in maximum, or
+ * 99 KiB (sm_86/89/120, the least of any sm_80+ GPU) without an arch. */
+static int64_t smem_limit(const CuFn *f) {
+  if (!f->opt || !f->opt->arch) return 99 * 1024;
+  CgCudaArchLimits lim;
+  cg_cuda_arch_limits(f->opt->arch, &lim);
+  return lim.smem_per_block;
+}
+
+/* Row m / column n (of f->idx) of fragment element pair h (elements 2h,
+ * 2h+1: columns n, n + 1) of tile (i, j), inside loops over i, j, h. */
+static void frag_coords(CuFn *f, const CuMmaParams *p, const char *m, const char *n) {
+  cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + h * 8);", f->idx, m, f->idx, p->WM);
+  cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2);", f->idx, n, f->idx, p->WN);
+}
+
+/* Split-K, after the main loop: publish this slice's f32 tile, count it,
+ * and leave only the block of the last slice (with the sum of all slices
+ * in acc) to run the epilogue; the others go on to the next batch. */
+static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char *z, int MI, int NI, int threads,
+                    uint64_t part_off) {
+  int sk = p->splitk;
+  long long MN = (long long)(gm->M * gm->N);
+  cu_line(f, "// split-K: this slice's f32 tile into the workspace; the block of the last slice adds all %d", sk);
+  cu_open(f, "%s", "");
+  cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // [Z][%d][M][N]", (unsigned long long)part_off, sk);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < 2; h++)");
+  frag_coords(f, p, "m", "n");
+  cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
+  cu_line(f, "float *const pp = part + ((%s * %d + blockIdx.y) * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M,
+          (long long)gm->N);
+  cu_line(f, "pp[0] = acc[i][j][2 * h], pp[1] = acc[i][j][2 * h + 1];  // n + 1 < N: N is a multiple of 8");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();  // the tile is visible before it is counted");
+  cu_line(f, "#endif");
+  cu_line(f, "__syncthreads();");
+  cu_line(f, "__shared__ int last_slice;");
+  cu_open(f, "if (threadIdx.x == 0)");
+  cu_line(f, "unsigned *const count = reinterpret_cast<unsigned *>(ws) + (%s * %lldLL + blockIdx.x);", z,
+          (long long)(tiles_of(gm, p->BM, p->BN) / (gm->Z < 1 ? 1 : gm->Z)));
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "const unsigned done = atomicAdd(count, 1u);");
+  cu_line(f, "#else");
+  cu_line(f, "const unsigned done = (*count)++;  // emulation: blocks run one after another");
+  cu_line(f, "#endif");
+  cu_line(f, "last_slice = done == %du;", sk - 1);
+  cu_line(f, "if (last_slice) *count = 0u;  // the workspace is left zero for the next kernel");
+  cu_close(f);
+  cu_line(f, "__syncthreads();");
+  cu_line(f, "if (!last_slice) continue;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();");
+  cu_line(f, "#endif");
+  cu_line(f, "// the sum of the slices in slice order, whichever block came last");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < 2; h++)");
+  frag_coords(f, p, "m", "n");
+  cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
+  cu_line(f, "const float *const pp = part + (%s * %d * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M, (long long)gm->N);
+  cu_line(f, "float s0 = 0.0f, s1 = 0.0f;");
+  cu_open(f, "for (int q = 0; q < %d; q++)", sk);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "s0 += __ldcg(pp + q * %lldLL), s1 += __ldcg(pp + q * %lldLL + 1);  // L2: written by other SMs", MN, MN);
+  cu_line(f, "#else");
+  cu_line(f, "s0 += pp[q * %lldLL], s1 += pp[q * %lldLL + 1];", MN, MN);
+  cu_line(f, "#endif");
+  cu_close(f);
+  cu_line(f, "acc[i][j][2 * h] = s0, acc[i][j][2 * h + 1] = s1;");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  (void)threads;
+}
+
+void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
   const Node *an = gm->an;
   bool bf16 = gm->yt->dt == DT_BF16;
+  /* fewer stages when the arch has less shared memory than asked for */
+  CuMmaParams q = *params;
+  int64_t limit = smem_limit(f);
+  while (smem_bytes(gm, &q) > limit && q.stages > 2) q.stages--;
+  const CuMmaParams *p = &q;
+  cu_mma_format(p, l->variant);
+  l->kind = "matmul";
+  if (smem_bytes(gm, p) > limit) {
+    cu_fail(f, ST_UNSUPPORTED, "variant %s needs %lld bytes of shared memory, the arch allows %lld", l->variant,
+            (long long)smem_bytes(gm, p), (long long)limit);
+    return;
+  }
   int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
   int MI = p->WM / 16, NI = p->WN / 8;
   int AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
   int a_stage = p->BM * AS, b_stage = gm->tb ? p->BN * BS : p->BK * BS;
   int smem_elems = p->stages * (a_stage + b_stage);
+  int64_t TM = ceil_div(gm->M, p->BM), TN = ceil_div(gm->N, p->BN), KT = ceil_div(gm->K, p->BK);
+  int64_t KTS = ceil_div(KT, p->splitk);
+  uint64_t part_off = 0, ws = workspace_bytes(gm, p, &part_off);
 
-  l->kind = "matmul";
   l->block[0] = (unsigned)threads;
-  int64_t gx = (gm->N + p->BN - 1) / p->BN, gy = (gm->M + p->BM - 1) / p->BM;
-  if (gy > 65535 || gx > 0x7fffffffLL) {
+  if (TM * TN > 0x7fffffffLL) {
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld result exceeds the grid", (long long)gm->M, (long long)gm->N);
     return;
   }
-  l->grid[0] = (unsigned)gx;
-  l->grid[1] = (unsigned)gy;
+  if (ws > MMA_MAX_WORKSPACE) {
+    cu_fail(f, ST_UNSUPPORTED, "variant %s needs a workspace of %llu bytes", l->variant, (unsigned long long)ws);
+    return;
+  }
+  l->grid[0] = (unsigned)(TM * TN);
+  l->grid[1] = (unsigned)p->splitk;
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
   l->smem = (unsigned)(smem_elems * 2);
+  l->workspace = ws;
   if (gm->Z == 0) return;
 
   cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async), %s x %s%s",
           bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[0]].name, g->val[an->in[1]].name,
           gm->tb ? " (B given as [N, K])" : "");
-  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages; M %lld, N %lld, K %lld, batch %lld",
-          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, (long long)gm->M, (long long)gm->N,
+  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages, %d K slices; M %lld, N %lld, K %lld, batch %lld",
+          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, p->splitk, (long long)gm->M, (long long)gm->N,
           (long long)gm->K, (long long)gm->Z);
   cu_buf_append(f->out, emu_helpers, sizeof emu_helpers - 1);
   cu_line(f, "#ifdef __CUDA_ARCH__");
@@ -222,7 +446,19 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
           gm->tb ? p->BN : p->BK, BS);
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
   cu_line(f, "const int wm = warp / %d, wn = warp %% %d;  // this warp's %d x %d sub-tile", warps_n, warps_n, p->WM, p->WN);
-  cu_line(f, "const long long m0 = (long long)blockIdx.y * %d, n0 = (long long)blockIdx.x * %d;", p->BM, p->BN);
+  cu_line(f, "// tile (tm, tn) of block x: groups of %d tile rows, column by column, so that blocks running together share",
+          MMA_GROUP_M);
+  cu_line(f, "// their A rows and B columns in L2");
+  cu_line(f, "const int group = blockIdx.x / %lld, first = group * %d;", (long long)(MMA_GROUP_M * TN), MMA_GROUP_M);
+  cu_line(f, "const int rows = %lld - first < %d ? %lld - first : %d;", (long long)TM, MMA_GROUP_M, (long long)TM,
+          MMA_GROUP_M);
+  cu_line(f, "const int tm = first + (blockIdx.x %% %lld) %% rows, tn = (blockIdx.x %% %lld) / rows;",
+          (long long)(MMA_GROUP_M * TN), (long long)(MMA_GROUP_M * TN));
+  cu_line(f, "const long long m0 = (long long)tm * %d, n0 = (long long)tn * %d;", p->BM, p->BN);
+  if (p->splitk > 1)
+    cu_line(f, "const int kt0 = (int)blockIdx.y * %lld, nt = kt0 + %lld <= %lld ? %lld : %lld - kt0;  // this slice's k-tiles",
+            (long long)KTS, (long long)KTS, (long long)KT, (long long)KTS, (long long)KT);
+  else cu_line(f, "const int kt0 = 0, nt = %lld;  // k-tiles", (long long)KT);
   int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
   const char *aligned = f->opt && f->opt->args_aligned ? "true" : "aligned16";
   if (!(f->opt && f->opt->args_aligned))
@@ -238,18 +474,17 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
   cu_line(f, "for (int i = 0; i < %d; i++)", MI);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int j = 0; j < %d; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;", NI);
-  int64_t KT = (gm->K + p->BK - 1) / p->BK;
   cu_line(f, "// prologue: tiles 0 .. %d in flight", p->stages - 2);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int s = 0; s < %d; s++)", p->stages - 1);
-  cu_open(f, "if (s < %lld)", (long long)KT);
-  load_stage(f, gm, p, threads, "s", "s", aligned);
+  cu_open(f, "if (s < nt)");
+  load_stage(f, gm, p, threads, "s", "kt0 + s", aligned);
   cu_close(f);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
   cu_line(f, "#endif");
   cu_close(f);
-  cu_open(f, "for (int kt = 0; kt < %lld; kt++)", (long long)KT);
+  cu_open(f, "for (int kt = 0; kt < nt; kt++)");
   cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", p->stages - 2);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", p->stages - 2);
@@ -257,8 +492,8 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
   cu_line(f, "__syncthreads();");
   cu_open(f, "%s", "");
   cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", p->stages - 1);
-  cu_open(f, "if (next < %lld)", (long long)KT);
-  load_stage(f, gm, p, threads, cu_fmt(f, "(next %% %d)", p->stages), "next", aligned);
+  cu_open(f, "if (next < nt)");
+  load_stage(f, gm, p, threads, cu_fmt(f, "(next %% %d)", p->stages), "kt0 + next", aligned);
   cu_close(f);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
@@ -321,6 +556,7 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
   cu_line(f, "asm volatile(\"cp.async.wait_group 0;\\n\" ::);");
   cu_line(f, "#endif");
   cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
+  if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
   /* epilogue: fragment element e of tile (i, j) is row g (+8 for e >= 2),
    * column 2t (+1 for odd e) */
   cu_line(f, "// epilogue: the fused elementwise ops on each f32 accumulator, stored");

@@ -16,6 +16,7 @@
  * warp/block reductions.
  */
 #include <ctype.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +158,10 @@ static const char prelude_common[] =
     "  v = scratch[0];\n"
     "  for (int w = 1; w < (int)(blockDim.x + 31) / 32; w++) v = op(v, scratch[w]);\n"
     "  return v;\n"
-    "}\n";
+    "}\n"
+    "\n"
+    "// A TMA descriptor (CUtensorMap), passed by value as a __grid_constant__ parameter.\n"
+    "struct __align__(64) smelt_tmap { unsigned long long opaque[16]; };\n";
 
 static const char prelude_f16[] =
     "#include <cuda_fp16.h>\n"
@@ -208,11 +212,20 @@ static void header(CuFn *f, CuBuf *out, const CuLaunch *l, const char *symbol) {
   }
   cu_buf_printf(out, " * estimated %.0f bytes moved, %.0f FLOPs; launch: grid %ux%ux%u, block %ux%ux%u, %u bytes dynamic shared memory\n */\n",
                 k->bytes, k->flops, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem);
-  cu_buf_printf(out, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", l->block[0] * l->block[1] * l->block[2], symbol);
+  if (l->variant[0]) cu_buf_printf(out, "// variant: %s\n", l->variant);
+  unsigned threads = l->block[0] * l->block[1] * l->block[2];
+  if (l->min_blocks > 0)
+    cu_buf_printf(out, "extern \"C\" __global__ void __launch_bounds__(%u, %d) %s(", threads, l->min_blocks, symbol);
+  else
+    cu_buf_printf(out, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", threads, symbol);
   for (int a = 0; a < k->nargs; a++) {
     const Value *v = &g->val[k->args[a]];
     cu_buf_printf(out, "%s%s%s *__restrict__ a%d", a ? ", " : "", a < f->nin ? "const " : "", cu_stype(v->type.dt), a);
   }
+  /* after the arguments: the workspace, then the TMA descriptors by value */
+  if (l->workspace) cu_buf_printf(out, "%sunsigned char *__restrict__ ws", k->nargs ? ", " : "");
+  for (int t = 0; t < l->ntmaps; t++)
+    cu_buf_printf(out, "%sconst __grid_constant__ smelt_tmap tm%d", k->nargs || l->workspace || t ? ", " : "", t);
   cu_buf_printf(out, ") {\n");
 }
 
@@ -242,61 +255,77 @@ static bool is_row_reduction(Op op) {
   }
 }
 
-static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *symbol,
-                               CuBuf *out, CgCudaLaunch *launch) {
+/* Sets up the generation state of kernel k (module.c's gen_kernel and the
+ * tuner's queries share it); release with cu_fn_fini. */
+smelt_status cu_fn_init(CuFn *f, const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force) {
+  memset(f, 0, sizeof *f);
   if (k->group < 0 || k->group >= g->ngroups)
     return st_error(ST_INTERNAL, "CUDA kernel %s: group %d does not exist", k->name, k->group);
-  CuFn f;
-  memset(&f, 0, sizeof f);
-  f.g = g;
-  f.k = k;
-  f.grp = &g->groups[k->group];
-  f.opt = opt;
-  f.ov_value = -1;
-  f.nin = k->nargs - k->nouts;
-  f.arg_of = malloc(sizeof(int) * (size_t)(g->nval ? g->nval : 1));
-  f.member = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
-  f.dep = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
-  f.vec_bytes = calloc((size_t)(k->nargs ? k->nargs : 1), sizeof(int));
-  if (!f.arg_of || !f.member || !f.dep || !f.vec_bytes) {
-    free(f.arg_of), free(f.member), free(f.dep), free(f.vec_bytes);
+  f->g = g;
+  f->k = k;
+  f->grp = &g->groups[k->group];
+  f->opt = opt;
+  f->ov_value = -1;
+  f->nin = k->nargs - k->nouts;
+  f->force = force;
+  f->arg_of = malloc(sizeof(int) * (size_t)(g->nval ? g->nval : 1));
+  f->member = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
+  f->dep = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
+  f->vec_bytes = calloc((size_t)(k->nargs ? k->nargs : 1), sizeof(int));
+  if (!f->arg_of || !f->member || !f->dep || !f->vec_bytes) {
+    cu_fn_fini(f);
     return st_error(ST_NO_MEMORY, "out of memory generating CUDA kernel %s", k->name);
   }
-  for (int v = 0; v < g->nval; v++) f.arg_of[v] = -1;
+  for (int v = 0; v < g->nval; v++) f->arg_of[v] = -1;
   int64_t biggest = 0;
   for (int a = 0; a < k->nargs; a++) {
-    f.arg_of[k->args[a]] = a;
+    f->arg_of[k->args[a]] = a;
     int64_t n = ir_type_numel(&g->val[k->args[a]].type);
     if (n > biggest) biggest = n;
   }
-  int count;
-  f.anchor = cg_group_anchor(g, f.grp, &count);
-  for (int i = 0; i < f.grp->nnodes; i++) {
-    int id = f.grp->nodes[i];
+  f->anchor = cg_group_anchor(g, f->grp, &f->nanchors);
+  for (int i = 0; i < f->grp->nnodes; i++) {
+    int id = f->grp->nodes[i];
     const Node *n = &g->node[id];
-    f.member[id] = true;
+    f->member[id] = true;
     for (int o = 0; o < n->nout; o++) {
       int64_t c = ir_type_numel(&g->val[n->out[o]].type);
       if (c > biggest) biggest = c;
     }
   }
   /* members are in topological order: one sweep finds what reads the anchor */
-  for (int i = 0; i < f.grp->nnodes; i++) {
-    int id = f.grp->nodes[i];
+  for (int i = 0; i < f->grp->nnodes; i++) {
+    int id = f->grp->nodes[i];
     const Node *n = &g->node[id];
-    bool d = id == f.anchor;
+    bool d = id == f->anchor;
     for (int j = 0; j < n->nin && !d; j++) {
       const Value *v = &g->val[n->in[j]];
-      d = v->kind == VK_NODE && f.member[v->node] && f.dep[v->node];
+      d = v->kind == VK_NODE && f->member[v->node] && f->dep[v->node];
     }
-    f.dep[id] = d;
+    f->dep[id] = d;
   }
-  f.idx = biggest >= ((int64_t)1 << 31) - 1024 ? "long long" : "int";
+  f->idx = biggest >= ((int64_t)1 << 31) - 1024 ? "long long" : "int";
+  return NULL;
+}
+
+void cu_fn_fini(CuFn *f) {
+  arena_free_all(&f->arena);
+  free(f->arg_of), free(f->member), free(f->dep), free(f->vec_bytes);
+  f->arg_of = NULL, f->member = f->dep = NULL, f->vec_bytes = NULL, f->memo = NULL; /* memo lives in the arena */
+  st_free(f->err);
+  f->err = NULL;
+}
+
+static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force,
+                               const char *symbol, CuBuf *out, CgCudaLaunch *launch) {
+  CuFn f;
+  RETURN_IF_ERROR(cu_fn_init(&f, g, k, opt, force));
+  int count = f.nanchors;
 
   CuBuf body = {0};
   f.out = &body;
   f.indent = 1;
-  CuLaunch l = {{1, 1, 1}, {1, 1, 1}, 0, "elementwise"};
+  CuLaunch l = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .kind = "elementwise"};
   if (count > 1) {
     cu_fail(&f, ST_UNSUPPORTED, "the group has %d reduction/contraction/opaque nodes; a kernel is built around one", count);
   } else if (f.anchor < 0) {
@@ -310,6 +339,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     else cu_fail(&f, ST_UNSUPPORTED, "no CUDA lowering for %s", ir_op_name(op));
   }
   smelt_status st = f.err;
+  f.err = NULL;
   if (!st) {
     header(&f, out, &l, symbol);
     cu_buf_append(out, body.s ? body.s : "", body.len);
@@ -322,11 +352,26 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     launch->smem = l.smem;
     launch->kind = l.kind;
     launch->vectorised = f.vectorised;
+    snprintf(launch->variant, sizeof launch->variant, "%s", l.variant);
+    launch->workspace = l.workspace;
+    launch->ntmaps = l.ntmaps;
+    memcpy(launch->tmaps, l.tmaps, sizeof l.tmaps);
   }
   cu_buf_free(&body);
-  arena_free_all(&f.arena);
-  free(f.arg_of), free(f.member), free(f.dep), free(f.vec_bytes);
+  cu_fn_fini(&f);
   return st;
+}
+
+const char *cu_forced_variant(const CuFn *f) { return f->force && f->force[0] ? f->force : NULL; }
+
+void cu_log(CuFn *f, const char *fmt, ...) {
+  if (!f->opt->log) return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  f->opt->log(f->opt->log_ctx, msg);
 }
 
 /* A C identifier from a kernel name: [A-Za-z0-9_], not starting with a digit. */
@@ -366,7 +411,7 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
       if (!clash) break;
       snprintf(uniq, sizeof uniq, "%.96s_%d", sym, n);
     }
-    st = gen_kernel(g, &k[i], opt, uniq, &texts[i], &m->kernels[i]);
+    st = gen_kernel(g, &k[i], opt, opt->force ? opt->force[i] : NULL, uniq, &texts[i], &m->kernels[i]);
     if (!st) kernel_types(g, &k[i], &f16[i], &bf16[i]);
   }
   if (!st) {
@@ -424,12 +469,22 @@ static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2
 
 smelt_status cg_cuda_launch_encode(const CgCudaModule *m, char **out_text, size_t *out_len) {
   CuBuf b = {0};
-  cu_buf_printf(&b, "smelt-cuda-launch 1\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
+  cu_buf_printf(&b, "smelt-cuda-launch 2\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
   for (int i = 0; i < m->nkernels; i++) {
     const CgCudaLaunch *l = &m->kernels[i];
-    cu_buf_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s\n", l->symbol, l->unit, l->nargs, l->grid[0],
-                  l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem, l->kind ? l->kind : "elementwise",
-                  l->vectorised ? 1 : 0, l->name);
+    cu_buf_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s %llu %d %s\n", l->symbol, l->unit, l->nargs,
+                  l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem,
+                  l->kind ? l->kind : "elementwise", l->vectorised ? 1 : 0, l->variant[0] ? l->variant : "-",
+                  (unsigned long long)l->workspace, l->ntmaps, l->name);
+    /* a TMA descriptor: arg dtype rank, then dims, strides, box (rank, rank-1, rank numbers) and swizzle */
+    for (int t = 0; t < l->ntmaps; t++) {
+      const CgCudaTmap *tm = &l->tmaps[t];
+      cu_buf_printf(&b, "tmap %d %d %d", tm->arg, tm->dtype, tm->rank);
+      for (int d = 0; d < tm->rank; d++) cu_buf_printf(&b, " %llu", (unsigned long long)tm->dims[d]);
+      for (int d = 0; d + 1 < tm->rank; d++) cu_buf_printf(&b, " %llu", (unsigned long long)tm->strides[d]);
+      for (int d = 0; d < tm->rank; d++) cu_buf_printf(&b, " %u", tm->box[d]);
+      cu_buf_printf(&b, " %d\n", tm->swizzle);
+    }
   }
   *out_len = b.len;
   *out_text = cu_buf_take(&b);
@@ -440,6 +495,42 @@ static bool is_ident(const char *s) {
   if (!isalpha((unsigned char)s[0]) && s[0] != '_') return false;
   for (; *s; s++)
     if (!isalnum((unsigned char)*s) && *s != '_') return false;
+  return true;
+}
+
+/* "tmap ARG DTYPE RANK dims.. strides.. box.. SWIZZLE", every number checked. */
+static bool decode_tmap(const char *line, int nargs, CgCudaTmap *tm) {
+  const char *p = line;
+  if (strncmp(p, "tmap ", 5) != 0) return false;
+  p += 5;
+  long long v[3 + 5 + 4 + 5 + 1];
+  int nv = 0;
+  while (*p && nv < (int)(sizeof v / sizeof *v)) {
+    char *end;
+    v[nv] = strtoll(p, &end, 10);
+    if (end == p) return false;
+    nv++;
+    p = end;
+    while (*p == ' ') p++;
+  }
+  if (*p || nv < 3) return false;
+  int rank = (int)v[2];
+  if (rank < 1 || rank > 5 || nv != 3 + rank + (rank - 1) + rank + 1) return false;
+  tm->arg = (int)v[0], tm->dtype = (int)v[1], tm->rank = rank;
+  if (v[0] < 0 || v[0] >= nargs || v[1] < 0 || v[1] >= DT_COUNT) return false;
+  const long long *d = v + 3, *st = d + rank, *bx = st + rank - 1;
+  for (int i = 0; i < rank; i++) {
+    if (d[i] < 1 || d[i] > ((long long)1 << 32) || bx[i] < 1 || bx[i] > 256) return false;
+    tm->dims[i] = (uint64_t)d[i];
+    tm->box[i] = (uint32_t)bx[i];
+  }
+  for (int i = 0; i + 1 < rank; i++) {
+    if (st[i] < 16 || st[i] % 16 != 0 || st[i] >= ((long long)1 << 40)) return false;
+    tm->strides[i] = (uint64_t)st[i];
+  }
+  long long sw = bx[rank];
+  if (sw != 0 && sw != 32 && sw != 64 && sw != 128) return false;
+  tm->swizzle = (int)sw;
   return true;
 }
 
@@ -458,7 +549,7 @@ smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **
   char *save = NULL, *line = strtok_r(s, "\n", &save);
   int nunits = -1, nk = -1, got = 0;
   if (!m) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
-  else if (!line || strcmp(line, "smelt-cuda-launch 1") != 0) st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
+  else if (!line || strcmp(line, "smelt-cuda-launch 2") != 0) st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
   if (!st) {
     line = strtok_r(NULL, "\n", &save);
     if (!line || sscanf(line, "units %d", &nunits) != 1 || nunits < 1 || nunits > 4096)
@@ -482,10 +573,13 @@ smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **
       break;
     }
     CgCudaLaunch *l = &m->kernels[got];
-    char sym[256], kind[32], name[256];
+    char sym[256], kind[32], name[256], variant[256];
     int vec, consumed = 0;
-    int n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s%n", sym, &l->unit, &l->nargs, &l->grid[0],
-                   &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec, name, &consumed);
+    unsigned long long ws = 0;
+    int n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %255s%n", sym, &l->unit, &l->nargs,
+                   &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec,
+                   variant, &ws, &l->ntmaps, name, &consumed);
+    if (n == 16) n = 13; /* the checks below count the fields of version 1 */
     unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
     const char *k = NULL;
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
@@ -494,14 +588,23 @@ smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **
         strlen(name) >= sizeof l->name || l->unit < 0 || l->unit >= nunits || l->nargs < 0 || l->nargs > 4096 ||
         threads == 0 || threads > 1024 || l->grid[0] == 0 || l->grid[0] > 0x7fffffffu || l->grid[1] == 0 ||
         l->grid[1] > 65535 || l->grid[2] == 0 || l->grid[2] > 65535 || l->smem > 256 * 1024 || !k ||
-        (vec != 0 && vec != 1)) {
+        (vec != 0 && vec != 1) || strlen(variant) >= sizeof l->variant || ws > ((unsigned long long)1 << 40) ||
+        l->ntmaps < 0 || l->ntmaps > CG_MAX_TMAPS) {
       st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad kernel line %d", got + 1);
       break;
     }
     memcpy(l->symbol, sym, strlen(sym) + 1); /* lengths checked above */
     memcpy(l->name, name, strlen(name) + 1);
+    if (strcmp(variant, "-") != 0) memcpy(l->variant, variant, strlen(variant) + 1);
+    l->workspace = ws;
     l->kind = k;
     l->vectorised = vec == 1;
+    for (int t = 0; t < l->ntmaps && !st; t++) {
+      line = strtok_r(NULL, "\n", &save);
+      if (!line || !decode_tmap(line, l->nargs, &l->tmaps[t]))
+        st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad TMA descriptor %d of kernel line %d", t, got + 1);
+    }
+    if (st) break;
     got++;
   }
   if (!st && got != nk) st = st_error(ST_INVALID_INPUT, "CUDA launch table: %d kernels, announced %d", got, nk);

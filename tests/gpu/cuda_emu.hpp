@@ -36,7 +36,8 @@ extern dim3 blockDim, gridDim;
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__ static
 #define __align__(n) alignas(n)
 

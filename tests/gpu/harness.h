@@ -101,12 +101,22 @@ static inline smelt_status hc_alloc(Exec *e, size_t bytes, uint64_t *out) { retu
 static inline void hc_free(Exec *e, uint64_t p) { rt_cuda_free(e->dev, p); }
 static inline smelt_status hc_upload(Exec *e, uint64_t dst, const void *src, size_t n) { return rt_cuda_upload(e->dev, dst, src, n); }
 static inline smelt_status hc_download(Exec *e, void *dst, uint64_t src, size_t n) { return rt_cuda_download(e->dev, dst, src, n); }
+/* args: the kernel's arguments, then its workspace when it has one (the
+ * caller's h_check_graph appends it); TMA descriptors are encoded here
+ * from the argument addresses. */
 static inline smelt_status hc_launch(Exec *e, int k, const uint64_t *args, int nargs) {
   RtCudaPtr vals[256];
-  void *params[256];
+  void *params[256 + CG_MAX_TMAPS];
+  _Alignas(64) unsigned char maps[CG_MAX_TMAPS][128];
   if (nargs > 256) return st_error(ST_INTERNAL, "too many arguments");
   for (int i = 0; i < nargs; i++) vals[i] = args[i], params[i] = &vals[i];
   const CgCudaLaunch *l = &e->m->kernels[k];
+  for (int t = 0; t < l->ntmaps; t++) {
+    const CgCudaTmap *tm = &l->tmaps[t];
+    RETURN_IF_ERROR(rt_cuda_tensor_map(e->dev, tm->dtype, tm->rank, args[tm->arg], tm->dims, tm->strides, tm->box,
+                                       tm->swizzle, maps[t]));
+    params[nargs + t] = maps[t];
+  }
   RtCudaLaunch rl = {e->fns[k], l->name, {l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, params};
   return rt_cuda_launch(e->dev, &rl, 1);
 }
@@ -227,6 +237,7 @@ static inline smelt_status he_launch(Exec *e, int k, const uint64_t *args, int n
   int (*launch)(void (*)(void **), void **, const unsigned *, const unsigned *) =
       (int (*)(void (*)(void **), void **, const unsigned *, const unsigned *))dlsym(lib, "smelt_emu_launch");
   if (!wrapper || !launch) return st_error(ST_INTERNAL, "emulation: %s or smelt_emu_launch missing", sym);
+  if (l->ntmaps) return st_error(ST_UNSUPPORTED, "emulation: %s uses TMA descriptors (Hopper only)", l->name);
   void *argv[256];
   for (int i = 0; i < nargs && i < 256; i++) argv[i] = (void *)(uintptr_t)args[i];
   if (launch(wrapper, argv, l->grid, l->block) != 0) return st_error(ST_INTERNAL, "emulation: bad launch of %s", l->name);
@@ -415,10 +426,23 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
       }
       free(pat);
     }
+  /* one zeroed workspace of the largest size serves every kernel: each
+   * leaves it zero (CgCudaLaunch.workspace) */
+  uint64_t ws = 0, ws_bytes = 0;
+  for (int i = 0; i < nk; i++)
+    if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
+  if (!st && ws_bytes) {
+    unsigned char *zero = calloc(1, (size_t)ws_bytes);
+    st = zero ? e->alloc(e, (size_t)ws_bytes, &ws) : st_error(ST_NO_MEMORY, "out of memory");
+    if (!st) st = e->upload(e, ws, zero, (size_t)ws_bytes);
+    free(zero);
+  }
   for (int i = 0; i < nk && !st; i++) {
-    uint64_t args[256];
-    for (int a = 0; a < k[i].nargs && a < 256; a++) args[a] = buf[k[i].args[a]] + H_GUARD + offset;
-    st = e->launch(e, i, args, k[i].nargs);
+    uint64_t args[257];
+    int na = k[i].nargs < 256 ? k[i].nargs : 256;
+    for (int a = 0; a < na; a++) args[a] = buf[k[i].args[a]] + H_GUARD + offset;
+    if (m->kernels[i].workspace) args[na++] = ws;
+    st = e->launch(e, i, args, na);
     if (!st) st = e->sync(e);
     if (st) st = st_prefix(st, "kernel %s", k[i].name);
   }
@@ -471,6 +495,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   e->unload(e);
   for (int v = 0; v < g->nval; v++)
     if (buf[v]) e->free(e, buf[v]);
+  if (ws) e->free(e, ws);
   free(buf), free(stored);
 done:
   for (int v = 0; v < g->nval; v++) free(data[v]);

@@ -45,7 +45,7 @@ int main(void) {
       FeOptions fo = {.dtype = h ? DT_F16 : DT_INVALID};
       Graph *g = NULL;
       st = fe_load_yaml(path, &fo, &g);
-      PassCtx ctx = {0};
+      PassCtx ctx = {.target = "cuda"}; /* the CUDA pipeline: merged matmuls, [N, K] weights, prologues */
       if (!st) st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
       pass_ctx_free(&ctx);
       char what[600];

@@ -263,18 +263,47 @@ static void test_units_and_launch_table(void) {
       }
     }
     cg_cuda_module_free(d);
+    {
+      /* the variant, the workspace and TMA descriptors travel too */
+      const char *t2 = "smelt-cuda-launch 2\nunits 1\nkernels 1\n"
+                       "kernel k0 0 3 4 2 1 384 1 1 200000 matmul 0 wgmma:bm=128,bn=256,bk=64,st=4 4096 2 kname\n"
+                       "tmap 0 1 2 4096 2048 8192 64 128 128\ntmap 1 1 2 4096 11008 8192 64 256 128\n";
+      CgCudaModule *x = NULL;
+      smelt_status st = cg_cuda_launch_decode(t2, strlen(t2), &x);
+      CHECK(st == NULL && x);
+      st_free(st);
+      if (x) {
+        const CgCudaLaunch *l = &x->kernels[0];
+        CHECK(strcmp(l->variant, "wgmma:bm=128,bn=256,bk=64,st=4") == 0 && l->workspace == 4096 && l->ntmaps == 2);
+        CHECK(l->tmaps[1].arg == 1 && l->tmaps[1].rank == 2 && l->tmaps[1].dims[1] == 11008 &&
+              l->tmaps[1].strides[0] == 8192 && l->tmaps[1].box[1] == 256 && l->tmaps[1].swizzle == 128);
+        char *again = NULL;
+        size_t again_len = 0;
+        CHECK_OK(cg_cuda_launch_encode(x, &again, &again_len));
+        CHECK(again && strcmp(again, t2) == 0);
+        free(again);
+      }
+      cg_cuda_module_free(x);
+    }
     /* untrusted input: every corruption is an error, never a crash */
     const char *bad[] = {
         "",
-        "smelt-cuda-launch 2\nunits 1\nkernels 0\n",
-        "smelt-cuda-launch 1\nunits 0\nkernels 0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 2048 1 1 0 elementwise 0 k0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 1 1 1 1 1 32 1 1 0 elementwise 0 k0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel 0k 0 1 1 1 1 32 1 1 0 elementwise 0 k0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 bogus 0 k0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 0 1 1 32 1 1 0 matmul 0 k0\n",
-        "smelt-cuda-launch 1\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 k0 extra\n",
+        "smelt-cuda-launch 1\nunits 1\nkernels 0\n",
+        "smelt-cuda-launch 2\nunits 0\nkernels 0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 2048 1 1 0 elementwise 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 1 1 1 1 1 32 1 1 0 elementwise 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel 0k 0 1 1 1 1 32 1 1 0 elementwise 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 bogus 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 0 1 1 32 1 1 0 matmul 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 - 0 0 k0 extra\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 5 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 1 1 2 64 64 128 64 64 128\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 64 100\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 120 64 64 128\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 999 128\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 64\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
       CgCudaModule *x = NULL;
@@ -414,7 +443,8 @@ static Graph *load_example(const char *path, DType dtype) {
   Graph *g = NULL;
   smelt_status st = fe_load_yaml(path, &fo, &g);
   if (!st) {
-    PassCtx ctx = {0};
+    /* the CUDA pipeline: merged matmuls, [N, K] weights, prologues */
+    PassCtx ctx = {.target = "cuda"};
     st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
     pass_ctx_free(&ctx);
   }

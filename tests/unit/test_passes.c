@@ -240,7 +240,7 @@ static void free_list(char **names, int n) {
 /* ---- the pass table and pipeline parsing ---- */
 
 static void test_pass_table(void) {
-  CHECK(strcmp(pass_default_pipeline(), "canonicalize,const-fold,simplify,cse,dce,fuse-attention,fuse,plan-memory") ==
+  CHECK(strcmp(pass_default_pipeline(), "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory") ==
         0);
   /* every name of the default pipeline resolves, to the right function */
   const PassInfo *cf = pass_lookup("const-fold");

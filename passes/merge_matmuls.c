@@ -1,0 +1,146 @@
+/* merge-matmuls: matmuls that share their left operand and multiply it by
+ * constant weights become one matmul over the weights side by side.
+ *
+ * In a transformer layer q, k and v are three products of the normalised
+ * hidden state, and the MLP's gate and up projections two more.  One
+ * product with the weights concatenated along N reads the shared operand
+ * once, launches one kernel instead of three (decode: three small GEMVs
+ * whose launches cost as much as their bytes), and gives the GEMM a wider
+ * N to tile.  Each original result becomes a slice of the merged one along
+ * its last axis, under its old name; the fuse pass then computes the
+ * slices inside the kernels that read them (a rope, an attention's operand
+ * loads, a SwiGLU product).  Under XLA this is "horizontal fusion" of dots;
+ * TensorRT and vLLM build the fused QKV and gate-up weights by hand.
+ *
+ * Which matmuls merge: live, the same left operand and transpose_a, right
+ * operands 2-D constants of one dtype with the same K and the same
+ * transpose_b (so [K, N_i] side by side along N, or [N_i, K] stacked along
+ * N after the layout pass), none of whose results is a graph output.  The
+ * old weights are removed from the graph (no second copy in the bundle).
+ * Only for --target cuda: the CPU backend packs weights per matmul and
+ * gains little from one wider product.
+ *
+ * Requires: const-fold; runs before layout and fuse.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes.h"
+#include "rewrite.h"
+
+enum { MERGE_MAX = 8 };
+
+static bool weight_of(const Graph *g, const Node *n, int64_t *K, int64_t *N) {
+  if (n->dead || n->op != OP_MATMUL || n->nin != 2) return false;
+  const Value *b = &g->val[n->in[1]];
+  if (b->kind != VK_CONST || !b->data || b->type.rank != 2 || n->in[0] == n->in[1]) return false;
+  if (g->val[n->in[0]].type.rank < 2) return false;
+  bool tb = ir_attr_int(n, "transpose_b") != 0;
+  *K = b->type.dim[tb ? 1 : 0];
+  *N = b->type.dim[tb ? 0 : 1];
+  return !pass_is_output(g, n->out[0]);
+}
+
+static bool compatible(const Graph *g, const Node *a, const Node *b) {
+  int64_t Ka, Na, Kb, Nb;
+  if (!weight_of(g, a, &Ka, &Na) || !weight_of(g, b, &Kb, &Nb)) return false;
+  return a->in[0] == b->in[0] && Ka == Kb && ir_attr_int(a, "transpose_a") == ir_attr_int(b, "transpose_a") &&
+         ir_attr_int(a, "transpose_b") == ir_attr_int(b, "transpose_b") &&
+         g->val[a->in[1]].type.dt == g->val[b->in[1]].type.dt && g->val[a->out[0]].type.dt == g->val[b->out[0]].type.dt;
+}
+
+/* Merges matmuls ids[0..n) (compatible, in graph order). */
+static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
+  /* g->node may move when nodes are added: keep ids, not pointers */
+  const Node *first = &g->node[ids[0]];
+  int a = first->in[0];
+  SrcLoc loc = first->loc;
+  bool tb = ir_attr_int(first, "transpose_b") != 0;
+  DType wdt = g->val[first->in[1]].type.dt;
+  size_t es = dt_size(wdt);
+  int64_t K = 0, Ntot = 0, Ns[MERGE_MAX];
+  for (int i = 0; i < n; i++) {
+    int64_t k, nn;
+    weight_of(g, &g->node[ids[i]], &k, &nn);
+    K = k, Ns[i] = nn, Ntot += nn;
+  }
+  /* the weights side by side: [K, sum N] or, transposed, [sum N, K] */
+  char base[256];
+  snprintf(base, sizeof base, "%s.merged", g->val[first->in[1]].name);
+  TensorType wt = {.dt = wdt, .rank = 2};
+  wt.dim[0] = tb ? Ntot : K;
+  wt.dim[1] = tb ? K : Ntot;
+  int w = ir_add_const(g, pass_fresh_name(g, base), wt, NULL, g->val[first->in[1]].loc);
+  g->val[w].init = "merged";
+  unsigned char *dst = g->val[w].data;
+  int64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const unsigned char *src = g->val[g->node[ids[i]].in[1]].data;
+    if (tb) {
+      memcpy(dst + (size_t)(off * K) * es, src, (size_t)(Ns[i] * K) * es);
+    } else {
+      for (int64_t k = 0; k < K; k++)
+        memcpy(dst + (size_t)(k * Ntot + off) * es, src + (size_t)(k * Ns[i]) * es, (size_t)Ns[i] * es);
+    }
+    off += Ns[i];
+  }
+  /* the merged product, then one slice per old result under its name */
+  snprintf(base, sizeof base, "%s.merged", g->val[first->out[0]].name);
+  const char *mname = pass_fresh_name(g, base);
+  int in[2] = {a, w};
+  int m = ir_add_node(g, OP_MATMUL, 2, in, 1, &mname, loc);
+  first = NULL;
+  pass_copy_attrs(g, m, ids[0]);
+  RETURN_IF_ERROR(ir_infer_node(g, m));
+  int merged = g->node[m].out[0];
+  off = 0;
+  for (int i = 0; i < n; i++) {
+    Node *old = &g->node[ids[i]];
+    int y = old->out[0], wold = old->in[1];
+    SrcLoc oloc = old->loc;
+    old->dead = true;
+    const char *name = pass_fresh_name(g, g->val[y].name); /* the old name: its producer is dead */
+    int s = ir_add_node(g, OP_SLICE, 1, &merged, 1, &name, oloc);
+    ir_set_attr_int(g, s, "axis", g->val[merged].type.rank - 1);
+    ir_set_attr_int(g, s, "start", off);
+    ir_set_attr_int(g, s, "end", off + Ns[i]);
+    ir_set_attr_int(g, s, "step", 1);
+    RETURN_IF_ERROR(ir_infer_node(g, s));
+    ir_replace_all_uses(g, y, g->node[s].out[0]);
+    /* the old weight goes if nothing else reads it */
+    int *uses = ir_use_counts(g);
+    if (!uses) return st_error(ST_NO_MEMORY, "out of memory");
+    if (uses[wold] == 0) {
+      g->val[wold].kind = VK_DEAD;
+      g->val[wold].data = NULL;
+    }
+    free(uses);
+    off += Ns[i];
+  }
+  pass_ctx_logf(ctx, "merge-matmuls: %d products of %s (K %lld) as one of N %lld: %s", n, g->val[a].name,
+                (long long)K, (long long)Ntot, g->val[merged].name);
+  return NULL;
+}
+
+smelt_status pass_merge_matmuls(Graph *g, PassCtx *ctx, bool *changed) {
+  *changed = false;
+  if (!ctx->target || !strstr(ctx->target, "cuda")) return NULL;
+  int nnode = g->nnode; /* nodes added here are not candidates */
+  bool *taken = calloc((size_t)(nnode ? nnode : 1), sizeof(bool));
+  if (!taken) return st_error(ST_NO_MEMORY, "out of memory");
+  smelt_status st = NULL;
+  for (int i = 0; i < nnode && !st; i++) {
+    int64_t K, N;
+    if (taken[i] || !weight_of(g, &g->node[i], &K, &N)) continue;
+    int ids[MERGE_MAX], n = 0;
+    ids[n++] = i;
+    for (int j = i + 1; j < nnode && n < MERGE_MAX; j++)
+      if (!taken[j] && compatible(g, &g->node[i], &g->node[j])) ids[n++] = j;
+    if (n < 2) continue;
+    for (int k = 0; k < n; k++) taken[ids[k]] = true;
+    st = merge(g, ctx, ids, n);
+    *changed = true;
+  }
+  free(taken);
+  return st;
+}

@@ -1,0 +1,363 @@
+/* The GEMV and tensor-core (mma.sync) matmul variants, every one the tuner
+ * may try, without a GPU.
+ *
+ * For each small shape (ragged against every tile and slice: M = 1..8 for
+ * the GEMV, 33..70 for mma; K and N multiples of 8 but not of the tiles;
+ * f16, bf16, f32; B as [N, K] and [K, N]; batched; fused epilogues) the
+ * candidate tokens (cg_cuda_variants for sm_90a and for portable builds,
+ * the families' own lists) and a few hand-picked ones (split-K into 3 or 5
+ * slices, which no heuristic picks) become one graph with one matmul per
+ * token, each kernel forced to its token (CgCudaOptions.force).  That graph
+ *   - runs in the CPU emulation (tests/gpu/cuda_emu.hpp) against the
+ *     reference interpreter (h_check_graph: every stored element, guard
+ *     regions), with run-time alignment tests, with every buffer 8 bytes
+ *     off (the plain-load fallbacks) and with args_aligned.  The split-K
+ *     kernels of a graph run one after another on one workspace, so a
+ *     kernel that left a counter non-zero would make the next one's sums
+ *     wrong;
+ *   - is generated for sm_90a and for sm_80: every kernel records the token
+ *     it was forced to (l->variant), and NVRTC compiles each for its arch.
+ * Around that: token syntax (round trips, rejection of malformed tokens),
+ * the default first in each candidate list, every candidate parsing back.
+ */
+#define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cg_cuda.h"
+#include "codegen/cuda/cu_internal.h"
+#include "codegen/lower.h"
+#include "frontend/frontend.h"
+#include "passes/passes.h"
+#include "tests/gpu/harness.h"
+#include "tests/unit/check.h"
+
+#define MAX_TOKENS 24
+
+static CgNvrtc *nvrtc;
+static CgCudaCompileOptions copts;
+
+typedef struct {
+  const char *dt;
+  int64_t batch; /* 0: rank-2 operands */
+  int64_t M, K, N;
+  bool tb;
+  const char *epi; /* "", "bias_silu", "gelu_res", "mul" */
+  const char *extra[3]; /* tokens beyond the candidate lists */
+  bool all_runs;        /* also with args_aligned */
+} Case;
+
+/* A model with `count` matmuls x @ w<i> (each B an input, so no pass
+ * changes its layout), each with the case's epilogue. */
+static Graph *case_graph(const Case *c, int count) {
+  char path[] = "/tmp/smelt-gemm-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  char bat[32] = "";
+  if (c->batch) snprintf(bat, sizeof bat, "%lld, ", (long long)c->batch);
+  fprintf(fp, "smelt: 1\nname: gemm\nseed: 3\ndtype: %s\ninputs:\n  x: {shape: [%s%lld, %lld]}\n", c->dt, bat,
+          (long long)c->M, (long long)c->K);
+  fprintf(fp, "  bias: {shape: [%lld]}\n  r: {shape: [%lld]}\n", (long long)c->N, (long long)c->N);
+  for (int i = 0; i < count; i++)
+    fprintf(fp, "  w%d: {shape: [%s%lld, %lld]}\n", i, bat, (long long)(c->tb ? c->N : c->K),
+            (long long)(c->tb ? c->K : c->N));
+  fprintf(fp, "nodes:\n");
+  for (int i = 0; i < count; i++) {
+    fprintf(fp, "  - {out: mm%d, op: matmul, in: [x, w%d]%s}\n", i, i, c->tb ? ", transpose_b: true" : "");
+    if (!strcmp(c->epi, "bias_silu"))
+      fprintf(fp, "  - {out: e%d, op: add, in: [mm%d, bias]}\n  - {out: y%d, op: silu, in: [e%d]}\n", i, i, i, i);
+    else if (!strcmp(c->epi, "gelu_res"))
+      fprintf(fp, "  - {out: e%d, op: gelu, in: [mm%d]}\n  - {out: y%d, op: add, in: [e%d, r]}\n", i, i, i, i);
+    else if (!strcmp(c->epi, "mul"))
+      fprintf(fp, "  - {out: e%d, op: relu, in: [mm%d]}\n  - {out: y%d, op: mul, in: [e%d, r]}\n", i, i, i, i);
+    else fprintf(fp, "  - {out: y%d, op: neg, in: [mm%d]}\n", i, i);
+  }
+  fprintf(fp, "outputs: [");
+  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
+  fprintf(fp, "]\n");
+  fclose(fp);
+  FeOptions fo = {0};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  unlink(path);
+  if (!st) {
+    PassCtx ctx = {0};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "gemm model: %s\n", st_message(st));
+    st_free(st);
+    ir_graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* The index i of the matmul "mm<i>" kernel k computes, or -1. */
+static int matmul_index(const Graph *g, const Kernel *k) {
+  int count;
+  int a = cg_group_anchor(g, &g->groups[k->group], &count);
+  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
+  const char *name = g->val[g->node[a].out[0]].name;
+  if (strncmp(name, "mm", 2) != 0) return -1;
+  return atoi(name + 2);
+}
+
+static bool family_tested(const char *tok) { return !strncmp(tok, "gemv:", 5) || !strncmp(tok, "mma:", 4); }
+
+static void add_token(char (*toks)[CG_VARIANT_LEN], int *n, const char *tok) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp(toks[i], tok)) return;
+  if (*n < MAX_TOKENS) snprintf(toks[(*n)++], CG_VARIANT_LEN, "%s", tok);
+}
+
+/* The tokens to try for case c: candidates for sm_90a and portable builds
+ * (GEMV and mma only), then the case's extra ones. */
+static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
+  int n = 0;
+  Graph *g = case_graph(c, 1);
+  if (!g) {
+    check_failures++;
+    return 0;
+  }
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  for (int i = 0; i < nk; i++) {
+    if (matmul_index(g, &k[i]) != 0) continue;
+    const char *archs[] = {"sm_90a", NULL};
+    for (int a = 0; a < 2; a++) {
+      char got[32][CG_VARIANT_LEN];
+      int ng = cg_cuda_variants(g, &k[i], archs[a], got, 32);
+      CHECK(ng > 0);
+      /* the first is the heuristic's: GEMV for M <= 8, else mma (tensor cores apply to every case here) */
+      if (ng > 0) CHECK(!strncmp(got[0], c->M <= 8 ? "gemv:" : "mma:", c->M <= 8 ? 5 : 4));
+      for (int j = 0; j < ng; j++)
+        if (family_tested(got[j])) add_token(toks, &n, got[j]);
+    }
+  }
+  for (int j = 0; j < 3 && c->extra[j]; j++) add_token(toks, &n, c->extra[j]);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+  return n;
+}
+
+/* force[i] for each kernel of g: its matmul's token. */
+static const char **force_table(Graph *g, char (*toks)[CG_VARIANT_LEN], int *out_nk) {
+  Kernel *k = NULL;
+  int nk = 0;
+  smelt_status st = cg_lower(g, &k, &nk);
+  if (st) {
+    CHECK_OK(st);
+    return NULL;
+  }
+  const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
+  for (int i = 0; i < nk && force; i++) {
+    int mi = matmul_index(g, &k[i]);
+    force[i] = mi >= 0 ? toks[mi] : NULL;
+  }
+  cg_kernels_free(k, nk);
+  *out_nk = nk;
+  return force;
+}
+
+/* Generates g for arch with the forced tokens and checks that every
+ * matmul kernel recorded its token. */
+static CgCudaModule *generate(Graph *g, const char **force, int nk, const char *arch, const char *what) {
+  Kernel *k = NULL;
+  int n = 0;
+  CHECK_OK(cg_lower(g, &k, &n));
+  CHECK(n == nk);
+  CgCudaOptions opt = {.max_units = 2, .force = force, .arch = arch};
+  CgCudaModule *m = NULL;
+  smelt_status st = cg_cuda_generate(g, k, n, &opt, &m);
+  if (st) {
+    fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
+    st_free(st);
+    check_failures++;
+  }
+  for (int i = 0; m && i < m->nkernels; i++)
+    if (force[i] && strcmp(m->kernels[i].variant, force[i]) != 0) {
+      fprintf(stderr, "%s (%s): kernel %s was forced to %s but used %s\n", what, arch, m->kernels[i].name, force[i],
+              m->kernels[i].variant);
+      check_failures++;
+    }
+  cg_kernels_free(k, n);
+  return m;
+}
+
+/* Generation for sm_90a and sm_80 (the tokens here fit both, so the two
+ * give the same code), and the sm_80 module compiled by NVRTC for both
+ * archs at once (in parallel). */
+static void generate_and_compile(Graph *g, const char **force, int nk, const char *what) {
+  cg_cuda_module_free(generate(g, force, nk, "sm_90a", what));
+  CgCudaModule *m = generate(g, force, nk, "sm_80", what);
+  if (m && nvrtc) {
+    static const char *const archs[] = {"sm_90a", "sm_80"};
+    CgCudaBinary *bins = NULL;
+    smelt_status st = cg_cuda_compile_module(nvrtc, m, archs, 2, &copts, &bins);
+    if (st) {
+      fprintf(stderr, "%s: %s\n", what, st_message(st));
+      st_free(st);
+      check_failures++;
+    } else {
+      for (int u = 0; u < 2 * m->nunits; u++) CHECK(bins[u].cubin_len > 0);
+      cg_cuda_binaries_free(bins, 2 * m->nunits);
+    }
+  }
+  cg_cuda_module_free(m);
+}
+
+static void run_case(Exec *e, const Case *c, HStats *stats, int *ntested) {
+  char toks[MAX_TOKENS][CG_VARIANT_LEN];
+  int n = case_tokens(c, toks);
+  char what[160];
+  snprintf(what, sizeof what, "%s %s[%lld x %lld] x [%lld x %lld]%s %s", c->dt, c->batch ? "batched " : "",
+           (long long)c->M, (long long)c->K, (long long)(c->tb ? c->N : c->K), (long long)(c->tb ? c->K : c->N),
+           c->tb ? "^T" : "", c->epi);
+  Graph *g = n ? case_graph(c, n) : NULL;
+  if (!g) {
+    fprintf(stderr, "%s: no graph\n", what);
+    check_failures++;
+    return;
+  }
+  int nk = 0;
+  const char **force = force_table(g, toks, &nk);
+  if (!force) {
+    ir_graph_destroy(g);
+    return;
+  }
+  if (e) {
+    struct {
+      bool aligned_opt;
+      size_t offset;
+    } runs[] = {{false, 0}, {false, 8}, {true, 0}};
+    /* args_aligned (no run-time test) for some cases: its code is the first run's fast path */
+    for (int r = 0; r < (c->all_runs ? 3 : 2); r++) {
+      CgCudaOptions opt = {.args_aligned = runs[r].aligned_opt, .max_units = 1, .force = force, .arch = "sm_90a"};
+      Graph *cl = ir_graph_clone(g);
+      CHECK(h_check_graph(e, cl, NULL, &opt, runs[r].offset, false, what, stats) == 0);
+      ir_graph_destroy(cl);
+    }
+  }
+  generate_and_compile(g, force, nk, what);
+  printf("%-52s %d variants:", what, n);
+  for (int i = 0; i < n; i++) printf(" %s", toks[i]);
+  printf("\n");
+  *ntested += n;
+  free(force);
+  ir_graph_destroy(g);
+}
+
+/* ---- token syntax ---- */
+
+static void test_tokens(void) {
+  CuGemvParams gp;
+  char out[CG_VARIANT_LEN];
+  CHECK(cu_gemv_parse("gemv:w=4,c=2,u=4,sk=3", &gp));
+  CHECK(gp.warps == 4 && gp.cols == 2 && gp.unroll == 4 && gp.splitk == 3);
+  cu_gemv_format(&gp, out);
+  CHECK(!strcmp(out, "gemv:w=4,c=2,u=4,sk=3"));
+  static const char *const bad_gemv[] = {
+      "gemv:w=4,c=2,u=4",        "gemv:w=4,c=2,u=4,sk=1,x=1", "gemv:w=0,c=2,u=4,sk=1", "gemv:w=4,c=3,u=4,sk=1",
+      "gemv:w=4,c=2,u=9,sk=1",   "gemv:w=4,c=2,u=4,sk=0",     "mma:w=4,c=2,u=4,sk=1",  "gemv:w=4,c=2,u=4,sk=1 ",
+      "gemv:w=33,c=2,u=4,sk=1",  "",
+  };
+  for (size_t i = 0; i < sizeof bad_gemv / sizeof *bad_gemv; i++) {
+    bool ok = cu_gemv_parse(bad_gemv[i], &gp);
+    if (ok) fprintf(stderr, "accepted bad GEMV token '%s'\n", bad_gemv[i]);
+    CHECK(!ok);
+  }
+  CuMmaParams mp;
+  CHECK(cu_mma_parse("mma:bm=128,bn=256,bk=32,wm=64,wn=64,st=4,sk=2", &mp));
+  CHECK(mp.BM == 128 && mp.BN == 256 && mp.BK == 32 && mp.WM == 64 && mp.WN == 64 && mp.stages == 4 && mp.splitk == 2);
+  cu_mma_format(&mp, out);
+  CHECK(!strcmp(out, "mma:bm=128,bn=256,bk=32,wm=64,wn=64,st=4,sk=2"));
+  static const char *const bad_mma[] = {
+      "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=3",       /* no sk */
+      "mma:bm=128,bn=128,bk=32,wm=64,wn=24,st=3,sk=1",  /* wn not a multiple of 16 */
+      "mma:bm=128,bn=128,bk=24,wm=64,wn=32,st=3,sk=1",  /* bk not a multiple of 16 */
+      "mma:bm=96,bn=128,bk=32,wm=64,wn=32,st=3,sk=1",   /* bm not a multiple of wm */
+      "mma:bm=128,bn=256,bk=32,wm=128,wn=64,st=3,sk=1", /* 256 accumulators per thread */
+      "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=1,sk=1",  /* one stage */
+      "mma:bm=256,bn=256,bk=32,wm=16,wn=16,st=3,sk=1",  /* 8192 threads */
+      "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=3,sk=0",
+      "gemv:bm=128,bn=128,bk=32,wm=64,wn=32,st=3,sk=1",
+  };
+  for (size_t i = 0; i < sizeof bad_mma / sizeof *bad_mma; i++) {
+    bool ok = cu_mma_parse(bad_mma[i], &mp);
+    if (ok) fprintf(stderr, "accepted bad mma token '%s'\n", bad_mma[i]);
+    CHECK(!ok);
+  }
+}
+
+/* The defaults for the shapes of the benchmarks: what the heuristic gives
+ * W2 and W4 (a change here is a change of the untuned performance). */
+static void test_defaults(void) {
+  CuGemm gm;
+  memset(&gm, 0, sizeof gm);
+  gm.Z = 1;
+  gm.tb = true;
+  CuMmaParams p;
+  gm.M = 2048, gm.N = 11008, gm.K = 4096;
+  cu_mma_default_params(&gm, &p);
+  CHECK(p.BM == 128 && p.BN == 256 && p.WM == 64 && p.WN == 64 && p.splitk == 1);
+  /* W4 prefill: 4 x 2 tiles of 128 x 128 leave most SMs idle: split K */
+  gm.M = 512, gm.N = 256, gm.K = 2048;
+  cu_mma_default_params(&gm, &p);
+  CHECK(p.BM == 128 && p.BN == 128 && p.splitk >= 8);
+  char toks[16][CG_VARIANT_LEN];
+  int n = cu_mma_candidates(&gm, toks, 16);
+  CHECK(n >= 4 && n <= 12);
+  char d[CG_VARIANT_LEN];
+  cu_mma_format(&p, d);
+  CHECK(n > 0 && !strcmp(toks[0], d));
+  for (int i = 0; i < n; i++) CHECK(cu_mma_parse(toks[i], &p));
+}
+
+int main(void) {
+  char dir[] = "/tmp/smelt-gemm-cache-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL);
+  copts.cache_dir = dir;
+  copts.no_cache = true;
+  smelt_status st = cg_cuda_nvrtc_open(&nvrtc);
+  if (st) {
+    printf("SKIP: NVRTC not available (%s): variants are generated and emulated but not compiled\n", st_message(st));
+    st_free(st);
+  }
+  test_tokens();
+  test_defaults();
+  static const Case cases[] = {
+      /* GEMV, B [N, K]: 3 chunks of K; a long K with a partial last step; f32 (4 lanes a chunk); batched */
+      {"f16", 0, 3, 24, 40, true, "bias_silu", {"gemv:w=2,c=8,u=3,sk=3", "gemv:w=1,c=1,u=1,sk=1"}, true},
+      {"f16", 0, 1, 1000, 72, true, "gelu_res", {"gemv:w=4,c=2,u=4,sk=5", "gemv:w=3,c=4,u=2,sk=2"}},
+      {"f32", 0, 2, 40, 24, true, "bias_silu", {"gemv:w=2,c=2,u=2,sk=3"}},
+      {"f16", 2, 5, 64, 48, true, "", {"gemv:w=4,c=2,u=4,sk=3"}},
+      /* GEMV, B [K, N] */
+      {"bf16", 0, 8, 200, 40, false, "mul", {"gemv:w=8,c=2,u=3,sk=3"}, true},
+      {"f16", 0, 5, 520, 24, false, "bias_silu", {"gemv:w=2,c=4,u=2,sk=5"}},
+      /* tensor cores: ragged M, N, K against every tile; split-K; batched */
+      {"f16", 0, 70, 200, 136, true, "bias_silu", {"mma:bm=64,bn=64,bk=32,wm=32,wn=32,st=3,sk=3"}, true},
+      {"bf16", 0, 70, 200, 136, false, "gelu_res", {"mma:bm=32,bn=128,bk=64,wm=32,wn=32,st=2,sk=5"}},
+      {"f16", 0, 33, 512, 40, true, "", {"mma:bm=64,bn=64,bk=16,wm=16,wn=32,st=5,sk=3"}},
+      {"f16", 2, 40, 64, 48, false, "mul", {"mma:bm=64,bn=64,bk=32,wm=32,wn=32,st=3,sk=2"}},
+  };
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  if (skip) printf("SKIP: emulated runs: %s\n", skip);
+  HStats stats = {0};
+  int ntested = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(skip ? NULL : &e, &cases[i], &stats, &ntested);
+  if (!skip) {
+    printf("emulated: %d variants, %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, worst %.2f of tolerance\n",
+           ntested, stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
+    h_exec_close(&e);
+  }
+  cg_cuda_nvrtc_close(nvrtc);
+  rmdir(dir);
+  return check_done("test_cuda_gemm_variants");
+}
