@@ -39,7 +39,7 @@
 # script, default 540), SMELT_GPU_TUNE_BUDGET (seconds for all of step 4,
 # default 150; 0 skips it; it also never eats into the last
 # SMELT_GPU_BENCH_RESERVE seconds, default 300, kept for steps 5-7),
-# SMELT_GPU_BENCH=0 skips steps 3-7, SMELT_GPU_BENCH_ONLY picks the
+# SMELT_GPU_BENCH=0 skips steps 3-7, SMELT_GPU_TESTS=0 skips step 2, SMELT_GPU_BENCH_ONLY picks the
 # benchmark's workloads (default w1,w2_m1,w2_m2048,w3_prefill,w3_decode,
 # w4_decode,w4_prefill; the examples mlp,cnn,gpt2_block,tiny_llama also
 # exist), SMELT_GPU_TUNE_TABLE the table's path.
@@ -195,11 +195,15 @@ run_test() { # name binary
 # the label is what CI and people use; list what it selects, then run each
 # test binary itself so that its summary line lands in the table
 ctest --test-dir "$BUILD" -L gpu -N | sed 's/^/   /'
-for src in tests/gpu/test_*.c; do
-  name=$(basename "$src" .c)
-  run_test "gpu/$name" "$BUILD/gpu_$name"
-done
-run_test "unit/test_cuda_codegen" "$BUILD/test_cuda_codegen"
+if [ "${SMELT_GPU_TESTS:-1}" != 0 ]; then
+  for src in tests/gpu/test_*.c; do
+    name=$(basename "$src" .c)
+    run_test "gpu/$name" "$BUILD/gpu_$name"
+  done
+  run_test "unit/test_cuda_codegen" "$BUILD/test_cuda_codegen"
+else
+  echo "   SMELT_GPU_TESTS=0: tests skipped (benchmark only)"
+fi
 
 # ---- the benchmark: weights, tuning, bundles, SASS, then bench.py ----
 ONLY="${SMELT_GPU_BENCH_ONLY:-w1,w2_m1,w2_m2048,w3_prefill,w3_decode,w4_decode,w4_prefill}"

@@ -10,10 +10,12 @@
  *
  * "flash:bm=..,bn=..,w=..,st=.."  prefill, FlashAttention-2 style, f16/bf16
  *   with f32 accumulation, D = Dv a multiple of 16 up to 128, no mask.  A
- *   block of w warps owns bm query rows of one (b, h), 16 * bm/(16 w) rows
- *   per warp (one or two m16 tiles).  The Q tile is copied to shared memory
- *   once and each warp keeps its rows' A fragments in registers
- *   (ldmatrix).  K and V tiles of bn keys stream through `st` shared-memory
+ *   block of w warps owns bm query rows of one (b, h), bm / w = 16 or 32
+ *   rows per warp (one or two m16 tiles).  The Q tile is copied to shared
+ *   memory once; each warp keeps its rows' A fragments in registers
+ *   (ldmatrix) when they take at most 32 per lane, else reads them again
+ *   per k step (32 rows of a 128-wide head: the O accumulators and the
+ *   scores leave no room).  K and V tiles of bn keys stream through `st` shared-memory
  *   buffers with 16-byte cp.async (zero-filled past T), rows padded by 16
  *   bytes so that ldmatrix's eight row addresses hit distinct banks.  Per
  *   tile a warp computes S = Q K^T with mma.sync.m16n8k16 (f32
@@ -21,7 +23,7 @@
  *   where the tile crosses the causal diagonal or the end of the keys,
  *   takes row maxima over its accumulator fragments (a row's 4 lanes
  *   exchange with two shuffles), computes p = exp2(s * scale * log2(e) -
- *   m * scale * log2(e)), and turns p into the A fragments of the next
+ *   m * scale * log2(e)) (ex2.approx), and turns p into the A fragments of the next
  *   product in registers (the m16n8 accumulator layout of two adjacent n8
  *   tiles is exactly the m16k16 A layout) to add P V with mma.sync (V
  *   fragments through ldmatrix.trans).  Causal blocks stop at the last tile
@@ -32,21 +34,32 @@
  * "flashdec:split=..,bn=..,w=.."  decode (few query rows per kv head), f16/
  *   bf16, D = Dv with D/8 dividing 32, no mask.  Bandwidth bound: K and V
  *   must be read exactly once with 16-byte loads and enough of them in
- *   flight.  Grid (split, kv head x row chunk, b): a block takes the query
+ *   flight.  A block per (b, kv head, row chunk, split) takes the query
  *   rows of every query head sharing its kv head (up to 8 per block; more
  *   rows make more row chunks) against one of `split` slices of the keys.
  *   D/8 lanes form a key group: lane c of a group holds features 8c..8c+7
- *   of every query row (pre-scaled by scale * log2(e)) and loads the same
- *   16 bytes of K and of V of its key, so the score needs only a shuffle
- *   sum over the group and P V needs no exchange at all.  Each group runs
- *   its own online softmax over bn / (groups per block) keys per step
- *   (that many 16-byte loads of K and of V in flight per lane); the groups
- *   are merged with shuffles, the warps through shared memory.  With
- *   split > 1 each block writes its partial (m, l, acc[D]) per row to the
- *   workspace; the last block of a (b, kv head, row chunk) to finish --
- *   found with __threadfence and an atomicAdd on a counter there --
- *   merges the partials, runs the epilogue, zeroes what it read and resets
- *   the counter, so the workspace is left all-zero.
+ *   of every query row (pre-scaled by scale * log2(e); computed once per
+ *   block into shared memory, kept in registers for one or two rows, read
+ *   from shared memory per key for more, leaving the registers to the
+ *   accumulators) and loads the same 16 bytes of K and of V of its key, so
+ *   the score needs only a shuffle sum over the group and P V needs no
+ *   exchange at all.  Each group runs its own online softmax over bn /
+ *   (groups per block) keys per step (that many 16-byte loads of K and of V
+ *   in flight per lane); the groups are merged with shuffles, the warps
+ *   through shared memory.  With split > 1 each block writes its partial
+ *   (m, l, acc[D]) per row to the workspace; the last block of a (b, kv
+ *   head, row chunk) to finish -- found with __threadfence and an atomicAdd
+ *   on a counter there -- merges the partials with every load in flight at
+ *   once (the fixed cost that dominated short decodes when each output
+ *   element walked the splits one dependent load after another): a warp per
+ *   row reads the splits' (m, l) on its lanes, reduces the maximum and the
+ *   sum with shuffles and leaves the weights exp2(m_s - max) in shared
+ *   memory; then the threads sum weight * partial over the splits, 16 bytes
+ *   per load (the splits cut into groups when the row chunk has fewer
+ *   4-float chunks than the block has threads), run the epilogue, zero what
+ *   they read and reset the counter, so the workspace is left all-zero.
+ *   The defaults come from H200 timings: 8 warps, splits for ~512 blocks
+ *   but at least 16 KB of K and V per block.
  *
  * "simple"  everything else (a mask, f32/f64, other head dims): one warp
  *   per query row, four rows per block.  Lane l holds the query features
@@ -83,8 +96,12 @@
 #define LOG2E 1.4426950408889634
 /* flashdec: query rows per block (registers: 16 floats per row per lane) */
 #define DEC_MAX_ROWS 8
-/* flashdec: the blocks the heuristic aims for (a few per SM of an H100/H200) */
+/* flashdec: the blocks the heuristic aims for (a few per SM of an H100/H200),
+ * the K and V bytes a block streams at least, and the most splits (the last
+ * block keeps a weight per split and row in shared memory) */
 #define DEC_TARGET_BLOCKS 512
+#define DEC_MIN_BLOCK_BYTES (16 * 1024)
+#define DEC_MAX_SPLIT 1024
 
 /* ---- the shape and the variants ---- */
 
@@ -200,12 +217,14 @@ static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const cha
   int groups = p->W * (32 / (int)(a->D / 8));
   if (p->BN % groups != 0 || p->BN / groups < 1 || p->BN / groups > 8)
     return *why = "bn must be 1 to 8 keys per key group (w * 32 / (D/8) groups)", false;
-  if (p->split < 1 || p->split > 1024 || p->split > a->T) return *why = "split must be 1 .. min(T, 1024)", false;
+  if (p->split < 1 || p->split > DEC_MAX_SPLIT || p->split > a->T) return *why = "split must be 1 .. min(T, 1024)", false;
   int64_t R, nrc;
   int rb;
   dec_rows(a, &R, &nrc, &rb);
-  if ((int64_t)p->W * rb * (a->D + 2) * 4 > 48 * 1024) return *why = "needs more than 48 KiB of shared memory", false;
-  if (a->Hkv * nrc > 65535 || a->B > 65535) return *why = "has more blocks than the grid takes", false;
+  if (((int64_t)p->W * rb * (a->D + 2) + (int64_t)rb * a->D + (p->split > 1 ? (int64_t)p->split * rb + 32 * 4 * p->W : 0)) * 4 >
+      48 * 1024)
+    return *why = "needs more than 48 KiB of shared memory", false;
+  if (a->B * a->Hkv * nrc * p->split > 0x7fffffffLL) return *why = "has more blocks than the grid takes", false;
   (void)f;
   return true;
 }
@@ -280,29 +299,32 @@ static bool variant_valid(const CuFn *f, const Att *a, const AttVariant *v, cons
   }
 }
 
-/* flashdec's defaults: 4 warps; 4 keys per group and step for one or two
- * rows (bytes in flight), 2 for more (registers); splits for about
- * DEC_TARGET_BLOCKS blocks, each slice at least two steps long. */
+/* flashdec's defaults (from the H200 timings of tests/gpu/test_cuda_attention):
+ * 8 warps; 4 keys per group and step for one or two rows, 2 for more
+ * (registers); splits for about DEC_TARGET_BLOCKS blocks, each slice at
+ * least DEC_MIN_BLOCK_BYTES of K and V (fixed costs per block: the first
+ * load's latency, the merge, the partial written and read back). */
 static void dec_default(const Att *a, DecParams *p) {
   int64_t R, nrc;
   int rb;
   dec_rows(a, &R, &nrc, &rb);
-  int W = 4, groups = W * (32 / (int)(a->D / 8));
+  int W = 8, groups = W * (32 / (int)(a->D / 8));
   int U = rb <= 2 ? 4 : 2;
   int64_t units = a->B * a->Hkv * nrc;
   int64_t split = cdiv(DEC_TARGET_BLOCKS, units);
-  int64_t most = a->T / (2 * (int64_t)U * groups);
+  int64_t most = a->T * 4 * a->D / DEC_MIN_BLOCK_BYTES;
   if (split > most) split = most;
-  if (split > 1024) split = 1024;
+  if (split > DEC_MAX_SPLIT) split = DEC_MAX_SPLIT;
   if (split < 1) split = 1;
   *p = (DecParams){(int)split, U * groups, W};
 }
 
 /* The heuristic: few query rows per kv head (decode): flashdec; else the
- * flash prefill kernel: FlashAttention-2's tile for sm_80+ (128 rows, 32 per
- * warp, 64 keys, double buffered; the fewest shared-memory reads per
- * FLOP that fit in registers), 64 rows of 16 per warp for short sequences
- * (more blocks); else simple. */
+ * flash prefill kernel, double buffered, after the H200 timings: a head
+ * above 64 wide, 128 rows (32 per warp) against 32 keys per tile (64 keys
+ * spill at 255 registers); a head up to 64 wide, 64 rows of 16 per warp
+ * against 32 keys (more blocks) up to 1023 rows, 128 rows against 64 keys
+ * for longer ones; short sequences 64 rows; else simple. */
 static void heuristic(const CuFn *f, const Att *a, AttVariant *out) {
   const char *why;
   memset(out, 0, sizeof *out);
@@ -318,7 +340,9 @@ static void heuristic(const CuFn *f, const Att *a, AttVariant *out) {
   }
   if (flash_eligible(a, &why)) {
     v.fam = ATT_FLASH;
-    v.fp = a->S >= 256 ? (FlashParams){128, 64, 4, 2} : (FlashParams){64, 64, 4, 2};
+    if (a->S < 256) v.fp = (FlashParams){64, 32, 4, 2};
+    else if (a->D > 64) v.fp = (FlashParams){128, 32, 4, 2};
+    else v.fp = a->S >= 1024 ? (FlashParams){128, 64, 4, 2} : (FlashParams){64, 32, 4, 2};
     if (variant_valid(f, a, &v, &why)) *out = v;
   }
 }
@@ -337,31 +361,33 @@ int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
     /* a few query rows: one 64-row tile, for comparison with flashdec */
     all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2}, {0}};
   } else if (flash_eligible(&a, &why)) {
-    /* 16 or 32 rows per warp, 2 to 8 warps; 32 rows of a head above 64
-     * with more than 64 keys per tile would not fit in registers (O and
-     * the scores alone take 256) */
-    static const int bmw[][2] = {{64, 4}, {128, 8}, {128, 4}, {64, 2}};
-    static const int bns[] = {32, 64, 128};
-    for (size_t i = 0; i < sizeof bmw / sizeof *bmw; i++)
-      for (size_t j = 0; j < sizeof bns / sizeof *bns; j++)
-        for (int st = 2; st <= 3; st++) {
-          bool two = bmw[i][0] == 32 * bmw[i][1];
-          if (two && a.D > 64 && bns[j] > 64) continue;
-          all[n++] = (AttVariant){ATT_FLASH, {bmw[i][0], bns[j], bmw[i][1], st}, {0}};
-        }
+    /* the tiles that came within ~15% of the best on the H200 (W3 and W4
+     * prefill), double buffered, and one triple-buffered; 32 rows of a head
+     * above 64 wide with more than 64 keys per tile do not fit in registers
+     * (O and the scores alone take 256) */
+    static const FlashParams fps[] = {{128, 32, 4, 2}, {128, 32, 4, 3}, {128, 64, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2},
+                                      {64, 32, 4, 2},  {64, 64, 4, 2},  {64, 128, 4, 2}, {64, 32, 2, 2}};
+    for (size_t i = 0; i < sizeof fps / sizeof *fps; i++) {
+      bool two = fps[i].BM == 32 * fps[i].W;
+      if (two && a.D > 64 && fps[i].BN > 64) continue;
+      all[n++] = (AttVariant){ATT_FLASH, fps[i], {0}};
+    }
   }
   /* flashdec reads K and V once per row chunk: only for a few rows */
   if (dec_eligible(&a, &why) && R <= 4 * DEC_MAX_ROWS) {
-    /* around the default: half and twice the splits, one split, 2 or 4
-     * keys per group and step, 8 warps */
+    /* around the default: half and twice the splits, 8 and 4 warps; twice
+     * the keys per step */
     DecParams d;
     dec_default(&a, &d);
-    int groups4 = 4 * (32 / (int)(a.D / 8));
-    int splits[] = {d.split, d.split / 2, d.split * 2, 1};
-    for (int i = 0; i < 4; i++)
-      for (int U = 2; U <= 4; U *= 2)
-        if (splits[i] >= 1) all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * groups4, 4}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, d.BN * 2, 8}};
+    int g8 = 8 * (32 / (int)(a.D / 8)), g4 = 4 * (32 / (int)(a.D / 8)), U = d.BN / g8;
+    int splits[] = {d.split, d.split / 2, d.split * 2};
+    for (int i = 0; i < 3; i++)
+      if (splits[i] >= 1) {
+        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g8, 8}};
+        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g4, 4}};
+      }
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g8, 8}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g4, 4}};
   }
   all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
   int got = 0;
@@ -1016,7 +1042,7 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
 /* ---- flashdec: the split-KV decode kernel ---- */
 
 /* Loads (when v is an argument) U 16-byte chunks of operand v for keys
- * base + u * NG + grp into `regs` (zeros past t1). */
+ * base + u * NG + grp into `regs` (zeros past kend). */
 static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char *gbase, const char *aligned, int U,
                       int NG) {
   cu_line(f, "smelt_pack<unsigned short, 8> %s[%d];  // %s", regs, U, f->g->val[v].name);
@@ -1025,7 +1051,7 @@ static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
   cu_line(f, "const long long j = base + u * %d + grp;", NG);
   cu_line(f, "const unsigned short *src = %s + j * %lld + c * 8;", gbase, (long long)a->D);
-  cu_open(f, "if (j < t1)");
+  cu_open(f, "if (j < kend)");
   if (strcmp(aligned, "true") == 0) {
     cu_line(f, "%s[u] = *reinterpret_cast<const smelt_pack<unsigned short, 8> *>(src);", regs);
   } else {
@@ -1041,7 +1067,7 @@ static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char
 
 /* The 8 features of key j (a C expression) as floats `out[8]`: converted
  * from the fetched chunk `regs[u]`, or computed with cu_emit when the
- * operand is computed in the kernel (0 past t1). */
+ * operand is computed in the kernel (0 past kend). */
 static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg, const char *out) {
   cu_line(f, "float %s[8];", out);
   if (arg) {
@@ -1062,7 +1088,7 @@ static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg,
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int e = 0; e < 8; e++)");
   cu_line(f, "%s[e] = 0.0f;", out);
-  cu_open(f, "if (j < t1)");
+  cu_open(f, "if (j < kend)");
   const char *jj = cu_tmp(f), *d = cu_tmp(f);
   cu_line(f, "const %s %s = (%s)j, %s = c * 8 + e;", f->idx, jj, f->idx, d);
   const char *co4[4] = {"b", "hk", jj, d};
@@ -1071,6 +1097,29 @@ static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg,
   CuVal x;
   cu_emit(f, v, &co, &x);
   cu_line(f, "%s[e] = %s;", out, x.l[0]);
+  cu_close(f);
+  cu_close(f);
+}
+
+/* The result at element x (row x / D of the block, feature x % D) = A / L
+ * (0 when no key was seen) through the epilogue, for rows that exist. */
+static void dec_store(CuFn *f, const Att *a, const int *epi, int nepi, const char *x, const char *A, const char *L) {
+  int64_t R, NRC;
+  int RB, D = (int)a->D;
+  dec_rows(a, &R, &NRC, &RB);
+  cu_open(f, "%s", "");
+  cu_line(f, "const long long row = (long long)rc * %d + %s / %d;", RB, x, D);
+  cu_open(f, "if (row < %lldLL)", (long long)R);
+  const char *hh = cu_tmp(f), *ii = cu_tmp(f), *dd = cu_tmp(f);
+  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld), %s = %s %% %d;", f->idx, hh, (long long)a->G,
+          f->idx, (long long)a->S, ii, f->idx, (long long)a->S, dd, x, D);
+  CuVal y = {{0}};
+  y.l[0] = cu_tmp(f);
+  cu_line(f, "const float %s = %s > 0.0f ? %s / %s : 0.0f;  // %s (attention)", y.l[0], L, A, L, f->g->val[a->an->out[0]].name);
+  const char *c[4] = {"b", hh, ii, dd};
+  CuCoords co;
+  cu_coords_scalar(&co, 4, c);
+  cu_store_epilogue(f, epi, nepi, &co, &y);
   cu_close(f);
   cu_close(f);
 }
@@ -1090,13 +1139,12 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   /* workspace: counters (one per unit), then (m, l) and acc[D] per unit, split and row */
   uint64_t cnt_bytes = (uint64_t)cdiv(units * 4, 16) * 16;
   uint64_t ml_floats = (uint64_t)units * SPLIT * RB * 2, acc_floats = (uint64_t)units * SPLIT * RB * D;
+  uint64_t acc_off = cnt_bytes + (uint64_t)cdiv((int64_t)ml_floats * 4, 16) * 16; /* 16-byte aligned: read as float4 */
 
   l->kind = "attention";
   l->block[0] = (unsigned)threads;
-  l->grid[0] = (unsigned)SPLIT;
-  l->grid[1] = (unsigned)(Hkv * NRC);
-  l->grid[2] = (unsigned)B;
-  l->workspace = SPLIT > 1 ? cnt_bytes + 4 * (ml_floats + acc_floats) : 0;
+  l->grid[0] = (unsigned)(SPLIT * units); /* one dimension: side outputs' grid-stride loops use every block */
+  l->workspace = SPLIT > 1 ? acc_off + 4 * acc_floats : 0;
   int qv = an->in[0], kv = an->in[1], vv = an->in[2];
   bool ka = is_arg_value(f, kv), va = is_arg_value(f, vv);
 
@@ -1119,10 +1167,14 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   emit_fexp2(f);
   cu_line(f, "const int grp = warp * %d + lane / %d;  // this lane's key group", GPW, LPK);
   cu_line(f, "const int c = lane %% %d;  // its features: 8c .. 8c+7", LPK);
-  cu_line(f, "const %s b = (%s)blockIdx.z, hk = (%s)(blockIdx.y / %lldu);", f->idx, f->idx, f->idx, (long long)NRC);
-  cu_line(f, "const int rc = (int)(blockIdx.y %% %lldu);  // row chunk", (long long)NRC);
-  cu_line(f, "const long long t0 = (long long)blockIdx.x * %lld;", (long long)CHUNK);
-  cu_line(f, "const long long t1 = t0 + %lld < %lldLL ? t0 + %lld : %lldLL;  // this split's keys [t0, t1)", (long long)CHUNK,
+  cu_line(f, "// block -> (b, kv head, row chunk, split); the splits of one unit are neighbours");
+  cu_line(f, "const int sp = (int)(blockIdx.x %% %du);  // this block's slice of the keys", SPLIT);
+  cu_line(f, "const long long unit = blockIdx.x / %du;  // (b, kv head, row chunk)", SPLIT);
+  cu_line(f, "const int rc = (int)(unit %% %lld);  // row chunk", (long long)NRC);
+  cu_line(f, "const %s hk = (%s)(unit / %lld %% %lld), b = (%s)(unit / %lld);", f->idx, f->idx, (long long)NRC, (long long)Hkv,
+          f->idx, (long long)(NRC * Hkv));
+  cu_line(f, "const long long kbeg = (long long)sp * %lld;", (long long)CHUNK);
+  cu_line(f, "const long long kend = kbeg + %lld < %lldLL ? kbeg + %lld : %lldLL;  // this split's keys [kbeg, kend)", (long long)CHUNK,
           (long long)T, (long long)CHUNK, (long long)T);
   if (ka)
     cu_line(f, "const unsigned short *Kg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
@@ -1140,34 +1192,46 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   /* the rows: r -> row rc * RB + r of this kv head: query head hk * G + row / S, position row % S */
   cu_line(f, "// this block's query rows: row -> query head hk * %lld + row / %lld, position row %% %lld", (long long)G,
           (long long)S, (long long)S);
-  cu_line(f, "float q[%d][8];  // features 8c .. 8c+7, times scale * log2(e)", RB);
-  cu_line(f, "long long lim[%d];  // the last key each row sees (-1: not a row)", RB);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "// the query rows, times scale * log2(e), computed once per block (in parallel) into shared memory");
+  cu_line(f, "__align__(16) __shared__ float sq[%d][%d];", RB, D);
+  cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
+  cu_line(f, "const int r = x / %d;", D);
   cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
-  cu_line(f, "lim[r] = row < %lldLL ? %s : -1;", (long long)R,
-          a->causal ? cu_fmt(f, "%lldLL + row %% %lld", (long long)(T - S), (long long)S) : cu_fmt(f, "%lldLL", (long long)(T - 1)));
-  cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int e = 0; e < 8; e++) q[r][e] = 0.0f;");
+  cu_line(f, "float qx = 0.0f;");
   cu_open(f, "if (row < %lldLL)", (long long)R);
-  const char *h = cu_tmp(f), *i = cu_tmp(f);
-  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld);", f->idx, h, (long long)G, f->idx,
-          (long long)S, i, f->idx, (long long)S);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int e = 0; e < 8; e++)");
-  const char *d = cu_tmp(f);
-  cu_line(f, "const %s %s = c * 8 + e;", f->idx, d);
+  const char *h = cu_tmp(f), *i = cu_tmp(f), *d = cu_tmp(f);
+  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld), %s = x %% %d;", f->idx, h, (long long)G,
+          f->idx, (long long)S, i, f->idx, (long long)S, d, D);
   {
     const char *c[4] = {"b", h, i, d};
     CuCoords co;
     cu_coords_scalar(&co, 4, c);
     CuVal x;
     cu_emit(f, qv, &co, &x);
-    cu_line(f, "q[r][e] = %s * %s;", x.l[0], cu_const(f, DT_F32, sl2));
+    cu_line(f, "qx = %s * %s;", x.l[0], cu_const(f, DT_F32, sl2));
   }
   cu_close(f);
+  cu_line(f, "sq[r][x %% %d] = qx;", D);
   cu_close(f);
+  cu_line(f, "long long lim[%d];  // the last key each row sees (-1: not a row)", RB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+  cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
+  cu_line(f, "lim[r] = row < %lldLL ? %s : -1;", (long long)R,
+          a->causal ? cu_fmt(f, "%lldLL + row %% %lld", (long long)(T - S), (long long)S) : cu_fmt(f, "%lldLL", (long long)(T - 1)));
   cu_close(f);
+  cu_line(f, "__syncthreads();");
+  /* one or two rows: this lane's features in registers; more: read from
+   * shared memory per key (registers go to the accumulators) */
+  const char *qe = "sq[r][c * 8 + e]";
+  if (RB <= 2) {
+    qe = "q[r][e]";
+    cu_line(f, "float q[%d][8];  // this lane's features 8c .. 8c+7", RB);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int r = 0; r < %d; r++)", RB);
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int e = 0; e < 8; e++) q[r][e] = sq[r][c * 8 + e];");
+  }
 
   cu_line(f, "float m[%d], lsum[%d], acc[%d][8];  // per row: running max (log2 units), sum, output features", RB, RB, RB);
   cu_line(f, "#pragma unroll");
@@ -1177,7 +1241,7 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;");
   cu_close(f);
 
-  cu_open(f, "for (long long base = t0; base < t1; base += %d)", p->BN);
+  cu_open(f, "for (long long base = kbeg; base < kend; base += %d)", p->BN);
   cu_line(f, "// %d keys per group in flight: key base + u * %d + grp", U, NG);
   dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG);
   dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG);
@@ -1190,12 +1254,12 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_open(f, "for (int r = 0; r < %d; r++)", RB);
   cu_line(f, "float x = 0.0f;");
   cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int e = 0; e < 8; e++) x += q[r][e] * kf[e];");
+  cu_line(f, "for (int e = 0; e < 8; e++) x += %s * kf[e];", qe);
   if (LPK > 1) {
     cu_line(f, "#pragma unroll");
     cu_line(f, "for (int o = %d; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);  // over the group", LPK / 2);
   }
-  cu_line(f, "sc[u][r] = j < t1 && j <= lim[r] ? x : -SMELT_INF_F;");
+  cu_line(f, "sc[u][r] = j < kend && j <= lim[r] ? x : -SMELT_INF_F;");
   cu_close(f);
   cu_close(f);
   cu_line(f, "// rescale by the new maximum, then add the keys");
@@ -1235,7 +1299,7 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
     cu_open(f, "for (int r = 0; r < %d; r++)", RB);
     cu_line(f, "const float mo = __shfl_xor_sync(0xffffffffu, m[r], off), lo = __shfl_xor_sync(0xffffffffu, lsum[r], off);");
     cu_line(f, "const float mx = fmaxf(m[r], mo), mbase = mx == -SMELT_INF_F ? 0.0f : mx;");
-    cu_line(f, "const float fa = exp2f(m[r] - mbase), fo = exp2f(mo - mbase);");
+    cu_line(f, "const float fa = fexp2(m[r] - mbase), fo = fexp2(mo - mbase);");
     cu_line(f, "m[r] = mx;");
     cu_line(f, "lsum[r] = lsum[r] * fa + lo * fo;");
     cu_line(f, "#pragma unroll");
@@ -1254,93 +1318,131 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_close(f);
   cu_line(f, "__syncthreads();");
 
-  /* the element loop: x -> (row r, feature d) */
-  const char *yname = g->val[an->out[0]].name;
-#define ROW_COORDS()                                                                                                \
-  do {                                                                                                              \
-    cu_line(f, "const int r = x / %d;", D);                                                                         \
-    cu_line(f, "const long long row = (long long)rc * %d + r;", RB);                                                \
-  } while (0)
   if (SPLIT == 1) {
     cu_line(f, "// one split: the block's result is final");
     cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
-    ROW_COORDS();
-    cu_line(f, "if (row >= %lldLL) continue;", (long long)R);
-    cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
-    cu_line(f, "for (int w = 0; w < %d; w++) mx = fmaxf(mx, sm_m[w][r]);", W);
-    cu_open(f, "for (int w = 0; w < %d; w++)", W);
-    cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : exp2f(sm_m[w][r] - mx);");
-    cu_line(f, "L += sm_l[w][r] * fw, A += sm_acc[w][r][x %% %d] * fw;", D);
-    cu_close(f);
-  } else {
-    cu_line(f, "// this block's partial (m, l, acc) per row into the workspace: unit (b, hk, rc), split blockIdx.x");
-    cu_line(f, "const long long unit = ((long long)b * %lld + hk) * %lld + rc;", (long long)Hkv, (long long)NRC);
-    cu_line(f, "unsigned *const cnt = reinterpret_cast<unsigned *>(ws) + unit;");
-    cu_line(f, "float *const wml = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][m, l]",
-            (unsigned long long)cnt_bytes, SPLIT * RB * 2);
-    cu_line(f, "float *const wacc = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][D]",
-            (unsigned long long)(cnt_bytes + 4 * ml_floats), SPLIT * RB * D);
-    cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
     cu_line(f, "const int r = x / %d;", D);
+    cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
+    cu_line(f, "if (row >= %lldLL) continue;", (long long)R);
     cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
     cu_line(f, "for (int w = 0; w < %d; w++) mx = fmaxf(mx, sm_m[w][r]);", W);
     cu_open(f, "for (int w = 0; w < %d; w++)", W);
-    cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : exp2f(sm_m[w][r] - mx);");
+    cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : fexp2(sm_m[w][r] - mx);");
     cu_line(f, "L += sm_l[w][r] * fw, A += sm_acc[w][r][x %% %d] * fw;", D);
     cu_close(f);
-    cu_line(f, "wacc[(long long)blockIdx.x * %d + x] = A;", RB * D);
-    cu_line(f, "if (x %% %d == 0) wml[((long long)blockIdx.x * %d + r) * 2] = mx, wml[((long long)blockIdx.x * %d + r) * 2 + 1] = L;",
-            D, RB, RB);
+    dec_store(f, a, epi, nepi, "x", "A", "L");
     cu_close(f);
-    cu_line(f, "// the last block of this unit to finish merges the partials");
-    cu_line(f, "__shared__ int is_last;");
-    cu_line(f, "__syncthreads();");
-    cu_open(f, "if (threadIdx.x == 0)");
-    cu_line(f, "#ifdef __CUDA_ARCH__");
-    cu_line(f, "__threadfence();  // the partial is visible before the count says so");
-    cu_line(f, "is_last = atomicAdd(cnt, 1u) == %du;", SPLIT - 1);
-    cu_line(f, "#else");
-    cu_line(f, "is_last = (*cnt)++ == %du;  // the emulation runs blocks one after another", SPLIT - 1);
-    cu_line(f, "#endif");
-    cu_close(f);
-    cu_line(f, "__syncthreads();");
-    cu_line(f, "if (!is_last) return;");
-    cu_line(f, "#ifdef __CUDA_ARCH__");
-    cu_line(f, "__threadfence();");
-    cu_line(f, "auto ld = [](const float *p) { return __ldcg(p); };  // past L1: written by other SMs");
-    cu_line(f, "#else");
-    cu_line(f, "auto ld = [](const float *p) { return *p; };");
-    cu_line(f, "#endif");
-    cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
-    ROW_COORDS();
-    cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
-    cu_line(f, "for (int s = 0; s < %d; s++) mx = fmaxf(mx, ld(&wml[(s * %d + r) * 2]));", SPLIT, RB);
-    cu_open(f, "for (int s = 0; s < %d; s++)", SPLIT);
-    cu_line(f, "const float ms = ld(&wml[(s * %d + r) * 2]);", RB);
-    cu_line(f, "const float fw = ms == -SMELT_INF_F ? 0.0f : exp2f(ms - mx);");
-    cu_line(f, "L += ld(&wml[(s * %d + r) * 2 + 1]) * fw, A += ld(&wacc[(long long)s * %d + x]) * fw;", RB, RB * D);
-    cu_line(f, "wacc[(long long)s * %d + x] = 0.0f;  // leave the workspace zero", RB * D);
-    cu_close(f);
-    cu_line(f, "if (row >= %lldLL) continue;", (long long)R);
+    return;
   }
-  /* the result and the epilogue at (b, h, i, d) */
-  const char *hh = cu_tmp(f), *ii = cu_tmp(f), *dd = cu_tmp(f);
-  cu_line(f, "const %s %s = hk * %lld + (%s)(row / %lld), %s = (%s)(row %% %lld), %s = x %% %d;", f->idx, hh, (long long)G,
-          f->idx, (long long)S, ii, f->idx, (long long)S, dd, D);
-  CuVal y = {{0}};
-  y.l[0] = cu_tmp(f);
-  cu_line(f, "const float %s = L > 0.0f ? A / L : 0.0f;  // %s (attention)", y.l[0], yname);
-  const char *c[4] = {"b", hh, ii, dd};
-  CuCoords co;
-  cu_coords_scalar(&co, 4, c);
-  cu_store_epilogue(f, epi, nepi, &co, &y);
+  cu_line(f, "// this block's partial (m, l, acc) per row into the workspace: unit (b, hk, rc), split sp");
+  cu_line(f, "unsigned *const cnt = reinterpret_cast<unsigned *>(ws) + unit;");
+  cu_line(f, "float *const wml = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][m, l]",
+          (unsigned long long)cnt_bytes, SPLIT * RB * 2);
+  cu_line(f, "float *const wacc = reinterpret_cast<float *>(ws + %llu) + unit * %d;  // [split][row][D]",
+          (unsigned long long)acc_off, SPLIT * RB * D);
+  cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
+  cu_line(f, "const int r = x / %d;", D);
+  cu_line(f, "float mx = -SMELT_INF_F, L = 0.0f, A = 0.0f;");
+  cu_line(f, "for (int w = 0; w < %d; w++) mx = fmaxf(mx, sm_m[w][r]);", W);
+  cu_open(f, "for (int w = 0; w < %d; w++)", W);
+  cu_line(f, "const float fw = sm_m[w][r] == -SMELT_INF_F ? 0.0f : fexp2(sm_m[w][r] - mx);");
+  cu_line(f, "L += sm_l[w][r] * fw, A += sm_acc[w][r][x %% %d] * fw;", D);
   cu_close(f);
-  if (SPLIT > 1) {
-    cu_line(f, "__syncthreads();  // every (m, l) has been read");
-    cu_line(f, "for (int x = threadIdx.x; x < %d; x += %d) wml[x] = 0.0f;", SPLIT * RB * 2, threads);
-    cu_line(f, "if (threadIdx.x == 0) *cnt = 0u;  // ready for the next launch");
+  cu_line(f, "wacc[(long long)sp * %d + x] = A;", RB * D);
+  cu_line(f, "if (x %% %d == 0) wml[((long long)sp * %d + r) * 2] = mx, wml[((long long)sp * %d + r) * 2 + 1] = L;", D, RB, RB);
+  cu_close(f);
+  cu_line(f, "// the last block of this unit to finish merges the partials");
+  cu_line(f, "__shared__ int is_last;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();  // this thread's part of the partial is visible before the count says so");
+  cu_line(f, "#endif");
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "if (threadIdx.x == 0)");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "is_last = atomicAdd(cnt, 1u) == %du;", SPLIT - 1);
+  cu_line(f, "#else");
+  cu_line(f, "is_last = (*cnt)++ == %du;  // the emulation runs blocks one after another", SPLIT - 1);
+  cu_line(f, "#endif");
+  cu_close(f);
+  cu_line(f, "__syncthreads();");
+  cu_line(f, "if (!is_last) return;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();");
+  cu_line(f, "auto ld = [](const float *p) { return __ldcg(p); };  // past L1: written by other SMs");
+  cu_line(f, "auto ld4 = [](const float *p) {");
+  cu_line(f, "  const float4 t = __ldcg(reinterpret_cast<const float4 *>(p));");
+  cu_line(f, "  return smelt_pack<float, 4>{{t.x, t.y, t.z, t.w}};");
+  cu_line(f, "};");
+  cu_line(f, "#else");
+  cu_line(f, "auto ld = [](const float *p) { return *p; };");
+  cu_line(f, "auto ld4 = [](const float *p) { return *reinterpret_cast<const smelt_pack<float, 4> *>(p); };");
+  cu_line(f, "#endif");
+  /* the weights: one warp per row, lanes over the splits, every load in flight at once */
+  int NS = (int)cdiv(SPLIT, 32);
+  cu_line(f, "// the weights exp2(m_s - max) of every split's partial: a warp per row, lanes over the splits");
+  cu_line(f, "__shared__ float cw[%d][%d], cl[%d];  // [split][row] weights; per row the merged sum", SPLIT, RB, RB);
+  cu_open(f, "for (int r = warp; r < %d; r += %d)", RB, W);
+  cu_line(f, "float ms[%d], ls[%d], mx = -SMELT_INF_F, L = 0.0f;", NS, NS);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int k = 0; k < %d; k++)", NS);
+  cu_line(f, "const int s = lane + 32 * k;");
+  cu_line(f, "ms[k] = s < %d ? ld(&wml[(s * %d + r) * 2]) : -SMELT_INF_F;", SPLIT, RB);
+  cu_line(f, "ls[k] = s < %d ? ld(&wml[(s * %d + r) * 2 + 1]) : 0.0f;", SPLIT, RB);
+  cu_line(f, "mx = fmaxf(mx, ms[k]);");
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int k = 0; k < %d; k++)", NS);
+  cu_line(f, "const int s = lane + 32 * k;");
+  cu_line(f, "const float w = ms[k] == -SMELT_INF_F ? 0.0f : fexp2(ms[k] - mx);");
+  cu_line(f, "L += ls[k] * w;");
+  cu_open(f, "if (s < %d)", SPLIT);
+  cu_line(f, "cw[s][r] = w;");
+  cu_line(f, "wml[(s * %d + r) * 2] = wml[(s * %d + r) * 2 + 1] = 0.0f;  // read: leave the workspace zero", RB, RB);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);");
+  cu_line(f, "if (lane == 0) cl[r] = L;");
+  cu_close(f);
+  cu_line(f, "__syncthreads();");
+  /* the sums: 4 features per thread (16-byte loads), the splits cut into
+   * NSG groups when there are fewer 4-feature chunks than threads */
+  int NX4 = RB * D / 4, NSG = NX4 >= threads ? 1 : threads / NX4;
+  if (NSG > SPLIT) NSG = SPLIT;
+  cu_line(f, "// sum of weight * partial over the splits: 4 features per thread (16-byte loads, all independent)%s",
+          NSG > 1 ? cu_fmt(f, ", the splits in %d groups", NSG) : "");
+  if (NSG > 1) cu_line(f, "__shared__ smelt_pack<float, 4> cred[%d][%d];  // per split group", NSG, NX4);
+  cu_open(f, "for (int t = threadIdx.x; t < %d; t += %d)", NSG * NX4, threads);
+  cu_line(f, "const int x4 = t %% %d, sg = t / %d, r = x4 * 4 / %d;", NX4, NX4, D);
+  cu_line(f, "smelt_pack<float, 4> A = {{0.0f, 0.0f, 0.0f, 0.0f}};");
+  cu_line(f, "#pragma unroll 16");
+  cu_open(f, "for (int s = sg; s < %d; s += %d)", SPLIT, NSG);
+  cu_line(f, "const float w = cw[s][r];");
+  cu_line(f, "const smelt_pack<float, 4> pt = ld4(&wacc[(long long)s * %d + x4 * 4]);", RB * D);
+  cu_line(f, "A.v[0] += w * pt.v[0], A.v[1] += w * pt.v[1], A.v[2] += w * pt.v[2], A.v[3] += w * pt.v[3];");
+  cu_close(f);
+  cu_line(f, "// read: leave the workspace zero");
+  cu_line(f, "for (int s = sg; s < %d; s += %d) *reinterpret_cast<smelt_pack<float, 4> *>(&wacc[(long long)s * %d + x4 * 4]) = smelt_pack<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};",
+          SPLIT, NSG, RB * D);
+  if (NSG > 1) {
+    cu_line(f, "cred[sg][x4] = A;");
+    cu_close(f);
+    cu_line(f, "__syncthreads();");
+    cu_open(f, "for (int x4 = threadIdx.x; x4 < %d; x4 += %d)", NX4, threads);
+    cu_line(f, "smelt_pack<float, 4> A = cred[0][x4];");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int s = 1; s < %d; s++) A.v[0] += cred[s][x4].v[0], A.v[1] += cred[s][x4].v[1], A.v[2] += cred[s][x4].v[2], A.v[3] += cred[s][x4].v[3];",
+            NSG);
   }
-#undef ROW_COORDS
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 4; e++)");
+  cu_line(f, "const int x = x4 * 4 + e;");
+  dec_store(f, a, epi, nepi, "x", "A.v[e]", cu_fmt(f, "cl[x / %d]", D));
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "if (threadIdx.x == 0) *cnt = 0u;  // ready for the next launch");
 }
 
 /* ---- entry ---- */

@@ -11,8 +11,11 @@
  *   gives constant weights): warp w of block b owns the c columns
  *   n0 = (b * w_per_block + w) * c ...; its lanes read 16-byte chunks along
  *   k (512 contiguous bytes per column and step), u chunks per column per
- *   step, all c * u loads issued before any arithmetic (streamed with
- *   ld.global.nc.L1::no_allocate: B is never read again).  A's chunk at the
+ *   step; the c * u loads of the next step are issued before the
+ *   arithmetic of this one (software pipelining: left inside one step, the
+ *   compiler spreads them between the FMAs that use them, and a lane has
+ *   two loads in flight instead of c * u), streamed with
+ *   ld.global.nc.L1::no_allocate (B is never read again).  A's chunk at the
  *   same k is read as one 16-byte pack per row straight from memory (it
  *   stays in L1: every warp of the SM reads the same few KB).  At the end
  *   the 32 lanes' partial sums of the c x M results are added with a
@@ -23,9 +26,10 @@
  *
  *   B stored [K, N] (n contiguous): a block owns c chunks of 16 bytes of a
  *   row (c x 8 columns of f16); its threads split into row groups that
- *   stride along k, u rows per step in flight; partial sums are added across
- *   the row groups of a warp with shuffles, then across warps in shared
- *   memory (once per block).
+ *   stride along k, u rows per step in flight (pipelined the same way);
+ *   partial sums are added across the row groups of a warp with the same
+ *   transpose reduction, then across warps in shared memory (once per
+ *   block).
  *
  * Split-K (sk > 1, grid.y = slice): when N alone gives too few warps to keep
  * the GPU's loads in flight (the small matrices of a 1B model are 1-23 MB),
@@ -33,9 +37,10 @@
  * [Z][sk][M][N]; a counter per column block ([Z][blocks], at the start of
  * the workspace) is raised with atomicAdd after a __threadfence, and the
  * block that raises it to sk adds the sk slices in slice order (the result
- * does not depend on which block is last), runs the epilogue and puts the
- * counter back to 0, so the workspace is all zero again when the kernel
- * ends.
+ * does not depend on which block is last), clearing each partial sum as it
+ * reads it, puts the counter back to 0 and runs the epilogue: the
+ * workspace is all zero again when the kernel ends (other kernels keep
+ * their counters where this one keeps partial sums).
  *
  * Either way each result goes through the group's elementwise epilogue.
  * Without the alignment guarantee a uniform test of the pointers picks
@@ -52,6 +57,9 @@
 /* Warps the whole grid should have in flight before split-K stops paying
  * (132 SMs x 16 warps on an H200). */
 #define GEMV_TARGET_WARPS 2048
+/* Blocks of the default shape (4 warps, 4 chunks a step) an H200 holds
+ * at once. */
+#define GEMV_RESIDENT_BLOCKS 660
 /* The largest workspace a split-K GEMV may ask for. */
 #define GEMV_MAX_WORKSPACE ((uint64_t)256 << 20)
 
@@ -106,10 +114,15 @@ static int pick_splitk(const CuGemm *gm, const CuGemvParams *p) {
 void cu_gemv_default_params(const CuFn *f, const CuGemm *gm, CuGemvParams *out) {
   (void)f;
   if (gm->tb) {
-    /* 4 warps of 2 columns, 4 chunks per column in flight (8 loads, 128
-     * bytes per lane, 48 registers); more rows need more registers per
-     * chunk: 2 chunks deep (72 registers at M = 8). */
-    *out = gm->M <= 4 ? (CuGemvParams){4, 2, 4, 1} : (CuGemvParams){4, 2, 2, 1};
+    /* 4 warps of 2 columns, 4 chunks per column a step: 8 loads (128 bytes)
+     * per lane in flight, about 96 registers with the next step's loads,
+     * 5 blocks per SM: 660 on an H200.  With more blocks than that, 2
+     * chunks a step (64 registers, 8 blocks per SM) so that the blocks
+     * left for a last wave are fewer and the GPU stays busy, as it does
+     * for M > 4, where each chunk needs more registers (about 100 at
+     * M = 8). */
+    *out = (CuGemvParams){4, 2, 4, 1};
+    if (gm->M > 4 || col_blocks(gm, out) * (gm->Z < 1 ? 1 : gm->Z) > GEMV_RESIDENT_BLOCKS) out->unroll = 2;
   } else {
     /* 4 chunks (64 bytes of f16) per row segment; 2 when that leaves too
      * few blocks to keep every SM's loads in flight */
@@ -248,15 +261,18 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   const char *m = cu_tmp(f), *n = cu_tmp(f);
   cu_line(f, "const %s %s = i / %d, %s = (%s)(%s + i %% %d);", f->idx, m, NBLK, n, f->idx, nb0, NBLK);
   cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
-  cu_line(f, "const float *pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", v->z, sk, (long long)gm->M, m,
+  cu_line(f, "float *const pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", v->z, sk, (long long)gm->M, m,
           (long long)gm->N, n);
   cu_line(f, "float s = 0.0f;");
+  cu_line(f, "// slice by slice (L2: written by other SMs), each cleared for the next kernel");
+  cu_open(f, "for (int q = 0; q < %d; q++)", sk);
   cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "for (int q = 0; q < %d; q++) s += __ldcg(pp + q * %lldLL);  // L2: written by other SMs", sk,
-          (long long)(gm->M * gm->N));
+  cu_line(f, "s += __ldcg(pp + q * %lldLL);", (long long)(gm->M * gm->N));
   cu_line(f, "#else");
-  cu_line(f, "for (int q = 0; q < %d; q++) s += pp[q * %lldLL];", sk, (long long)(gm->M * gm->N));
+  cu_line(f, "s += pp[q * %lldLL];", (long long)(gm->M * gm->N));
   cu_line(f, "#endif");
+  cu_line(f, "pp[q * %lldLL] = 0.0f;", (long long)(gm->M * gm->N));
+  cu_close(f);
   finish(f, v, m, n, "s");
   cu_close(f);
   cu_close(f);
@@ -292,37 +308,38 @@ static int pow2_at_least(int x) {
   return p;
 }
 
-/* One step of the [N, K] stream: U chunks per column at c, c + 32, ...
- * (chunk indices of k / vec).  vector: 16-byte loads (else element loads);
- * guarded: the last, partial step (a chunk at or beyond c1 loads the
- * slice's last chunk and adds nothing, so every load stays valid and all
- * are still issued together). */
-static void tb_step(CuFn *f, const Gv *v, int U, bool vector, bool guarded) {
+/* The loads of one step of the [N, K] stream into `dst` (smelt_pack
+ * [U][C]): chunks c + 32 u of every column, clamped into the slice (a
+ * chunk past c1 is loaded again and not used, so every load is valid). */
+static void tb_loads(CuFn *f, const Gv *v, int U, const char *dst, const char *c) {
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int j = 0; j < %d; j++)", v->p->cols);
+  cu_line(f, "    %s[u][j] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(br[j]) + (%s + 32 * u < c1 ? %s + 32 * u : c1 - 1));",
+          dst, v->st, v->vec, c, c);
+}
+
+/* The arithmetic of one step: chunks c + 32 u (u < U) of every column,
+ * from `src` (the packs tb_loads gave) or, without one, element loads;
+ * guarded: chunks at or past c1 add nothing. */
+static void tb_compute(CuFn *f, const Gv *v, int U, const char *src, bool guarded) {
   const CuGemm *gm = v->gm;
   int C = v->p->cols, vec = v->vec, M = v->M, MP = pow2_at_least(M);
-  const char *chunk = guarded ? "(c + 32 * u < c1 ? c + 32 * u : c1 - 1)" : "(c + 32 * u)";
-  if (vector) {
-    cu_line(f, "smelt_pack<%s, %d> b[%d][%d];  // all loads of the step first", v->st, vec, U, C);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int u = 0; u < %d; u++)", U);
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int j = 0; j < %d; j++) b[u][j] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(br[j]) + %s);", C,
-            v->st, vec, chunk);
-  }
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const %s k = (%s)%s * %d;", f->idx, f->idx, chunk, vec);
-  if (guarded) cu_line(f, "if (c + 32 * u >= c1) continue;");
+  if (guarded) cu_line(f, "if (c + 32 * u >= c1) break;");
+  cu_line(f, "const %s k = (%s)(c + 32 * u) * %d;", f->idx, f->idx, vec);
   cu_line(f, "float bf[%d][%d];", C, vec);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int j = 0; j < %d; j++)", C);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int e = 0; e < %d; e++) bf[j][e] = %s;", vec,
-          cu_from_storage(f, v->bdt, vector ? "b[u][j].v[e]" : "br[j][k + e]"));
+          cu_from_storage(f, v->bdt, src ? cu_fmt(f, "%s[u][j].v[e]", src) : "br[j][k + e]"));
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", M);
   cu_line(f, "float x[%d];  // A[m][k .. k+%d]", vec, vec - 1);
-  if (vector && v->x_vec) {
+  if (src && v->x_vec) {
     cu_line(f, "const smelt_pack<%s, %d> xp = *reinterpret_cast<const smelt_pack<%s, %d> *>(X + m * %lldLL + k);", v->sa, vec,
             v->sa, vec, (long long)gm->K);
     cu_line(f, "#pragma unroll");
@@ -343,20 +360,38 @@ static void tb_step(CuFn *f, const Gv *v, int U, bool vector, bool guarded) {
   cu_close(f);
 }
 
-/* The lanes' stream over this slice's chunks [c0, c1). */
+/* The lanes' stream over this slice's chunks [c0, c1).  With 16-byte
+ * loads it is software-pipelined: the U x C loads of the next step are
+ * issued before the arithmetic of this one, so they are in flight together
+ * while it runs (issued inside the step, the compiler would spread them
+ * between the FMAs that use them, a round trip for every two). */
 static void tb_stream(CuFn *f, const Gv *v, bool vector) {
-  int U = vector ? v->p->unroll : 1;
+  int U = v->p->unroll, C = v->p->cols;
   cu_line(f, "int c = c0 + lane;");
-  if (U > 1) cu_open(f, "for (; c + %d < c1; c += %d)", 32 * (U - 1), 32 * U);
-  else cu_open(f, "for (; c < c1; c += 32)");
-  tb_step(f, v, U, vector, false);
-  cu_close(f);
-  if (U > 1) {
-    cu_line(f, "// the rest of the slice: one step of at most %d chunks per column, loads still issued together", U);
-    cu_open(f, "if (c < c1)");
-    tb_step(f, v, U, vector, true);
+  if (!vector) {
+    cu_open(f, "for (; c < c1; c += 32)");
+    tb_compute(f, v, 1, NULL, false);
     cu_close(f);
+    return;
   }
+  cu_open(f, "if (c < c1)");
+  cu_line(f, "smelt_pack<%s, %d> next[%d][%d];  // the next step's chunks, loaded a step ahead", v->st, v->vec, U, C);
+  tb_loads(f, v, U, "next", "c");
+  cu_open(f, "for (;;)");
+  cu_line(f, "smelt_pack<%s, %d> b[%d][%d];", v->st, v->vec, U, C);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int j = 0; j < %d; j++) b[u][j] = next[u][j];", C);
+  cu_line(f, "const int cn = c + %d;", 32 * U);
+  cu_open(f, "if (cn < c1)");
+  tb_loads(f, v, U, "next", "cn");
+  cu_close(f);
+  tb_compute(f, v, U, "b", true);
+  cu_line(f, "c = cn;");
+  cu_line(f, "if (c >= c1) break;");
+  cu_close(f);
+  cu_close(f);
 }
 
 /* Transpose reduction of the P values acc[0..P) (P a power of two) over
@@ -471,26 +506,28 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
 
 /* ---- B stored [K, N] ---- */
 
-/* One step of the [K, N] stream: U rows k, k + KG, ... of this thread's
- * chunk; guarded as in tb_step. */
-static void kn_step(CuFn *f, const Gv *v, int U, int KG, bool vector, bool guarded) {
+/* The loads of one step of the [K, N] stream into `dst` (smelt_pack [U]):
+ * rows k + KG u of this thread's chunk, clamped into the slice. */
+static void kn_loads(CuFn *f, const Gv *v, int U, int KG, const char *dst, const char *k) {
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "  %s[u] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(B + (long long)(%s + %d * u < k1 ? %s + %d * u : k1 - 1) * %lldLL + nc));",
+          dst, v->st, v->vec, k, KG, k, KG, (long long)v->gm->N);
+}
+
+/* The arithmetic of one step: rows k + KG u (u < U), from `src` or, without
+ * one, element loads; guarded: rows at or past k1 add nothing. */
+static void kn_compute(CuFn *f, const Gv *v, int U, int KG, const char *src, bool guarded) {
   const CuGemm *gm = v->gm;
   int vec = v->vec, M = v->M;
-  const char *row = guarded ? cu_fmt(f, "(k + %d * u < k1 ? k + %d * u : k1 - 1)", KG, KG) : cu_fmt(f, "(k + %d * u)", KG);
-  if (vector) {
-    cu_line(f, "smelt_pack<%s, %d> b[%d];  // all loads of the step first", v->st, vec, U);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int u = 0; u < %d; u++) b[u] = load_b(reinterpret_cast<const smelt_pack<%s, %d> *>(B + (long long)%s * %lldLL + nc));",
-            U, v->st, vec, row, (long long)gm->N);
-  }
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const %s kr = %s;", f->idx, row);
-  if (guarded) cu_line(f, "if (k + %d * u >= k1) continue;", KG);
+  if (guarded) cu_line(f, "if (k + %d * u >= k1) break;", KG);
+  cu_line(f, "const %s kr = k + %d * u;", f->idx, KG);
   cu_line(f, "float bf[%d];", vec);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int e = 0; e < %d; e++) bf[e] = %s;", vec,
-          cu_from_storage(f, v->bdt, vector ? "b[u].v[e]" : cu_fmt(f, "B[(long long)kr * %lldLL + nc + e]", (long long)gm->N)));
+          cu_from_storage(f, v->bdt, src ? cu_fmt(f, "%s[u].v[e]", src) : cu_fmt(f, "B[(long long)kr * %lldLL + nc + e]", (long long)gm->N)));
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", M);
   CuVal x;
@@ -502,18 +539,33 @@ static void kn_step(CuFn *f, const Gv *v, int U, int KG, bool vector, bool guard
   cu_close(f);
 }
 
+/* The thread's stream over rows [k0, k1) of its chunk, software-pipelined
+ * as in tb_stream. */
 static void kn_stream(CuFn *f, const Gv *v, int KG, bool vector) {
-  int U = vector ? v->p->unroll : 1;
+  int U = v->p->unroll;
   cu_line(f, "int k = k0 + kg;");
-  if (U > 1) cu_open(f, "for (; k + %d < k1; k += %d)", KG * (U - 1), KG * U);
-  else cu_open(f, "for (; k < k1; k += %d)", KG);
-  kn_step(f, v, U, KG, vector, false);
-  cu_close(f);
-  if (U > 1) {
-    cu_open(f, "if (k < k1)");
-    kn_step(f, v, U, KG, vector, true);
+  if (!vector) {
+    cu_open(f, "for (; k < k1; k += %d)", KG);
+    kn_compute(f, v, 1, KG, NULL, false);
     cu_close(f);
+    return;
   }
+  cu_open(f, "if (k < k1)");
+  cu_line(f, "smelt_pack<%s, %d> next[%d];  // the next step's rows, loaded a step ahead", v->st, v->vec, U);
+  kn_loads(f, v, U, KG, "next", "k");
+  cu_open(f, "for (;;)");
+  cu_line(f, "smelt_pack<%s, %d> b[%d];", v->st, v->vec, U);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++) b[u] = next[u];", U);
+  cu_line(f, "const int kn = k + %d;", KG * U);
+  cu_open(f, "if (kn < k1)");
+  kn_loads(f, v, U, KG, "next", "kn");
+  cu_close(f);
+  kn_compute(f, v, U, KG, "b", true);
+  cu_line(f, "k = kn;");
+  cu_line(f, "if (k >= k1) break;");
+  cu_close(f);
+  cu_close(f);
 }
 
 static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {

@@ -23,8 +23,9 @@
  * the workspace ([Z][sk][M][N], after a counter per tile [Z][tiles]), and
  * raises the tile's counter after a __threadfence; the block that raises
  * it to sk adds the sk partial tiles in slice order (the same sum whichever
- * block is last), puts the counter back to 0 (the workspace is all zero
- * when the kernel ends) and runs the epilogue.
+ * block is last), clearing them as it reads them, puts the counter back to
+ * 0 (the workspace is all zero when the kernel ends: other kernels keep
+ * counters where this one keeps partial tiles) and runs the epilogue.
  *
  * Shared memory: stages x (BM + BN) x (BK + 8) halves.  A variant asking
  * for more than the target arch allows (opt->arch; without one, 99 KiB:
@@ -370,14 +371,16 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_open(f, "for (int h = 0; h < 2; h++)");
   frag_coords(f, p, "m", "n");
   cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
-  cu_line(f, "const float *const pp = part + (%s * %d * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M, (long long)gm->N);
+  cu_line(f, "float *const pp = part + (%s * %d * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M, (long long)gm->N);
   cu_line(f, "float s0 = 0.0f, s1 = 0.0f;");
+  cu_line(f, "// slice by slice (L2: written by other SMs), each cleared for the next kernel");
   cu_open(f, "for (int q = 0; q < %d; q++)", sk);
   cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "s0 += __ldcg(pp + q * %lldLL), s1 += __ldcg(pp + q * %lldLL + 1);  // L2: written by other SMs", MN, MN);
+  cu_line(f, "s0 += __ldcg(pp + q * %lldLL), s1 += __ldcg(pp + q * %lldLL + 1);", MN, MN);
   cu_line(f, "#else");
   cu_line(f, "s0 += pp[q * %lldLL], s1 += pp[q * %lldLL + 1];", MN, MN);
   cu_line(f, "#endif");
+  cu_line(f, "pp[q * %lldLL] = 0.0f, pp[q * %lldLL + 1] = 0.0f;", MN, MN);
   cu_close(f);
   cu_line(f, "acc[i][j][2 * h] = s0, acc[i][j][2 * h + 1] = s1;");
   cu_close(f);
@@ -559,29 +562,62 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
   /* epilogue: fragment element e of tile (i, j) is row g (+8 for e >= 2),
    * column 2t (+1 for odd e) */
-  cu_line(f, "// epilogue: the fused elementwise ops on each f32 accumulator, stored");
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int e = 0; e < 4; e++)");
-  const char *m = cu_tmp(f), *n = cu_tmp(f);
-  cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, p->WM);
-  cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, p->WN);
-  cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
+  const Value *av = &g->val[an->out[0]];
+  const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
   CuCoords co;
   CuVal val;
-  const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
-  gm->result(f, gm, zi, m, n, "acc[i][j][e]", &co, &val);
-  const Value *av = &g->val[an->out[0]];
-  const char *r = cu_tmp(f);
-  cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(an->op));
-  val.l[0] = r;
-  cu_store_epilogue(f, epi, nepi, &co, &val);
-  cu_close(f);
-  cu_close(f);
-  cu_close(f);
-  cu_close(f);
+  if (f->opt && f->opt->args_aligned) {
+    /* the two columns of a row a lane holds are one 4-byte (f16) access
+     * for every tensor the epilogue reads or writes: n is even and rows
+     * have a multiple of 8 elements, so with aligned arguments each pair
+     * is aligned */
+    cu_line(f, "// epilogue: the fused elementwise ops on each pair of f32 accumulators (columns n, n + 1), stored");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int h = 0; h < 2; h++)");
+    const char *m = cu_tmp(f), *n = cu_tmp(f);
+    frag_coords(f, p, m, n);
+    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
+    gm->result(f, gm, zi, m, n, "acc[i][j][2 * h]", &co, &val);
+    co.lanes = 2;
+    co.step[co.rank - 1] = 1;
+    co.aligned = true;
+    val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
+    for (int e = 0; e < 2; e++) {
+      const char *r = cu_tmp(f);
+      cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(an->op),
+              e ? ", column n + 1" : "");
+      val.l[e] = r;
+    }
+    cu_store_epilogue(f, epi, nepi, &co, &val);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+  } else {
+    cu_line(f, "// epilogue: the fused elementwise ops on each f32 accumulator, stored");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int e = 0; e < 4; e++)");
+    const char *m = cu_tmp(f), *n = cu_tmp(f);
+    cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, p->WM);
+    cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, p->WN);
+    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
+    gm->result(f, gm, zi, m, n, "acc[i][j][e]", &co, &val);
+    const char *r = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(an->op));
+    val.l[0] = r;
+    cu_store_epilogue(f, epi, nepi, &co, &val);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+  }
   cu_close(f); /* z */
 }

@@ -316,8 +316,39 @@ void cu_fn_fini(CuFn *f) {
   f->err = NULL;
 }
 
+/* What makes two generated kernels the same machine code: the launch
+ * shape, the parameter types and the body without its comments (which
+ * name the model's nodes, different in every layer). */
+static char *kernel_key(const CuFn *f, const CuLaunch *l, const CuBuf *body) {
+  CuBuf key = {0};
+  cu_buf_printf(&key, "%u %u %u %u %u %u %u %d %llu %d|", l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                l->block[2], l->smem, l->min_blocks, (unsigned long long)l->workspace, l->ntmaps);
+  for (int t = 0; t < l->ntmaps; t++) {
+    const CgCudaTmap *m = &l->tmaps[t];
+    cu_buf_printf(&key, "%d %d %d %d", m->arg, m->dtype, m->rank, m->swizzle);
+    for (int d = 0; d < m->rank; d++) cu_buf_printf(&key, " %llu %u", (unsigned long long)m->dims[d], m->box[d]);
+    cu_buf_printf(&key, "|");
+  }
+  for (int a = 0; a < f->k->nargs; a++)
+    cu_buf_printf(&key, "%s%s,", a < f->nin ? "c" : "", cu_stype(f->g->val[f->k->args[a]].type.dt));
+  const char *p = body->s ? body->s : "", *end = p + body->len;
+  while (p < end) {
+    if (p + 1 < end && p[0] == '/' && p[1] == '/') {
+      while (p < end && *p != '\n') p++;
+    } else if (p + 1 < end && p[0] == '/' && p[1] == '*') {
+      p += 2;
+      while (p + 1 < end && !(p[0] == '*' && p[1] == '/')) p++;
+      p = p + 2 <= end ? p + 2 : end;
+    } else {
+      cu_buf_append(&key, p, 1);
+      p++;
+    }
+  }
+  return cu_buf_take(&key);
+}
+
 static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force,
-                               const char *symbol, CuBuf *out, CgCudaLaunch *launch) {
+                               const char *symbol, CuBuf *out, CgCudaLaunch *launch, char **out_key) {
   CuFn f;
   RETURN_IF_ERROR(cu_fn_init(&f, g, k, opt, force));
   int count = f.nanchors;
@@ -356,6 +387,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     launch->workspace = l.workspace;
     launch->ntmaps = l.ntmaps;
     memcpy(launch->tmaps, l.tmaps, sizeof l.tmaps);
+    *out_key = kernel_key(&f, &l, &body);
   }
   cu_buf_free(&body);
   cu_fn_fini(&f);
@@ -393,8 +425,12 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
   m->kernels = calloc((size_t)(nk ? nk : 1), sizeof *m->kernels);
   CuBuf *texts = calloc((size_t)(nk ? nk : 1), sizeof *texts);
   bool *f16 = calloc((size_t)(nk ? nk : 1), sizeof(bool)), *bf16 = calloc((size_t)(nk ? nk : 1), sizeof(bool));
-  if (!m->kernels || !texts || !f16 || !bf16) {
-    free(texts), free(f16), free(bf16);
+  char **keys = calloc((size_t)(nk ? nk : 1), sizeof(char *));
+  int *dup_of = malloc(sizeof(int) * (size_t)(nk ? nk : 1)), *ndup = calloc((size_t)(nk ? nk : 1), sizeof(int));
+  int *uniq_idx = malloc(sizeof(int) * (size_t)(nk ? nk : 1));
+  for (int i = 0; dup_of && i < nk; i++) dup_of[i] = -1;
+  if (!m->kernels || !texts || !f16 || !bf16 || !keys || !dup_of || !ndup || !uniq_idx) {
+    free(texts), free(f16), free(bf16), free(keys), free(dup_of), free(ndup), free(uniq_idx);
     cg_cuda_module_free(m);
     return st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
   }
@@ -411,36 +447,68 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
       if (!clash) break;
       snprintf(uniq, sizeof uniq, "%.96s_%d", sym, n);
     }
-    st = gen_kernel(g, &k[i], opt, opt->force ? opt->force[i] : NULL, uniq, &texts[i], &m->kernels[i]);
+    st = gen_kernel(g, &k[i], opt, opt->force ? opt->force[i] : NULL, uniq, &texts[i], &m->kernels[i], &keys[i]);
     if (!st) kernel_types(g, &k[i], &f16[i], &bf16[i]);
+    /* the same code as an earlier kernel (the same layer again): launch
+     * that one's function, compile it once */
+    for (int j = 0; j < i && !st; j++)
+      if (dup_of[j] < 0 && keys[j] && keys[i] && strcmp(keys[j], keys[i]) == 0) {
+        dup_of[i] = j;
+        memcpy(m->kernels[i].symbol, m->kernels[j].symbol, sizeof m->kernels[i].symbol);
+        cu_buf_free(&texts[i]);
+        ndup[j]++;
+        break;
+      }
+  }
+  /* the kernels each shared function stands for, in its comment */
+  for (int j = 0; j < nk && !st; j++) {
+    if (dup_of[j] >= 0 || ndup[j] == 0) continue;
+    CuBuf t = {0};
+    cu_buf_printf(&t, "// %s is also launched for", m->kernels[j].symbol);
+    for (int i = j + 1; i < nk; i++)
+      if (dup_of[i] == j) cu_buf_printf(&t, " %s", m->kernels[i].name);
+    cu_buf_printf(&t, " (the same code).\n");
+    cu_buf_append(&t, texts[j].s ? texts[j].s : "", texts[j].len);
+    cu_buf_free(&texts[j]);
+    texts[j] = t;
   }
   if (!st) {
+    int nu = 0;
+    for (int i = 0; i < nk; i++)
+      if (dup_of[i] < 0) uniq_idx[nu++] = i;
     int max_units = opt->max_units > 0 ? opt->max_units : 16;
-    m->nunits = nk < max_units ? nk : max_units;
+    m->nunits = nu < max_units ? nu : max_units;
     if (m->nunits < 1) m->nunits = 1;
     m->units = calloc((size_t)m->nunits, sizeof(char *));
     if (!m->units) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
-    /* contiguous runs of kernels, sizes differing by at most one */
+    /* contiguous runs of the distinct kernels, sizes differing by at most one */
     for (int u = 0; u < m->nunits && !st; u++) {
-      int first = (int)((int64_t)nk * u / m->nunits), last = (int)((int64_t)nk * (u + 1) / m->nunits);
+      int first = (int)((int64_t)nu * u / m->nunits), last = (int)((int64_t)nu * (u + 1) / m->nunits);
       bool h = false, b = false;
-      for (int i = first; i < last; i++) h |= f16[i], b |= bf16[i];
+      for (int x = first; x < last; x++) h |= f16[uniq_idx[x]], b |= bf16[uniq_idx[x]];
       CuBuf src = {0};
       cu_buf_printf(&src, "// smelt: CUDA C for model '%s', unit %d of %d (kernels %d..%d).\n",
-                    g->name ? g->name : "", u, m->nunits, first, last - 1);
+                    g->name ? g->name : "", u, m->nunits, last > first ? uniq_idx[first] : 0,
+                    last > first ? uniq_idx[last - 1] : -1);
       cu_buf_printf(&src, "// Generated code: every kernel's comment names the model nodes it computes.\n");
       if (h) cu_buf_printf(&src, "%s", prelude_f16);
       if (b) cu_buf_printf(&src, "%s", prelude_bf16);
       cu_buf_printf(&src, "%s\n", prelude_common);
-      for (int i = first; i < last; i++) {
+      for (int x = first; x < last; x++) {
+        int i = uniq_idx[x];
         m->kernels[i].unit = u;
         cu_buf_append(&src, texts[i].s ? texts[i].s : "", texts[i].len);
       }
       m->units[u] = cu_buf_take(&src);
     }
+    for (int i = 0; i < nk && !st; i++)
+      if (dup_of[i] >= 0) m->kernels[i].unit = m->kernels[dup_of[i]].unit;
   }
-  for (int i = 0; i < nk; i++) cu_buf_free(&texts[i]);
-  free(texts), free(f16), free(bf16);
+  for (int i = 0; i < nk; i++) {
+    cu_buf_free(&texts[i]);
+    free(keys[i]);
+  }
+  free(texts), free(f16), free(bf16), free(keys), free(dup_of), free(ndup), free(uniq_idx);
   if (st) {
     cg_cuda_module_free(m);
     return st;

@@ -259,6 +259,18 @@ static const char emu_helpers[] =
     "static pthread_mutex_t emu_mx = PTHREAD_MUTEX_INITIALIZER;\n"
     "static pthread_cond_t emu_cv = PTHREAD_COND_INITIALIZER;\n"
     "struct emu_mbar { int count, pending, phase; long long tx; };\n"
+    "// A warpgroup's wgmma is one collective operation: its thread that signals the producer\n"
+    "// knows the whole warpgroup is done.  Here, wgmma.wait_group is a barrier of the warpgroup.\n"
+    "struct emu_wgbar { int count, gen; };\n"
+    "__shared__ emu_wgbar emu_wgbars[4];\n"
+    "auto emu_wg_sync = [&]() {\n"
+    "  emu_wgbar *w = &emu_wgbars[threadIdx.x / 128];\n"
+    "  pthread_mutex_lock(&emu_mx);\n"
+    "  const int gen = w->gen;\n"
+    "  if (++w->count == 128) w->count = 0, w->gen++, pthread_cond_broadcast(&emu_cv);\n"
+    "  else while (w->gen == gen) pthread_cond_wait(&emu_cv, &emu_mx);\n"
+    "  pthread_mutex_unlock(&emu_mx);\n"
+    "};\n"
     "// a phase completes when its arrivals are in and its expected bytes have landed\n"
     "auto emu_settle = [](emu_mbar *b) {\n"
     "  if (b->pending == 0 && b->tx == 0) b->phase ^= 1, b->pending = b->count, pthread_cond_broadcast(&emu_cv);\n"
@@ -468,6 +480,15 @@ static void ptx(CuFn *f, const char *stmt) {
   cu_line(f, "#endif");
 }
 
+/* wgmma.wait_group n; in the emulation, a barrier of the warpgroup. */
+static void wait_group(CuFn *f, int n) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"wgmma.wait_group.sync.aligned %d;\\n\" ::: \"memory\");", n);
+  cu_line(f, "#else");
+  cu_line(f, "emu_wg_sync();");
+  cu_line(f, "#endif");
+}
+
 static void producer(CuFn *f, const Wg *w) {
   const CuWgmmaParams *p = w->p;
   cu_line(f, "// producer warpgroup: hands registers to the consumers; one thread issues the loads");
@@ -558,12 +579,12 @@ static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   cu_close(f);
   ptx(f, "asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\");");
   cu_line(f, "// at most this stage's group in flight: the previous stage's reads are over");
-  ptx(f, "asm volatile(\"wgmma.wait_group.sync.aligned 1;\\n\" ::: \"memory\");");
+  wait_group(f, 1);
   cu_line(f, "if (prev >= 0 && threadIdx.x %% 128 == 0) bar_arrive(bar_empty + 8 * prev);");
   cu_line(f, "prev = stage;");
   cu_line(f, "if (++stage == %d) stage = 0, phase ^= 1;", p->stages);
   cu_close(f);
-  ptx(f, "asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\");");
+  wait_group(f, 0);
   cu_line(f, "if (threadIdx.x %% 128 == 0) bar_arrive(bar_empty + 8 * prev);");
 
   cu_line(f, "// epilogue: acc[ms][4j + 2h + e] is row 64 ms + 16 warp + lane/4 + 8h, column 8j + 2 (lane%%4) + e");
@@ -684,6 +705,9 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
   cu_line(f, "bar_init(bar_full + 8 * s, 1);  // the producer's arrival (with %d bytes)", stage_bytes);
   cu_line(f, "bar_init(bar_empty + 8 * s, %d);  // one arrival per consumer warpgroup", p->consumers);
   cu_close(f);
+  cu_line(f, "#ifndef __CUDA_ARCH__");
+  cu_line(f, "for (int i = 0; i < 4; i++) emu_wgbars[i] = emu_wgbar{0, 0};");
+  cu_line(f, "#endif");
   cu_line(f, "// make the initialised barriers visible to the async proxy (TMA)");
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");");

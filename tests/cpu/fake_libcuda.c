@@ -10,8 +10,8 @@
  * kernels.  It reports one "Fake H200" (compute capability 9.0, 132 SMs,
  * 50 MiB of L2).
  *
- * Faults, chosen by environment variables naming substrings of kernel
- * names (several separated by commas):
+ * Faults, chosen by environment variables naming kernels (whole symbol
+ * names, several separated by commas):
  *   FAKE_CUDA_FAIL=s     launches of matching kernels fail (out of resources;
  *                        the context survives);
  *   FAKE_CUDA_CORRUPT=s  matching kernels write 0x5A over the first 16
@@ -215,13 +215,14 @@ EXPORT CUresult cuFuncGetAttribute(int *v, int a, void *f) { return (void)a, (vo
 
 /* ---- running ---- */
 
-/* Whether name contains one of the comma-separated substrings of $env. */
+/* Whether name is one of the comma-separated names of $env (exactly:
+ * "k00_h__c1" must not select "k00_h__c10"). */
 static int matches(const char *env, const char *name) {
   const char *s = getenv(env);
+  size_t len = strlen(name);
   while (s && *s) {
     size_t n = strcspn(s, ",");
-    for (const char *p = name; n && *p; p++)
-      if (strncmp(p, s, n) == 0) return 1;
+    if (n == len && strncmp(name, s, n) == 0) return 1;
     s += n + (s[n] == ',');
   }
   return 0;

@@ -188,11 +188,12 @@ static inline bool att_ref_init(AttRef *r, Graph *g) {
   return true;
 }
 
-/* Runs variant tok (NULL: the heuristic's choice); returns the number of
- * failures (printed, prefixed with `what`).  *out_ms: the attention
+/* Runs variant tok (NULL: the heuristic's choice), generated for `arch`
+ * (CgCudaOptions.arch; NULL: portable); returns the number of failures
+ * (printed, prefixed with `what`).  *out_ms: the attention
  * kernel's time (GPU only, when timing_reps > 0), else 0.  out_tok gets the
  * token the kernel recorded. */
-static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, bool args_aligned, size_t offset, int launches,
+static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const char *arch, bool args_aligned, size_t offset, int launches,
                                   int timing_reps, double *out_ms, char out_tok[CG_VARIANT_LEN], const char *what) {
   int failures = 0;
 #define ATT_FAIL(...)                                            \
@@ -209,7 +210,7 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, bool args
   if (out_tok) out_tok[0] = 0;
   const char **force = calloc((size_t)r->nk, sizeof *force);
   force[r->att] = tok;
-  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .force = force};
+  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .arch = arch, .force = force};
   CgCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, r->k, r->nk, &opt, &m);
   free(force);

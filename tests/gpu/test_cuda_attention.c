@@ -37,28 +37,27 @@ static double att_pairs(const AttCase *c) {
 
 /* Generates the unit of every token (as att_run_variant will) and compiles
  * them together, so that the runs that follow find them in the cache. */
-static void prewarm(Exec *e, AttRef *r, char (*toks)[CG_VARIANT_LEN], int n, bool args_aligned) {
+static void prewarm(Exec *e, AttRef *r, char (*toks)[CG_VARIANT_LEN], int n, const char *arch, bool args_aligned) {
   char **units = calloc((size_t)n, sizeof(char *));
   CgCudaModule **mods = calloc((size_t)n, sizeof *mods);
   int nu = 0;
   for (int i = 0; i < n; i++) {
     const char **force = calloc((size_t)r->nk, sizeof *force);
     force[r->att] = toks[i];
-    CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .force = force};
+    CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .arch = arch, .force = force};
     smelt_status st = cg_cuda_generate(r->g, r->k, r->nk, &opt, &mods[i]);
     free(force);
     if (st) {
       st_free(st); /* reported by the run */
       continue;
     }
-    for (int u = 0; u < mods[i]->nunits; u++) units[nu++] = mods[i]->units[u];
+    for (int u = 0; u < mods[i]->nunits && nu < n; u++) units[nu++] = mods[i]->units[u];
   }
   CgCudaModule all = {.nunits = nu, .units = units};
-  const char *arch = rt_cuda_device_info(e->dev)->arch;
   CgCudaBinary *bins = NULL;
-  smelt_status st = cg_cuda_compile_module(e->nvrtc, &all, &arch, 1, NULL, &bins);
+  smelt_status st = nu ? cg_cuda_compile_module(e->nvrtc, &all, &arch, 1, NULL, &bins) : NULL;
   if (st) st_free(st); /* the runs report it */
-  else cg_cuda_binaries_free(bins, nu);
+  else if (nu) cg_cuda_binaries_free(bins, nu);
   for (int i = 0; i < n; i++) cg_cuda_module_free(mods[i]);
   free(mods), free(units);
 }
@@ -78,7 +77,7 @@ static void run_all_variants(Exec *e, const AttCase *c, const char *label, bool 
   const char *arch = rt_cuda_device_info(e->dev)->arch;
   char toks[64][CG_VARIANT_LEN];
   int n = cg_cuda_variants(g, &r.k[r.att], arch, toks, 64);
-  prewarm(e, &r, toks, n, true);
+  prewarm(e, &r, toks, n, arch, true);
   double flops = 4.0 * (double)c->B * (double)c->H * (double)c->D * att_pairs(c);
   double bytes = 2.0 * (2.0 * (double)c->B * c->H * c->S * c->D + 2.0 * (double)c->B * c->Hkv * c->T * c->D);
   double best = 0;
@@ -86,7 +85,7 @@ static void run_all_variants(Exec *e, const AttCase *c, const char *label, bool 
   printf("%s (%s): %d variants\n", label, name, n);
   for (int i = 0; i < n; i++) {
     double ms = 0;
-    int f = att_run_variant(e, &r, toks[i], true, 0, 2, 10, &ms, NULL, label);
+    int f = att_run_variant(e, &r, toks[i], arch, true, 0, 2, 10, &ms, NULL, label);
     total_runs++;
     total_failures += f;
     if (f) {
@@ -162,7 +161,7 @@ static void run_matrix(Exec *e) {
       if (t >= 0 && !tok) break;
       for (int off = 0; off <= (mc->offset ? 1 : 0); off++) {
         char used[CG_VARIANT_LEN];
-        int f = att_run_variant(e, &r, tok, false, off ? 8 : 0, 2, 0, NULL, used, name);
+        int f = att_run_variant(e, &r, tok, rt_cuda_device_info(e->dev)->arch, false, off ? 8 : 0, 2, 0, NULL, used, name);
         total_runs++;
         total_failures += f;
         if (t < 0 && !off) snprintf(heur, sizeof heur, "%s", used);

@@ -101,7 +101,7 @@ static void test_plumbing(void) {
   heuristic_of(&prefill, h);
   CHECK(strncmp(h, "flash:", 6) == 0);
   heuristic_of(&decode, h);
-  CHECK(strcmp(h, "flashdec:split=16,bn=32,w=4") == 0);
+  CHECK(strcmp(h, "flashdec:split=16,bn=64,w=8") == 0);
   heuristic_of(&w4dec, h);
   CHECK(strncmp(h, "flashdec:", 9) == 0);
   heuristic_of(&f32c, h);
@@ -287,7 +287,7 @@ static void test_emulated(void) {
         if (mode == 1 && i % 4 != 1) continue;
         if (mode == 2 && i != 0) continue;
         char used[CG_VARIANT_LEN];
-        int f = att_run_variant(&e, &r, tok, mode == 2, mode == 1 ? 8 : 0, 2, 0, NULL, used, name);
+        int f = att_run_variant(&e, &r, tok, NULL, mode == 2, mode == 1 ? 8 : 0, 2, 0, NULL, used, name);
         failures += f;
         runs++;
         check_failures += f ? 1 : 0;

@@ -11,12 +11,13 @@
  *   - runs in the CPU emulation (tests/gpu/cuda_emu.hpp) against the
  *     reference interpreter (h_check_graph: every stored element, guard
  *     regions), with run-time alignment tests, with every buffer 8 bytes
- *     off (the plain-load fallbacks) and with args_aligned.  The split-K
- *     kernels of a graph run one after another on one workspace, so a
- *     kernel that left a counter non-zero would make the next one's sums
- *     wrong;
- *   - is generated for sm_90a and for sm_80: every kernel records the token
- *     it was forced to (l->variant), and NVRTC compiles each for its arch.
+ *     off (the plain-load fallbacks) and with args_aligned.  Then once
+ *     more on one zeroed workspace, which must be all zero again after the
+ *     kernels ran (a kernel that left counters or partial sums behind would
+ *     break the next kernel that keeps its counters there);
+ *   - is generated for sm_90a (arguments aligned) and for sm_80 (run-time
+ *     alignment tests and fallbacks): every kernel records the token it was
+ *     forced to (l->variant), and NVRTC compiles each for its arch.
  * Around that: token syntax (round trips, rejection of malformed tokens),
  * the default first in each candidate list, every candidate parsing back.
  */
@@ -133,8 +134,9 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
       char got[32][CG_VARIANT_LEN];
       int ng = cg_cuda_variants(g, &k[i], archs[a], got, 32);
       CHECK(ng > 0);
-      /* the first is the heuristic's: GEMV for M <= 8, else mma (tensor cores apply to every case here) */
-      if (ng > 0) CHECK(!strncmp(got[0], c->M <= 8 ? "gemv:" : "mma:", c->M <= 8 ? 5 : 4));
+      /* the first is the heuristic's: for portable builds GEMV for M <= 8, else mma (tensor cores
+       * apply to every case here); sm_90a may prefer wgmma */
+      if (ng > 0 && !archs[a]) CHECK(!strncmp(got[0], c->M <= 8 ? "gemv:" : "mma:", c->M <= 8 ? 5 : 4));
       for (int j = 0; j < ng; j++)
         if (family_tested(got[j])) add_token(toks, &n, got[j]);
     }
@@ -165,13 +167,15 @@ static const char **force_table(Graph *g, char (*toks)[CG_VARIANT_LEN], int *out
 }
 
 /* Generates g for arch with the forced tokens and checks that every
- * matmul kernel recorded its token. */
-static CgCudaModule *generate(Graph *g, const char **force, int nk, const char *arch, const char *what) {
+ * matmul kernel recorded its token; then NVRTC compiles it for arch (two
+ * units, compiled in parallel). */
+static void generate_and_compile(Graph *g, const char **force, int nk, const char *arch, bool args_aligned,
+                                 const char *what) {
   Kernel *k = NULL;
   int n = 0;
   CHECK_OK(cg_lower(g, &k, &n));
   CHECK(n == nk);
-  CgCudaOptions opt = {.max_units = 2, .force = force, .arch = arch};
+  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 2, .force = force, .arch = arch};
   CgCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, n, &opt, &m);
   if (st) {
@@ -185,30 +189,82 @@ static CgCudaModule *generate(Graph *g, const char **force, int nk, const char *
               m->kernels[i].variant);
       check_failures++;
     }
-  cg_kernels_free(k, n);
-  return m;
-}
-
-/* Generation for sm_90a and sm_80 (the tokens here fit both, so the two
- * give the same code), and the sm_80 module compiled by NVRTC for both
- * archs at once (in parallel). */
-static void generate_and_compile(Graph *g, const char **force, int nk, const char *what) {
-  cg_cuda_module_free(generate(g, force, nk, "sm_90a", what));
-  CgCudaModule *m = generate(g, force, nk, "sm_80", what);
   if (m && nvrtc) {
-    static const char *const archs[] = {"sm_90a", "sm_80"};
     CgCudaBinary *bins = NULL;
-    smelt_status st = cg_cuda_compile_module(nvrtc, m, archs, 2, &copts, &bins);
+    st = cg_cuda_compile_module(nvrtc, m, &arch, 1, &copts, &bins);
     if (st) {
-      fprintf(stderr, "%s: %s\n", what, st_message(st));
+      fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
       st_free(st);
       check_failures++;
     } else {
-      for (int u = 0; u < 2 * m->nunits; u++) CHECK(bins[u].cubin_len > 0);
-      cg_cuda_binaries_free(bins, 2 * m->nunits);
+      for (int u = 0; u < m->nunits; u++) CHECK(bins[u].cubin_len > 0);
+      cg_cuda_binaries_free(bins, m->nunits);
     }
   }
   cg_cuda_module_free(m);
+  cg_kernels_free(k, n);
+}
+
+/* Runs every kernel of g (forced) once, in order, on one zeroed workspace
+ * of the largest size any of them asks for, and checks the workspace is all
+ * zero afterwards (the contract of CgCudaLaunch.workspace: the next kernel,
+ * whatever it keeps where, finds zeros). */
+static void check_workspace(Exec *e, Graph *g, const char **force, const char *what) {
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  CgCudaOptions opt = {.max_units = 1, .force = force, .arch = "sm_90a"};
+  CgCudaModule *m = NULL;
+  smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
+  uint64_t *buf = calloc((size_t)g->nval, sizeof *buf), ws = 0, wsb = 0;
+  unsigned char *wsh = NULL;
+  if (!st) st = e->load(e, m);
+  bool loaded = !st;
+  for (int i = 0; !st && i < nk; i++) {
+    if (m->kernels[i].workspace > wsb) wsb = m->kernels[i].workspace;
+    for (int a = 0; !st && a < k[i].nargs; a++) {
+      int v = k[i].args[a];
+      if (buf[v]) continue;
+      const TensorType *t = &g->val[v].type;
+      st = e->alloc(e, ir_type_bytes(t), &buf[v]);
+      void *h = h_random(t, -1, 1, (uint64_t)v + 3);
+      if (!st) st = e->upload(e, buf[v], h, ir_type_bytes(t));
+      free(h);
+    }
+  }
+  if (!st && wsb) {
+    wsh = calloc(1, (size_t)wsb);
+    st = e->alloc(e, (size_t)wsb, &ws);
+    if (!st) st = e->upload(e, ws, wsh, (size_t)wsb);
+  }
+  for (int i = 0; !st && i < nk; i++) {
+    uint64_t args[257];
+    int na = k[i].nargs < 256 ? k[i].nargs : 256;
+    for (int a = 0; a < na; a++) args[a] = buf[k[i].args[a]];
+    if (m->kernels[i].workspace) args[na++] = ws;
+    st = e->launch(e, i, args, na);
+  }
+  if (!st && wsb) st = e->download(e, wsh, ws, (size_t)wsb);
+  for (uint64_t b = 0; !st && b < wsb; b++)
+    if (wsh[b]) {
+      fprintf(stderr, "%s: the kernels left workspace byte %llu of %llu non-zero\n", what, (unsigned long long)b,
+              (unsigned long long)wsb);
+      check_failures++;
+      break;
+    }
+  CHECK(wsb > 0); /* every case has split-K variants */
+  if (st) {
+    fprintf(stderr, "%s: %s\n", what, st_message(st));
+    st_free(st);
+    check_failures++;
+  }
+  if (loaded) e->unload(e);
+  for (int v = 0; v < g->nval; v++)
+    if (buf[v]) e->free(e, buf[v]);
+  if (ws) e->free(e, ws);
+  free(buf), free(wsh);
+  cg_cuda_module_free(m);
+  cg_kernels_free(k, nk);
 }
 
 static void run_case(Exec *e, const Case *c, HStats *stats, int *ntested) {
@@ -235,15 +291,19 @@ static void run_case(Exec *e, const Case *c, HStats *stats, int *ntested) {
       bool aligned_opt;
       size_t offset;
     } runs[] = {{false, 0}, {false, 8}, {true, 0}};
-    /* args_aligned (no run-time test) for some cases: its code is the first run's fast path */
+    /* args_aligned (no run-time test): the GEMV's fast path without the test (some cases); the
+     * tensor-core kernel's epilogue on pairs of columns (every case) */
     for (int r = 0; r < (c->all_runs ? 3 : 2); r++) {
       CgCudaOptions opt = {.args_aligned = runs[r].aligned_opt, .max_units = 1, .force = force, .arch = "sm_90a"};
       Graph *cl = ir_graph_clone(g);
       CHECK(h_check_graph(e, cl, NULL, &opt, runs[r].offset, false, what, stats) == 0);
       ir_graph_destroy(cl);
     }
+    check_workspace(e, g, force, what);
   }
-  generate_and_compile(g, force, nk, what);
+  /* both code paths compiled: aligned arguments for sm_90a, run-time tests and fallbacks for sm_80 */
+  generate_and_compile(g, force, nk, "sm_90a", true, what);
+  generate_and_compile(g, force, nk, "sm_80", false, what);
   printf("%-52s %d variants:", what, n);
   for (int i = 0; i < n; i++) printf(" %s", toks[i]);
   printf("\n");
@@ -299,6 +359,8 @@ static void test_tokens(void) {
 static void test_defaults(void) {
   CuGemm gm;
   memset(&gm, 0, sizeof gm);
+  TensorType bt = {.dt = DT_F16, .rank = 2};
+  gm.bt = gm.at = gm.yt = &bt; /* only the dtype is read */
   gm.Z = 1;
   gm.tb = true;
   CuMmaParams p;
@@ -316,6 +378,15 @@ static void test_defaults(void) {
   cu_mma_format(&p, d);
   CHECK(n > 0 && !strcmp(toks[0], d));
   for (int i = 0; i < n; i++) CHECK(cu_mma_parse(toks[i], &p));
+  /* decode: W4's k/v projection (1 MB) is split along K to fill the GPU;
+   * W2's down projection (N = 4096 columns, 90 MB) is not */
+  CuGemvParams gp;
+  gm.M = 1, gm.N = 256, gm.K = 2048;
+  cu_gemv_default_params(NULL, &gm, &gp);
+  CHECK(gp.splitk > 1);
+  gm.N = 4096, gm.K = 11008;
+  cu_gemv_default_params(NULL, &gm, &gp);
+  CHECK(gp.splitk == 1);
 }
 
 int main(void) {
@@ -333,17 +404,19 @@ int main(void) {
   static const Case cases[] = {
       /* GEMV, B [N, K]: 3 chunks of K; a long K with a partial last step; f32 (4 lanes a chunk); batched */
       {"f16", 0, 3, 24, 40, true, "bias_silu", {"gemv:w=2,c=8,u=3,sk=3", "gemv:w=1,c=1,u=1,sk=1"}, true},
-      {"f16", 0, 1, 1000, 72, true, "gelu_res", {"gemv:w=4,c=2,u=4,sk=5", "gemv:w=3,c=4,u=2,sk=2"}},
-      {"f32", 0, 2, 40, 24, true, "bias_silu", {"gemv:w=2,c=2,u=2,sk=3"}},
-      {"f16", 2, 5, 64, 48, true, "", {"gemv:w=4,c=2,u=4,sk=3"}},
+      {"f16", 0, 1, 1000, 72, true, "gelu_res", {"gemv:w=4,c=2,u=4,sk=5", "gemv:w=3,c=4,u=2,sk=2"}, false},
+      {"f32", 0, 2, 40, 24, true, "bias_silu", {"gemv:w=2,c=2,u=2,sk=3"}, false},
+      {"f16", 2, 5, 64, 48, true, "", {"gemv:w=4,c=2,u=4,sk=3"}, false},
       /* GEMV, B [K, N] */
       {"bf16", 0, 8, 200, 40, false, "mul", {"gemv:w=8,c=2,u=3,sk=3"}, true},
-      {"f16", 0, 5, 520, 24, false, "bias_silu", {"gemv:w=2,c=4,u=2,sk=5"}},
+      {"f16", 0, 5, 520, 24, false, "bias_silu", {"gemv:w=2,c=4,u=2,sk=5"}, false},
       /* tensor cores: ragged M, N, K against every tile; split-K; batched */
       {"f16", 0, 70, 200, 136, true, "bias_silu", {"mma:bm=64,bn=64,bk=32,wm=32,wn=32,st=3,sk=3"}, true},
-      {"bf16", 0, 70, 200, 136, false, "gelu_res", {"mma:bm=32,bn=128,bk=64,wm=32,wn=32,st=2,sk=5"}},
-      {"f16", 0, 33, 512, 40, true, "", {"mma:bm=64,bn=64,bk=16,wm=16,wn=32,st=5,sk=3"}},
-      {"f16", 2, 40, 64, 48, false, "mul", {"mma:bm=64,bn=64,bk=32,wm=32,wn=32,st=3,sk=2"}},
+      {"bf16", 0, 70, 200, 136, false, "gelu_res", {"mma:bm=32,bn=128,bk=64,wm=32,wn=32,st=2,sk=5"}, true},
+      {"f16", 0, 33, 512, 40, true, "", {"mma:bm=64,bn=64,bk=16,wm=16,wn=32,st=5,sk=3"}, true},
+      {"f16", 2, 40, 64, 48, false, "mul", {"mma:bm=64,bn=64,bk=32,wm=32,wn=32,st=3,sk=2"}, true},
+      /* 10 x 2 tiles of 32 x 32: two raster groups of 8 and 2 tile rows */
+      {"bf16", 0, 300, 48, 40, true, "bias_silu", {"mma:bm=32,bn=32,bk=16,wm=16,wn=16,st=2,sk=2"}, true},
   };
   Exec e;
   const char *skip = NULL;

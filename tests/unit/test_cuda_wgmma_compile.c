@@ -12,9 +12,10 @@
  *     128B swizzle);
  *   - NVRTC compiles the unit for sm_90a with ptxas reporting (-v): no
  *     error, no warning, no spill, no stack frame, no serialised wgmma;
- *     and for sm_80 too (where the kernel is a trap), so a bundle's source
- *     still compiles for another GPU;
- *   - the CPU emulation (tests/gpu/cuda_emu.hpp with the kernel's host
+ *     the default candidate also for sm_80 (where the kernel is a trap),
+ *     so a bundle's source still compiles for another GPU;
+ *   - the CPU emulation (the default candidate of every case, and every
+ *     candidate of one; tests/gpu/cuda_emu.hpp with the kernel's host
  *     stand-ins for TMA, mbarriers and wgmma) runs it, and the results are
  *     compared with the reference interpreter: this checks the tiling, the
  *     swizzle and descriptor addressing, the fragment layout, the barrier
@@ -376,7 +377,8 @@ static void check_launch(const CgCudaLaunch *l, const WgCase *c, const char *tok
   if (check_failures != bad) fprintf(stderr, "%s %s: launch checks failed\n", what, tok);
 }
 
-int main(void) {
+/* argv[1], if given, picks the candidates whose case name or token contains it. */
+int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   check_tokens();
   check_ineligible();
@@ -417,6 +419,7 @@ int main(void) {
     if (nt < 1) fprintf(stderr, "%s: no wgmma candidate\n", what);
     CHECK(nt >= 1);
     for (int v = 0; v < nt; v++) {
+      if (argc > 1 && !strstr(what, argv[1]) && !strstr(toks[v], argv[1])) continue;
       Kernel *k = NULL;
       int nk = 0;
       CgCudaModule *m = NULL;
@@ -434,7 +437,7 @@ int main(void) {
       check_launch(&m->kernels[0], c, toks[v], what);
       int regs = -1;
       if (have_nvrtc) {
-        for (int a = 0; a < 2; a++) {
+        for (int a = 0; a < (v == 0 ? 2 : 1); a++) {
           const char *arch = a == 0 ? "sm_90a" : "sm_80";
           char *log = NULL;
           int r = nv_compile(&nv, m->units[0], arch, &log);
@@ -451,12 +454,14 @@ int main(void) {
         }
       }
       int fails = 0;
-      if (have_cxx) {
+      /* the emulation is slow: the default of every case, every candidate of one */
+      bool emu = have_cxx && (v == 0 || i == 4 || argc > 1);
+      if (emu) {
         fails = emulate(g, &k[0], m, what, tmpdir);
         check_failures += fails;
         emulated++;
       }
-      printf("%-44s %-40s %3d registers %s\n", what, toks[v], regs, have_cxx ? (fails ? "FAILED" : "ok") : "");
+      printf("%-44s %-40s %3d registers %s\n", what, toks[v], regs, emu ? (fails ? "FAILED" : "ok") : "");
       cg_kernels_free(k, nk);
       cg_cuda_module_free(m);
     }
