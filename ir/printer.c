@@ -19,10 +19,24 @@
 
 #include "ir.h"
 
+/* The content hash printed after a constant: FNV-1a of its bytes; of
+ * 4-byte words from 1 MiB on, four lanes at once (a byte-serial hash of
+ * a 700 MB model took a second of every compile), folded into one. */
 static uint32_t fnv1a(const void *p, size_t n) {
   const unsigned char *b = p;
   uint32_t h = 2166136261u;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 16777619u;
+  size_t i = 0;
+  if (n >= ((size_t)1 << 20)) {
+    uint32_t lane[4] = {h, h ^ 1u, h ^ 2u, h ^ 3u};
+    for (; i + 16 <= n; i += 16)
+      for (int l = 0; l < 4; l++) {
+        uint32_t w;
+        memcpy(&w, b + i + 4 * l, 4);
+        lane[l] = (lane[l] ^ w) * 16777619u;
+      }
+    for (int l = 0; l < 4; l++) h = (h ^ lane[l]) * 16777619u;
+  }
+  for (; i < n; i++) h = (h ^ b[i]) * 16777619u;
   return h;
 }
 

@@ -331,14 +331,15 @@ def w2_params(tmp):
 def w4_weights(dims, seed=4):
     """The W4 decoder's weights by their names in w4.safetensors: per layer
     the norms' gains uniform in [0.5, 1.5) and the linear layers, stored
-    [in, out] as the YAML's `x @ w` reads them, uniform with std
+    [out, in] as nn.Linear and the checkpoints keep them (the YAML's
+    matmuls read them with transpose_b), uniform with std
     1/sqrt(fan_in) (uniform: ten times faster to draw than normal, and
     there are 352M of them); then the final norm's gain."""
     rng = np.random.default_rng(seed)
     h, kv, ffn = dims["hidden"], dims["kv_heads"] * dims["head_dim"], dims["ffn"]
 
     def linear(fan_in, fan_out):
-        a = rng.random((fan_in, fan_out), dtype=np.float32)
+        a = rng.random((fan_out, fan_in), dtype=np.float32)
         a -= 0.5
         a *= 2.0 * math.sqrt(3.0 / fan_in)
         return a.astype(np.float16)
@@ -501,18 +502,18 @@ def w4_torch_model(torch, params, dims, caches):
         def forward(self, x, cos, sin):
             s = x.shape[0]
             h = rms(x, self.attn_norm)
-            q = (h @ self.wq).view(1, s, H, D).transpose(1, 2)
-            k = (h @ self.wk).view(1, s, HKV, D).transpose(1, 2)
-            v = (h @ self.wv).view(1, s, HKV, D).transpose(1, 2)
+            q = F.linear(h, self.wq).view(1, s, H, D).transpose(1, 2)
+            k = F.linear(h, self.wk).view(1, s, HKV, D).transpose(1, 2)
+            v = F.linear(h, self.wv).view(1, s, HKV, D).transpose(1, 2)
             q, k = rope(q, cos, sin), rope(k, cos, sin)
             if self.cached:
                 # smelt's causal with S = 1 sees every key: no mask
                 k = torch.cat([self.k_cache, k], dim=2)
                 v = torch.cat([self.v_cache, v], dim=2)
             att = attention(q, k, v, causal=not self.cached and s > 1)
-            x = x + att.transpose(1, 2).reshape(s, H * D) @ self.wo
+            x = x + F.linear(att.transpose(1, 2).reshape(s, H * D), self.wo)
             h2 = rms(x, self.ffn_norm)
-            return x + (F.silu(h2 @ self.w_gate) * (h2 @ self.w_up)) @ self.w_down
+            return x + F.linear(F.silu(F.linear(h2, self.w_gate)) * F.linear(h2, self.w_up), self.w_down)
 
     class Decoder(nn.Module):
         def __init__(self):
