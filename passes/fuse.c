@@ -585,11 +585,13 @@ static void place_alone(Fuser *f, int n, GroupKind kind) {
  * A producer group joins when it is elementwise/injective (or a lone
  * concat), its result is used by this node alone, and no cycle of kernels
  * results; producers of an absorbed group whose results only it reads
- * join too.  Attention takes k and v prologues only with one query tile
- * (S <= 64): with more, every query tile would recompute the keys.  Only
- * for a CUDA-only target: the CPU backend reads these operands as arrays.
+ * join too.  Attention takes prologues only with one query tile (S <= 64,
+ * decode): with more, every query tile would recompute the keys, and the
+ * prefill kernel's 16-byte tile copies beat element-wise loads even for q.
+ * A GEMV takes only data movement (see movement_only).  Only for a
+ * CUDA-only target: the CPU backend reads these operands as arrays.
  */
-enum { PRO_MAX = 32, ATT_KV_PROLOGUE_MAX_S = 64, GEMV_PROLOGUE_MAX_M = 8 };
+enum { PRO_MAX = 32, ATT_PROLOGUE_MAX_S = 64, GEMV_PROLOGUE_MAX_M = 8 };
 
 static bool cuda_only(const Fuser *f) { return f->ctx->target && strcmp(f->ctx->target, "cuda") == 0; }
 
@@ -654,9 +656,12 @@ static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
   const Node *nn = &f->g->node[n];
   bool ok[8] = {false};
   if (nn->op == OP_ATTENTION) {
+    /* only with one query tile (decode): in prefill the flash kernel's
+     * 16-byte cp.async tile loads beat computing operands element by
+     * element (measured on the H200, W4 prefill: 36 us with rope(q) in the
+     * loads, 17 us without) */
     int64_t S = vtype(f, nn->in[0])->dim[2];
-    ok[0] = true;
-    ok[1] = ok[2] = S <= ATT_KV_PROLOGUE_MAX_S;
+    ok[0] = ok[1] = ok[2] = S <= ATT_PROLOGUE_MAX_S;
   } else {
     ok[0] = true; /* A of the GEMV; B is the weight */
   }

@@ -168,10 +168,14 @@ static inline smelt_status he_load(Exec *e, const CgCudaModule *m) {
     if (!fp) return st_error(ST_IO, "cannot write %s", src);
     fputs(m->units[u], fp);
     fprintf(fp, "\n// emulation entry points\n");
-    for (int i = 0; i < m->nkernels; i++)
-      if (m->kernels[i].unit == u)
+    for (int i = 0; i < m->nkernels; i++) {
+      /* kernels with the same code share one function (module.c): one entry point */
+      bool first = true;
+      for (int j = 0; j < i && first; j++) first = strcmp(m->kernels[j].symbol, m->kernels[i].symbol) != 0;
+      if (m->kernels[i].unit == u && first)
         fprintf(fp, "extern \"C\" void %s__emu(void **args) { smelt_emu_call(%s, args); }\n", m->kernels[i].symbol,
                 m->kernels[i].symbol);
+    }
     fclose(fp);
     snprintf(cmd, sizeof cmd,
              "c++ -std=c++17 -O1 -w -shared -fPIC -Wl,-Bsymbolic -DSMELT_EMU_IMPLEMENTATION -I%s/tests/gpu/emu_include "

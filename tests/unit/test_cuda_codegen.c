@@ -239,13 +239,21 @@ static void test_units_and_launch_table(void) {
   CgCudaModule *m = generate(g, &o, "units");
   if (m) {
     CHECK(m->nunits == 5);
-    /* every kernel in exactly the unit the table says */
+    /* every kernel in exactly the unit the table says; kernels of the same
+     * code share the first one's function, defined once */
+    int shared = 0;
     for (int i = 0; i < m->nkernels; i++) {
       char decl[160];
       snprintf(decl, sizeof decl, " %s(", m->kernels[i].symbol);
       for (int u = 0; u < m->nunits; u++) CHECK((strstr(m->units[u], decl) != NULL) == (u == m->kernels[i].unit));
-      CHECK(cg_cuda_module_find(m, m->kernels[i].symbol) == i);
+      const char *at = strstr(m->units[m->kernels[i].unit], decl);
+      CHECK(at && !strstr(at + 1, decl));
+      int first = cg_cuda_module_find(m, m->kernels[i].symbol);
+      CHECK(first >= 0 && first <= i && strcmp(m->kernels[first].symbol, m->kernels[i].symbol) == 0);
+      CHECK(cg_cuda_module_find(m, m->kernels[i].name) == i);
+      shared += first < i;
     }
+    printf("units: %d kernels, %d of them launch an earlier kernel's function (the same code)\n", m->nkernels, shared);
     char *text = NULL;
     size_t len = 0;
     CHECK_OK(cg_cuda_launch_encode(m, &text, &len));
