@@ -549,83 +549,6 @@ static void emit_simple(CuFn *f, const Att *a, const int *epi, int nepi, CuLaunc
  * warps to exchange registers each lane computes what another lane would
  * hold: ldsm evaluates the row address lane s would give, and mma gathers
  * the rows and columns of its result from the lanes that hold them. */
-static const char emu_helpers[] =
-    "#ifndef __CUDA_ARCH__\n"
-    "  auto emu_cvt = [](unsigned short h, bool bf16) -> float {\n"
-    "    if (bf16) { unsigned u = (unsigned)h << 16; float v; memcpy(&v, &u, 4); return v; }\n"
-    "    const int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;\n"
-    "    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 1024), e - 25);\n"
-    "    return s ? -v : v;\n"
-    "  };\n"
-    "  // ldmatrix .x4: lanes 8q..8q+7 give the rows of matrix q; lane l gets row g,\n"
-    "  // columns 2t, 2t+1 (.trans: rows 2t, 2t+1 of column g).\n"
-    "  auto emu_ldsm_x4 = [](unsigned r[4], auto ptr_of, bool trans, int l) {\n"
-    "    const int g = l / 4, t = l % 4;\n"
-    "    for (int q = 0; q < 4; q++) {\n"
-    "      if (!trans) {\n"
-    "        const unsigned short *row = ptr_of(8 * q + g);\n"
-    "        r[q] = row[2 * t] | (unsigned)row[2 * t + 1] << 16;\n"
-    "      } else {\n"
-    "        const unsigned short *r0 = ptr_of(8 * q + 2 * t), *r1 = ptr_of(8 * q + 2 * t + 1);\n"
-    "        r[q] = r0[g] | (unsigned)r1[g] << 16;\n"
-    "      }\n"
-    "    }\n"
-    "  };\n"
-    "  // mma m16n8k16: lane 4g+s holds a0 = A[g][2s..], a1 = A[g+8][2s..], a2 = A[g][2s+8..],\n"
-    "  // a3 = A[g+8][2s+8..]; b0 = B[2s..][g], b1 = B[2s+8..][g]; c0, c1 = C[g][2t..], c2, c3 = C[g+8][2t..].\n"
-    "  auto emu_mma = [&](float c[4], auto a_of, auto b_of, bool bf16) {\n"
-    "    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;\n"
-    "    float A[2][16], B[2][16];  // rows g, g+8 of A; columns 2t, 2t+1 of B\n"
-    "    for (int s = 0; s < 4; s++) {\n"
-    "      unsigned x[4], y[2][2];\n"
-    "      a_of(4 * g + s, x);\n"
-    "      for (int n = 0; n < 2; n++) b_of(4 * (2 * t + n) + s, y[n]);\n"
-    "      for (int h = 0; h < 2; h++) {\n"
-    "        A[h][2 * s] = emu_cvt(x[h] & 0xffffu, bf16), A[h][2 * s + 1] = emu_cvt(x[h] >> 16, bf16);\n"
-    "        A[h][2 * s + 8] = emu_cvt(x[h + 2] & 0xffffu, bf16), A[h][2 * s + 9] = emu_cvt(x[h + 2] >> 16, bf16);\n"
-    "        B[h][2 * s] = emu_cvt(y[h][0] & 0xffffu, bf16), B[h][2 * s + 1] = emu_cvt(y[h][0] >> 16, bf16);\n"
-    "        B[h][2 * s + 8] = emu_cvt(y[h][1] & 0xffffu, bf16), B[h][2 * s + 9] = emu_cvt(y[h][1] >> 16, bf16);\n"
-    "      }\n"
-    "    }\n"
-    "    for (int e = 0; e < 4; e++)\n"
-    "      for (int k = 0; k < 16; k++) c[e] += A[e / 2][k] * B[e % 2][k];\n"
-    "  };\n"
-    "#endif\n";
-
-/* Copies the 16-byte chunk at global `src` (when `ok`; zeros otherwise) to
- * shared `dst`: cp.async when the pointers allow, plain loads otherwise. */
-static void copy_chunk(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "if (%s) {", aligned);
-  cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
-  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? 16 : 0));",
-          src, ok);
-  cu_line(f, "} else");
-  cu_line(f, "#endif");
-  cu_line(f, "{");
-  cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int e = 0; e < 8; e++) %s[e] = %s ? %s[e] : (unsigned short)0;", dst, ok, src);
-  cu_line(f, "}");
-}
-
-static void ldmatrix(CuFn *f, const char *regs, const char *ptr, bool trans) {
-  cu_open(f, "%s", "");
-  cu_line(f, "const unsigned sa = (unsigned)__cvta_generic_to_shared(%s);", ptr);
-  cu_line(f,
-          "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(%s[0]), "
-          "\"=r\"(%s[1]), \"=r\"(%s[2]), \"=r\"(%s[3]) : \"r\"(sa));",
-          trans ? ".trans" : "", regs, regs, regs, regs);
-  cu_close(f);
-}
-
-/* c (4 floats) += a (4 regs) * (b0, b1) */
-static void mma(CuFn *f, bool bf16, const char *c, const char *a, const char *b0, const char *b1) {
-  cu_line(f,
-          "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, "
-          "{%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\" : \"+f\"(%s[0]), \"+f\"(%s[1]), \"+f\"(%s[2]), \"+f\"(%s[3]) : "
-          "\"r\"(%s[0]), \"r\"(%s[1]), \"r\"(%s[2]), \"r\"(%s[3]), \"r\"(%s), \"r\"(%s));",
-          bf16 ? "bf16.bf16" : "f16.f16", c, c, c, c, a, a, a, a, b0, b1);
-}
 
 /* Fills rows [row0, row0 + rows) x D of operand `v` (head `head`) into the
  * shared tile `dst` (row stride `stride` elements; rows >= nrows zero):
@@ -643,7 +566,7 @@ static void fill_tile(CuFn *f, const Att *a, int v, const char *gbase, const cha
     cu_line(f, "const bool ok = gr < %lldLL;", (long long)nrows);
     cu_line(f, "const unsigned short *src = %s + (ok ? gr * %d + dc : 0LL);", gbase, D);
     cu_line(f, "unsigned short *dsts = %s + r * %d + dc;", dst, stride);
-    copy_chunk(f, "dsts", "src", "ok", aligned);
+    cu_tc_cp_async16(f, "dsts", "src", "ok", aligned);
     cu_close(f);
     return;
   }
@@ -727,7 +650,7 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
           g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)H, (long long)a->Hkv, (long long)S,
           (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
   cu_line(f, "// parameters: %d query rows per block (%d warps of %d), %d keys per tile, %d stages", BM, W, 16 * MI, BN, ST);
-  cu_buf_append(f->out, emu_helpers, sizeof emu_helpers - 1);
+  cu_tc_emu_helpers(f);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "extern __shared__ __align__(16) unsigned short smelt_fa_smem[];");
   cu_line(f, "#else");
@@ -834,7 +757,7 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_line(f, "  #pragma unroll");
     cu_open(f, "  for (int kd = 0; kd < %d; kd++)", KD);
     cu_line(f, "const unsigned short *pq = %s;", pq);
-    ldmatrix(f, "qf[i][kd]", "pq", false);
+    cu_tc_ldmatrix_x4(f, "qf[i][kd]", "pq", false);
     cu_close(f);
     cu_line(f, "#endif");
   } else {
@@ -877,7 +800,7 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int i = 0; i < %d; i++)", MI);
     cu_line(f, "const unsigned short *pq = %s;", pq);
-    ldmatrix(f, "qk[i]", "pq", false);
+    cu_tc_ldmatrix_x4(f, "qk[i]", "pq", false);
     cu_close(f);
   }
   cu_line(f, "#pragma unroll");
@@ -885,11 +808,11 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "// K rows are keys: matrices (keys 0-7, d 0-7), (keys 0-7, d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15)");
   cu_line(f, "unsigned r[4];");
   cu_line(f, "const unsigned short *pk = %s;", pk);
-  ldmatrix(f, "r", "pk", false);
+  cu_tc_ldmatrix_x4(f, "r", "pk", false);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-  mma(f, bf16, "s[i][j]", qfrag, "r[0]", "r[1]");
-  mma(f, bf16, "s[i][j + 1]", qfrag, "r[2]", "r[3]");
+  cu_tc_mma_16816(f, bf16, "s[i][j]", qfrag, "r[0]", "r[1]");
+  cu_tc_mma_16816(f, bf16, "s[i][j + 1]", qfrag, "r[2]", "r[3]");
   cu_close(f);
   cu_close(f);
   cu_close(f);
@@ -976,11 +899,11 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_open(f, "for (int j = 0; j < %d; j += 2)", OJ);
   cu_line(f, "unsigned r[4];");
   cu_line(f, "const unsigned short *pv = %s;", pv);
-  ldmatrix(f, "r", "pv", true);
+  cu_tc_ldmatrix_x4(f, "r", "pv", true);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-  mma(f, bf16, "o[i][j]", "pf[i][kk]", "r[0]", "r[1]");
-  mma(f, bf16, "o[i][j + 1]", "pf[i][kk]", "r[2]", "r[3]");
+  cu_tc_mma_16816(f, bf16, "o[i][j]", "pf[i][kk]", "r[0]", "r[1]");
+  cu_tc_mma_16816(f, bf16, "o[i][j + 1]", "pf[i][kk]", "r[2]", "r[3]");
   cu_close(f);
   cu_close(f);
   cu_close(f);

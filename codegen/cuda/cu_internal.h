@@ -275,6 +275,16 @@ void cu_mma_format(const CuMmaParams *p, char out[CG_VARIANT_LEN]);
 /* Candidates for the tuner (valid for gm; the default first). */
 int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max);
 
+/* Tensor-core pieces (mma.c) the mma.sync kernels share (mma.c,
+ * attention.c): the host emulation of ldmatrix/mma.sync (emitted once per
+ * kernel, under #ifndef __CUDA_ARCH__), a 16-byte global -> shared copy
+ * (cp.async when `aligned`, zero-filled when !ok), ldmatrix .x4 [.trans]
+ * into regs[4], and c[4] += a[4] * (b0, b1) with mma.sync m16n8k16. */
+void cu_tc_emu_helpers(CuFn *f);
+void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned);
+void cu_tc_ldmatrix_x4(CuFn *f, const char *regs, const char *ptr, bool trans);
+void cu_tc_mma_16816(CuFn *f, bool bf16, const char *c, const char *a, const char *b0, const char *b1);
+
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */
 bool cu_mma_eligible(const CuFn *f, const CuGemm *gm);

@@ -222,7 +222,17 @@ static const char emu_helpers[] =
 
 /* Copies the 16-byte chunk at global `src` (when `ok`; zeros otherwise) to
  * shared `dst`: cp.async when the pointers allow, plain loads otherwise. */
-static void copy_chunk(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+void cu_tc_emu_helpers(CuFn *f) { cu_buf_append(f->out, emu_helpers, sizeof emu_helpers - 1); }
+
+void cu_tc_mma_16816(CuFn *f, bool bf16, const char *c, const char *a, const char *b0, const char *b1) {
+  cu_line(f,
+          "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, "
+          "{%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\" : \"+f\"(%s[0]), \"+f\"(%s[1]), \"+f\"(%s[2]), \"+f\"(%s[3]) : "
+          "\"r\"(%s[0]), \"r\"(%s[1]), \"r\"(%s[2]), \"r\"(%s[3]), \"r\"(%s), \"r\"(%s));",
+          bf16 ? "bf16.bf16" : "f16.f16", c, c, c, c, a, a, a, a, b0, b1);
+}
+
+void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "if (%s) {", aligned);
   cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
@@ -256,7 +266,7 @@ static void load_stage(CuFn *f, const CuGemm *gm, const CuMmaParams *p, int thre
   cu_line(f, "const bool ok = gm < %lldLL && gk < %lldLL;", (long long)gm->M, (long long)gm->K);
   cu_line(f, "const unsigned short *src = A + (ok ? gm * %lldLL + gk : 0LL);", (long long)gm->K);
   cu_line(f, "unsigned short *dst = as + r * %d + kc;", AS);
-  copy_chunk(f, "dst", "src", "ok", aligned);
+  cu_tc_cp_async16(f, "dst", "src", "ok", aligned);
   cu_close(f);
   if (gm->tb) {
     cu_line(f, "// B tile, stored [N, K]: %d rows (n) of %d chunks", p->BN, CK);
@@ -279,17 +289,17 @@ static void load_stage(CuFn *f, const CuGemm *gm, const CuMmaParams *p, int thre
     cu_line(f, "const unsigned short *src = B + (ok ? gk * %lldLL + gn : 0LL);", (long long)gm->N);
     cu_line(f, "unsigned short *dst = bs + r * %d + nc;", BS);
   }
-  copy_chunk(f, "dst", "src", "ok", aligned);
+  cu_tc_cp_async16(f, "dst", "src", "ok", aligned);
   cu_close(f);
   cu_close(f);
 }
 
-static void ldmatrix(CuFn *f, const char *regs, const char *ptr, bool trans) {
+void cu_tc_ldmatrix_x4(CuFn *f, const char *regs, const char *ptr, bool trans) {
   cu_open(f, "%s", "");
-  cu_line(f, "const unsigned s = (unsigned)__cvta_generic_to_shared(%s);", ptr);
+  cu_line(f, "const unsigned ldsm_addr = (unsigned)__cvta_generic_to_shared(%s);", ptr);
   cu_line(f,
           "asm volatile(\"ldmatrix.sync.aligned.m8n8.x4%s.shared.b16 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(%s[0]), "
-          "\"=r\"(%s[1]), \"=r\"(%s[2]), \"=r\"(%s[3]) : \"r\"(s));",
+          "\"=r\"(%s[1]), \"=r\"(%s[2]), \"=r\"(%s[3]) : \"r\"(ldsm_addr));",
           trans ? ".trans" : "", regs, regs, regs, regs);
   cu_close(f);
 }
@@ -438,7 +448,7 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages, %d K slices; M %lld, N %lld, K %lld, batch %lld",
           p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, p->splitk, (long long)gm->M, (long long)gm->N,
           (long long)gm->K, (long long)gm->Z);
-  cu_buf_append(f->out, emu_helpers, sizeof emu_helpers - 1);
+  cu_tc_emu_helpers(f);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "extern __shared__ __align__(16) unsigned short smelt_mma_smem[];");
   cu_line(f, "#else");
@@ -517,7 +527,7 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < %d; i++)", MI);
   cu_line(f, "const unsigned short *pa = %s;", pa);
-  ldmatrix(f, "af[i]", "pa", false);
+  cu_tc_ldmatrix_x4(f, "af[i]", "pa", false);
   cu_close(f);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int j = 0; j < %d; j += 2)", NI);
@@ -525,19 +535,14 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   if (gm->tb) cu_line(f, "// B rows are n: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)");
   else cu_line(f, "// B rows are k: transposed matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)");
   cu_line(f, "const unsigned short *pb = %s;", pb);
-  ldmatrix(f, "r", "pb", !gm->tb);
+  cu_tc_ldmatrix_x4(f, "r", "pb", !gm->tb);
   cu_line(f, "bf[j][0] = r[0], bf[j][1] = r[1], bf[j + 1][0] = r[2], bf[j + 1][1] = r[3];");
   cu_close(f);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < %d; i++)", MI);
   cu_line(f, "  #pragma unroll");
   cu_open(f, "  for (int j = 0; j < %d; j++)", NI);
-  cu_line(f,
-          "asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.f32 {%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, "
-          "{%%8, %%9}, {%%0, %%1, %%2, %%3};\\n\" : \"+f\"(acc[i][j][0]), \"+f\"(acc[i][j][1]), \"+f\"(acc[i][j][2]), "
-          "\"+f\"(acc[i][j][3]) : \"r\"(af[i][0]), \"r\"(af[i][1]), \"r\"(af[i][2]), \"r\"(af[i][3]), \"r\"(bf[j][0]), "
-          "\"r\"(bf[j][1]));",
-          bf16 ? "bf16.bf16" : "f16.f16");
+  cu_tc_mma_16816(f, bf16, "acc[i][j]", "af[i]", "bf[j][0]", "bf[j][1]");
   cu_close(f);
   cu_line(f, "#else");
   cu_line(f, "// the same fragments, each lane's computed from its row addresses");

@@ -33,7 +33,9 @@
 
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/lower.h"
+#include "frontend/frontend.h"
 #include "ir/interp.h"
+#include "passes/passes.h"
 #include "runtime/cuda_driver.h"
 #include "tests/gpu/op_cases.h"
 
@@ -250,6 +252,28 @@ static inline smelt_status he_launch(Exec *e, int k, const uint64_t *args, int n
 static inline smelt_status he_sync(Exec *e) {
   (void)e;
   return NULL;
+}
+
+/* Loads the model the test wrote to `path` (then deletes the file) and
+ * runs the default pass pipeline; NULL, with the error on stderr after
+ * `what`, when either fails. */
+static inline Graph *h_load_temp_model(const char *path, const char *what) {
+  FeOptions fo = {0};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  unlink(path);
+  if (!st) {
+    PassCtx ctx = {0};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "%s: %s\n", what, st_message(st));
+    st_free(st);
+    ir_graph_destroy(g);
+    return NULL;
+  }
+  return g;
 }
 
 /* A CPU executor; *skip says why there is none (no C++ compiler). */

@@ -79,22 +79,7 @@ static Graph *case_graph(const Case *c, int count) {
   for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
   fprintf(fp, "]\n");
   fclose(fp);
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {0};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "gemm model: %s\n", st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    return NULL;
-  }
-  return g;
+  return h_load_temp_model(path, "gemm model");
 }
 
 /* The index i of the matmul "mm<i>" kernel k computes, or -1. */

@@ -76,22 +76,7 @@ static Graph *wg_graph(const WgCase *c) {
   }
   fprintf(fp, "outputs: [%s]\n", last);
   fclose(fp);
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {0};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "wg_graph: %s\n", st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    return NULL;
-  }
-  return g;
+  return h_load_temp_model(path, "wg_graph");
 }
 
 static void case_name(const WgCase *c, char *buf, size_t n) {
