@@ -17,7 +17,7 @@ static void print_main_help(FILE *f) {
         "\n"
         "commands:\n"
         "  compile MODEL.yaml -o OUT   optimise a model and write a kernel bundle\n"
-        "  run MODEL.yaml|OUT.smelt    run a model (--device ref|cpu), compare with --check\n"
+        "  run MODEL.yaml|OUT.smelt    run a model (--device ref|cpu|cuda), compare with --check\n"
         "  inspect OUT.smelt           show a bundle: IR, kernels, memory plan, sources\n"
         "  bench OUT.smelt|MODEL.yaml  time every kernel against the machine's limits\n"
         "  tune MODEL.yaml             measure kernel variants on the GPU, keep the fastest\n"
