@@ -119,6 +119,7 @@ typedef struct {
                             * it has a workspace, then its TMA descriptors (cuLaunchKernel's kernelParams) */
   RtCudaPtr ws;            /* the workspace every kernel that needs one shares (zeroed once) */
   unsigned char *tmaps;    /* every kernel's TMA descriptors, 128 bytes each, 64-byte aligned */
+  RtCudaPtr *tmap_base;    /* per descriptor: the address it was encoded for (0: not yet) */
   int *tmap_at;            /* per kernel: its first descriptor in tmaps */
   RtCudaLaunch *launches;  /* per kernel */
   RtCudaGraph *graph;      /* NULL: capture on the next run */
@@ -712,8 +713,9 @@ static smelt_status cuda_create(smelt_session *s, size_t nargs) {
   cu->launches = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->launches);
   cu->tmap_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->tmap_at);
   cu->tmaps = ntmaps ? aligned_alloc(64, ntmaps * 128) : NULL;
+  cu->tmap_base = calloc(ntmaps ? ntmaps : 1, sizeof *cu->tmap_base);
   if (!cu->const_ptr || !cu->own || !cu->dptr || !cu->staged || !cu->mirror || !cu->argval || !cu->captured ||
-      !cu->params || !cu->launches || !cu->tmap_at || (ntmaps && !cu->tmaps))
+      !cu->params || !cu->launches || !cu->tmap_at || !cu->tmap_base || (ntmaps && !cu->tmaps))
     return st_error(ST_NO_MEMORY, "out of memory creating a session");
   if (ntmaps) memset(cu->tmaps, 0, ntmaps * 128);
   if (b->cuda) RETURN_IF_ERROR(cuda_load_modules(s));
@@ -739,8 +741,9 @@ static smelt_status cuda_create(smelt_session *s, size_t nargs) {
   return NULL;
 }
 
-/* Encodes every TMA descriptor from the addresses of this run's arguments
- * (a descriptor holds its tensor's address). */
+/* Encodes the TMA descriptors whose tensors moved since they were last
+ * encoded (a descriptor holds its tensor's address; with the session's own
+ * buffers that is once, at the first run). */
 static smelt_status cuda_encode_tmaps(smelt_session *s) {
   const smelt_bundle *b = s->b;
   CudaState *cu = s->r->cu;
@@ -749,9 +752,12 @@ static smelt_status cuda_encode_tmaps(smelt_session *s) {
     for (int t = 0; t < l->ntmaps; t++) {
       const CgCudaTmap *m = &l->tmaps[t];
       RtCudaPtr base = cu->argval[s->r->argv_at[k] + m->arg];
+      int at = cu->tmap_at[k] + t;
+      if (cu->tmap_base[at] == base) continue;
       smelt_status st = rt_cuda_tensor_map(cu->dev, m->dtype, m->rank, base, m->dims, m->strides, m->box, m->swizzle,
-                                           cu->tmaps + (size_t)(cu->tmap_at[k] + t) * 128);
+                                           cu->tmaps + (size_t)at * 128);
       if (st) return st_prefix(st, "kernel '%s'", l->name);
+      cu->tmap_base[at] = base;
     }
   }
   return NULL;
@@ -772,7 +778,7 @@ static void cuda_destroy(smelt_session *s) {
   for (int v = 0; cu->mirror && v < g->nval; v++) free(cu->mirror[v]);
   free(cu->mods), free(cu->loaded), free(cu->fns), free(cu->const_ptr), free(cu->own);
   free(cu->dptr), free(cu->staged), free(cu->mirror), free(cu->argval), free(cu->captured), free(cu->params);
-  free(cu->launches), free(cu->tmaps), free(cu->tmap_at);
+  free(cu->launches), free(cu->tmaps), free(cu->tmap_at), free(cu->tmap_base);
   free(cu);
 }
 

@@ -333,16 +333,20 @@ static char *kernel_key(const CuFn *f, const CuLaunch *l, const CuBuf *body) {
     cu_buf_printf(&key, "%s%s,", a < f->nin ? "c" : "", cu_stype(f->g->val[f->k->args[a]].type.dt));
   const char *p = body->s ? body->s : "", *end = p + body->len;
   while (p < end) {
-    if (p + 1 < end && p[0] == '/' && p[1] == '/') {
-      while (p < end && *p != '\n') p++;
-    } else if (p + 1 < end && p[0] == '/' && p[1] == '*') {
-      p += 2;
-      while (p + 1 < end && !(p[0] == '*' && p[1] == '/')) p++;
-      p = p + 2 <= end ? p + 2 : end;
+    /* the code up to the next comment, then skip the comment */
+    const char *q = p;
+    while (q + 1 < end && !(q[0] == '/' && (q[1] == '/' || q[1] == '*'))) q++;
+    if (q + 1 >= end) q = end;
+    cu_buf_append(&key, p, (size_t)(q - p));
+    if (q == end) break;
+    if (q[1] == '/') {
+      while (q < end && *q != '\n') q++;
     } else {
-      cu_buf_append(&key, p, 1);
-      p++;
+      q += 2;
+      while (q + 1 < end && !(q[0] == '*' && q[1] == '/')) q++;
+      q = q + 2 <= end ? q + 2 : end;
     }
+    p = q;
   }
   return cu_buf_take(&key);
 }
