@@ -784,10 +784,27 @@ static int prologue_consumer(const Fuser *f, int n) {
   return -1;
 }
 
+/* Ops that only move data: each element of the input has one place in the
+ * result. */
+static bool moves_data(Op op) { return op == OP_TRANSPOSE || op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE; }
+
+/* Whether group H's epilogue may leave its anchor's shape: on a CUDA-only
+ * target, a contraction's or an attention's epilogue may move the result
+ * (transpose, reshape: the attention output [B,H,S,D] stored straight as
+ * [B*S, H*D] for the next matmul) and go on elementwise in the new shape;
+ * the emitters store each element where the chain puts it
+ * (codegen/cuda/emit.c, cu_store_epilogue).  Reductions keep rows of the
+ * anchor's shape. */
+static bool layout_epilogue(const Fuser *f, int H) {
+  return cuda_only(f) && (f->kind[H] == GK_CONTRACTION ||
+                          (f->kind[H] == GK_OPAQUE && f->g->node[f->anchor[H]].op == OP_ATTENTION));
+}
+
 /* Why node n cannot be the next epilogue op of contraction/reduction group
  * H through operand u; false when it can. */
 static bool epilogue_refusal(Fuser *f, int H, int u, int n, int pref, char *why, size_t cap) {
-  if (f->role[n] == ROLE_INJ) {
+  bool layout = layout_epilogue(f, H);
+  if (f->role[n] == ROLE_INJ && !(layout && moves_data(f->g->node[n].op))) {
     snprintf(why, cap, "%s is injective; only elementwise ops join an epilogue", nd(f, n));
     return true;
   }
@@ -801,7 +818,8 @@ static bool epilogue_refusal(Fuser *f, int H, int u, int n, int pref, char *why,
   }
   if (explain_other_uses(f, u, n, why, cap)) return true;
   const TensorType *ya = ntype(f, f->anchor[H]);
-  if (!same_shape(ntype(f, n), ya)) {
+  if (layout) ya = vtype(f, u); /* elementwise keeps the shape its operand has */
+  if (!moves_data(f->g->node[n].op) && !same_shape(ntype(f, n), ya)) {
     snprintf(why, cap, "%s has shape %s, the %s result %s", nd(f, n), shape_str(f, ntype(f, n)),
              ir_op_name(f->g->node[f->anchor[H]].op), shape_str(f, ya));
     return true;
@@ -846,7 +864,7 @@ static void place_elementwise(Fuser *f, int n) {
   for (int i = 0; i < nc && chosen < 0; i++) {
     Cand *ci = &c[i];
     GroupKind k = f->kind[ci->grp];
-    if (k == GK_OPAQUE) {
+    if (k == GK_OPAQUE && !layout_epilogue(f, ci->grp)) {
       ci->state = C_REFUSED;
       snprintf(ci->why, sizeof ci->why, "%s is opaque", ir_op_name(f->g->node[producer(f, ci->val)].op));
       continue;
@@ -869,7 +887,9 @@ static void place_elementwise(Fuser *f, int n) {
   }
   if (chosen >= 0) {
     group_append(f, c[chosen].grp, n);
-    how = f->kind[c[chosen].grp] == GK_CONTRACTION ? "contraction epilogue" : "reduction epilogue";
+    how = f->kind[c[chosen].grp] == GK_CONTRACTION ? "contraction epilogue"
+          : f->kind[c[chosen].grp] == GK_OPAQUE   ? "attention epilogue"
+                                                  : "reduction epilogue";
   } else {
     /* else merge every elementwise producer group that may, one by one */
     int grps[64], ng = 0;
@@ -907,6 +927,45 @@ static void place_elementwise(Fuser *f, int n) {
     }
   }
   note_cands(f, n, c, nc, how);
+}
+
+/* ---- siblings ---- */
+
+/* Sibling fusion, CUDA only: elementwise groups that read the same
+ * computed value and do not depend on each other become one kernel (one
+ * launch instead of several, each writing its own results: the q, k and v
+ * of an attention made from one merged projection: rope q, rope k and the
+ * transposed v).  The elementwise emitter runs a grid-stride loop per
+ * result shape.  A merge must keep the kernels acyclic and the footprint
+ * within the budget. */
+static void merge_siblings(Fuser *f) {
+  if (!cuda_only(f)) return;
+  Graph *g = f->g;
+  for (int v = 0; v < g->nval; v++) {
+    if (g->val[v].kind != VK_NODE) continue;
+    int first = -1;
+    for (int i = f->ustart[v]; i < f->ustart[v + 1]; i++) {
+      int c = f->unode[i];
+      int H = f->gid[c];
+      if (H < 0 || f->kind[H] != GK_ELEMWISE || H == f->gid[g->val[v].node]) continue;
+      if (first < 0) {
+        first = H;
+        continue;
+      }
+      if (H == first) continue;
+      int pair[2] = {first, H};
+      cand_begin(f, -1);
+      cand_mark(f, first, true);
+      cand_mark(f, H, true);
+      if (would_cycle(f, pair, 2)) continue;
+      int nm = cand_members(f, pair, 2);
+      int64_t fp = fp_elemwise(f, f->tail[first], f->members, nm);
+      if (fp > f->budget) continue;
+      note(f, "%s: merged with its sibling %s (both read %s; footprint %lld B)", gname(f, first), gname(f, H),
+           g->val[v].name, (long long)fp);
+      group_absorb(f, first, H);
+    }
+  }
 }
 
 /* ---- the result ---- */
@@ -1237,6 +1296,7 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
     }
   }
 
+  merge_siblings(&f);
   int *final = malloc(sizeof(int) * ((size_t)f.ngrp + 1));
   smelt_status st = final ? emit_groups(&f, final) : st_error(ST_NO_MEMORY, "out of memory");
   if (!st) {

@@ -40,6 +40,7 @@
 # default 150; 0 skips it; it also never eats into the last
 # SMELT_GPU_BENCH_RESERVE seconds, default 300, kept for steps 5-7),
 # SMELT_GPU_BENCH=0 skips steps 3-7, SMELT_GPU_TESTS=0 skips step 2
+# (SMELT_GPU_TESTS_ONLY=test_a,test_b runs only those tests/gpu tests)
 # (SMELT_GPU_CODEGEN_TEST=0 only its unit/test_cuda_codegen), SMELT_GPU_BENCH_ONLY picks the
 # benchmark's workloads (default w1,w2_m1,w2_m2048,w3_prefill,w3_decode,
 # w4_decode,w4_prefill; the examples mlp,cnn,gpt2_block,tiny_llama also
@@ -199,6 +200,10 @@ ctest --test-dir "$BUILD" -L gpu -N | sed 's/^/   /'
 if [ "${SMELT_GPU_TESTS:-1}" != 0 ]; then
   for src in tests/gpu/test_*.c; do
     name=$(basename "$src" .c)
+    if [ -n "${SMELT_GPU_TESTS_ONLY:-}" ] && [[ ",$SMELT_GPU_TESTS_ONLY," != *",$name,"* ]]; then
+      echo "   $name: not in SMELT_GPU_TESTS_ONLY"
+      continue
+    fi
     run_test "gpu/$name" "$BUILD/gpu_$name"
   done
   # the CPU emulation and NVRTC compiles it adds also run in CI

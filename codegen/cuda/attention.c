@@ -8,7 +8,7 @@
  * accumulator, and rescales both by exp(m_old - m_new) when m grows (the
  * online softmax).  Three variants, chosen by token (cg_cuda.h):
  *
- * "flash:bm=..,bn=..,w=..,st=.."  prefill, FlashAttention-2 style, f16/bf16
+ * "flash:bm=..,bn=..,w=..,st=..[,ks=..]"  prefill, FlashAttention-2 style, f16/bf16
  *   with f32 accumulation, D = Dv a multiple of 16 up to 128, no mask.  A
  *   block of w warps owns bm query rows of one (b, h), bm / w = 16 or 32
  *   rows per warp (one or two m16 tiles).  The Q tile is copied to shared
@@ -29,9 +29,15 @@
  *   fragments through ldmatrix.trans).  Causal blocks stop at the last tile
  *   their rows can see and run longest-first; a warp whose rows see no key
  *   of a tile skips it.  l is summed per lane and reduced across the quad
- *   once at the end; O / l goes through the group's epilogue.
+ *   once at the end; O / l goes through the group's epilogue.  Optional
+ *   ",ks=2|4" (key split): ks groups of w warps share the rows, group kg
+ *   taking keys kg * bn/ks .. of every tile, so that each warp does 1/ks of
+ *   the block's work per tile (the blocks of the last causal rows, which
+ *   see every key, decide a short prefill's time); at the end groups 1..
+ *   leave (o, m, l) in the freed shared memory, lane by lane, and group 0
+ *   merges them like two online-softmax states before its epilogue.
  *
- * "flashdec:split=..,bn=..,w=.."  decode (few query rows per kv head), f16/
+ * "flashdec:split=..,bn=..,w=..[,pf=..]"  decode (few query rows per kv head), f16/
  *   bf16, D = Dv with D/8 dividing 32, no mask.  Bandwidth bound: K and V
  *   must be read exactly once with 16-byte loads and enough of them in
  *   flight.  A block per (b, kv head, row chunk, split) takes the query
@@ -45,8 +51,10 @@
  *   the score needs only a shuffle sum over the group and P V needs no
  *   exchange at all.  Each group runs its own online softmax over bn /
  *   (groups per block) keys per step (that many 16-byte loads of K and of V
- *   in flight per lane); the groups are merged with shuffles, the warps
- *   through shared memory.  With split > 1 each block writes its partial
+ *   in flight per lane); with ",pf=1" the loads of the next step are
+ *   issued before the math of this one (a register software pipeline: 2x
+ *   the chunks in flight, no exposed load latency per step).  The groups
+ *   are merged with shuffles, the warps through shared memory.  With split > 1 each block writes its partial
  *   (m, l, acc[D]) per row to the workspace; the last block of a (b, kv
  *   head, row chunk) to finish -- found with __threadfence and an atomicAdd
  *   on a counter there -- merges the partials with every load in flight at
@@ -58,7 +66,8 @@
  *   per load (the splits cut into groups when the row chunk has fewer
  *   4-float chunks than the block has threads), run the epilogue, zero what
  *   they read and reset the counter, so the workspace is left all-zero.
- *   The defaults come from H200 timings: 8 warps, splits for ~512 blocks
+ *   The defaults come from H200 timings: 4 warps for one or two rows per kv
+ *   head, 8 for more; loads one step ahead; splits for ~512 blocks
  *   but at least 16 KB of K and V per block.
  *
  * "simple"  everything else (a mask, f32/f64, other head dims): one warp
@@ -115,10 +124,12 @@ typedef struct {
 
 typedef struct {
   int BM, BN, W, stages; /* rows per warp: BM / W, a multiple of 16 */
+  int KS;                /* warps per row group, each taking BN / KS keys of every tile (1: none) */
 } FlashParams;
 
 typedef struct {
   int split, BN, W; /* BN: keys per block and step */
+  int pf;           /* 1: the next step's K and V loads are issued before this step's math */
 } DecParams;
 
 typedef enum { ATT_SIMPLE, ATT_FLASH, ATT_FLASHDEC } AttFamily;
@@ -179,8 +190,12 @@ static bool flash_eligible(const Att *a, const char **why) {
   return true;
 }
 
+/* Q, K and V tiles (f16/bf16, rows padded by 8); with a key split the same
+ * memory later takes the other key groups' (o, m, l) in f32 for the merge. */
 static int64_t flash_smem(const Att *a, const FlashParams *p) {
-  return 2 * (int64_t)(p->BM + 2 * p->stages * p->BN) * (a->D + 8);
+  int64_t tiles = 2 * (int64_t)(p->BM + 2 * p->stages * p->BN) * (a->D + 8);
+  int64_t merge = 4 * (int64_t)(p->KS - 1) * p->BM * (a->D + 8);
+  return tiles > merge ? tiles : merge;
 }
 
 static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const char **why) {
@@ -189,6 +204,9 @@ static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const
   if (p->BM != 16 * p->W && p->BM != 32 * p->W) return *why = "bm must be 16 or 32 rows per warp (16 w or 32 w)", false;
   if (p->BN != 16 && p->BN != 32 && p->BN != 64 && p->BN != 128) return *why = "bn must be 16, 32, 64 or 128", false;
   if (p->stages < 2 || p->stages > 4) return *why = "st must be 2, 3 or 4", false;
+  if (p->KS != 1 && p->KS != 2 && p->KS != 4) return *why = "ks must be 1, 2 or 4", false;
+  if (p->W * p->KS > 8) return *why = "w * ks must be at most 8 warps", false;
+  if (p->BN / p->KS < 16) return *why = "bn / ks must be at least 16 keys per warp", false;
   if (flash_smem(a, p) > smem_limit(f)) return *why = "needs more shared memory than a block may use", false;
   if (a->B * a->H * cdiv(a->S, p->BM) > 0x7fffffffLL) return *why = "has more blocks than the grid takes", false;
   return true;
@@ -217,6 +235,7 @@ static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const cha
   int groups = p->W * (32 / (int)(a->D / 8));
   if (p->BN % groups != 0 || p->BN / groups < 1 || p->BN / groups > 8)
     return *why = "bn must be 1 to 8 keys per key group (w * 32 / (D/8) groups)", false;
+  if (p->pf != 0 && p->pf != 1) return *why = "pf must be 0 or 1", false;
   if (p->split < 1 || p->split > DEC_MAX_SPLIT || p->split > a->T) return *why = "split must be 1 .. min(T, 1024)", false;
   int64_t R, nrc;
   int rb;
@@ -231,8 +250,10 @@ static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const cha
 
 /* ---- tokens ---- */
 
-/* "key=value,..." with exactly the n keys named, each once, positive. */
-static bool parse_fields(const char *s, int n, const char *const *keys, int *vals) {
+/* "key=value,..." with each of the n keys named at most once: the first
+ * nreq must be there and positive; the others are optional (vals keeps the
+ * caller's default) and may be 0. */
+static bool parse_fields(const char *s, int n, int nreq, const char *const *keys, int *vals) {
   bool seen[8] = {0};
   int got = 0;
   while (*s) {
@@ -245,36 +266,36 @@ static bool parse_fields(const char *s, int n, const char *const *keys, int *val
     if (k < 0 || seen[k]) return false;
     char *end;
     long v = strtol(eq + 1, &end, 10);
-    if (v < 1 || v > (1 << 20) || (*end != ',' && *end != 0)) return false;
+    if (v < (k < nreq ? 1 : 0) || v > (1 << 20) || (*end != ',' && *end != 0)) return false;
     seen[k] = true;
     vals[k] = (int)v;
-    got++;
+    got += k < nreq;
     s = end;
     if (*s == ',') {
       s++;
       if (!*s) return false;
     }
   }
-  return got == n;
+  return got == nreq;
 }
 
 static bool parse_variant(const char *tok, AttVariant *out) {
   memset(out, 0, sizeof *out);
   if (strcmp(tok, "simple") == 0) return out->fam = ATT_SIMPLE, true;
   if (strncmp(tok, "flash:", 6) == 0) {
-    static const char *const keys[] = {"bm", "bn", "w", "st"};
-    int v[4];
-    if (!parse_fields(tok + 6, 4, keys, v)) return false;
+    static const char *const keys[] = {"bm", "bn", "w", "st", "ks"};
+    int v[5] = {0, 0, 0, 0, 1};
+    if (!parse_fields(tok + 6, 5, 4, keys, v)) return false;
     out->fam = ATT_FLASH;
-    out->fp = (FlashParams){v[0], v[1], v[2], v[3]};
+    out->fp = (FlashParams){v[0], v[1], v[2], v[3], v[4]};
     return true;
   }
   if (strncmp(tok, "flashdec:", 9) == 0) {
-    static const char *const keys[] = {"split", "bn", "w"};
-    int v[3];
-    if (!parse_fields(tok + 9, 3, keys, v)) return false;
+    static const char *const keys[] = {"split", "bn", "w", "pf"};
+    int v[4] = {0, 0, 0, 0};
+    if (!parse_fields(tok + 9, 4, 3, keys, v)) return false;
     out->fam = ATT_FLASHDEC;
-    out->dp = (DecParams){v[0], v[1], v[2]};
+    out->dp = (DecParams){v[0], v[1], v[2], v[3]};
     return true;
   }
   return false;
@@ -283,9 +304,17 @@ static bool parse_variant(const char *tok, AttVariant *out) {
 static void format_variant(const AttVariant *v, char out[CG_VARIANT_LEN]) {
   switch (v->fam) {
   case ATT_FLASH:
-    snprintf(out, CG_VARIANT_LEN, "flash:bm=%d,bn=%d,w=%d,st=%d", v->fp.BM, v->fp.BN, v->fp.W, v->fp.stages);
+    /* ks=1 (no key split) is the default and left out */
+    if (v->fp.KS > 1)
+      snprintf(out, CG_VARIANT_LEN, "flash:bm=%d,bn=%d,w=%d,st=%d,ks=%d", v->fp.BM, v->fp.BN, v->fp.W, v->fp.stages, v->fp.KS);
+    else snprintf(out, CG_VARIANT_LEN, "flash:bm=%d,bn=%d,w=%d,st=%d", v->fp.BM, v->fp.BN, v->fp.W, v->fp.stages);
     break;
-  case ATT_FLASHDEC: snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d", v->dp.split, v->dp.BN, v->dp.W); break;
+  case ATT_FLASHDEC:
+    /* pf=0 (no prefetch) is the default and left out */
+    if (v->dp.pf)
+      snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d,pf=%d", v->dp.split, v->dp.BN, v->dp.W, v->dp.pf);
+    else snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d", v->dp.split, v->dp.BN, v->dp.W);
+    break;
   default: snprintf(out, CG_VARIANT_LEN, "simple"); break;
   }
 }
@@ -300,15 +329,15 @@ static bool variant_valid(const CuFn *f, const Att *a, const AttVariant *v, cons
 }
 
 /* flashdec's defaults (from the H200 timings of tests/gpu/test_cuda_attention):
- * 8 warps; 4 keys per group and step for one or two rows, 2 for more
- * (registers); splits for about DEC_TARGET_BLOCKS blocks, each slice at
+ * 4 warps and 4 keys per group and step for one or two rows, 8 warps and 2
+ * keys for more (registers); loads one step ahead; splits for about DEC_TARGET_BLOCKS blocks, each slice at
  * least DEC_MIN_BLOCK_BYTES of K and V (fixed costs per block: the first
  * load's latency, the merge, the partial written and read back). */
 static void dec_default(const Att *a, DecParams *p) {
   int64_t R, nrc;
   int rb;
   dec_rows(a, &R, &nrc, &rb);
-  int W = 8, groups = W * (32 / (int)(a->D / 8));
+  int W = rb <= 2 ? 4 : 8, groups = W * (32 / (int)(a->D / 8));
   int U = rb <= 2 ? 4 : 2;
   int64_t units = a->B * a->Hkv * nrc;
   int64_t split = cdiv(DEC_TARGET_BLOCKS, units);
@@ -316,7 +345,7 @@ static void dec_default(const Att *a, DecParams *p) {
   if (split > most) split = most;
   if (split > DEC_MAX_SPLIT) split = DEC_MAX_SPLIT;
   if (split < 1) split = 1;
-  *p = (DecParams){(int)split, U * groups, W};
+  *p = (DecParams){(int)split, U * groups, W, 1};
 }
 
 /* The heuristic: few query rows per kv head (decode): flashdec; else the
@@ -340,9 +369,12 @@ static void heuristic(const CuFn *f, const Att *a, AttVariant *out) {
   }
   if (flash_eligible(a, &why)) {
     v.fam = ATT_FLASH;
-    if (a->S < 256) v.fp = (FlashParams){64, 32, 4, 2};
-    else if (a->D > 64) v.fp = (FlashParams){128, 32, 4, 2};
-    else v.fp = a->S >= 1024 ? (FlashParams){128, 64, 4, 2} : (FlashParams){64, 32, 4, 2};
+    if (a->S < 256) v.fp = (FlashParams){64, 32, 4, 2, 1};
+    else if (a->D > 64) v.fp = (FlashParams){128, 32, 4, 2, 1};
+    else if (a->S >= 1024) v.fp = (FlashParams){128, 64, 4, 2, 1};
+    /* causal, a few hundred rows: the blocks of the last rows decide; two key
+     * groups halve the tiles' work on each warp of those blocks */
+    else v.fp = a->causal ? (FlashParams){64, 128, 4, 2, 2} : (FlashParams){64, 32, 4, 2, 1};
     if (variant_valid(f, a, &v, &why)) *out = v;
   }
 }
@@ -359,17 +391,23 @@ int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
   dec_rows(&a, &R, &nrc, &rb);
   if (flash_eligible(&a, &why) && a.S < 16) {
     /* a few query rows: one 64-row tile, for comparison with flashdec */
-    all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2}, {0}};
+    all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2, 1}, {0}};
   } else if (flash_eligible(&a, &why)) {
     /* the tiles that came within ~15% of the best on the H200 (W3 and W4
      * prefill), double buffered, and one triple-buffered; 32 rows of a head
      * above 64 wide with more than 64 keys per tile do not fit in registers
-     * (O and the scores alone take 256) */
-    static const FlashParams fps[] = {{128, 32, 4, 2}, {128, 32, 4, 3}, {128, 64, 4, 2}, {128, 64, 8, 2}, {128, 128, 8, 2},
-                                      {64, 32, 4, 2},  {64, 64, 4, 2},  {64, 128, 4, 2}, {64, 32, 2, 2}};
+     * (O and the scores alone take 256; with a key split, 64 keys per warp
+     * spill too) */
+    static const FlashParams fps[] = {{128, 32, 4, 2, 1}, {128, 32, 4, 3, 1}, {128, 64, 4, 2, 1}, {128, 64, 8, 2, 1},
+                                      {128, 128, 8, 2, 1}, {64, 32, 4, 2, 1},  {64, 64, 4, 2, 1},  {64, 128, 4, 2, 1},
+                                      {64, 32, 2, 2, 1},
+                                      /* key splits: more warps on the same rows (the longest causal blocks
+                                       * finish sooner), 8 warps at most */
+                                      {64, 128, 4, 2, 2},  {64, 64, 4, 2, 2},  {64, 128, 4, 3, 2},  {64, 128, 2, 2, 4},
+                                      {32, 128, 2, 2, 4},  {128, 64, 4, 2, 2}, {128, 128, 4, 2, 2}};
     for (size_t i = 0; i < sizeof fps / sizeof *fps; i++) {
       bool two = fps[i].BM == 32 * fps[i].W;
-      if (two && a.D > 64 && fps[i].BN > 64) continue;
+      if (two && a.D > 64 && (fps[i].BN > 64 || fps[i].BN / fps[i].KS > 32)) continue;
       all[n++] = (AttVariant){ATT_FLASH, fps[i], {0}};
     }
   }
@@ -379,15 +417,19 @@ int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
      * the keys per step */
     DecParams d;
     dec_default(&a, &d);
-    int g8 = 8 * (32 / (int)(a.D / 8)), g4 = 4 * (32 / (int)(a.D / 8)), U = d.BN / g8;
-    int splits[] = {d.split, d.split / 2, d.split * 2};
-    for (int i = 0; i < 3; i++)
+    int g8 = 8 * (32 / (int)(a.D / 8)), g4 = 4 * (32 / (int)(a.D / 8)), U = d.BN / (d.W * (32 / (int)(a.D / 8)));
+    int splits[] = {d.split, d.split / 2, d.split * 2, d.split * 4};
+    for (int i = 0; i < 4; i++)
       if (splits[i] >= 1) {
-        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g8, 8}};
-        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g4, 4}};
+        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g8, 8, 1}};
+        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g4, 4, 1}};
       }
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g8, 8}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g4, 4}};
+    /* twice and half the keys per step; without the prefetch */
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g8, 8, 1}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g4, 4, 1}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U / 2 * g4, 4, 1}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U * g8, 8, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U * g4, 4, 0}};
   }
   all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
   int got = 0;
@@ -627,11 +669,13 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   const Graph *g = f->g;
   const Node *an = a->an;
   bool bf16 = a->dt == DT_BF16;
-  int D = (int)a->D, W = p->W, BM = p->BM, BN = p->BN, ST = p->stages, MI = p->BM / (16 * p->W);
-  int QS = D + 8, threads = 32 * W, KD = D / 16, NJ = BN / 8, OJ = D / 8, PK = BN / 16;
+  int D = (int)a->D, W = p->W, BM = p->BM, BN = p->BN, ST = p->stages, MI = p->BM / (16 * p->W), KS = p->KS;
+  /* KS key groups of W warps: warp (kg, rw) takes rows rw and keys kg * BNW .. of every tile */
+  int BNW = BN / KS, NW = W * KS;
+  int QS = D + 8, threads = 32 * NW, KD = D / 16, NJ = BNW / 8, OJ = D / 8, PK = BNW / 16;
   int64_t B = a->B, H = a->H, S = a->S, T = a->T, G = a->G;
   int64_t NQB = cdiv(S, BM), NT = cdiv(T, BN), BH = B * H;
-  int64_t smem_elems = (int64_t)(BM + 2 * ST * BN) * QS;
+  int64_t smem_elems = flash_smem(a, p) / 2;
   double sl2 = a->scale * LOG2E;
   /* Q's A fragments stay in registers when they take at most 32 per lane;
    * else (two m16 tiles of a 128-wide head) they are read again per k step */
@@ -650,18 +694,23 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
           g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)H, (long long)a->Hkv, (long long)S,
           (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
   cu_line(f, "// parameters: %d query rows per block (%d warps of %d), %d keys per tile, %d stages", BM, W, 16 * MI, BN, ST);
+  if (KS > 1)
+    cu_line(f, "// key split: %d groups of %d warps, group kg takes keys kg * %d .. +%d of every tile; merged at the end", KS, W, BNW,
+            BNW - 1);
   cu_tc_emu_helpers(f);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "extern __shared__ __align__(16) unsigned short smelt_fa_smem[];");
   cu_line(f, "#else");
   cu_line(f, "__align__(16) __shared__ unsigned short smelt_fa_smem[%lld];", (long long)smem_elems);
   cu_line(f, "// P fragments, exchanged between the lanes of a warp");
-  cu_line(f, "static unsigned emu_pf[%d][32][%d];", W, MI * PK * 4);
+  cu_line(f, "static unsigned emu_pf[%d][32][%d];", NW, MI * PK * 4);
   cu_line(f, "#endif");
   cu_line(f, "unsigned short *const Qs = smelt_fa_smem;  // [%d][%d] (rows padded by 8)", BM, QS);
   cu_line(f, "unsigned short *const Ks = smelt_fa_smem + %d;  // [%d stages][%d][%d]", BM * QS, ST, BN, QS);
   cu_line(f, "unsigned short *const Vs = smelt_fa_smem + %d;  // [%d stages][%d][%d]", BM * QS + ST * BN * QS, ST, BN, QS);
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  if (KS > 1) cu_line(f, "const int rw = warp %% %d, kg = warp / %d;  // row warp, key group", W, W);
+  else cu_line(f, "const int rw = warp;  // row warp");
   cu_line(f, "// f32 pair -> f16x2 / bf16x2 (round to nearest even), lo in the low half");
   cu_line(f, "auto pack2 = [](float lo, float hi) -> unsigned {");
   cu_line(f, "#ifdef __CUDA_ARCH__");
@@ -741,11 +790,12 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int j = 0; j < %d; j++) o[i][j][0] = o[i][j][1] = o[i][j][2] = o[i][j][3] = 0.0f;", OJ);
   cu_close(f);
-  cu_line(f, "const int wr = warp * %d;  // this warp's first row in the block", 16 * MI);
+  cu_line(f, "const int wr = rw * %d;  // this warp's first row in the block", 16 * MI);
   cu_line(f, "const long long r0 = m0 + wr;");
   const char *pq = cu_fmt(f, "Qs + (wr + i * 16 + (lane & 15)) * %d + kd * 16 + (lane >> 4) * 8", QS);
-  const char *pk = cu_fmt(f, "ks + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kd * 16 + ((lane >> 3) & 1) * 8", QS);
-  const char *pv = cu_fmt(f, "vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * %d + j * 8 + (lane >> 4) * 8", QS);
+  const char *kgo = KS > 1 ? cu_fmt(f, "kg * %d + ", BNW) : "";
+  const char *pk = cu_fmt(f, "ks + (%sj * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kd * 16 + ((lane >> 3) & 1) * 8", kgo, QS);
+  const char *pv = cu_fmt(f, "vs + (%skk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * %d + j * 8 + (lane >> 4) * 8", kgo, QS);
   wait_group(f, ST - 1);
   cu_line(f, "__syncthreads();");
   if (qregs) {
@@ -778,13 +828,14 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_close(f);
 #undef FILL_KV
   cu_line(f, "const unsigned short *ks = Ks + (kt %% %d) * %d, *vs = Vs + (kt %% %d) * %d;", ST, BN * QS, ST, BN * QS);
-  cu_line(f, "const long long n0 = (long long)kt * %d;", BN);
+  if (KS > 1) cu_line(f, "const long long n0 = (long long)kt * %d + kg * %d;  // this warp's first key", BN, BNW);
+  else cu_line(f, "const long long n0 = (long long)kt * %d;", BN);
   if (a->causal) {
-    cu_line(f, "// causal: this warp's rows see no key of this tile");
+    cu_line(f, "// causal: this warp's rows see no key of %s", KS > 1 ? "its part of this tile" : "this tile");
     cu_line(f, "if (n0 > %lldLL + r0 + %d) continue;", (long long)(T - S), 16 * MI - 1);
   }
 
-  cu_line(f, "// S = Q K^T: %d x %d scores of this warp, f32", 16 * MI, BN);
+  cu_line(f, "// S = Q K^T: %d x %d scores of this warp, f32", 16 * MI, BNW);
   cu_line(f, "float s[%d][%d][4];", MI, NJ);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < %d; i++)", MI);
@@ -832,9 +883,9 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "#endif");
 
   /* masks: keys past T, and keys past the causal limit of each row */
-  const char *edge = a->causal ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > %lldLL + r0", BN, (long long)T, BN - 1, (long long)(T - S))
-                               : cu_fmt(f, "n0 + %d > %lldLL", BN, (long long)T);
-  bool any_edge = a->causal || T % BN != 0;
+  const char *edge = a->causal ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > %lldLL + r0", BNW, (long long)T, BNW - 1, (long long)(T - S))
+                               : cu_fmt(f, "n0 + %d > %lldLL", BNW, (long long)T);
+  bool any_edge = a->causal || T % BNW != 0;
   if (any_edge) {
     cu_line(f, "// the tile crosses %s: mask", a->causal ? "the end of the keys or the causal diagonal" : "the end of the keys");
     cu_open(f, "if (%s)", edge);
@@ -930,6 +981,55 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_close(f); /* kt */
   wait_group(f, 0);
 
+  if (KS > 1) {
+    /* per lane, fragment by fragment: the lanes of warps (kg, rw) hold the
+     * same rows and columns for every kg, so the merge needs no exchange
+     * within a warp; [..][lane] keeps the accesses free of bank conflicts */
+    int FR = MI * (OJ * 4 + 4);
+    cu_line(f, "// key split: groups 1 .. %d leave their (o, m, l) in shared memory (no tile is read any more);", KS - 1);
+    cu_line(f, "// group 0 merges them into its own, as two online-softmax states are merged");
+    cu_line(f, "__syncthreads();");
+    cu_line(f, "float *const mg = reinterpret_cast<float *>(smelt_fa_smem);  // [group - 1][row warp][%d values][32 lanes]", FR);
+    cu_open(f, "if (kg > 0)");
+    cu_line(f, "float *const dst = mg + ((kg - 1) * %d + rw) * %d + lane;", W, FR * 32);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int j = 0; j < %d; j++)", OJ);
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int e = 0; e < 4; e++) dst[((i * %d + j) * 4 + e) * 32] = o[i][j][e];", OJ);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int hr = 0; hr < 2; hr++)");
+    cu_line(f, "  dst[(%d + i * 4 + hr) * 32] = mrow[i][hr], dst[(%d + i * 4 + 2 + hr) * 32] = lrow[i][hr];", MI * OJ * 4,
+            MI * OJ * 4);
+    cu_close(f);
+    cu_close(f);
+    cu_line(f, "__syncthreads();");
+    cu_line(f, "if (kg > 0) return;");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int g = 1; g < %d; g++)", KS);
+    cu_line(f, "const float *const src = mg + ((g - 1) * %d + rw) * %d + lane;", W, FR * 32);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int hr = 0; hr < 2; hr++)");
+    cu_line(f, "const float mo = src[(%d + i * 4 + hr) * 32], lo = src[(%d + i * 4 + 2 + hr) * 32];", MI * OJ * 4, MI * OJ * 4);
+    cu_line(f, "const float mx = fmaxf(mrow[i][hr], mo);");
+    cu_line(f, "// weights in log2 units; a state that has seen no key weighs 0");
+    cu_line(f, "const float fa = mrow[i][hr] == -SMELT_INF_F ? 0.0f : fexp2((mrow[i][hr] - mx) * %s);", cu_const(f, DT_F32, sl2));
+    cu_line(f, "const float fo = mo == -SMELT_INF_F ? 0.0f : fexp2((mo - mx) * %s);", cu_const(f, DT_F32, sl2));
+    cu_line(f, "mrow[i][hr] = mx;");
+    cu_line(f, "lrow[i][hr] = lrow[i][hr] * fa + lo * fo;");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int j = 0; j < %d; j++)", OJ);
+    cu_line(f, "o[i][j][2 * hr] = o[i][j][2 * hr] * fa + src[((i * %d + j) * 4 + 2 * hr) * 32] * fo;", OJ);
+    cu_line(f, "o[i][j][2 * hr + 1] = o[i][j][2 * hr + 1] * fa + src[((i * %d + j) * 4 + 2 * hr + 1) * 32] * fo;", OJ);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f);
+  }
+
   cu_line(f, "// O / l through the epilogue: fragment element e of tile (i, j) is row g (+8 for e >= 2), column 2t (+1 for odd e)");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < %d; i++)", MI);
@@ -964,15 +1064,15 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
 
 /* ---- flashdec: the split-KV decode kernel ---- */
 
-/* Loads (when v is an argument) U 16-byte chunks of operand v for keys
- * base + u * NG + grp into `regs` (zeros past kend). */
+/* Declares `regs` and loads into it (when v is an argument) U 16-byte
+ * chunks of operand v for keys `step` + u * NG + grp (zeros past kend). */
 static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char *gbase, const char *aligned, int U,
-                      int NG) {
+                      int NG, const char *step) {
   cu_line(f, "smelt_pack<unsigned short, 8> %s[%d];  // %s", regs, U, f->g->val[v].name);
   if (!gbase) return;
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const long long j = base + u * %d + grp;", NG);
+  cu_line(f, "const long long j = %s + u * %d + grp;", step, NG);
   cu_line(f, "const unsigned short *src = %s + j * %lld + c * 8;", gbase, (long long)a->D);
   cu_open(f, "if (j < kend)");
   if (strcmp(aligned, "true") == 0) {
@@ -1077,7 +1177,8 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
           (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
   cu_line(f, "// parameters: %lld query rows per kv head in %lld chunk(s) of %d; %d warps, key groups of %d lanes (%d groups),",
           (long long)R, (long long)NRC, RB, W, LPK, NG);
-  cu_line(f, "// %d keys per group and step (%d per block), %d split(s) of %lld keys", U, p->BN, SPLIT, (long long)CHUNK);
+  cu_line(f, "// %d keys per group and step (%d per block), %d split(s) of %lld keys%s", U, p->BN, SPLIT, (long long)CHUNK,
+          p->pf ? ", loads one step ahead" : "");
   cu_line(f, "#ifndef __CUDA_ARCH__");
   cu_line(f, "auto emu_cvt = [](unsigned short h, bool bf16) -> float {");
   cu_line(f, "  if (bf16) { unsigned u = (unsigned)h << 16; float v; memcpy(&v, &u, 4); return v; }");
@@ -1164,10 +1265,26 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;");
   cu_close(f);
 
+  /* pf: a software pipeline one step deep: the loads of step base + BN are
+   * issued before the math of step base, so that every lane keeps 2U
+   * chunks of K and of V in flight while it computes (the latency of a
+   * step's loads is no longer exposed once per step) */
+  bool pf = p->pf && (ka || va);
+  if (pf) {
+    cu_line(f, "// software pipeline: this step's K and V chunks (keys base + u * %d + grp) were loaded one step ahead", NG);
+    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "kbeg");
+    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "kbeg");
+  }
   cu_open(f, "for (long long base = kbeg; base < kend; base += %d)", p->BN);
-  cu_line(f, "// %d keys per group in flight: key base + u * %d + grp", U, NG);
-  dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG);
-  dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG);
+  if (pf) {
+    cu_line(f, "// the next step's chunks, in flight during this step's math (zeros past kend)");
+    if (ka) dec_fetch(f, a, kv, "kn", "Kg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->BN));
+    if (va) dec_fetch(f, a, vv, "vn", "Vg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->BN));
+  } else {
+    cu_line(f, "// %d keys per group in flight: key base + u * %d + grp", U, NG);
+    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "base");
+    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "base");
+  }
   cu_line(f, "float sc[%d][%d];  // scores (log2 units)", U, RB);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
@@ -1211,6 +1328,11 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] += pr * vf[e];");
   cu_close(f);
   cu_close(f);
+  if (pf) {
+    cu_line(f, "// the next step's chunks become this step's");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int u = 0; u < %d; u++) {%s%s }", U, ka ? " kr[u] = kn[u];" : "", va ? " vr[u] = vn[u];" : "");
+  }
   cu_close(f); /* base */
 
   /* merge the groups: within the warp by shuffles, then the warps in shared memory */
@@ -1384,7 +1506,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   const char *why = "";
   if (tok) {
     bool ok = parse_variant(tok, &v);
-    if (!ok) why = "is not an attention variant (flash:bm=..,bn=..,w=..,st=.., flashdec:split=..,bn=..,w=.., simple)";
+    if (!ok) why = "is not an attention variant (flash:bm=..,bn=..,w=..,st=..[,ks=..], flashdec:split=..,bn=..,w=..[,pf=..], simple)";
     else ok = variant_valid(f, &a, &v, &why);
     if (!ok && !from_table) {
       cu_fail(f, ST_INVALID_INPUT, "variant '%s' %s for attention '%s' (%s B %lld H %lld Hkv %lld S %lld T %lld D %lld%s%s)",

@@ -216,6 +216,10 @@ void cu_split_outputs(CuFn *f, int **out_epi, int *out_nepi, int **out_side, int
 /* Emits and stores every epilogue value at anchor-result coordinates co,
  * the anchor's result there being val. */
 void cu_store_epilogue(CuFn *f, const int *epi, int nepi, const CuCoords *co, const CuVal *val);
+/* Ops that only move data (transpose, reshape, squeeze, unsqueeze): on the
+ * CUDA target they may follow the anchor in an epilogue (fuse.c), which
+ * then stores each element where they move it. */
+bool cu_moves_data(Op op);
 /* A grid of n blocks, capped for grid-stride loops. */
 unsigned cu_grid_for(int64_t items, int threads);
 

@@ -389,19 +389,110 @@ static void gather(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out
   cu_emit(f, n->in[0], &cd, out);
 }
 
-static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
-  if (co->lanes > 1) {
-    lanewise(f, v, co, out);
-    return;
+/* The rotation angle of pair index `pair` (an expression) at position
+ * `pos` into sn/cs (new temporaries).  f16/bf16 results: the angle in float
+ * is exact enough (at position 32k its error is ~2e-3 rad of rounding,
+ * under f16's step) and several times cheaper than double pow/sincos,
+ * which matters where rope is computed in an attention kernel's loads; f32
+ * and f64: in double, because positions reach thousands, where float would
+ * lose the low bits of the product. */
+static void rope_angle(CuFn *f, const Node *n, bool low, const char *pos, const char *pair, int64_t rd,
+                       const char **out_sn, const char **out_cs) {
+  const char *th = cu_tmp(f), *sn = cu_tmp(f), *cs = cu_tmp(f);
+  if (low) {
+    /* reduced to [-pi, pi] (2 pi as float + its error, two FMAs: the
+     * remainder is exact to ~1e-7 rad up to angle 1e5), then the fast
+     * sincos, which is accurate there (~1e-6): sincosf's slow path for
+     * large angles would cost a stack frame in every kernel using it */
+    const char *k = cu_tmp(f), *rr = cu_tmp(f);
+    cu_line(f, "const float %s = (float)%s * exp2f(%.9gf * (float)(%s));", th, pos,
+            -2.0 * log2(ir_attr_float(n, "base")) / (double)rd, pair);
+    cu_line(f, "const float %s = rintf(%s * 0.159154943f);", k, th);
+    cu_line(f, "const float %s = fmaf(%s, 1.74845553e-7f, fmaf(%s, -6.28318548f, %s));", rr, k, k, th);
+    cu_line(f, "float %s, %s;", sn, cs);
+    cu_line(f, "__sincosf(%s, &%s, &%s);", rr, sn, cs);
+  } else {
+    cu_line(f, "const double %s = (double)%s * pow(%.17g, -2.0 * (double)(%s) / %lld.0);", th, pos,
+            ir_attr_float(n, "base"), pair, (long long)rd);
+    cu_line(f, "double %s, %s;", sn, cs);
+    cu_line(f, "sincos(%s, &%s, &%s);", th, sn, cs);
   }
+  *out_sn = sn;
+  *out_cs = cs;
+}
+
+/* rope at L lanes along the feature dim, all in one rotation half (half
+ * style: L divides rd/2) or in whole pairs (interleaved: L even, L divides
+ * rd): the input and its partners are L-lane loads (vectors where the
+ * producers allow), one angle per pair.  False when the lanes do not have
+ * that form; the caller goes lane by lane. */
+static bool rope_lanes(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out, bool half, int64_t rd, bool low) {
+  const Graph *g = f->g;
+  int r = g->val[n->in[0]].type.rank, L = co->lanes;
+  int64_t h = rd / 2;
+  bool ok = co->aligned && co->step[r - 1] == 1 && (half ? h % L == 0 : L % 2 == 0 && rd % L == 0);
+  for (int d = 0; ok && d < r - 1; d++) ok = co->step[d] == 0;
+  if (!ok) return false;
+  const char *d = co->c[r - 1];
+  CuVal x, xp, pos;
+  cu_emit(f, n->in[0], co, &x);
+  const char *part = NULL;
+  if (half) {
+    /* lanes d .. d + L - 1 pair with d + h .. (first half) or d - h .. */
+    part = cu_tmp(f);
+    cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;  // the partners' first feature",
+            f->idx, part, d, (long long)h, d, (long long)h, d, (long long)rd, d, (long long)h, d);
+    CuCoords cp = *co;
+    cp.c[r - 1] = part;
+    cu_emit(f, n->in[0], &cp, &xp);
+  }
+  CuCoords cs;
+  const char *s = co->c[r - 2];
+  cu_coords_scalar(&cs, 1, &s);
+  cu_emit(f, n->in[1], &cs, &pos);
+  DType dt = g->val[v].type.dt;
+  const char *ct = low ? "float" : "double";
+  const char *rot = cu_tmp(f), *sign = cu_tmp(f);
+  cu_line(f, "const bool %s = %s < %lld;  // rotated features", rot, d, (long long)rd);
+  if (half) cu_line(f, "const %s %s = %s < %lld ? -1 : 1;  // the sine term's sign", ct, sign, d, (long long)h);
+  for (int j = 0; j < L; j++) {
+    const char *pair, *sgn, *other;
+    if (half) {
+      pair = cu_fmt(f, "(%s < %lld ? %s : %s - %lld) + %d", d, (long long)h, d, d, (long long)h, j);
+      sgn = sign;
+      other = xp.l[j];
+    } else {
+      pair = cu_fmt(f, "%s / 2 + %d", d, j / 2);
+      sgn = j % 2 ? "1" : "-1";
+      other = x.l[j ^ 1];
+    }
+    const char *sn, *cs2;
+    rope_angle(f, n, low, pos.l[0], pair, rd, &sn, &cs2);
+    const char *y = cu_tmp(f);
+    cu_line(f, "const %s %s = %s ? (%s)((%s)%s * %s + %s * (%s)%s * %s) : %s;%s", cu_ctype(dt), y, rot, cu_ctype(dt), ct,
+            x.l[j], cs2, sgn, ct, other, sn, x.l[j], j == 0 ? cu_fmt(f, "  // %s (rope)", g->val[v].name) : "");
+    out->l[j] = y;
+  }
+  return true;
+}
+
+static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
   const Graph *g = f->g;
   const TensorType *xt = &g->val[n->in[0]].type;
   int r = xt->rank;
   int64_t D = xt->dim[r - 1];
   const Attr *rda = ir_attr(n, "rotary_dim");
-  int64_t rd = rda ? rda->i : D, h = rd / 2;
+  int64_t rd = rda ? rda->i : D;
   bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
+  DType dt = g->val[v].type.dt;
+  bool low = dt == DT_F16 || dt == DT_BF16;
+  if (co->lanes > 1) {
+    if (!rope_lanes(f, n, v, co, out, half, rd, low)) lanewise(f, v, co, out);
+    return;
+  }
+  int64_t h = rd / 2;
   const char *d = co->c[r - 1];
+  const char *ct = low ? "float" : "double";
   /* the partner of feature d, its pair index and the sign of its sine term:
    * half (LLaMA/NeoX) pairs p with p + rd/2, interleaved (GPT-J) 2p with 2p+1 */
   const char *part = cu_tmp(f), *pair = cu_tmp(f), *sign = cu_tmp(f);
@@ -409,11 +500,11 @@ static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) 
     cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;", f->idx, part, d, (long long)h, d,
             (long long)h, d, (long long)rd, d, (long long)h, d);
     cu_line(f, "const %s %s = %s < %lld ? %s : %s - %lld;", f->idx, pair, d, (long long)h, d, d, (long long)h);
-    cu_line(f, "const double %s = %s < %lld ? -1.0 : %s < %lld ? 1.0 : 0.0;", sign, d, (long long)h, d, (long long)rd);
+    cu_line(f, "const %s %s = %s < %lld ? -1 : %s < %lld ? 1 : 0;", ct, sign, d, (long long)h, d, (long long)rd);
   } else {
     cu_line(f, "const %s %s = %s < %lld ? (%s ^ 1) : %s;", f->idx, part, d, (long long)rd, d, d);
     cu_line(f, "const %s %s = %s / 2;", f->idx, pair, d);
-    cu_line(f, "const double %s = %s < %lld ? (%s %% 2 == 0 ? -1.0 : 1.0) : 0.0;", sign, d, (long long)rd, d);
+    cu_line(f, "const %s %s = %s < %lld ? (%s %% 2 == 0 ? -1 : 1) : 0;", ct, sign, d, (long long)rd, d);
   }
   CuVal x, xp, pos;
   cu_emit(f, n->in[0], co, &x);
@@ -424,28 +515,11 @@ static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) 
   const char *s = co->c[r - 2];
   cu_coords_scalar(&cs, 1, &s);
   cu_emit(f, n->in[1], &cs, &pos);
-  DType dt = g->val[v].type.dt;
-  const char *th = cu_tmp(f), *sn = cu_tmp(f), *cs2 = cu_tmp(f);
-  if (dt == DT_F16 || dt == DT_BF16) {
-    /* f16/bf16 results: the angle in float is exact enough (at position
-     * 32k its error is ~2e-3 rad of rounding, under f16's step) and
-     * several times cheaper than double pow/sincos, which matters where
-     * rope is computed in an attention kernel's loads */
-    cu_line(f, "const float %s = (float)%s * exp2f(%.9gf * (float)%s);", th, pos.l[0],
-            -2.0 * log2(ir_attr_float(n, "base")) / (double)rd, pair);
-    cu_line(f, "float %s, %s;", sn, cs2);
-    cu_line(f, "sincosf(%s, &%s, &%s);", th, sn, cs2);
-  } else {
-    /* the angle in double: positions reach thousands, where float would
-     * lose the low bits of the product */
-    cu_line(f, "const double %s = (double)%s * pow(%.17g, -2.0 * (double)%s / %lld.0);", th, pos.l[0],
-            ir_attr_float(n, "base"), pair, (long long)rd);
-    cu_line(f, "double %s, %s;", sn, cs2);
-    cu_line(f, "sincos(%s, &%s, &%s);", th, sn, cs2);
-  }
+  const char *sn, *cs2;
+  rope_angle(f, n, low, pos.l[0], pair, rd, &sn, &cs2);
   const char *y = cu_tmp(f);
-  cu_line(f, "const %s %s = %s < %lld ? (%s)((double)%s * %s + %s * (double)%s * %s) : %s;  // %s (rope)", cu_ctype(dt), y,
-          d, (long long)rd, cu_ctype(dt), x.l[0], cs2, sign, xp.l[0], sn, x.l[0], g->val[v].name);
+  cu_line(f, "const %s %s = %s < %lld ? (%s)((%s)%s * %s + %s * (%s)%s * %s) : %s;  // %s (rope)", cu_ctype(dt), y, d,
+          (long long)rd, cu_ctype(dt), ct, x.l[0], cs2, sign, ct, xp.l[0], sn, x.l[0], g->val[v].name);
   out->l[0] = y;
 }
 
@@ -683,20 +757,130 @@ void cu_split_outputs(CuFn *f, int **out_epi, int *out_nepi, int **out_side, int
   *out_nside = ns;
 }
 
+bool cu_moves_data(Op op) {
+  return op == OP_TRANSPOSE || op == OP_RESHAPE || op == OP_SQUEEZE || op == OP_UNSQUEEZE;
+}
+
+/* Where node n (one that moves data: cu_moves_data) puts the element its
+ * input has at ci: the coordinates of that element in n's result.  A
+ * transpose permutes them; a reshape keeps the row-major position (the
+ * same mapping as a reshape read backwards).  False when the lanes would
+ * not stay affine. */
+static bool forward_coords(CuFn *f, const Node *n, const CuCoords *ci, CuCoords *co) {
+  const Graph *g = f->g;
+  const TensorType *it = &g->val[n->in[0]].type, *ot = &g->val[n->out[0]].type;
+  if (n->op == OP_TRANSPOSE) {
+    const Attr *p = ir_attr(n, "perm");
+    *co = *ci;
+    co->rank = ot->rank;
+    for (int j = 0; j < ot->rank; j++) {
+      int src = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
+      co->c[j] = ci->c[src];
+      co->step[j] = ci->step[src];
+    }
+    return true;
+  }
+  return reshape_coords(f, it, ot, ci, co);
+}
+
+/* The epilogue when some stored value does not have the anchor's shape:
+ * the members after the anchor are a chain of data movement (transpose,
+ * reshape) and elementwise ops, so each anchor element has one place in
+ * each of their results.  Walking the members forward, a data-movement
+ * result is the same value at forward-mapped coordinates (memoised there),
+ * an elementwise result is computed at its operand's coordinates; every
+ * stored value is then emitted and stored where it lands.  False (nothing
+ * stored) when the lanes do not survive a reshape: the caller goes lane
+ * by lane. */
+static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co) {
+  const Graph *g = f->g;
+  int av = g->node[f->anchor].out[0];
+  CuCoords **fw = arena_alloc(&f->arena, sizeof(CuCoords *) * (size_t)g->nval);
+  if (!fw) abort();
+  fw[av] = (CuCoords *)co;
+  int mark = cu_scope_push(f);
+  for (int i = 0; i < f->grp->nnodes; i++) {
+    const Node *n = &g->node[f->grp->nodes[i]];
+    if (f->grp->nodes[i] == f->anchor || !f->dep[f->grp->nodes[i]]) continue;
+    int out = n->out[0];
+    if (cu_moves_data(n->op)) {
+      if (!fw[n->in[0]]) goto unsupported;
+      CuCoords *o = arena_alloc(&f->arena, sizeof *o);
+      if (!o) abort();
+      if (!forward_coords(f, n, fw[n->in[0]], o)) {
+        cu_scope_pop(f, mark);
+        return false;
+      }
+      CuVal x;
+      cu_emit(f, n->in[0], fw[n->in[0]], &x);
+      cu_memo_put(f, out, o, &x);
+      fw[out] = o;
+      continue;
+    }
+    FusionClass fc = ir_op_info(n->op)->fclass;
+    if (fc != FC_ELEMWISE && fc != FC_BROADCAST) goto unsupported;
+    /* its operands from the anchor have its shape (the fuser's rule) and
+     * one place: computed where they are, by cu_emit below */
+    for (int j = 0; j < n->nin; j++) {
+      int u = n->in[j];
+      const Value *uv = &g->val[u];
+      bool dep = u == av || (uv->kind == VK_NODE && f->member[uv->node] && f->dep[uv->node]);
+      if (!dep) continue;
+      const TensorType *ut = &uv->type, *ot = &g->val[out].type;
+      bool same = ut->rank == ot->rank && fw[u];
+      for (int d = 0; same && d < ut->rank; d++) same = ut->dim[d] == ot->dim[d];
+      if (!same) goto unsupported;
+      if (!fw[out]) fw[out] = fw[u];
+      else if (strcmp(value_key(f, u, fw[u], NULL), value_key(f, u, fw[out], NULL)) != 0) goto unsupported;
+    }
+  }
+  for (int i = 0; i < nepi; i++) {
+    if (!fw[epi[i]]) goto unsupported;
+    CuVal r;
+    cu_emit(f, epi[i], fw[epi[i]], &r);
+    cu_store(f, epi[i], fw[epi[i]], &r);
+  }
+  cu_scope_pop(f, mark);
+  return true;
+unsupported:
+  cu_scope_pop(f, mark);
+  cu_fail(f, ST_UNSUPPORTED, "the epilogue of the %s result '%s' is not a chain of data movement and elementwise ops",
+          ir_op_name(g->node[f->anchor].op), g->val[av].name);
+  return true;
+}
+
 void cu_store_epilogue(CuFn *f, const int *epi, int nepi, const CuCoords *co, const CuVal *val) {
   const Graph *g = f->g;
   int av = g->node[f->anchor].out[0];
   const TensorType *at = &g->val[av].type;
+  bool all_same = true;
+  for (int i = 0; i < nepi && all_same; i++) {
+    const TensorType *t = &g->val[epi[i]].type;
+    all_same = t->rank == at->rank;
+    for (int d = 0; all_same && d < t->rank; d++) all_same = t->dim[d] == at->dim[d];
+  }
+  if (!all_same) {
+    cu_set_override(f, av, co, val);
+    bool done = store_forward(f, epi, nepi, co);
+    cu_clear_override(f);
+    for (int j = 0; !done && j < co->lanes; j++) {
+      /* lane by lane */
+      CuCoords one;
+      memset(&one, 0, sizeof one);
+      one.rank = co->rank;
+      one.lanes = 1;
+      one.aligned = true;
+      for (int d = 0; d < co->rank; d++) one.c[d] = cu_lane_coord(f, co, j, d);
+      CuVal v1 = {{val->l[j]}};
+      cu_set_override(f, av, &one, &v1);
+      if (!store_forward(f, epi, nepi, &one))
+        cu_fail(f, ST_INTERNAL, "epilogue of '%s': a one-lane forward map failed", g->val[av].name);
+      cu_clear_override(f);
+    }
+    return;
+  }
   cu_set_override(f, av, co, val);
   for (int i = 0; i < nepi; i++) {
-    const TensorType *t = &g->val[epi[i]].type;
-    bool eq = t->rank == at->rank;
-    for (int d = 0; eq && d < t->rank; d++) eq = t->dim[d] == at->dim[d];
-    if (!eq) {
-      cu_fail(f, ST_UNSUPPORTED, "epilogue value '%s' does not have the shape of the %s result '%s'", g->val[epi[i]].name,
-              ir_op_name(g->node[f->anchor].op), g->val[av].name);
-      continue;
-    }
     CuVal r;
     cu_emit(f, epi[i], co, &r);
     cu_store(f, epi[i], co, &r);

@@ -93,6 +93,8 @@ static const char prelude_common[] =
     "}\n"
     "__device__ __forceinline__ float smelt_silu(float x) { return x * smelt_sigmoid(x); }\n"
     "__device__ __forceinline__ double smelt_silu(double x) { return x * smelt_sigmoid(x); }\n"
+    "// f16/bf16 results: the fast exp and divide (a few ulp of float, far under the result's step).\n"
+    "__device__ __forceinline__ float smelt_silu_fast(float x) { return __fdividef(x, 1.0f + __expf(-x)); }\n"
     "__device__ __forceinline__ float smelt_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }\n"
     "__device__ __forceinline__ double smelt_gelu_erf(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752)); }\n"
     "__device__ __forceinline__ float smelt_gelu_tanh(float x) {\n"

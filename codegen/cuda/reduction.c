@@ -36,6 +36,10 @@
 /* Rows of at most this many items (chunks of lanes) get a warp. */
 #define CU_WARP_ROW_ITEMS 128
 #define CU_WARP_ROWS_PER_BLOCK 4
+/* Threads the GPU should get from a block-per-row kernel before a thread
+ * takes more than one item of its row (132 SMs x 1024 threads: an H200
+ * full at 50% occupancy is ~68k; fewer rows than that share out less). */
+#define CU_ROW_TARGET_THREADS (132 * 1024)
 
 typedef struct {
   const Node *an;
@@ -364,7 +368,12 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l) {
   if (r.warp_mode) {
     r.threads = 32;
   } else {
-    int64_t t = (items + 3) / 4;
+    /* 4 items a thread, fewer when the rows are too few to give the GPU
+     * enough warps that way (512 rows of 2048 f16: 1024 warps at 4 items,
+     * 4096 at 1, for 132 SMs x 32): a row's loads then go out in one step */
+    int64_t ipt = 4;
+    while (ipt > 1 && r.rows * ((items + ipt - 1) / ipt) < (int64_t)CU_ROW_TARGET_THREADS) ipt /= 2;
+    int64_t t = (items + ipt - 1) / ipt;
     t = (t + 31) / 32 * 32;
     r.threads = (int)(t > 1024 ? 1024 : t);
   }

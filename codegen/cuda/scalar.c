@@ -137,7 +137,9 @@ const char *cu_unary(CuFn *f, const Node *n, DType dt, const char *x) {
   case OP_GELU:
     return strcmp(ir_attr_enum(n, "approximate"), "tanh") == 0 ? cu_fmt(f, "smelt_gelu_tanh(%s)", x)
                                                                 : cu_fmt(f, "smelt_gelu_erf(%s)", x);
-  case OP_SILU: return cu_fmt(f, "smelt_silu(%s)", x);
+  case OP_SILU:
+    /* f16/bf16 tensors compute in float: the fast form is exact enough */
+    return cu_fmt(f, "%s(%s)", dt == DT_F16 || dt == DT_BF16 ? "smelt_silu_fast" : "smelt_silu", x);
   case OP_ERF: return cu_fmt(f, "%s(%s)", fn(f, dt, "erf"), x);
   case OP_SIN: return cu_fmt(f, "%s(%s)", fn(f, dt, "sin"), x);
   case OP_COS: return cu_fmt(f, "%s(%s)", fn(f, dt, "cos"), x);

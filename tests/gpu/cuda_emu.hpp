@@ -67,6 +67,12 @@ inline double __longlong_as_double(long long i) {
   return d;
 }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline void __sincosf(float x, float *s, float *c) {
+  *s = sinf(x);
+  *c = cosf(x);
+}
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 using std::erf;
 using std::exp;

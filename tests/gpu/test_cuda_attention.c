@@ -128,20 +128,22 @@ static void run_matrix(Exec *e) {
   AttCase fdec = mk(DT_F16, 2, 32, 4, 1, 2049, 64, true);
   fdec.rope_q = fdec.rope_k = fdec.epi = true;
   const MatrixCase cases[] = {
-      {mk(DT_F16, 1, 8, 8, 1024, 1024, 128, false), {"flash:bm=128,bn=64,w=8,st=2", "flash:bm=64,bn=32,w=4,st=3"}, false},
+      {mk(DT_F16, 1, 8, 8, 1024, 1024, 128, false), {"flash:bm=128,bn=64,w=8,st=2", "flash:bm=64,bn=32,w=4,st=3", "flash:bm=128,bn=64,w=4,st=2,ks=2"}, false},
       {mk(DT_BF16, 1, 8, 8, 1024, 1024, 128, true), {"flash:bm=64,bn=64,w=4,st=3"}, false},
-      {mk(DT_BF16, 2, 16, 4, 777, 1000, 64, true), {"flash:bm=128,bn=128,w=8,st=2", "flash:bm=64,bn=64,w=2,st=3"}, true},
+      {mk(DT_BF16, 2, 16, 4, 777, 1000, 64, true),
+       {"flash:bm=128,bn=128,w=8,st=2", "flash:bm=64,bn=64,w=2,st=3", "flash:bm=64,bn=128,w=4,st=2,ks=2", "flash:bm=32,bn=128,w=2,st=2,ks=4"},
+       true},
       {mk(DT_F16, 1, 4, 2, 37, 37, 64, true), {"flash:bm=32,bn=16,w=1,st=3", "simple"}, true},
       {mk(DT_F16, 1, 6, 3, 5, 70, 128, true), {"flash:bm=64,bn=64,w=4,st=2", "flashdec:split=3,bn=16,w=1"}, true},
-      {mk(DT_BF16, 3, 8, 1, 1, 300, 64, true), {"flashdec:split=1,bn=32,w=4", "flashdec:split=5,bn=128,w=8"}, false},
+      {mk(DT_BF16, 3, 8, 1, 1, 300, 64, true), {"flashdec:split=1,bn=32,w=4", "flashdec:split=5,bn=128,w=8", "flashdec:split=5,bn=64,w=4,pf=1"}, false},
       {mk(DT_F16, 1, 12, 12, 100, 100, 16, false), {"flash:bm=64,bn=32,w=2,st=3"}, false},
-      {mk(DT_F16, 1, 4, 4, 333, 1111, 48, true), {"flash:bm=64,bn=128,w=4,st=2"}, true},
-      {mk(DT_BF16, 1, 24, 2, 3, 4097, 32, true), {"flashdec:split=16,bn=32,w=2", "flash:bm=64,bn=32,w=4,st=2"}, false},
-      {mk(DT_F16, 1, 8, 8, 1, 1000, 256, false), {"flashdec:split=8,bn=16,w=4"}, false},
-      {mk(DT_F16, 1, 8, 8, 4, 8192, 128, true), {"flashdec:split=64,bn=32,w=4"}, false},
-      {fq, {"flash:bm=64,bn=64,w=4,st=2", "simple"}, false},
-      {fkt, {"flash:bm=64,bn=64,w=4,st=2"}, false},
-      {fdec, {"flashdec:split=16,bn=16,w=4"}, true},
+      {mk(DT_F16, 1, 4, 4, 333, 1111, 48, true), {"flash:bm=64,bn=128,w=4,st=2", "flash:bm=64,bn=64,w=4,st=3,ks=2"}, true},
+      {mk(DT_BF16, 1, 24, 2, 3, 4097, 32, true), {"flashdec:split=16,bn=32,w=2", "flash:bm=64,bn=32,w=4,st=2", "flashdec:split=16,bn=64,w=2,pf=1"}, false},
+      {mk(DT_F16, 1, 8, 8, 1, 1000, 256, false), {"flashdec:split=8,bn=16,w=4", "flashdec:split=8,bn=16,w=4,pf=1"}, false},
+      {mk(DT_F16, 1, 8, 8, 4, 8192, 128, true), {"flashdec:split=64,bn=32,w=4", "flashdec:split=64,bn=64,w=4,pf=1"}, false},
+      {fq, {"flash:bm=64,bn=64,w=4,st=2", "simple", "flash:bm=64,bn=64,w=4,st=2,ks=2"}, false},
+      {fkt, {"flash:bm=64,bn=64,w=4,st=2", "flash:bm=64,bn=64,w=2,st=2,ks=2"}, false},
+      {fdec, {"flashdec:split=16,bn=16,w=4", "flashdec:split=16,bn=32,w=4,pf=1"}, true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const MatrixCase *mc = &cases[i];

@@ -31,42 +31,47 @@ int main(void) {
     printf("SKIP: %s\n", skip);
     return 0;
   }
-  DIR *d = opendir("examples");
-  CHECK(d != NULL);
   HStats stats = {0};
   int models = 0;
-  struct dirent *ent;
-  while (d && (ent = readdir(d)) != NULL) {
-    size_t len = strlen(ent->d_name);
-    if (len < 6 || strcmp(ent->d_name + len - 5, ".yaml") != 0) continue;
-    char path[512];
-    snprintf(path, sizeof path, "examples/%s", ent->d_name);
-    for (int h = 0; h < 2; h++) {
-      FeOptions fo = {.dtype = h ? DT_F16 : DT_INVALID};
-      Graph *g = NULL;
-      st = fe_load_yaml(path, &fo, &g);
-      PassCtx ctx = {.target = "cuda"}; /* the CUDA pipeline: merged matmuls, [N, K] weights, prologues */
-      if (!st) st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-      pass_ctx_free(&ctx);
-      char what[600];
-      snprintf(what, sizeof what, "%s%s", path, h ? " --dtype f16" : "");
-      if (st) {
-        fprintf(stderr, "%s: %s\n", what, st_message(st));
-        st_free(st);
-        check_failures++;
+  /* the examples, and the models of tests/unit/models (fusion cases the
+   * CUDA pipeline makes: layout epilogues, sibling kernels) */
+  const char *dirs[] = {"examples", "tests/unit/models"};
+  for (int di = 0; di < 2; di++) {
+    DIR *d = opendir(dirs[di]);
+    CHECK(d != NULL);
+    struct dirent *ent;
+    while (d && (ent = readdir(d)) != NULL) {
+      size_t len = strlen(ent->d_name);
+      if (len < 6 || strcmp(ent->d_name + len - 5, ".yaml") != 0) continue;
+      char path[512];
+      snprintf(path, sizeof path, "%s/%s", dirs[di], ent->d_name);
+      for (int h = 0; h < 2; h++) {
+        FeOptions fo = {.dtype = h ? DT_F16 : DT_INVALID};
+        Graph *g = NULL;
+        st = fe_load_yaml(path, &fo, &g);
+        PassCtx ctx = {.target = "cuda"}; /* the CUDA pipeline: merged matmuls, [N, K] weights, prologues */
+        if (!st) st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+        pass_ctx_free(&ctx);
+        char what[600];
+        snprintf(what, sizeof what, "%s%s", path, h ? " --dtype f16" : "");
+        if (st) {
+          fprintf(stderr, "%s: %s\n", what, st_message(st));
+          st_free(st);
+          check_failures++;
+          ir_graph_destroy(g);
+          continue;
+        }
+        int before = stats.failures;
+        CgCudaOptions opt = {0};
+        CHECK(h_check_graph(&e, g, NULL, &opt, 0, true, what, &stats) == 0);
+        printf("%-48s %d groups  %s\n", what, g->ngroups, stats.failures == before ? "ok" : "FAILED");
+        models++;
         ir_graph_destroy(g);
-        continue;
       }
-      int before = stats.failures;
-      CgCudaOptions opt = {0};
-      CHECK(h_check_graph(&e, g, NULL, &opt, 0, true, what, &stats) == 0);
-      printf("%-48s %d groups  %s\n", what, g->ngroups, stats.failures == before ? "ok" : "FAILED");
-      models++;
-      ir_graph_destroy(g);
     }
+    if (d) closedir(d);
   }
-  if (d) closedir(d);
-  CHECK(models >= 8);
+  CHECK(models >= 10);
   printf("%d model runs, %d values compared: %d failures, %d guard failures\n", models, stats.values, stats.failures,
          stats.guard_failures);
   h_exec_close(&e);

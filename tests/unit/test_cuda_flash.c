@@ -5,7 +5,8 @@
  * that reach every path -- head dims 16 to 256, causal and not, grouped-
  * query, S != T, S and T ragged against every tile, decode rows cut into
  * several row chunks, f16 and bf16, one or two m16 tiles per warp, 2 to 4
- * stages, one to seven KV splits -- each variant forced on the attention
+ * stages, one to seven KV splits, decode loads one step ahead (pf), key
+ * splits across warps (ks) -- each variant forced on the attention
  * kernel and compared with the reference interpreter, with guard bytes
  * around every buffer, buffers 8 bytes off (the plain-copy fallbacks) and
  * with the alignment guaranteed.  Each run launches twice with one
@@ -101,7 +102,7 @@ static void test_plumbing(void) {
   heuristic_of(&prefill, h);
   CHECK(strncmp(h, "flash:", 6) == 0);
   heuristic_of(&decode, h);
-  CHECK(strcmp(h, "flashdec:split=16,bn=64,w=8") == 0);
+  CHECK(strcmp(h, "flashdec:split=16,bn=32,w=4,pf=1") == 0);
   heuristic_of(&w4dec, h);
   CHECK(strncmp(h, "flashdec:", 9) == 0);
   heuristic_of(&f32c, h);
@@ -118,6 +119,15 @@ static void test_plumbing(void) {
       {&prefill, "flash:bm=64,bn=64,w=4,st=2", NULL},
       {&prefill, "flash:bm=32,bn=16,w=1,st=3", NULL},
       {&prefill, "flashdec:split=4,bn=32,w=4", NULL},
+      {&prefill, "flashdec:split=4,bn=32,w=4,pf=1", NULL},
+      {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=2", NULL},
+      {&prefill, "flash:bm=32,bn=64,w=2,st=3,ks=4", NULL},
+      {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=3", "ks must be"},
+      {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=4", "w * ks"},
+      {&prefill, "flash:bm=32,bn=32,w=2,st=2,ks=4", "bn / ks"},
+      {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=1,ks=1", "is not an attention variant"},
+      {&prefill, "flashdec:split=4,bn=32,w=4,pf=2", "pf must be"},
+      {&prefill, "flashdec:split=4,bn=32,pf=1", "is not an attention variant"},
       {&prefill, "simple", NULL},
       {&prefill, "flash:bm=64,bn=64,w=4", "is not an attention variant"},
       {&prefill, "flash:bm=64,bn=64,w=4,st=2,x=1", "is not an attention variant"},
@@ -252,17 +262,22 @@ static void test_emulated(void) {
       {mk(DT_F16, 1, 2, 1, 37, 37, 64, true), {"flash:bm=64,bn=64,w=4,st=2", "flash:bm=32,bn=16,w=1,st=3", "simple"}},
       {mk(DT_BF16, 1, 2, 2, 37, 37, 128, false), {"flash:bm=64,bn=32,w=2,st=4", "flash:bm=128,bn=64,w=8,st=2"}},
       {mk(DT_F16, 1, 4, 2, 5, 70, 64, true), {"flash:bm=64,bn=64,w=4,st=2", "flashdec:split=3,bn=16,w=1", "flashdec:split=7,bn=64,w=2"}},
-      {mk(DT_BF16, 1, 4, 1, 1, 300, 64, true), {"flash:bm=32,bn=32,w=2,st=2", "flashdec:split=1,bn=32,w=4", "flashdec:split=5,bn=128,w=8"}},
-      {mk(DT_F16, 2, 2, 2, 1, 300, 128, true), {"flashdec:split=4,bn=16,w=4", "flash:bm=16,bn=128,w=1,st=2"}},
+      {mk(DT_BF16, 1, 4, 1, 1, 300, 64, true),
+       {"flash:bm=32,bn=32,w=2,st=2", "flashdec:split=1,bn=32,w=4", "flashdec:split=5,bn=128,w=8", "flashdec:split=5,bn=64,w=4,pf=1"}},
+      {mk(DT_F16, 2, 2, 2, 1, 300, 128, true), {"flashdec:split=4,bn=16,w=4", "flash:bm=16,bn=128,w=1,st=2", "flashdec:split=7,bn=32,w=2,pf=1"}},
       {mk(DT_F16, 1, 3, 1, 70, 70, 16, true), {"flash:bm=64,bn=32,w=2,st=3", "flashdec:split=2,bn=64,w=1"}},
       {mk(DT_F16, 1, 2, 2, 33, 97, 48, true), {"flash:bm=32,bn=64,w=2,st=2", "flash:bm=64,bn=16,w=2,st=3"}},
-      {mk(DT_BF16, 1, 12, 1, 3, 65, 32, true), {"flashdec:split=3,bn=32,w=2", "flash:bm=64,bn=32,w=4,st=2"}},
+      {mk(DT_BF16, 1, 12, 1, 3, 65, 32, true), {"flashdec:split=3,bn=32,w=2", "flash:bm=64,bn=32,w=4,st=2", "flashdec:split=3,bn=64,w=2,pf=1"}},
       {mk(DT_BF16, 1, 2, 2, 1, 9, 256, false), {"flashdec:split=2,bn=8,w=2"}},
       {mk(DT_F16, 1, 2, 1, 64, 64, 64, false), {"flash:bm=64,bn=64,w=4,st=2"}},
       {mk(DT_F16, 1, 2, 1, 150, 150, 128, true), {"flash:bm=128,bn=64,w=4,st=2"}},
-      {fused, {"flash:bm=64,bn=32,w=4,st=2", "flashdec:split=3,bn=16,w=1", "simple"}},
-      {fused_t, {"flash:bm=32,bn=16,w=1,st=2", "flashdec:split=2,bn=32,w=1"}},
-      {fused_dec, {"flashdec:split=4,bn=16,w=1"}},
+      {fused, {"flash:bm=64,bn=32,w=4,st=2", "flashdec:split=3,bn=16,w=1", "simple", "flash:bm=32,bn=32,w=1,st=2,ks=2"}},
+      {fused_t, {"flash:bm=32,bn=16,w=1,st=2", "flashdec:split=2,bn=32,w=1", "flash:bm=32,bn=32,w=2,st=2,ks=2"}},
+      {fused_dec, {"flashdec:split=4,bn=16,w=1", "flashdec:split=4,bn=16,w=1,pf=1"}},
+      /* key splits: ragged causal GQA with B = 2, S != T with two m16 tiles per warp, ragged T without causal */
+      {mk(DT_F16, 2, 4, 2, 70, 70, 64, true), {"flash:bm=64,bn=64,w=4,st=2,ks=2", "flash:bm=32,bn=64,w=2,st=3,ks=4"}},
+      {mk(DT_BF16, 1, 2, 1, 33, 97, 128, true), {"flash:bm=64,bn=64,w=2,st=2,ks=2"}},
+      {mk(DT_F16, 1, 2, 2, 40, 75, 32, false), {"flash:bm=32,bn=128,w=2,st=2,ks=4"}},
   };
   int runs = 0, failures = 0;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
