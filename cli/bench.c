@@ -65,7 +65,9 @@ static const char bench_help[] =
     "  --json                  print the results as one JSON object instead of a table\n"
     "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
     "                          specialisations: the one to bench\n"
-    "  --dtype DTYPE           (YAML only) default element type\n";
+    "  --dtype DTYPE           (YAML only) default element type\n"
+    "  --allow-tf32            (YAML on cuda) f32 matmuls may use the TF32 tensor cores, as\n"
+    "                          smelt compile --allow-tf32\n";
 
 #define COPY_BYTES ((size_t)256 << 20)
 
@@ -128,9 +130,10 @@ static bool is_yaml(const char *path) {
 }
 
 static smelt_status open_model(const char *path, const char *dims, const char *dtype, int threads, bool cuda,
-                               smelt_bundle **out) {
+                               bool allow_tf32, smelt_bundle **out) {
   if (!is_yaml(path)) return smelt_bundle_open(path, out);
-  smelt_compile_options o = {.targets = cuda ? "cuda" : "cpu", .dims = dims, .dtype = dtype, .threads = threads};
+  smelt_compile_options o = {.targets = cuda ? "cuda" : "cpu", .dims = dims, .dtype = dtype, .threads = threads,
+                             .allow_tf32 = allow_tf32};
   void *buf;
   size_t len;
   RETURN_IF_ERROR(rt_compile_model_to_memory(path, &o, &buf, &len));
@@ -614,7 +617,7 @@ static bool is_cuda_device(const char *d) {
 int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
-  bool json = false;
+  bool json = false, allow_tf32 = false;
   char dims[1024] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -625,6 +628,8 @@ int cli_bench(int argc, char **argv) {
     }
     if (strcmp(a, "--json") == 0) {
       json = true;
+    } else if (strcmp(a, "--allow-tf32") == 0) {
+      allow_tf32 = true;
     } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("bench", "--device needs a device (cpu, cuda, cuda:N)");
       if (strcmp(v, "cpu") != 0 && !is_cuda_device(v))
@@ -653,13 +658,15 @@ int cli_bench(int argc, char **argv) {
   if (is_yaml(path) && strchr(dims, ','))
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
+  if (allow_tf32 && !(cuda && is_yaml(path)))
+    return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 
   smelt_bundle *b = NULL;
   smelt_session *s = NULL;
   Buffers keep = {0};
   smelt_session_options so = {.threads = threads};
   Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
-  smelt_status st = open_model(path, is_yaml(path) && dims[0] ? dims : NULL, dtype, threads, cuda, &b);
+  smelt_status st = open_model(path, is_yaml(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
   /* of a bundle of several specialisations, the one --dim names */
   int spec = 0;
   if (!st && !is_yaml(path) && (dims[0] || rt_bundle_num_specs(b) > 1)) {

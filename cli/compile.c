@@ -41,7 +41,10 @@ static const char compile_help[] =
     "  --tune-table FILE       the tuning table matmul/attention kernels take their variant from\n"
     "                          (written by 'smelt tune'; default: $SMELT_TUNE_TABLE, else the\n"
     "                          source tree's tuning/cuda.table when it exists); misses are noted\n"
-    "  --no-tune-table         heuristics only\n";
+    "  --no-tune-table         heuristics only\n"
+    "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (operands rounded to a\n"
+    "                          10-bit mantissa, f32 accumulation; relative error ~1e-3), like\n"
+    "                          torch.backends.cuda.matmul.allow_tf32; default: f32 throughout\n";
 
 /* Prints a note of the compiler (a tuning-table miss) to stderr. */
 static void print_note(void *ctx, const char *msg) {
@@ -115,7 +118,7 @@ int cli_compile(int argc, char **argv) {
   PassCtx ctx = {0};
   bool verbose = false, emit_ir = false;
   const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
-  bool no_tune_table = false;
+  bool no_tune_table = false, allow_tf32 = false;
   char default_arch[32];
   char dims_text[512] = "";
   for (int i = 1; i < argc; i++) {
@@ -182,6 +185,8 @@ int cli_compile(int argc, char **argv) {
       tune_table = v;
     } else if (strcmp(a, "--no-tune-table") == 0) {
       no_tune_table = true;
+    } else if (strcmp(a, "--allow-tf32") == 0) {
+      allow_tf32 = true;
     } else if ((v = cli_flag_value("--cpu", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--cpu needs an LLVM CPU name");
       cpu = v;
@@ -200,6 +205,7 @@ int cli_compile(int argc, char **argv) {
   bool for_cuda = strstr(target, "cuda") != NULL;
   if (arch && !for_cuda) return cli_usage("compile", "--arch applies to --target cuda (or cpu,cuda)");
   if (tune_table && no_tune_table) return cli_usage("compile", "--tune-table and --no-tune-table contradict");
+  if (allow_tf32 && !for_cuda) return cli_usage("compile", "--allow-tf32 applies to --target cuda (or cpu,cuda)");
   if (for_cuda && !tune_table && !no_tune_table) tune_table = cli_default_tune_table();
   if (for_cuda && !arch) {
     rt_cuda_default_arch(default_arch, sizeof default_arch);
@@ -266,7 +272,7 @@ int cli_compile(int argc, char **argv) {
     RtCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
                            .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                            .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
-                           .log = print_note};
+                           .allow_tf32 = allow_tf32, .log = print_note};
     st = rt_compile_specs(specs, n, &co, out);
   } else if (!st) {
     FILE *f = fopen(out, "w");

@@ -40,7 +40,10 @@ static const char run_help[] =
     "  --dim NAME=VALUE        override a size from the model's dims (repeatable); of a bundle\n"
     "                          of several specialisations, the one to run (else the shapes of\n"
     "                          the --input files choose it)\n"
-    "  --dtype DTYPE           default element type of inputs and params\n";
+    "  --dtype DTYPE           default element type of inputs and params\n"
+    "  --allow-tf32            (YAML on cuda) f32 matmuls may use the TF32 tensor cores, as\n"
+    "                          smelt compile --allow-tf32 (--check still holds f32 outputs to\n"
+    "                          f32's tolerance, which TF32's ~1e-3 misses)\n";
 
 typedef struct {
   const char *name, *file;
@@ -297,6 +300,7 @@ int cli_run(int argc, char **argv) {
   int nin = 0, nout = 0, rc = 0;
   uint64_t seed = 0;
   int check = 0, threads = 0;
+  bool allow_tf32 = false;
   for (int i = 1; i < argc && rc == 0; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
@@ -323,6 +327,8 @@ int cli_run(int argc, char **argv) {
       check = 1;
     } else if (strcmp(a, "--check=groups") == 0) {
       check = 2;
+    } else if (strcmp(a, "--allow-tf32") == 0) {
+      allow_tf32 = true;
     } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing)) || missing) {
       char *end = NULL;
       threads = missing ? 0 : (int)strtol(v, &end, 10);
@@ -358,6 +364,10 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "--dtype applies when compiling; a bundle is already compiled");
     goto done;
   }
+  if (allow_tf32 && (is_bundle || !is_cuda)) {
+    rc = cli_usage("run", "--allow-tf32 applies when compiling a YAML model for cuda (smelt compile --allow-tf32 for a bundle)");
+    goto done;
+  }
   if (several_values(&mo)) {
     rc = cli_usage("run", "several values of a --dim make specialisations: compile them into a bundle "
                           "(smelt compile --dim ...), then run it with --dim NAME=VALUE or inputs of the shapes wanted");
@@ -378,7 +388,7 @@ int cli_run(int argc, char **argv) {
     /* a YAML model on a device: compile in memory for it first (for CUDA,
      * the arch of the GPU present) */
     smelt_compile_options co = {.targets = is_cpu ? "cpu" : "cuda", .dims = dims[0] ? dims : NULL,
-                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL};
+                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .allow_tf32 = allow_tf32};
     void *buf = NULL;
     size_t len = 0;
     st = rt_compile_model_to_memory(model, &co, &buf, &len);

@@ -10,7 +10,9 @@
  * op, dtype, shape and bucket of M, cg_tune_bucket) are measured once.
  *
  * Per job: the backend lists the variants it can generate for the kernel on
- * the arch, the heuristic's first (cg_cuda_variants).  Each candidate is
+ * the arch, the heuristic's first (cg_cuda_variants; with --allow-tf32,
+ * cg_cuda_variants_tf32: f32 matmuls get their tf32 candidates too, and
+ * outputs are compared with a TF32 tolerance).  Each candidate is
  * generated alone first, so one the backend cannot generate is dropped with
  * its reason; the rest become one module of copies of the kernel, one per
  * candidate with the candidate forced, one compilation unit each, which
@@ -94,7 +96,11 @@ static const char tune_help[] =
     "  --arch ARCH             the arch to tune for (default: the GPU's, sm_90a on an H200);\n"
     "                          the GPU must be able to run it\n"
     "  --dry-run               list the shapes and candidates, generate and compile them\n"
-    "                          (NVRTC), without a GPU; writes nothing\n";
+    "                          (NVRTC), without a GPU; writes nothing\n"
+    "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (as smelt compile\n"
+    "                          --allow-tf32): their tf32 variants are candidates too, the\n"
+    "                          heuristic's tf32 one the reference, with a TF32 tolerance;\n"
+    "                          a row naming tf32 is used only by compiles with --allow-tf32\n";
 
 /* ---- small helpers ---- */
 
@@ -172,6 +178,7 @@ typedef struct {
   char arch[16];
   double budget, t0;
   bool dry_run;
+  bool allow_tf32; /* f32 matmuls: tf32 variants are candidates (CgCudaOptions.allow_tf32) */
   RtCudaDevice *dev;
   CgNvrtc *nv;
   CgTuneTable *table;
@@ -311,11 +318,12 @@ static void *input_data(const Graph *g, int v, size_t bytes, bool *out_owned) {
   return p;
 }
 
-static double tolerance(DType dt) {
+/* tf32: f32 results may come from TF32 operands (10-bit mantissas) */
+static double tolerance(DType dt, bool tf32) {
   switch (dt) {
   case DT_F16: return 1e-2;
   case DT_BF16: return 5e-2;
-  case DT_F32: return 1e-4;
+  case DT_F32: return tf32 ? 2e-3 : 1e-4;
   case DT_F64: return 1e-9;
   default: return 0; /* integers and bools: exactly */
   }
@@ -324,7 +332,8 @@ static double tolerance(DType dt) {
 /* Whether got matches ref: the largest error over the largest magnitude of
  * ref within tol, NaN and infinities in the same places.  *out_err is that
  * ratio (infinite for a NaN/infinity mismatch, *out_at its element). */
-static bool outputs_match(DType dt, const void *got, const void *ref, int64_t n, double *out_err, int64_t *out_at) {
+static bool outputs_match(DType dt, bool tf32, const void *got, const void *ref, int64_t n, double *out_err,
+                          int64_t *out_at) {
   double maxref = 0, maxerr = 0;
   *out_at = -1;
   for (int64_t i = 0; i < n; i++) {
@@ -342,7 +351,7 @@ static bool outputs_match(DType dt, const void *got, const void *ref, int64_t n,
     if (fabs(a - b) > maxerr) maxerr = fabs(a - b), *out_at = i;
   }
   *out_err = maxerr == 0 ? 0 : maxerr / (maxref > 1e-30 ? maxref : 1e-30);
-  return *out_err <= tolerance(dt);
+  return *out_err <= tolerance(dt, tf32);
 }
 
 /* ---- one job ---- */
@@ -397,7 +406,7 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
     memcpy(kc.name + base, suffix, (size_t)ns + 1);
     snprintf(c[i].name, sizeof c[i].name, "%s", kc.name);
     const char *one[1] = {c[i].token};
-    CgCudaOptions o = {.args_aligned = true, .arch = tu->arch, .force = one, .max_units = 1};
+    CgCudaOptions o = {.args_aligned = true, .arch = tu->arch, .force = one, .max_units = 1, .allow_tf32 = tu->allow_tf32};
     CgCudaModule *m1 = NULL;
     smelt_status st = cg_cuda_generate(g, &kc, 1, &o, &m1);
     if (st) {
@@ -419,7 +428,8 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
   }
   smelt_status st = NULL;
   if (nm > 0) {
-    CgCudaOptions o = {.args_aligned = true, .arch = tu->arch, .force = force, .max_units = nm};
+    CgCudaOptions o = {.args_aligned = true, .arch = tu->arch, .force = force, .max_units = nm,
+                       .allow_tf32 = tu->allow_tf32};
     st = cg_cuda_generate(g, copies, nm, &o, out_m);
     if (st) st = st_prefix(st, "the candidates of %s together (each alone was generated)", k->name);
   }
@@ -605,7 +615,7 @@ static smelt_status check(Tuner *tu, const Graph *g, const Kernel *k, Cand *all,
     }
     double err;
     int64_t at;
-    if (!outputs_match(v->type.dt, got, b->ref[o], ir_type_numel(&v->type), &err, &at)) {
+    if (!outputs_match(v->type.dt, tu->allow_tf32, got, b->ref[o], ir_type_numel(&v->type), &err, &at)) {
       char ty[96];
       ir_type_str(&v->type, ty, sizeof ty);
       const char *ref = b->ref_cand == 0 ? "the heuristic" : all[b->ref_cand].token;
@@ -614,7 +624,7 @@ static smelt_status check(Tuner *tu, const Graph *g, const Kernel *k, Cand *all,
                dt_load(v->type.dt, got, (size_t)at), ref, dt_load(v->type.dt, b->ref[o], (size_t)at));
       else
         reject(tu, c, "output '%s' %s: error %.3g of the largest magnitude (tolerance %g; element %lld: %g, %s %g)",
-               v->name, ty, err, tolerance(v->type.dt), (long long)at, dt_load(v->type.dt, got, (size_t)at), ref,
+               v->name, ty, err, tolerance(v->type.dt, tu->allow_tf32), (long long)at, dt_load(v->type.dt, got, (size_t)at), ref,
                dt_load(v->type.dt, b->ref[o], (size_t)at));
       b->mismatches++;
     }
@@ -678,7 +688,8 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
   }
   char (*tok)[CG_VARIANT_LEN] = calloc(TUNE_MAX_CANDS, sizeof *tok);
   if (!tok) return st_error(ST_NO_MEMORY, "out of memory");
-  int n = cg_cuda_variants(g, k, tu->arch, tok, TUNE_MAX_CANDS);
+  int n = tu->allow_tf32 ? cg_cuda_variants_tf32(g, k, tu->arch, tok, TUNE_MAX_CANDS)
+                         : cg_cuda_variants(g, k, tu->arch, tok, TUNE_MAX_CANDS);
   printf("%d candidate%s\n", n, n == 1 ? "" : "s");
   fflush(stdout);
   if (n <= 1) {
@@ -899,6 +910,8 @@ int cli_tune(int argc, char **argv) {
       arch_flag = v;
     } else if (strcmp(a, "--dry-run") == 0) {
       tu.dry_run = true;
+    } else if (strcmp(a, "--allow-tf32") == 0) {
+      tu.allow_tf32 = true;
     } else if (a[0] == '-' && a[1]) {
       rc = cli_usage("tune", "unknown flag '%s'", a);
     } else if (!tu.model) {

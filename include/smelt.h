@@ -54,6 +54,9 @@ typedef struct {
   const char *cpu;       /* LLVM CPU name; NULL = the host's */
   int64_t onchip_bytes;  /* fusion budget per tile; 0 = the target's */
   int threads;           /* recorded default thread count; 0 = number of cores */
+  int allow_tf32;        /* non-zero: f32 matmuls may use the TF32 tensor cores (CUDA; operands
+                          * rounded to a 10-bit mantissa, f32 accumulation), like PyTorch's
+                          * torch.backends.cuda.matmul.allow_tf32; 0 = f32 throughout */
 } smelt_compile_options;
 
 /* Compiles the YAML model at model_path into the bundle file out_path.

@@ -391,7 +391,8 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   /* Sessions give every argument 64-byte alignment (cuMemAlloc'd buffers,
    * 64-byte arena offsets, aligned user memory or else a staging copy), so
    * the kernels need no run-time alignment test. */
-  CgCudaOptions co = {.args_aligned = true, .table = table, .log = o->log, .log_ctx = o->log_ctx};
+  CgCudaOptions co = {.args_aligned = true, .table = table, .log = o->log, .log_ctx = o->log_ctx,
+                      .allow_tf32 = o->allow_tf32};
   /* Variants are chosen for one arch; for several, only those every
    * sm_80+ GPU runs (the same source is compiled for each). */
   if (c->narch == 1) co.arch = c->arch[0];
@@ -578,6 +579,7 @@ static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const R
     free(archs.p);
     put_kv(m, "nvrtc_version", cu->nvrtc);
     put_kv(m, "tune_table", o->tune_table);
+    put_kv(m, "allow_tf32", o->allow_tf32 ? "1" : "0");
   }
   /* Per specialisation, in index order, comma-separated when several. */
   ByteBuf kn = {0}, arena = {0}, units = {0};
@@ -925,7 +927,7 @@ static const char *default_archs(const smelt_compile_options *o, char *buf, size
 static RtCompileOptions driver_options(const char *model_path, const smelt_compile_options *o, const char *archs) {
   return (RtCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
                             .model = model_path, .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
-                            .onchip_bytes = o->onchip_bytes};
+                            .onchip_bytes = o->onchip_bytes, .allow_tf32 = o->allow_tf32 != 0};
 }
 
 /* The whole compiler: one pipeline run per combination of the dims'

@@ -70,6 +70,9 @@ typedef struct {
    * their variant up in; NULL = heuristics only.  Its path is recorded in
    * the manifest and each kernel's variant in the CUDA launch table. */
   const char *tune_table;
+  /* f32 matmuls may use the TF32 tensor cores (CgCudaOptions.allow_tf32);
+   * recorded in the manifest. */
+  bool allow_tf32;
   /* Notes while compiling (tuning-table misses); NULL = none. */
   void (*log)(void *ctx, const char *msg);
   void *log_ctx;

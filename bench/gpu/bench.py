@@ -38,6 +38,10 @@ this script, on one GPU:
                 in a CUDA graph by hand);
        examples interpreted op by op with bench/cpu/torch_peer.py on the
                 model read by bench/cpu/yaml_model.py (needs pyyaml).
+       tf32     (optional: only with --only tf32) an f32 4096^3 GEMM that
+                smelt compiles with --allow-tf32; torch's f32 GEMM (the
+                reference) and the same with allow_tf32 (cuBLAS's TF32
+                kernels, the peer: TFLOP/s and speed against it, no target).
 
 Outputs are compared as relative L2 error (float64) against the first peer
 (torch eager, or SDPA flash for W3), with a tolerance per workload; a
@@ -74,6 +78,7 @@ import gc
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +97,8 @@ NP_DTYPES = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "i64": np.
 DT_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "u8": 1, "bool": 1}
 BATCH = 10  # calls queued back to back per timing sample, like smelt bench's graph replays
 DEFAULT_ONLY = "w1,w2_m1,w2_m2048,w3_prefill,w3_decode,w4_decode,w4_prefill"
+# Workloads run only when named in --only (not SPEC §8's).
+OPTIONAL = ("tf32",)
 EXAMPLES = ("mlp", "cnn", "gpt2_block", "tiny_llama")
 
 W2_H, W2_I = 4096, 11008
@@ -109,10 +116,12 @@ TARGETS = {
     "w3_decode": ("bw", 80.0, None),
     "w4_decode": ("speed", 1.25, "torch.compile"),   # smelt time <= 0.8x torch.compile's
     "w4_prefill": ("speed", 1.25, "torch.compile"),
+    "tf32": (None, None, "cuBLAS-TF32"),  # no target: smelt's speed against cuBLAS's TF32 GEMM, shown
 }
 # Relative L2 against the reference peer above which an output is wrong.
 TOLERANCE = {"w1": 2e-3, "w2_m1": 5e-3, "w2_m2048": 5e-3, "w3_prefill": 5e-3, "w3_decode": 5e-3,
-             "w4_decode": 2e-2, "w4_prefill": 2e-2}
+             "w4_decode": 2e-2, "w4_prefill": 2e-2,
+             "tf32": 2e-3}  # TF32 operands (10-bit mantissas) against the f32 product
 W4_COMPILE_TARGET = (3.0, 0.2)  # seconds, cold and warm (SPEC §8)
 
 
@@ -164,6 +173,7 @@ class Workload:
         self.flops = None             # for TFLOP/s
         self.extra_peers = {}         # name -> (torch, args, inputs, params) -> result, after torch_fn's
         self.time_compile = False     # W4: cold and warm compile times
+        self.compile_flags = []       # smelt compile flags of this workload (tf32: --allow-tf32)
         self.note = None
 
     def compulsory_bytes(self):
@@ -604,6 +614,53 @@ def w4_workload(wid, tmp):
     return w
 
 
+# ---- TF32 (optional) ----
+
+TF32_N = 4096
+
+
+def tf32_params(tmp):
+    """The weight w [n, k] (numpy normal, std 1/sqrt(k), f32) in tmp/tf32.safetensors."""
+    def make():
+        rng = np.random.default_rng(5)
+        return {"w": rng.standard_normal((TF32_N, TF32_N), dtype=np.float32) / np.float32(math.sqrt(TF32_N))}
+    return weights_file(tmp, "tf32", make)
+
+
+def tf32_peers(torch, args, w, inputs, params):
+    """torch's f32 GEMM with TF32 off (the exact reference), then with
+    torch.backends.cuda.matmul.allow_tf32 = True: cuBLAS's TF32 kernels,
+    the peer smelt's --allow-tf32 GEMM is set against."""
+    x = torch.from_numpy(inputs["x"]).cuda()
+    wt = torch.from_numpy(params["w"]).cuda()
+    res = {}
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        with torch.inference_mode():
+            for name, tf32 in (("f32", False), ("cuBLAS-TF32", True)):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                try:
+                    res[name] = {"ms": time_torch(torch, lambda: x @ wt.T, args.iters), "outs": to_np([x @ wt.T])}
+                    res[name]["note"] = f"{w.flops / (res[name]['ms'] * 1e-3) * 1e-12:.0f} TFLOP/s"
+                except Exception as e:
+                    res[name] = peer_error(e)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return res
+
+
+def tf32_workload(tmp):
+    params = tf32_params(tmp)
+    w = Workload("tf32", copy_model("tf32", tmp), {"x": ((TF32_N, TF32_N), "f32")},
+                 {k: (v.shape, "f32") for k, v in params.items()}, ["y"])
+    w.param_arrays = params
+    w.out_bytes = [TF32_N * TF32_N * 4]
+    w.flops = 2.0 * TF32_N ** 3
+    w.peers = tf32_peers
+    w.compile_flags = ["--allow-tf32"]
+    return w
+
+
 # ---- the examples ----
 
 def example_workload(name):
@@ -631,7 +688,9 @@ def make_workload(wid, tmp):
         return w4_workload(wid, tmp)
     if wid in EXAMPLES:
         return example_workload(wid)
-    raise ValueError(f"unknown workload '{wid}' (known: {DEFAULT_ONLY},{','.join(EXAMPLES)})")
+    if wid == "tf32":
+        return tf32_workload(tmp)
+    raise ValueError(f"unknown workload '{wid}' (known: {DEFAULT_ONLY},{','.join(EXAMPLES + OPTIONAL)})")
 
 
 # ---- the two sides ----
@@ -681,7 +740,7 @@ def smelt_compile(args, w, bundle, row):
             row.update(json.load(f))
         row["reused"] = True
         return
-    cmd = [args.smelt, "compile", w.path, "-o", bundle, "--target", "cuda"] + args.flags
+    cmd = [args.smelt, "compile", w.path, "-o", bundle, "--target", "cuda"] + args.flags + w.compile_flags
     if not w.time_compile:
         t0 = time.time()
         run_cmd(cmd)
@@ -790,23 +849,36 @@ def fmt(v, spec, unit=""):
     return "n/a" if v is None else format(v, spec) + unit
 
 
-def kernel_lines(bench, top=6):
-    """smelt's slowest kernels with their variant and resources (the
-    resource report of `smelt bench`)."""
-    ks = sorted(bench.get("kernels", []), key=lambda k: -k.get("median_us", 0))[:top]
+def kernel_lines(bench, top=8):
+    """smelt's costliest kernels with their variant and resources (the
+    resource report of `smelt bench`).  The kernels of repeated layers
+    (k05_layer_0_att, k17_layer_1_att, ...) are summed under one name
+    (layer_*_att, with their count), so that a model's time splits by
+    what each kernel does."""
+    groups = {}
+    for k in bench.get("kernels", []):
+        name = re.sub(r"^k\d+_", "", k["name"])
+        name = re.sub(r"layer[._]\d+", "layer_*", name)
+        g = groups.setdefault(name, {"us": 0.0, "n": 0, "k": k})
+        g["us"] += k.get("median_us", 0)
+        g["n"] += 1
+    total = sum(g["us"] for g in groups.values()) or 1.0
     lines = []
-    for k in ks:
+    for name, g in sorted(groups.items(), key=lambda kv: -kv[1]["us"])[:top]:
+        k = g["k"]
         res = ""
         if "registers" in k and k["registers"] >= 0:
             res = (f" {k['registers']} regs, {k['local_bytes']} B local, smem {k['smem_static']}+"
                    f"{k['smem_dynamic']} B")
         var = k.get("variant") or "-"
-        lines.append(f"    {k['name'][:44]:44s} {k['median_us']:9.2f} us  {var}{';' if res else ''}{res}")
+        count = f" x{g['n']}" if g["n"] > 1 else ""
+        lines.append(f"    {(name + count)[:40]:40s} {g['us']:9.2f} us {100 * g['us'] / total:5.1f}%  "
+                     f"{var}{';' if res else ''}{res}")
     return lines
 
 
 def target_text(wid):
-    if wid not in TARGETS:
+    if wid not in TARGETS or TARGETS[wid][0] is None:
         return ""
     kind, val, peer = TARGETS[wid]
     if kind == "bw":
@@ -1017,7 +1089,7 @@ def prepare(directory):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", default=os.path.join(ROOT, "build-gpu", "smelt"))
-    ap.add_argument("--only", default=DEFAULT_ONLY, help=f"workloads (also: {','.join(EXAMPLES)})")
+    ap.add_argument("--only", default=DEFAULT_ONLY, help=f"workloads (also: {','.join(EXAMPLES + OPTIONAL)})")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--compile-mode", default="default", help="torch.compile mode for W1-W3 and the examples")
     ap.add_argument("--w4-compile-mode", default="reduce-overhead",

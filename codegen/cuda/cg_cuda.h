@@ -85,6 +85,12 @@ typedef struct {
   const char *arch;
   const CgTuneTable *table;  /* tuned variants by shape; NULL: heuristics only */
   const char *const *force;  /* NULL, or per kernel (nk entries) a variant token or NULL */
+  /* f32 matmuls may use the TF32 tensor cores ("tf32:..." variants,
+   * codegen/cuda/tf32.c): operands rounded to a 10-bit mantissa, f32
+   * accumulation, like torch.backends.cuda.matmul.allow_tf32.  false: f32
+   * matmuls are computed in f32, and a tuning-table row naming a tf32
+   * variant is not used. */
+  bool allow_tf32;
   /* Called with one line per kernel whose shape the table does not have
    * ("no tuned variant for matmul f16 sm_90a M=37 N=4096 K=4096 ...:
    * heuristic mma:..."); NULL: not reported. */
@@ -160,6 +166,9 @@ bool cg_cuda_tune_key(const Graph *g, const Kernel *k, CgTuneKey *out);
  * portable ones), the heuristic's choice first: at most max tokens into
  * out.  Returns how many (0 for a kernel without variants). */
 int cg_cuda_variants(const Graph *g, const Kernel *k, const char *arch, char (*out)[CG_VARIANT_LEN], int max);
+/* The same with TF32 allowed (CgCudaOptions.allow_tf32): an f32 matmul's
+ * list then has the tf32 variants, the heuristic's (tf32) first (tf32.c). */
+int cg_cuda_variants_tf32(const Graph *g, const Kernel *k, const char *arch, char (*out)[CG_VARIANT_LEN], int max);
 /* Index of the kernel whose symbol or name is `name`, or -1. */
 int cg_cuda_module_find(const CgCudaModule *m, const char *name);
 

@@ -238,6 +238,7 @@ static bool emit_token(CuFn *f, const Gemm *gm, const char *tok, const int *epi,
   CuGemvParams gp;
   CuMmaParams mp;
   CuWgmmaParams wp;
+  CuTf32Params tp;
   if (mm && cu_gemv_parse(tok, &gp) && cu_gemv_eligible(f, gm)) {
     cu_emit_gemv(f, gm, &gp, epi, nepi, l);
     return true;
@@ -250,14 +251,21 @@ static bool emit_token(CuFn *f, const Gemm *gm, const char *tok, const int *epi,
     cu_emit_mma(f, gm, &mp, epi, nepi, l);
     return true;
   }
+  /* only with allow_tf32 (cu_tf32_eligible checks it): a table row naming
+   * tf32 does not change an f32 matmul's numerics unasked */
+  if (mm && cu_tf32_parse(tok, &tp) && cu_tf32_eligible(f, gm)) {
+    cu_emit_tf32(f, gm, &tp, epi, nepi, l);
+    return true;
+  }
   return false;
 }
 
 /* The heuristic's token: M <= 8 (decode) is bound by reading B once: the
  * GEMV; on Hopper (sm_90a) f16/bf16 with K-major operands: wgmma + TMA
  * (686 TFLOP/s at 4096^3 on the H200 against 223 for mma.sync);
- * f16/bf16 with 16-byte rows: tensor cores through mma.sync; else the
- * simple kernel. */
+ * f16/bf16 with 16-byte rows: tensor cores through mma.sync; f32 when
+ * the user allows TF32 (CgCudaOptions.allow_tf32) and the rows are 16
+ * bytes: the TF32 tensor cores (tf32.c); else the simple kernel. */
 static void heuristic(CuFn *f, const Gemm *gm, char out[CG_VARIANT_LEN]) {
   bool mm = gm->an->op == OP_MATMUL;
   if (mm && cu_gemv_eligible(f, gm)) {
@@ -272,6 +280,10 @@ static void heuristic(CuFn *f, const Gemm *gm, char out[CG_VARIANT_LEN]) {
     CuMmaParams p;
     cu_mma_default_params(gm, &p);
     cu_mma_format(&p, out);
+  } else if (mm && cu_tf32_eligible(f, gm)) {
+    CuTf32Params p;
+    cu_tf32_default_params(gm, &p);
+    cu_tf32_format(&p, out);
   } else {
     snprintf(out, CG_VARIANT_LEN, "simple");
   }
@@ -289,6 +301,7 @@ int cu_contraction_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
   if (mm && cu_gemv_eligible(f, &gm)) n += cu_gemv_candidates(f, &gm, all + n, 64 - n);
   if (mm && cu_hopper(f) && cu_wgmma_eligible(f, &gm)) n += cu_wgmma_candidates(&gm, all + n, 64 - n);
   if (mm && cu_mma_eligible(f, &gm)) n += cu_mma_candidates(&gm, all + n, 64 - n);
+  if (mm && cu_tf32_eligible(f, &gm)) n += cu_tf32_candidates(&gm, all + n, 64 - n);
   if (n < 64) snprintf(all[n++], CG_VARIANT_LEN, "simple");
   int got = 0;
   for (int i = 0; i < n && got < max; i++) {

@@ -300,6 +300,23 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const int *epi
  * (rank-2 batch dims broadcast against the result's), as a long long. */
 const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t);
 
+/* tf32.c: f32 matmul on the tensor cores with operands rounded to TF32
+ * (mma.sync m16n8k8 .tf32, cvt.rna.tf32.f32, cp.async), only when
+ * CgCudaOptions.allow_tf32: A [M, K] or [K, M] (transpose_a), B [K, N] or
+ * [N, K] (transpose_b), kernel arguments with 16-byte rows (their
+ * contiguous dim a multiple of 4), batched, on sm_80+.  The parameters
+ * are CuMmaParams' without split-K; token
+ * "tf32:bm=128,bn=256,bk=32,wm=64,wn=64,st=3". */
+typedef struct {
+  int BM, BN, BK, WM, WN, stages;
+} CuTf32Params;
+bool cu_tf32_eligible(const CuFn *f, const CuGemm *gm);
+bool cu_tf32_parse(const char *tok, CuTf32Params *out);
+void cu_tf32_format(const CuTf32Params *p, char out[CG_VARIANT_LEN]);
+void cu_tf32_default_params(const CuGemm *gm, CuTf32Params *out);
+int cu_tf32_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max);
+void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *p, const int *epi, int nepi, CuLaunch *l);
+
 /* gemv.c: M <= 8 (decode), B a kernel argument with 16-byte rows.
  * Parameters: see gemv.c (CuGemvParams); token "gemv:...". */
 typedef struct {
