@@ -40,7 +40,8 @@
 # default 150; 0 skips it; it also never eats into the last
 # SMELT_GPU_BENCH_RESERVE seconds, default 300, kept for steps 5-7),
 # SMELT_GPU_BENCH=0 skips steps 3-7, SMELT_GPU_TESTS=0 skips step 2
-# (SMELT_GPU_TESTS_ONLY=test_a,test_b runs only those tests/gpu tests)
+# (SMELT_GPU_TESTS_ONLY=test_a,test_b runs only those tests/gpu tests;
+# SMELT_GPU_TUNE_ONLY=w4_prefill,... tunes only those of the benchmark's models)
 # (SMELT_GPU_CODEGEN_TEST=0 only its unit/test_cuda_codegen), SMELT_GPU_BENCH_ONLY picks the
 # benchmark's workloads (default w1,w2_m1,w2_m2048,w3_prefill,w3_decode,
 # w4_decode,w4_prefill; the examples mlp,cnn,gpt2_block,tiny_llama also
@@ -234,7 +235,7 @@ if [ "${SMELT_GPU_BENCH:-1}" != 0 ] && [ -x "$BUILD/smelt" ]; then
   phase "smelt tune"
   TUNE_MODELS=()
   for m in w2_m1 w2_m2048 w3_prefill w3_decode w4_decode w4_prefill; do
-    case ",$ONLY," in *",$m,"*) TUNE_MODELS+=("$m") ;; esac
+    case ",${SMELT_GPU_TUNE_ONLY:-$ONLY}," in *",$m,"*) TUNE_MODELS+=("$m") ;; esac
   done
   TUNE_BUDGET="${SMELT_GPU_TUNE_BUDGET:-150}"
   if [ "$TUNE_BUDGET" -gt $(($(left) - RESERVE)) ]; then TUNE_BUDGET=$(($(left) - RESERVE)); fi

@@ -338,6 +338,7 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *e
  * multiple of 8; token "wgmma:bm=128,bn=256,bk=64,st=4". */
 typedef struct {
   int BM, BN, BK, stages, consumers;
+  int splitk; /* slices of K per tile, added by the last to finish (1: none); token ",sk=N", omitted when 1 */
 } CuWgmmaParams;
 bool cu_wgmma_eligible(const CuFn *f, const CuGemm *gm);
 bool cu_wgmma_parse(const char *tok, CuWgmmaParams *out);

@@ -34,6 +34,20 @@
  * time share A and B tiles in L2.  While the consumers apply the epilogue
  * of one tile, the producer already loads the next.
  *
+ * Split-K (token ",sk=N", N > 1): for few tiles, the work units are
+ * (tile, slice) pairs, unit u being slice u % N of tile u / N, and slice s
+ * the K tiles [s KT / N, (s + 1) KT / N) (N <= KT: none empty); producer
+ * and consumers walk the same units.  After its slice, a consumer
+ * warpgroup stores its f32 accumulators in the workspace (fragment order:
+ * 16-byte stores, contiguous per warpgroup), __threadfence, and one thread
+ * raises the (tile, warpgroup) counter with atomicAdd (a named barrier
+ * orders the warpgroup's threads, not __syncthreads: the producer is
+ * elsewhere).  The warpgroup that brings it to N adds the N partials in
+ * slice order (so the result does not depend on which came last), clears
+ * them and the counter (the workspace is all zero again when the kernel
+ * ends: other kernels share it), and runs the epilogue; the others go on
+ * to their next unit.  No block ever waits for another.
+ *
  * Epilogue: consumer thread (warp w, lane l) holds, for each slice and each
  * 8-column group j, accumulators 4j .. 4j+3: rows 16w + l/4 (+8 for the
  * second pair), columns 8j + 2(l%4) (+1).  Each pair goes through the
@@ -65,6 +79,10 @@
 #define WG_CONSUMER_REGS 232
 /* The most f32 accumulators a consumer thread holds (BM/c/64 slices of BN/2). */
 #define WG_MAX_ACC 128
+/* The most split-K slices a token may ask for, and the largest workspace
+ * a split-K variant may use. */
+#define WG_MAX_SPLITK 32
+#define WG_MAX_WORKSPACE ((uint64_t)512 << 20)
 
 typedef struct {
   bool ok;
@@ -139,6 +157,7 @@ static int64_t smem_bytes(const CuWgmmaParams *p) {
 
 static bool params_valid(const CuWgmmaParams *p) {
   if (p->BK != 64 || (p->consumers != 1 && p->consumers != 2)) return false;
+  if (p->splitk < 1 || p->splitk > WG_MAX_SPLITK) return false;
   if (p->BM < 64 || p->BM > 256 || p->BM % (64 * p->consumers) != 0) return false;
   if (p->BN < 8 || p->BN > 256 || p->BN % 8 != 0) return false;
   if (p->stages < 2 || p->stages > 8) return false;
@@ -151,12 +170,13 @@ static bool params_valid(const CuWgmmaParams *p) {
 bool cu_wgmma_parse(const char *tok, CuWgmmaParams *out) {
   static const char prefix[] = "wgmma:";
   if (strncmp(tok, prefix, sizeof prefix - 1) != 0) return false;
-  static const char *const keys[] = {"bm", "bn", "bk", "st", "c"};
-  int val[5], seen = 0;
+  /* sk (split-K) is optional: 1 when absent */
+  static const char *const keys[] = {"bm", "bn", "bk", "st", "c", "sk"};
+  int val[6] = {0, 0, 0, 0, 0, 1}, seen = 0;
   const char *p = tok + sizeof prefix - 1;
   while (*p) {
     int k = -1;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
       size_t n = strlen(keys[i]);
       if (strncmp(p, keys[i], n) == 0 && p[n] == '=') {
         k = i;
@@ -173,22 +193,26 @@ bool cu_wgmma_parse(const char *tok, CuWgmmaParams *out) {
     if (*p == ',' && p[1]) p++;
     else if (*p) return false;
   }
-  if (seen != 31) return false;
-  CuWgmmaParams q = {val[0], val[1], val[2], val[3], val[4]};
+  if ((seen & 31) != 31) return false;
+  CuWgmmaParams q = {val[0], val[1], val[2], val[3], val[4], val[5]};
   if (!params_valid(&q)) return false;
   *out = q;
   return true;
 }
 
 void cu_wgmma_format(const CuWgmmaParams *p, char out[CG_VARIANT_LEN]) {
-  snprintf(out, CG_VARIANT_LEN, "wgmma:bm=%d,bn=%d,bk=%d,st=%d,c=%d", p->BM, p->BN, p->BK, p->stages, p->consumers);
+  if (p->splitk > 1)
+    snprintf(out, CG_VARIANT_LEN, "wgmma:bm=%d,bn=%d,bk=%d,st=%d,c=%d,sk=%d", p->BM, p->BN, p->BK, p->stages,
+             p->consumers, p->splitk);
+  else
+    snprintf(out, CG_VARIANT_LEN, "wgmma:bm=%d,bn=%d,bk=%d,st=%d,c=%d", p->BM, p->BN, p->BK, p->stages, p->consumers);
 }
 
 /* The most stages that fit (at most 8). */
 static int max_stages(int BM, int BN, int c) {
   int st = 8;
   for (; st > 2; st--) {
-    CuWgmmaParams p = {BM, BN, 64, st, c};
+    CuWgmmaParams p = {BM, BN, 64, st, c, 1};
     if (params_valid(&p)) break;
   }
   return st;
@@ -196,51 +220,137 @@ static int max_stages(int BM, int BN, int c) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The workspace of a split-K variant over T tiles: a counter per (tile,
+ * consumer warpgroup), padded to 256 bytes, then the f32 partial tiles
+ * [T][consumers][splitk][BM/consumers x BN]; 0 without split-K. */
+static uint64_t workspace_bytes(int64_t T, const CuWgmmaParams *p, uint64_t *out_part_off) {
+  *out_part_off = 0;
+  if (p->splitk <= 1) return 0;
+  uint64_t counters = ((uint64_t)T * (uint64_t)p->consumers * 4 + 255) / 256 * 256;
+  *out_part_off = counters;
+  return counters + (uint64_t)T * (uint64_t)p->splitk * (uint64_t)p->BM * (uint64_t)p->BN * 4;
+}
+
+/* Tiles of a BM x BN tiling of gm (the tile loop's batches included). */
+static int64_t tiles_of(const CuGemm *gm, int BM, int BN) {
+  WgLayout L = layout(gm);
+  int64_t rows = L.ok ? L.rows : gm->M, Z = L.ok ? L.Z : 1;
+  return ceil_div(rows, BM) * ceil_div(gm->N, BN) * Z;
+}
+
+/* Whether sk slices suit gm's K and a BM x BN tiling: every slice keeps
+ * at least WG_MIN_SLICE_KT K tiles, and the workspace fits. */
+#define WG_MIN_SLICE_KT 4
+static bool splitk_fits(const CuGemm *gm, const CuWgmmaParams *p) {
+  if (p->splitk == 1) return true;
+  uint64_t off;
+  return ceil_div(gm->K, 64) >= (int64_t)WG_MIN_SLICE_KT * p->splitk &&
+         workspace_bytes(tiles_of(gm, p->BM, p->BN), p, &off) <= WG_MAX_WORKSPACE;
+}
+
+/* The estimated time of a tiling: whole waves of the persistent grid
+ * (units = tiles x sk over WG_SMS blocks) times one unit's work, in
+ * BM x BN x 64 steps discounted by the tile's efficiency `eff`.  A split
+ * unit also stores its partial tile, and the last slice reads and clears
+ * all of them: counted as about one K tile of work per slice (an f32
+ * tile through L2 costs about what a K tile of wgmma does). */
+static double tiling_cost(const CuGemm *gm, int BM, int BN, double eff, int sk) {
+  int64_t units = tiles_of(gm, BM, BN) * sk, KT = ceil_div(gm->K, 64);
+  double per_unit = (double)ceil_div(KT, sk) + (sk > 1 ? sk : 0);
+  return (double)ceil_div(units, WG_SMS) * per_unit * BM * BN / eff;
+}
+
+/* The split-K of a BM x BN tiling with the least estimated time; a split
+ * must win by 10% (the estimate is rough, and slices cost workspace). */
+static int pick_splitk(const CuGemm *gm, int BM, int BN, int c, double *out_cost) {
+  int best = 1;
+  double best_cost = tiling_cost(gm, BM, BN, 1.0, 1);
+  for (int sk = 2; sk <= 16; sk++) {
+    CuWgmmaParams q = {BM, BN, 64, 2, c, sk};
+    if (!splitk_fits(gm, &q)) break;
+    double cost = tiling_cost(gm, BM, BN, 1.0, sk) * 1.1;
+    if (cost < best_cost) best = sk, best_cost = cost;
+  }
+  if (out_cost) *out_cost = best_cost;
+  return best;
+}
+
 void cu_wgmma_default_params(const CuGemm *gm, CuWgmmaParams *out) {
   WgLayout L = layout(gm);
   int64_t rows = L.ok ? L.rows : gm->M, Z = L.ok ? L.Z : 1;
   if (rows <= 64) {
-    /* few rows: bound by reading B; narrower tiles put more SMs to it */
+    /* few rows: bound by reading B; narrower tiles put more SMs to it,
+     * and split-K the rest when even 64 x 64 tiles leave SMs idle */
     int BN = ceil_div(gm->N, 256) * Z >= WG_SMS ? 256 : ceil_div(gm->N, 128) * Z >= WG_SMS / 2 ? 128 : 64;
-    *out = (CuWgmmaParams){64, BN, 64, max_stages(64, BN, 1), 1};
+    *out = (CuWgmmaParams){64, BN, 64, max_stages(64, BN, 1), 1, pick_splitk(gm, 64, BN, 1, NULL)};
     return;
   }
-  /* Two consumers; among 128 x 256, 256 x 128 and 128 x 128 tiles, the
-   * one with the least work counted in whole waves of the grid, the
-   * smaller tile discounted for its lower reuse of shared memory. */
+  /* Two consumers; among 128 x 256, 256 x 128 and 128 x 128 tiles and
+   * their splits of K, the one with the least estimated time
+   * (tiling_cost), the smaller tile discounted for its lower reuse of
+   * shared memory. */
   static const struct {
     int BM, BN;
     double eff;
   } shapes[] = {{128, 256, 1.0}, {256, 128, 1.0}, {128, 128, 0.85}};
-  int best = 0;
+  int best = -1, best_sk = 1;
   double best_cost = 0;
   for (int i = 0; i < 3; i++) {
     if (shapes[i].BM > 128 && rows <= 128) continue;
-    int64_t tiles = ceil_div(rows, shapes[i].BM) * ceil_div(gm->N, shapes[i].BN) * Z;
-    double cost = (double)ceil_div(tiles, WG_SMS) * shapes[i].BM * shapes[i].BN / shapes[i].eff;
-    if (i == 0 || cost < best_cost) best = i, best_cost = cost;
+    double cost;
+    int sk = pick_splitk(gm, shapes[i].BM, shapes[i].BN, 2, &cost);
+    cost /= shapes[i].eff;
+    if (best < 0 || cost < best_cost) best = i, best_cost = cost, best_sk = sk;
   }
   int BM = shapes[best].BM, BN = shapes[best].BN;
-  *out = (CuWgmmaParams){BM, BN, 64, max_stages(BM, BN, 2), 2};
+  *out = (CuWgmmaParams){BM, BN, 64, max_stages(BM, BN, 2), 2, best_sk};
+}
+
+/* Adds p to list[0..*n) unless it is there already (or the list is full). */
+static void add_candidate(CuWgmmaParams *list, int *n, int cap, const CuWgmmaParams *p) {
+  for (int j = 0; j < *n; j++)
+    if (!memcmp(&list[j], p, sizeof *p)) return;
+  if (*n < cap) list[(*n)++] = *p;
 }
 
 int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
   WgLayout L = layout(gm);
   int64_t rows = L.ok ? L.rows : gm->M;
-  CuWgmmaParams list[8];
+  CuWgmmaParams list[24];
   int n = 0;
   cu_wgmma_default_params(gm, &list[n++]);
   static const CuWgmmaParams more[] = {
-      {128, 256, 64, 4, 2}, {128, 128, 64, 6, 2}, {256, 128, 64, 4, 2},
-      {128, 256, 64, 3, 2}, {64, 256, 64, 5, 1},  {64, 128, 64, 8, 1},
+      {128, 256, 64, 4, 2, 1}, {128, 128, 64, 6, 2, 1}, {256, 128, 64, 4, 2, 1},
+      {128, 256, 64, 3, 2, 1}, {64, 256, 64, 5, 1, 1},  {64, 128, 64, 8, 1, 1},
   };
   for (size_t i = 0; i < sizeof more / sizeof *more; i++) {
     const CuWgmmaParams *p = &more[i];
     /* tiles much taller or wider than the result only waste work */
     if ((p->BM > 64 && rows <= 64) || (p->BM > 128 && rows <= 128) || (p->BN > 128 && gm->N <= 128)) continue;
-    bool dup = false;
-    for (int j = 0; j < n && !dup; j++) dup = !memcmp(&list[j], p, sizeof *p);
-    if (!dup) list[n++] = *p;
+    add_candidate(list, &n, 24, p);
+  }
+  int nbase = n;
+  /* Split-K for tilings of less than two waves: per tiling (the default's
+   * without its split too), the split the estimate likes best and the
+   * largest that still fits one wave. */
+  CuWgmmaParams d = list[0];
+  d.splitk = 1;
+  add_candidate(list, &n, 24, &d);
+  for (int i = 0; i < nbase; i++) {
+    CuWgmmaParams q = list[i];
+    int64_t tiles = tiles_of(gm, q.BM, q.BN);
+    if (q.splitk > 1 || tiles >= 2 * WG_SMS) continue;
+    int sks[2] = {1, 1};
+    double best = 0;
+    for (int sk = 2; sk <= 16; sk++) {
+      q.splitk = sk;
+      if (!splitk_fits(gm, &q)) break;
+      double cost = tiling_cost(gm, q.BM, q.BN, 1.0, sk);
+      if (sks[0] == 1 || cost < best) sks[0] = sk, best = cost;
+      if (tiles * sk <= WG_SMS) sks[1] = sk;
+    }
+    for (int j = 0; j < 2; j++)
+      if (sks[j] > 1) q.splitk = sks[j], add_candidate(list, &n, 24, &q);
   }
   int got = 0;
   for (int i = 0; i < n && got < max; i++) cu_wgmma_format(&list[i], out[got++]);
@@ -294,6 +404,9 @@ typedef struct {
   int64_t Mt, Nt, T;   /* row blocks, column blocks, tiles */
   int GM;              /* row blocks per raster group */
   int64_t KT;          /* K tiles */
+  int SK;              /* split-K slices per tile (1: none) */
+  int64_t U;           /* work units: T x SK */
+  uint64_t part_off;   /* split-K: the partial tiles' offset in the workspace */
   int a_stage, b_stage;
   const char *ptx_type; /* "f16" or "bf16" */
 } Wg;
@@ -308,6 +421,26 @@ static void tile_coords(CuFn *f, const Wg *w) {
   cu_line(f, "const int first = tr / %lld * %d, in_group = tr %% %lld;", (long long)per_group, w->GM, (long long)per_group);
   cu_line(f, "const int rows_in = %lld - first < %d ? %lld - first : %d;", (long long)w->Mt, w->GM, (long long)w->Mt, w->GM);
   cu_line(f, "const int tm = first + in_group %% rows_in, tn = in_group / rows_in;");
+}
+
+/* Opens the persistent loop over the work units of block blockIdx.x and
+ * declares the unit's tile (tile_coords) and its K tiles [kt0, kt1).
+ * Without split-K a unit is a tile; with it, unit u is slice u % SK of
+ * tile u / SK (the slices of a tile run side by side, so the last of them
+ * finds the others' partial tiles still in L2), and slice s takes K tiles
+ * [s KT / SK, (s + 1) KT / SK): balanced and, as SK <= KT, never empty. */
+static void unit_loop(CuFn *f, const Wg *w) {
+  if (w->SK == 1) {
+    cu_open(f, "for (int t = blockIdx.x; t < %lld; t += gridDim.x)", (long long)w->T);
+    tile_coords(f, w);
+    cu_line(f, "const int kt0 = 0, kt1 = %lld;", (long long)w->KT);
+    return;
+  }
+  cu_open(f, "for (int u = blockIdx.x; u < %lld; u += gridDim.x)", (long long)w->U);
+  cu_line(f, "const int t = u / %d, slice = u %% %d;  // tile, and its slice of K", w->SK, w->SK);
+  tile_coords(f, w);
+  cu_line(f, "const int kt0 = (int)((long long)slice * %lld / %d), kt1 = (int)((long long)(slice + 1) * %lld / %d);",
+          (long long)w->KT, w->SK, (long long)w->KT, w->SK);
 }
 
 /* A lambda's opening and closing lines (its body never calls cu_emit, so
@@ -500,9 +633,8 @@ static void producer(CuFn *f, const Wg *w) {
   cu_line(f, "#endif");
   cu_line(f, "int stage = 0;");
   cu_line(f, "unsigned phase = 0;");
-  cu_open(f, "for (int t = blockIdx.x; t < %lld; t += gridDim.x)", (long long)w->T);
-  tile_coords(f, w);
-  cu_open(f, "for (int kt = 0; kt < %lld; kt++)", (long long)w->KT);
+  unit_loop(f, w);
+  cu_open(f, "for (int kt = kt0; kt < kt1; kt++)");
   cu_line(f, "bar_wait(bar_empty + 8 * stage, phase ^ 1);  // the consumers are done with this buffer");
   cu_line(f, "bar_arrive_expect(bar_full + 8 * stage, %d);", (p->BM + p->BN) * 128);
   const char *tz = w->L.Z > 1 ? "tz" : "0";
@@ -549,6 +681,101 @@ static void store_pair(CuFn *f, const Wg *w, const char *z, const char *m, const
   }
 }
 
+/* Named barrier 1 + cw: the 128 threads of consumer warpgroup cw only
+ * (the producer and the other consumer go their own ways). */
+static void wg_barrier(CuFn *f) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"bar.sync %%0, 128;\\n\" :: \"r\"(1 + cw) : \"memory\");");
+  cu_line(f, "#else");
+  cu_line(f, "emu_wg_sync();");
+  cu_line(f, "#endif");
+}
+
+/* Split-K, after a unit's main loop: the warpgroup stores its partial
+ * tile (its f32 accumulators) in the workspace and counts it on the
+ * (tile, warpgroup) counter; the warpgroup that brings the count to SK
+ * adds the SK partials in slice order (its own from registers), clears
+ * the slots and the counter, and goes on to the epilogue with the sum in
+ * acc; the others go on to their next unit.  Nothing waits for another
+ * block.  Slot layout: for each float4 v of the thread's accumulators
+ * (acc[ms][4i .. 4i+3], v = ms NH/4 + i), the warpgroup's 128 float4
+ * side by side, so that every store and load is 16 bytes per thread and
+ * 2 KiB per warpgroup, contiguous. */
+static void split_k(CuFn *f, const Wg *w) {
+  const CuWgmmaParams *p = w->p;
+  int SK = w->SK, NV = w->MS * w->NH / 4;
+  long long slot = (long long)NV * 128; /* float4 per (tile, warpgroup, slice) */
+  cu_line(f, "// split-K: this warpgroup's partial tile of slice `slice` into the workspace; the last of the %d", SK);
+  cu_line(f, "// slices of (tile, warpgroup) to count its own adds them all, in slice order (deterministic)");
+  cu_open(f, "%s", "");
+  cu_line(f, "__shared__ int wg_last[2];  // per consumer warpgroup: this unit's slice came last");
+  cu_line(f, "// [tiles][%d warpgroups][%d slices][%d float4][128 threads], after %llu bytes of counters", p->consumers, SK, NV,
+          (unsigned long long)w->part_off);
+  cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL) + ((long long)(t * %d + cw) * %d * %lldLL + "
+             "threadIdx.x %% 128) * 4;",
+          (unsigned long long)w->part_off, p->consumers, SK, slot);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int ms = 0; ms < %d; ms++)", w->MS);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", w->NH / 4);
+  cu_line(f, "float *const pp = part + ((long long)slice * %lld + ms * %d + i) * 512;", (long long)NV, w->NH / 4);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__stcg(reinterpret_cast<float4 *>(pp), make_float4(acc[ms][4 * i], acc[ms][4 * i + 1], acc[ms][4 * i + 2], "
+             "acc[ms][4 * i + 3]));");
+  cu_line(f, "#else");
+  cu_line(f, "for (int e = 0; e < 4; e++) pp[e] = acc[ms][4 * i + e];");
+  cu_line(f, "#endif");
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();  // the partial tile is visible before it is counted");
+  cu_line(f, "#endif");
+  wg_barrier(f);
+  cu_open(f, "if (threadIdx.x %% 128 == 0)");
+  cu_line(f, "unsigned *const count = reinterpret_cast<unsigned *>(ws) + (t * %d + cw);", p->consumers);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "const unsigned done = atomicAdd(count, 1u);");
+  cu_line(f, "#else");
+  cu_line(f, "const unsigned done = (*count)++;  // emulation: blocks run one after another");
+  cu_line(f, "#endif");
+  cu_line(f, "wg_last[cw] = done == %du;", SK - 1);
+  cu_line(f, "if (done == %du) *count = 0u;  // the workspace is left zero for the next kernel", SK - 1);
+  cu_close(f);
+  wg_barrier(f);
+  cu_line(f, "if (!wg_last[cw]) continue;  // another slice adds this tile");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "__threadfence();");
+  cu_line(f, "#endif");
+  cu_line(f, "// acc = 0 + slice 0 + slice 1 + ... + slice %d, in this order whichever came last (its own slice", SK - 1);
+  cu_line(f, "// read back too, so that the loop over slices stays rolled and acc is the only array live); every");
+  cu_line(f, "// slot cleared for the next kernel");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int ms = 0; ms < %d; ms++)", w->MS);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int i = 0; i < %d; i++) acc[ms][i] = 0.0f;", w->NH);
+  cu_line(f, "#pragma unroll 1");
+  cu_open(f, "for (int q = 0; q < %d; q++)", SK);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int ms = 0; ms < %d; ms++)", w->MS);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", w->NH / 4);
+  cu_line(f, "float *const pp = part + ((long long)q * %lld + ms * %d + i) * 512;", (long long)NV, w->NH / 4);
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "const float4 g = __ldcg(reinterpret_cast<const float4 *>(pp));  // L2: written by other SMs");
+  cu_line(f, "const float v[4] = {g.x, g.y, g.z, g.w};");
+  cu_line(f, "__stcg(reinterpret_cast<float4 *>(pp), make_float4(0.0f, 0.0f, 0.0f, 0.0f));");
+  cu_line(f, "#else");
+  cu_line(f, "const float v[4] = {pp[0], pp[1], pp[2], pp[3]};");
+  cu_line(f, "for (int e = 0; e < 4; e++) pp[e] = 0.0f;");
+  cu_line(f, "#endif");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 4; e++) acc[ms][4 * i + e] += v[e];");
+  cu_close(f); /* i */
+  cu_close(f); /* ms */
+  cu_close(f); /* q */
+  cu_close(f); /* the split-K block */
+}
+
 static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   const CuGemm *gm = w->gm;
   const CuWgmmaParams *p = w->p;
@@ -560,14 +787,13 @@ static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   cu_line(f, "float acc[%d][%d];", w->MS, w->NH);
   cu_line(f, "int stage = 0;");
   cu_line(f, "unsigned phase = 0;");
-  cu_open(f, "for (int t = blockIdx.x; t < %lld; t += gridDim.x)", (long long)w->T);
-  tile_coords(f, w);
+  unit_loop(f, w);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int ms = 0; ms < %d; ms++)", w->MS);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int i = 0; i < %d; i++) acc[ms][i] = 0.0f;", w->NH);
   cu_line(f, "int prev = -1;  // the stage whose wgmma group may still be reading");
-  cu_open(f, "for (int kt = 0; kt < %lld; kt++)", (long long)w->KT);
+  cu_open(f, "for (int kt = kt0; kt < kt1; kt++)");
   cu_line(f, "bar_wait(bar_full + 8 * stage, phase);  // the stage's A and B tiles have landed");
   ptx(f, "asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\");");
   cu_line(f, "#pragma unroll");
@@ -586,6 +812,7 @@ static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   cu_close(f);
   wait_group(f, 0);
   cu_line(f, "if (threadIdx.x %% 128 == 0) bar_arrive(bar_empty + 8 * prev);");
+  if (w->SK > 1) split_k(f, w);
 
   cu_line(f, "// epilogue: acc[ms][4j + 2h + e] is row 64 ms + 16 warp + lane/4 + 8h, column 8j + 2 (lane%%4) + e");
   cu_line(f, "#pragma unroll");
@@ -652,9 +879,19 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
   w.a_stage = p->BM * 128;
   w.b_stage = p->BN * 128;
   w.ptx_type = gm->yt->dt == DT_BF16 ? "bf16" : "f16";
-  if (w.T > 0x7fffffffLL) {
+  w.SK = p->splitk;
+  w.U = w.T * w.SK;
+  if (w.U > 0x7fffffffLL) {
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld x %lld matmul has too many tiles", (long long)w.L.rows, (long long)gm->N,
             (long long)w.L.Z);
+    return;
+  }
+  uint64_t ws = workspace_bytes(w.T, p, &w.part_off);
+  if (w.SK > w.KT || ws > WG_MAX_WORKSPACE) {
+    char tok[CG_VARIANT_LEN];
+    cu_wgmma_format(p, tok);
+    cu_fail(f, ST_UNSUPPORTED, "variant %s: %lld K tiles of 64 cannot make %d slices, or its workspace (%llu bytes) is too large",
+            tok, (long long)w.KT, w.SK, (unsigned long long)ws);
     return;
   }
   int threads = 128 * (1 + p->consumers);
@@ -663,7 +900,8 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
   l->kind = "matmul";
   cu_wgmma_format(p, l->variant);
   l->block[0] = (unsigned)threads;
-  l->grid[0] = (unsigned)(w.T < WG_SMS ? w.T : WG_SMS);
+  l->grid[0] = (unsigned)(w.U < WG_SMS ? w.U : WG_SMS);
+  l->workspace = ws;
   l->grid[1] = l->grid[2] = 1;
   l->smem = (unsigned)smem;
   l->min_blocks = 1;
@@ -679,8 +917,10 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
   cu_line(f, "// parameters: BM %d, BN %d, BK %d, %d stages, %d consumer warpgroup%s; M %lld, N %lld, K %lld, batch %lld%s",
           p->BM, p->BN, p->BK, p->stages, p->consumers, p->consumers > 1 ? "s" : "", (long long)gm->M, (long long)gm->N,
           (long long)gm->K, (long long)gm->Z, w.L.flat ? " (folded into the rows)" : "");
-  cu_line(f, "// tiles: %lld x %lld%s = %lld over %u blocks; K in %lld tiles of 64", (long long)w.Mt, (long long)w.Nt,
-          w.L.Z > 1 ? cu_fmt(f, " x %lld batches", (long long)w.L.Z) : "", (long long)w.T, l->grid[0], (long long)w.KT);
+  cu_line(f, "// tiles: %lld x %lld%s = %lld%s over %u blocks; K in %lld tiles of 64", (long long)w.Mt, (long long)w.Nt,
+          w.L.Z > 1 ? cu_fmt(f, " x %lld batches", (long long)w.L.Z) : "", (long long)w.T,
+          w.SK > 1 ? cu_fmt(f, ", split-K in %d slices: %lld units", w.SK, (long long)w.U) : "", l->grid[0],
+          (long long)w.KT);
   cu_line(f, "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)");
   cu_line(f, "__trap();  // wgmma and TMA exist only on sm_90a");
   cu_line(f, "#else");

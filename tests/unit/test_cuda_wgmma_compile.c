@@ -1,12 +1,15 @@
 /* The Hopper matmul (codegen/cuda/wgmma.c) without a GPU.
  *
- * Tokens: parse/format round trips and rejections; eligibility (only
+ * Tokens: parse/format round trips and rejections (split-K's ",sk=N"
+ * optional, printed only when N > 1); eligibility (only
  * sm_90a, f16/bf16, B given as [N, K], K a multiple of 8, aligned
  * arguments, batch shapes the tensor maps can express).  Then, for
  * matmuls with fused epilogues over ragged and batched shapes, every
  * wgmma candidate the backend lists (cg_cuda_variants for sm_90a):
  *   - the launch: the variant recorded, 128 x (1 + consumers) threads,
- *     one block per SM at most, the shared memory the stages need, and the
+ *     one block per work unit (tile x slice) up to 132, the shared memory
+ *     the stages need, split-K's workspace (counters, then the partial
+ *     tiles), and the
  *     two TMA descriptors exactly as the kernel reads them (dims innermost
  *     first {K, rows[, Z]}, row stride K * 2 bytes, box {64, BM or BN},
  *     128B swizzle);
@@ -19,7 +22,14 @@
  *     stand-ins for TMA, mbarriers and wgmma) runs it, and the results are
  *     compared with the reference interpreter: this checks the tiling, the
  *     swizzle and descriptor addressing, the fragment layout, the barrier
- *     protocol and the epilogue, as far as the stand-ins follow the PTX ISA.
+ *     protocol and the epilogue, as far as the stand-ins follow the PTX ISA;
+ *     split-K variants run twice on one workspace, which must be all zero
+ *     after each run.
+ * Split-K is also forced onto ragged, odd-N, batched, bf16 and fused cases
+ * (slices up to the number of K tiles; one with more units than blocks, so
+ * that the last slice to count is not always the last slice), a split
+ * beyond the K tiles must be refused, and the heuristic's picks for the
+ * W4 prefill matmuls (M = 512) must fill the 132 SMs' waves to 85%.
  * Without NVRTC (or a host C++ compiler) those parts are skipped, visibly.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
@@ -198,6 +208,8 @@ static int emulate(Graph *g, const Kernel *k, const CgCudaModule *m, const char 
   for (int a = 0; a < k->nargs; a++)
     fprintf(fp, "%s(%s%s *)args[%d]", a ? ", " : "", a < k->nargs - k->nouts ? "const " : "",
             storage_type(g->val[k->args[a]].type.dt), a);
+  /* split-K: the workspace after the arguments */
+  if (l->workspace) fprintf(fp, ", (unsigned char *)args[%d]", k->nargs);
   for (int t = 0; t < l->ntmaps; t++) fprintf(fp, ", tm");
   fprintf(fp, ");\n}\n");
   fclose(fp);
@@ -223,7 +235,7 @@ static int emulate(Graph *g, const Kernel *k, const CgCudaModule *m, const char 
   int failures = 0;
   Interp *it = NULL;
   void **data = calloc((size_t)g->nval, sizeof(void *));
-  void *args[64] = {0};
+  void *args[65] = {0};
   smelt_status st = ir_interp_create(g, &it);
   for (int i = 0; i < g->ninputs && !st; i++) {
     int v = g->inputs[i];
@@ -246,24 +258,40 @@ static int emulate(Graph *g, const Kernel *k, const CgCudaModule *m, const char 
     if (from) memcpy(args[a], from, bytes);
     else memset(args[a], 0xA5, bytes);
   }
-  if (launch(entry, args, l->grid, l->block) != 0) {
-    fprintf(stderr, "%s: emulated launch failed\n", what);
-    failures++;
-    goto done;
+  /* split-K: a zeroed workspace that every launch must leave zero; two
+   * launches, so that counters not reset spoil the second */
+  if (l->workspace) {
+    args[k->nargs] = calloc(1, (size_t)l->workspace);
+    if (!args[k->nargs]) abort();
   }
-  for (int a = k->nargs - k->nouts; a < k->nargs; a++) {
-    int v = k->args[a];
-    const TensorType *t = &g->val[v].type;
-    double worst = 0, gv = 0, rv = 0;
-    int64_t bad = h_compare(t->dt, t->dt, args[a], ir_interp_value(it, v), ir_type_numel(t), &worst, &gv, &rv);
-    if (bad >= 0) {
-      fprintf(stderr, "%s [emulated]: '%s' element %lld is %g, the interpreter says %g\n", what, g->val[v].name,
-              (long long)bad, gv, rv);
+  for (int rep = 0; rep < (l->workspace ? 2 : 1); rep++) {
+    if (launch(entry, args, l->grid, l->block) != 0) {
+      fprintf(stderr, "%s: emulated launch failed\n", what);
       failures++;
+      goto done;
     }
+    for (int a = k->nargs - k->nouts; a < k->nargs; a++) {
+      int v = k->args[a];
+      const TensorType *t = &g->val[v].type;
+      double worst = 0, gv = 0, rv = 0;
+      int64_t bad = h_compare(t->dt, t->dt, args[a], ir_interp_value(it, v), ir_type_numel(t), &worst, &gv, &rv);
+      if (bad >= 0) {
+        fprintf(stderr, "%s [emulated, launch %d]: '%s' element %lld is %g, the interpreter says %g\n", what, rep + 1,
+                g->val[v].name, (long long)bad, gv, rv);
+        failures++;
+      }
+      memset(args[a], 0xA5, ir_type_bytes(t)); /* the next launch must write every element again */
+    }
+    const unsigned char *wsb = args[k->nargs];
+    for (uint64_t b = 0; wsb && b < l->workspace; b++)
+      if (wsb[b]) {
+        fprintf(stderr, "%s [emulated, launch %d]: workspace byte %llu left non-zero\n", what, rep + 1, (unsigned long long)b);
+        failures++;
+        break;
+      }
   }
 done:
-  for (int a = 0; a < 64; a++) free(args[a]);
+  for (int a = 0; a < 65; a++) free(args[a]);
   for (int v = 0; v < g->nval; v++) free(data[v]);
   free(data);
   ir_interp_destroy(it);
@@ -280,6 +308,15 @@ static void check_tokens(void) {
   cu_wgmma_format(&p, buf);
   CHECK(!strcmp(buf, "wgmma:bm=128,bn=256,bk=64,st=4,c=2"));
   CHECK(cu_wgmma_parse("wgmma:c=1,st=5,bk=64,bn=256,bm=64", &p) && p.BM == 64 && p.consumers == 1);
+  CHECK(p.splitk == 1); /* sk absent: no split */
+  /* split-K: sk=N, printed only when N > 1, so older tokens keep their meaning */
+  CHECK(cu_wgmma_parse("wgmma:bm=128,bn=128,bk=64,st=6,c=2,sk=3", &p) && p.splitk == 3 && p.BN == 128);
+  cu_wgmma_format(&p, buf);
+  CHECK(!strcmp(buf, "wgmma:bm=128,bn=128,bk=64,st=6,c=2,sk=3"));
+  CHECK(cu_wgmma_parse("wgmma:sk=32,bm=64,bn=64,bk=64,st=4,c=1", &p) && p.splitk == 32);
+  CHECK(cu_wgmma_parse("wgmma:bm=128,bn=128,bk=64,st=6,c=2,sk=1", &p) && p.splitk == 1);
+  cu_wgmma_format(&p, buf);
+  CHECK(!strcmp(buf, "wgmma:bm=128,bn=128,bk=64,st=6,c=2"));
   static const char *const bad[] = {
       "wgmma:bm=128,bn=256,bk=64,st=4",         /* a key missing */
       "wgmma:bm=128,bn=256,bk=32,st=4,c=2",     /* BK must be 64 */
@@ -291,6 +328,10 @@ static void check_tokens(void) {
       "wgmma:bm=128,bn=128,bk=64,st=4,c=2,x=1", /* unknown key */
       "wgmma:bm=128,bm=128,bk=64,st=4,c=2",     /* a key twice */
       "wgmma:bm=128,bn=128,bk=64,st=4,c=2,",    /* trailing comma */
+      "wgmma:bm=128,bn=128,bk=64,st=4,c=2,sk=0",  /* no slice */
+      "wgmma:bm=128,bn=128,bk=64,st=4,c=2,sk=33", /* more than 32 slices */
+      "wgmma:bm=128,bn=128,bk=64,st=4,c=2,sk=2,sk=2",
+      "wgmma:bm=128,bn=128,bk=64,st=4,sk=2", /* c missing */
       "mma:bm=128,bn=128,bk=32,wm=64,wn=32,st=3,sk=1",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -336,30 +377,153 @@ static void check_launch(const CgCudaLaunch *l, const WgCase *c, const char *tok
   int bad = check_failures;
   CHECK(!strcmp(l->variant, tok));
   CHECK(l->block[0] == 128u * (1 + (unsigned)p.consumers) && l->block[1] == 1 && l->block[2] == 1);
-  CHECK(l->grid[0] >= 1 && l->grid[0] <= 132 && l->grid[1] == 1 && l->grid[2] == 1);
-  CHECK(l->smem >= (unsigned)(p.stages * (p.BM + p.BN) * 128) && l->smem <= 227u * 1024);
-  CHECK(l->workspace == 0);
-  CHECK(l->ntmaps == 2);
   int64_t za = c->za > 1 ? c->za : 0, zb = c->zb > 1 ? c->zb : 0;
   bool flat = za && !zb;
+  /* one unit per (tile, slice); the persistent grid fills 132 SMs at most */
+  int64_t rows = flat ? za * c->M : c->M, Z = flat ? 1 : (za > zb ? za : zb ? zb : 1);
+  int64_t T = (rows + p.BM - 1) / p.BM * ((c->N + p.BN - 1) / p.BN) * Z, U = T * p.splitk;
+  CHECK(l->grid[0] == (unsigned)(U < 132 ? U : 132) && l->grid[1] == 1 && l->grid[2] == 1);
+  CHECK(l->smem >= (unsigned)(p.stages * (p.BM + p.BN) * 128) && l->smem <= 227u * 1024);
+  /* split-K: a counter per (tile, consumer warpgroup) padded to 256 bytes, then sk f32 partial tiles per tile */
+  uint64_t ws = p.splitk > 1 ? ((uint64_t)T * p.consumers * 4 + 255) / 256 * 256 + (uint64_t)T * p.splitk * p.BM * p.BN * 4 : 0;
+  if (l->workspace != ws) fprintf(stderr, "%s %s: workspace %llu, expected %llu\n", what, tok, (unsigned long long)l->workspace,
+                                  (unsigned long long)ws);
+  CHECK(l->workspace == ws);
+  CHECK(l->ntmaps == 2);
   for (int t = 0; t < 2 && l->ntmaps == 2; t++) {
     const CgCudaTmap *tm = &l->tmaps[t];
-    int64_t rows = t == 0 ? (flat ? za * c->M : c->M) : c->N;
+    int64_t trows = t == 0 ? rows : c->N;
     bool is3 = !flat && (t == 0 ? za : zb);
     CHECK(tm->arg == t); /* x, then w */
     CHECK(tm->dtype == (!strcmp(c->dt, "bf16") ? DT_BF16 : DT_F16));
     CHECK(tm->rank == (is3 ? 3 : 2));
-    CHECK(tm->dims[0] == (uint64_t)c->K && tm->dims[1] == (uint64_t)rows);
+    CHECK(tm->dims[0] == (uint64_t)c->K && tm->dims[1] == (uint64_t)trows);
     CHECK(tm->strides[0] == (uint64_t)c->K * 2);
     CHECK(tm->box[0] == 64 && tm->box[1] == (uint32_t)(t == 0 ? p.BM : p.BN));
     CHECK(tm->swizzle == 128);
     if (is3) {
       CHECK(tm->dims[2] == (uint64_t)(t == 0 ? za : zb));
-      CHECK(tm->strides[1] == (uint64_t)(rows * c->K * 2));
+      CHECK(tm->strides[1] == (uint64_t)(trows * c->K * 2));
       CHECK(tm->box[2] == 1);
     }
   }
   if (check_failures != bad) fprintf(stderr, "%s %s: launch checks failed\n", what, tok);
+}
+
+/* The tools the candidate checks use. */
+typedef struct {
+  Nv nv;
+  bool have_nvrtc, have_cxx;
+  char tmpdir[32];
+  int compiled, emulated;
+} Tools;
+
+/* Generates candidate tok of g (case c) and checks its launch; compiles
+ * it with NVRTC (also for sm_80 when `also_sm80`); runs it in the
+ * emulation when `emu`. */
+static void check_candidate(Tools *T, Graph *g, const WgCase *c, const char *what, const char *tok, bool also_sm80, bool emu) {
+  Kernel *k = NULL;
+  int nk = 0;
+  CgCudaModule *m = NULL;
+  const char *force[1] = {tok};
+  CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
+  smelt_status st = cg_lower(g, &k, &nk);
+  if (!st) st = nk == 1 ? cg_cuda_generate(g, k, nk, &opt, &m) : st_error(ST_INTERNAL, "%d kernels", nk);
+  if (st) {
+    fprintf(stderr, "%s %s: %s\n", what, tok, st_message(st));
+    st_free(st);
+    check_failures++;
+    cg_kernels_free(k, nk);
+    return;
+  }
+  check_launch(&m->kernels[0], c, tok, what);
+  int regs = -1;
+  if (T->have_nvrtc) {
+    for (int a = 0; a < (also_sm80 ? 2 : 1); a++) {
+      const char *arch = a == 0 ? "sm_90a" : "sm_80";
+      char *log = NULL;
+      int r = nv_compile(&T->nv, m->units[0], arch, &log);
+      const char *lg = log ? log : "";
+      bool clean = r == 0 && !contains_ci(lg, "warning") && !contains_ci(lg, "serializ");
+      if (a == 0) {
+        regs = used_registers(lg);
+        clean = clean && strstr(lg, " 0 bytes spill stores, 0 bytes spill loads") && strstr(lg, "0 bytes stack frame");
+      }
+      if (!clean) fprintf(stderr, "%s %s (%s): NVRTC %d:\n%s\n", what, tok, arch, r, lg);
+      CHECK(clean);
+      T->compiled++;
+      free(log);
+    }
+  }
+  int fails = 0;
+  emu = emu && T->have_cxx;
+  if (emu) {
+    fails = emulate(g, &k[0], m, what, T->tmpdir);
+    check_failures += fails;
+    T->emulated++;
+  }
+  printf("%-44s %-44s %3d registers %s\n", what, tok, regs, emu ? (fails ? "FAILED" : "ok") : "");
+  cg_kernels_free(k, nk);
+  cg_cuda_module_free(m);
+}
+
+/* The heuristic's pick for the W4 prefill matmuls (512 tokens, f16,
+ * weights [N, K]) on the H200's 132 SMs: its units (tiles x slices) fill
+ * whole waves to at least 85% (before split-K, QKV had 80 tiles: 0.6 of
+ * a wave), and the candidates offer split-K for these shapes. */
+static void check_prefill_picks(void) {
+  static const WgCase shapes[] = {
+      {"f16", 0, 0, 512, 2048, 2560, "", true},  /* QKV */
+      {"f16", 0, 0, 512, 2048, 2048, "", true},  /* out-proj */
+      {"f16", 0, 0, 512, 5632, 2048, "", true},  /* down */
+      {"f16", 0, 0, 512, 2048, 11264, "", true}, /* gate-up */
+  };
+  for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+    const WgCase *c = &shapes[i];
+    Graph *g = wg_graph(c);
+    CHECK(g != NULL);
+    if (!g) continue;
+    char toks[32][CG_VARIANT_LEN];
+    int nt = wgmma_variants(g, "sm_90a", toks, 32), nsplit = 0;
+    CuWgmmaParams p;
+    CHECK(nt >= 1 && cu_wgmma_parse(toks[0], &p));
+    for (int v = 0; v < nt; v++) nsplit += strstr(toks[v], ",sk=") != NULL;
+    if (nt >= 1 && cu_wgmma_parse(toks[0], &p)) {
+      int64_t T = (c->M + p.BM - 1) / p.BM * ((c->N + p.BN - 1) / p.BN), U = T * p.splitk;
+      double fill = (double)U / (double)((U + 131) / 132 * 132);
+      printf("W4 prefill %lld x %lld x %lld: %s (%lld tiles, %lld units, waves %.0f%% full), %d candidates, %d split-K\n",
+             (long long)c->M, (long long)c->N, (long long)c->K, toks[0], (long long)T, (long long)U, 100 * fill, nt, nsplit);
+      CHECK(fill >= 0.85);
+    }
+    /* few tiles: split-K candidates for the tuner */
+    if (i < 3) CHECK(nsplit >= 2);
+    ir_graph_destroy(g);
+  }
+}
+
+/* A split the K tiles cannot make is refused, not emitted. */
+static void check_too_many_slices(void) {
+  WgCase c = {"f16", 0, 0, 64, 200, 64, "", true}; /* 4 K tiles */
+  Graph *g = wg_graph(&c);
+  CHECK(g != NULL);
+  if (!g) return;
+  for (int sk = 4; sk <= 5; sk++) {
+    char tok[CG_VARIANT_LEN];
+    snprintf(tok, sizeof tok, "wgmma:bm=64,bn=64,bk=64,st=4,c=1,sk=%d", sk);
+    Kernel *k = NULL;
+    int nk = 0;
+    CgCudaModule *m = NULL;
+    const char *force[1] = {tok};
+    CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
+    smelt_status st = cg_lower(g, &k, &nk);
+    if (!st) st = cg_cuda_generate(g, k, nk, &opt, &m);
+    if ((st == NULL) != (sk == 4)) fprintf(stderr, "%s on 4 K tiles: %s\n", tok, st ? st_message(st) : "generated");
+    CHECK((st == NULL) == (sk == 4));
+    st_free(st);
+    cg_cuda_module_free(m);
+    cg_kernels_free(k, nk);
+  }
+  ir_graph_destroy(g);
 }
 
 /* argv[1], if given, picks the candidates whose case name or token contains it. */
@@ -367,17 +531,19 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   check_tokens();
   check_ineligible();
+  check_prefill_picks();
+  check_too_many_slices();
 
   CgNvrtc *cg = NULL;
   smelt_status st = cg_cuda_nvrtc_open(&cg);
-  Nv nv;
-  bool have_nvrtc = !st && nv_open(&nv, cg_cuda_nvrtc_include_dir(cg));
+  Tools T = {.compiled = 0};
+  T.have_nvrtc = !st && nv_open(&T.nv, cg_cuda_nvrtc_include_dir(cg));
   if (st) st_free(st);
-  if (!have_nvrtc) printf("SKIP: NVRTC not found: the kernels are generated but not compiled\n");
-  bool have_cxx = system("c++ --version > /dev/null 2>&1") == 0;
-  char tmpdir[] = "/tmp/smelt-wgemu-XXXXXX";
-  if (have_cxx && !mkdtemp(tmpdir)) have_cxx = false;
-  if (!have_cxx) printf("SKIP: no host C++ compiler: no emulated runs\n");
+  if (!T.have_nvrtc) printf("SKIP: NVRTC not found: the kernels are generated but not compiled\n");
+  T.have_cxx = system("c++ --version > /dev/null 2>&1") == 0;
+  snprintf(T.tmpdir, sizeof T.tmpdir, "/tmp/smelt-wgemu-XXXXXX");
+  if (T.have_cxx && !mkdtemp(T.tmpdir)) T.have_cxx = false;
+  if (!T.have_cxx) printf("SKIP: no host C++ compiler: no emulated runs\n");
 
   /* (M, K, N) ragged against every tile, batched three ways, both dtypes and epilogues */
   static const WgCase cases[] = {
@@ -390,8 +556,8 @@ int main(int argc, char **argv) {
       {"f16", 3, 0, 50, 72, 120, "bias_silu", true},  /* A batched: rows folded */
       {"bf16", 2, 2, 70, 64, 40, "res", true},    /* both batched: 3-D maps */
       {"f16", 0, 3, 33, 16, 24, "", true},        /* only B batched */
+      {"f16", 0, 0, 200, 1000, 264, "res", true}, /* few tiles, long K: split-K candidates (the default among them) */
   };
-  int emulated = 0, compiled = 0;
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const WgCase *c = &cases[i];
     char what[160];
@@ -399,61 +565,51 @@ int main(int argc, char **argv) {
     Graph *g = wg_graph(c);
     CHECK(g != NULL);
     if (!g) continue;
-    char toks[16][CG_VARIANT_LEN];
-    int nt = wgmma_variants(g, "sm_90a", toks, 16);
+    char toks[32][CG_VARIANT_LEN];
+    int nt = wgmma_variants(g, "sm_90a", toks, 32), nsplit = 0;
     if (nt < 1) fprintf(stderr, "%s: no wgmma candidate\n", what);
     CHECK(nt >= 1);
     for (int v = 0; v < nt; v++) {
+      nsplit += strstr(toks[v], ",sk=") != NULL;
       if (argc > 1 && !strstr(what, argv[1]) && !strstr(toks[v], argv[1])) continue;
-      Kernel *k = NULL;
-      int nk = 0;
-      CgCudaModule *m = NULL;
-      const char *force[1] = {toks[v]};
-      CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
-      st = cg_lower(g, &k, &nk);
-      if (!st) st = nk == 1 ? cg_cuda_generate(g, k, nk, &opt, &m) : st_error(ST_INTERNAL, "%d kernels", nk);
-      if (st) {
-        fprintf(stderr, "%s %s: %s\n", what, toks[v], st_message(st));
-        st_free(st);
-        check_failures++;
-        cg_kernels_free(k, nk);
-        continue;
-      }
-      check_launch(&m->kernels[0], c, toks[v], what);
-      int regs = -1;
-      if (have_nvrtc) {
-        for (int a = 0; a < (v == 0 ? 2 : 1); a++) {
-          const char *arch = a == 0 ? "sm_90a" : "sm_80";
-          char *log = NULL;
-          int r = nv_compile(&nv, m->units[0], arch, &log);
-          const char *lg = log ? log : "";
-          bool clean = r == 0 && !contains_ci(lg, "warning") && !contains_ci(lg, "serializ");
-          if (a == 0) {
-            regs = used_registers(lg);
-            clean = clean && strstr(lg, " 0 bytes spill stores, 0 bytes spill loads") && strstr(lg, "0 bytes stack frame");
-          }
-          if (!clean) fprintf(stderr, "%s %s (%s): NVRTC %d:\n%s\n", what, toks[v], arch, r, lg);
-          CHECK(clean);
-          compiled++;
-          free(log);
-        }
-      }
-      int fails = 0;
-      /* the emulation is slow: the default of every case, every candidate of one */
-      bool emu = have_cxx && (v == 0 || i == 4 || argc > 1);
-      if (emu) {
-        fails = emulate(g, &k[0], m, what, tmpdir);
-        check_failures += fails;
-        emulated++;
-      }
-      printf("%-44s %-40s %3d registers %s\n", what, toks[v], regs, emu ? (fails ? "FAILED" : "ok") : "");
-      cg_kernels_free(k, nk);
-      cg_cuda_module_free(m);
+      /* the emulation is slow: the default of every case, every candidate of two */
+      check_candidate(&T, g, c, what, toks[v], v == 0, v == 0 || i == 4 || i == 9 || argc > 1);
     }
+    if (i == 9) CHECK(nsplit >= 2 && strstr(toks[0], ",sk=") != NULL);
     ir_graph_destroy(g);
   }
-  printf("%d compilations, %d emulated runs\n", compiled, emulated);
-  if (have_cxx) rmdir(tmpdir);
+
+  /* Split-K forced onto ragged M, N and K, odd N, the three batch kinds,
+   * bf16 and the fused epilogues; slices from 2 to as many as K tiles;
+   * one with more units than blocks, so that a block's second unit is
+   * slice 0 of a tile whose later slices already came: the last to count
+   * is not the last slice. */
+  static const struct {
+    WgCase c;
+    const char *tok;
+  } forced[] = {
+      {{"f16", 0, 0, 200, 1000, 264, "res", true}, "wgmma:bm=128,bn=128,bk=64,st=4,c=2,sk=3"},
+      {{"bf16", 0, 0, 127, 520, 45, "bias_silu", true}, "wgmma:bm=64,bn=64,bk=64,st=4,c=1,sk=5"},
+      {{"f16", 3, 0, 50, 264, 120, "bias_silu", true}, "wgmma:bm=128,bn=128,bk=64,st=4,c=2,sk=2"},
+      {{"bf16", 2, 2, 70, 512, 40, "res", true}, "wgmma:bm=64,bn=128,bk=64,st=4,c=1,sk=8"},
+      {{"f16", 0, 3, 33, 200, 24, "", true}, "wgmma:bm=64,bn=64,bk=64,st=4,c=1,sk=4"},
+      {{"f16", 0, 0, 320, 200, 576, "", true}, "wgmma:bm=64,bn=64,bk=64,st=4,c=1,sk=3"},
+      {{"bf16", 0, 0, 200, 1024, 264, "bias_silu", true}, "wgmma:bm=128,bn=256,bk=64,st=3,c=2,sk=4"},
+      {{"f16", 0, 0, 300, 448, 136, "res", true}, "wgmma:bm=256,bn=128,bk=64,st=4,c=2,sk=7"},
+  };
+  for (size_t i = 0; i < sizeof forced / sizeof *forced; i++) {
+    const WgCase *c = &forced[i].c;
+    char what[160];
+    case_name(c, what, sizeof what);
+    if (argc > 1 && !strstr(what, argv[1]) && !strstr(forced[i].tok, argv[1])) continue;
+    Graph *g = wg_graph(c);
+    CHECK(g != NULL);
+    if (!g) continue;
+    check_candidate(&T, g, c, what, forced[i].tok, false, true);
+    ir_graph_destroy(g);
+  }
+  printf("%d compilations, %d emulated runs\n", T.compiled, T.emulated);
+  if (T.have_cxx) rmdir(T.tmpdir);
   cg_cuda_nvrtc_close(cg);
   return check_done("test_cuda_wgmma_compile");
 }
