@@ -260,12 +260,22 @@ static double tiling_cost(const CuGemm *gm, int BM, int BN, double eff, int sk) 
   return (double)ceil_div(units, WG_SMS) * per_unit * BM * BN / eff;
 }
 
+/* Whether the heuristic splits K at all.  Measured on the H200
+ * (2026-11-30, smelt tune on W4 prefill): every split was slower than the
+ * same shape unsplit, e.g. 512x2560x2048 18.6 us unsplit (128x128 tiles,
+ * 0.6 of a wave) against 30.1 us at 128x256 sk=3 and 27.5 us at 64x128
+ * sk=2, and 512x2048x2048 12.4 us against 18.6 us at sk=2: writing,
+ * re-reading and clearing the f32 partial tiles costs more than the idle
+ * SMs.  So the default does not split; the tuner still tries the splits
+ * (cu_wgmma_candidates), and tiling_cost below keeps the model. */
+#define WG_HEURISTIC_SPLITK 0
+
 /* The split-K of a BM x BN tiling with the least estimated time; a split
  * must win by 10% (the estimate is rough, and slices cost workspace). */
 static int pick_splitk(const CuGemm *gm, int BM, int BN, int c, double *out_cost) {
   int best = 1;
   double best_cost = tiling_cost(gm, BM, BN, 1.0, 1);
-  for (int sk = 2; sk <= 16; sk++) {
+  for (int sk = 2; WG_HEURISTIC_SPLITK && sk <= 16; sk++) {
     CuWgmmaParams q = {BM, BN, 64, 2, c, sk};
     if (!splitk_fits(gm, &q)) break;
     double cost = tiling_cost(gm, BM, BN, 1.0, sk) * 1.1;
