@@ -326,7 +326,7 @@ static void add_candidate(CuWgmmaParams *list, int *n, int cap, const CuWgmmaPar
 int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
   WgLayout L = layout(gm);
   int64_t rows = L.ok ? L.rows : gm->M;
-  CuWgmmaParams list[24];
+  CuWgmmaParams list[32];
   int n = 0;
   cu_wgmma_default_params(gm, &list[n++]);
   static const CuWgmmaParams more[] = {
@@ -337,7 +337,28 @@ int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) 
     const CuWgmmaParams *p = &more[i];
     /* tiles much taller or wider than the result only waste work */
     if ((p->BM > 64 && rows <= 64) || (p->BM > 128 && rows <= 128) || (p->BN > 128 && gm->N <= 128)) continue;
-    add_candidate(list, &n, 24, p);
+    add_candidate(list, &n, 32, p);
+  }
+  /* Tiles cut to the grid: for each tile height and 1-3 waves, the
+   * narrowest multiple of 8 columns (>= 64) whose tiles fill those waves
+   * of WG_SMS blocks without going over (512x2560: 128x80 tiles, 128 of
+   * them, instead of 80 tiles of 128x128, 0.6 of a wave).  wgmma takes any
+   * N that is a multiple of 8. */
+  static const struct {
+    int BM, c;
+  } heights[] = {{128, 2}, {64, 1}};
+  for (size_t h = 0; h < sizeof heights / sizeof *heights; h++) {
+    int BM = heights[h].BM, c = heights[h].c;
+    if (BM > 64 && rows <= 64) continue;
+    int64_t rb = ceil_div(rows, BM) * (L.ok ? L.Z : 1);
+    for (int waves = 1; waves <= 3; waves++) {
+      int64_t cols = (int64_t)WG_SMS * waves / rb; /* column blocks that fit */
+      if (cols < 1) continue;
+      int64_t BN = (ceil_div(gm->N, cols) + 7) / 8 * 8;
+      if (BN < 64 || BN > 256) continue;
+      CuWgmmaParams q = {BM, (int)BN, 64, max_stages(BM, (int)BN, c), c, 1};
+      if (params_valid(&q)) add_candidate(list, &n, 32, &q);
+    }
   }
   int nbase = n;
   /* Split-K for tilings of less than two waves: per tiling (the default's
@@ -345,7 +366,7 @@ int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) 
    * largest that still fits one wave. */
   CuWgmmaParams d = list[0];
   d.splitk = 1;
-  add_candidate(list, &n, 24, &d);
+  add_candidate(list, &n, 32, &d);
   for (int i = 0; i < nbase; i++) {
     CuWgmmaParams q = list[i];
     int64_t tiles = tiles_of(gm, q.BM, q.BN);
@@ -360,7 +381,7 @@ int cu_wgmma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) 
       if (tiles * sk <= WG_SMS) sks[1] = sk;
     }
     for (int j = 0; j < 2; j++)
-      if (sks[j] > 1) q.splitk = sks[j], add_candidate(list, &n, 24, &q);
+      if (sks[j] > 1) q.splitk = sks[j], add_candidate(list, &n, 32, &q);
   }
   int got = 0;
   for (int i = 0; i < n && got < max; i++) cu_wgmma_format(&list[i], out[got++]);
