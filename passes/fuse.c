@@ -24,6 +24,14 @@
  * the next residual add).  That case is worth a rule of its own: an
  * elementwise node whose result is the first input of a reduction stays out
  * of a contraction's epilogue and waits to become the reduction's prologue.
+ * On a CUDA-only target three more rules: a contraction's or an
+ * attention's epilogue may also move the result (transpose, reshape) and
+ * go on elementwise in the new shape, and take both halves of an
+ * interleaved gated pair (the step-2 slices merge-matmuls makes) into
+ * the product silu(a) * b: the emitters store each element where the
+ * chain puts it (layout_epilogue, gated_half); and elementwise groups that
+ * read the same computed value and do not depend on each other become one
+ * kernel (merge_siblings).
  * A join that would make two groups depend on each other (a cycle between
  * kernels) is refused; at the end the groups are sorted topologically
  * (ties by their first node) and g->node is reordered so that each group's
@@ -46,7 +54,9 @@
  *                 an external epilogue operand costs the part of the mc x nc
  *                 output tile it covers: mc*nc*4 with the result's shape,
  *                 nc*4 for a vector along N (a bias), mc*4 along M, 0 for a
- *                 scalar
+ *                 scalar.  For a CUDA-only target only the operand tiles
+ *                 count: the kernels size their own A/B stages to shared
+ *                 memory and run the epilogue on registers
  *   opaque:       0 (not modelled: such a kernel chooses its own tiling)
  * A node alone is never refused: one op cannot be split further, and its
  * kernel tiles itself; the log says when it is over budget on its own.
@@ -421,11 +431,18 @@ static int64_t operand_tile(const TensorType *y, const TensorType *u, bool conv,
   return (along_m ? mc : 1) * (along_n ? nc : 1);
 }
 
+static bool cuda_only(const Fuser *f);
+
 static int64_t fp_contraction(Fuser *f, int anchor, const int *mem, int nm) {
   int64_t M, N, K;
   gemm_dims(f, anchor, &M, &N, &K);
   int64_t mc = min64(GEMM_MC, M), nc = min64(GEMM_NC, N), kc = min64(GEMM_KC, K);
-  int64_t elems = mc * kc + kc * nc + mc * nc;
+  /* The CUDA kernels pick their own tiles for the shared memory they have
+   * (the A and B stages) and run the epilogue on the accumulators in
+   * registers: only the epilogue's operand tiles count against the budget
+   * there.  (With the CPU's tiles counted, no GEMM with K and N >= 256
+   * could take an epilogue on a GPU.) */
+  int64_t elems = cuda_only(f) ? 0 : mc * kc + kc * nc + mc * nc;
   const TensorType *y = ntype(f, anchor);
   bool conv = f->g->node[anchor].op == OP_CONV2D;
   int stamp = ++f->stamp;
@@ -800,11 +817,45 @@ static bool layout_epilogue(const Fuser *f, int H) {
                           (f->kind[H] == GK_OPAQUE && f->g->node[f->anchor[H]].op == OP_ATTENTION));
 }
 
+/* A slice of step 2 along the last axis from 0 or 1 to the end: one half
+ * of a gated pair merged with interleaved columns (merge-matmuls). */
+static bool pair_slice(const Fuser *f, int n) {
+  const Node *nn = &f->g->node[n];
+  if (nn->op != OP_SLICE) return false;
+  const TensorType *it = vtype(f, nn->in[0]);
+  if (it->rank < 1) return false;
+  int ax = ir_norm_axis(ir_attr_int(nn, "axis"), it->rank);
+  int64_t start, end, len, step = ir_attr_int(nn, "step");
+  ir_slice_bounds(it->dim[ax], ir_attr_int(nn, "start"), ir_attr_int(nn, "end"), step, &start, &end, &len);
+  return ax == it->rank - 1 && step == 2 && (start == 0 || start == 1) && it->dim[ax] % 2 == 0 &&
+         len == it->dim[ax] / 2;
+}
+
+/* Whether v is used, and only by pair slices. */
+static bool pair_halves(const Fuser *f, int v) {
+  if (f->is_out[v] || f->ustart[v] == f->ustart[v + 1]) return false;
+  for (int i = f->ustart[v]; i < f->ustart[v + 1]; i++)
+    if (!pair_slice(f, f->unode[i])) return false;
+  return true;
+}
+
+/* Whether node n may join contraction group H as a half of its
+ * interleaved gated pair: the GEMM's result is read only by pair slices,
+ * and its rows are more than a GEMV takes (the tensor-core kernels hold
+ * columns 2j and 2j + 1 of a row in one thread; the GEMV does not). */
+static bool gated_half(Fuser *f, int H, int u, int n) {
+  if (!layout_epilogue(f, H) || f->kind[H] != GK_CONTRACTION || f->g->node[f->anchor[H]].op != OP_MATMUL) return false;
+  if (u != f->g->node[f->anchor[H]].out[0] || !pair_slice(f, n) || !pair_halves(f, u)) return false;
+  int64_t M, N, K;
+  gemm_dims(f, f->anchor[H], &M, &N, &K);
+  return M > GEMV_PROLOGUE_MAX_M;
+}
+
 /* Why node n cannot be the next epilogue op of contraction/reduction group
  * H through operand u; false when it can. */
 static bool epilogue_refusal(Fuser *f, int H, int u, int n, int pref, char *why, size_t cap) {
-  bool layout = layout_epilogue(f, H);
-  if (f->role[n] == ROLE_INJ && !(layout && moves_data(f->g->node[n].op))) {
+  bool layout = layout_epilogue(f, H), half = gated_half(f, H, u, n);
+  if (f->role[n] == ROLE_INJ && !(layout && moves_data(f->g->node[n].op)) && !half) {
     snprintf(why, cap, "%s is injective; only elementwise ops join an epilogue", nd(f, n));
     return true;
   }
@@ -812,14 +863,17 @@ static bool epilogue_refusal(Fuser *f, int H, int u, int n, int pref, char *why,
     snprintf(why, cap, "%s is kept for the prologue of %s", f->g->val[f->g->node[n].out[0]].name, nd(f, pref));
     return true;
   }
-  if (f->tail[H] != producer(f, u)) {
+  /* a layout epilogue may branch (the two halves of a gated pair) and
+   * join again: any value of the group computed from the anchor */
+  int pu = producer(f, u);
+  if (layout ? pu < 0 || f->gid[pu] != H : f->tail[H] != pu) {
     snprintf(why, cap, "%s is not the result of its group", f->g->val[u].name);
     return true;
   }
-  if (explain_other_uses(f, u, n, why, cap)) return true;
+  if (!half && explain_other_uses(f, u, n, why, cap)) return true;
   const TensorType *ya = ntype(f, f->anchor[H]);
   if (layout) ya = vtype(f, u); /* elementwise keeps the shape its operand has */
-  if (!moves_data(f->g->node[n].op) && !same_shape(ntype(f, n), ya)) {
+  if (!moves_data(f->g->node[n].op) && !half && !same_shape(ntype(f, n), ya)) {
     snprintf(why, cap, "%s has shape %s, the %s result %s", nd(f, n), shape_str(f, ntype(f, n)),
              ir_op_name(f->g->node[f->anchor[H]].op), shape_str(f, ya));
     return true;
@@ -827,6 +881,9 @@ static bool epilogue_refusal(Fuser *f, int H, int u, int n, int pref, char *why,
   const Node *nn = &f->g->node[n];
   for (int j = 0; j < nn->nin; j++) {
     int p = producer(f, nn->in[j]);
+    /* in a layout epilogue, another value of the group of n's shape is
+     * computed at the same place (the product of a gated pair's halves) */
+    if (layout && p >= 0 && f->gid[p] == H && same_shape(vtype(f, nn->in[j]), ntype(f, n))) continue;
     if (nn->in[j] != u && p >= 0 && f->gid[p] == H) {
       snprintf(why, cap, "%s also reads %s from inside the group", nd(f, n), f->g->val[nn->in[j]].name);
       return true;

@@ -20,6 +20,17 @@
  * Only for --target cuda: the CPU backend packs weights per matmul and
  * gains little from one wider product.
  *
+ * A gated pair (two products a, b whose only use is act(a) * b, act one
+ * elementwise op: SwiGLU's silu(x Wg) * (x Wu), GeGLU) with more than
+ * GLU_MIN_ROWS rows is merged with the columns interleaved instead, a_j
+ * next to b_j, and the two results are the slices of step 2 starting at 0
+ * and 1: a thread of a tensor-core GEMM holds columns 2j and 2j + 1 of a
+ * row together, so fuse can take the slices, the activation and the
+ * product into the GEMM's epilogue, which stores only the [M, N] product
+ * (half the columns, and no separate kernel).  With fewer rows the GEMV
+ * (one result per lane) does the product better in a kernel of its own,
+ * and the halves stay side by side.
+ *
  * Requires: const-fold; runs before layout and fuse.
  */
 #include <stdlib.h>
@@ -28,7 +39,44 @@
 #include "passes.h"
 #include "rewrite.h"
 
-enum { MERGE_MAX = 8 };
+enum { MERGE_MAX = 8, GLU_MIN_ROWS = 8 };
+
+/* The only use of v's value: its consumer node, or -1. */
+static int sole_use(const Graph *g, const int *uses, int v) {
+  if (uses[v] != 1) return -1;
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] == v) return i;
+  }
+  return -1;
+}
+
+/* Whether matmuls a and b (ids, compatible, same N) are a gated pair:
+ * mul(act(a), b) or mul(b, act(a)) is the only use of each, act an
+ * elementwise op of one operand, and more than GLU_MIN_ROWS rows. */
+static bool gated_pair(const Graph *g, int a, int b) {
+  const TensorType *yt = &g->val[g->node[a].out[0]].type;
+  int64_t rows = 1;
+  for (int d = 0; d + 1 < yt->rank; d++) rows *= yt->dim[d];
+  if (rows <= GLU_MIN_ROWS || yt->dim[yt->rank - 1] != g->val[g->node[b].out[0]].type.dim[yt->rank - 1]) return false;
+  int *uses = ir_use_counts(g);
+  if (!uses) return false;
+  bool ok = false;
+  for (int swap = 0; swap < 2 && !ok; swap++) {
+    int ga = swap ? b : a, ub = swap ? a : b;
+    int act = sole_use(g, uses, g->node[ga].out[0]), mul = sole_use(g, uses, g->node[ub].out[0]);
+    if (act < 0 || mul < 0) continue;
+    const Node *an = &g->node[act], *mn = &g->node[mul];
+    if (an->nin != 1 || ir_op_info(an->op)->fclass != FC_ELEMWISE || an->op == OP_CAST) continue;
+    if (mn->op != OP_MUL || sole_use(g, uses, an->out[0]) != mul) continue;
+    ok = (mn->in[0] == an->out[0] && mn->in[1] == g->node[ub].out[0]) ||
+         (mn->in[1] == an->out[0] && mn->in[0] == g->node[ub].out[0]);
+  }
+  free(uses);
+  return ok;
+}
 
 static bool weight_of(const Graph *g, const Node *n, int64_t *K, int64_t *N) {
   if (n->dead || n->op != OP_MATMUL || n->nin != 2) return false;
@@ -74,7 +122,20 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   g->val[w].init = "merged";
   unsigned char *dst = g->val[w].data;
   int64_t off = 0;
-  for (int i = 0; i < n; i++) {
+  bool glu = n == 2 && gated_pair(g, ids[0], ids[1]);
+  for (int i = 0; glu && i < n; i++) {
+    /* columns interleaved: merged column 2j + i is column j of weight i */
+    const unsigned char *src = g->val[g->node[ids[i]].in[1]].data;
+    for (int64_t j = 0; j < Ns[i]; j++) {
+      if (tb) {
+        memcpy(dst + (size_t)((2 * j + i) * K) * es, src + (size_t)(j * K) * es, (size_t)K * es);
+      } else {
+        for (int64_t k = 0; k < K; k++)
+          memcpy(dst + (size_t)(k * Ntot + 2 * j + i) * es, src + (size_t)(k * Ns[i] + j) * es, es);
+      }
+    }
+  }
+  for (int i = 0; !glu && i < n; i++) {
     const unsigned char *src = g->val[g->node[ids[i]].in[1]].data;
     if (tb) {
       memcpy(dst + (size_t)(off * K) * es, src, (size_t)(Ns[i] * K) * es);
@@ -102,9 +163,9 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
     const char *name = pass_fresh_name(g, g->val[y].name); /* the old name: its producer is dead */
     int s = ir_add_node(g, OP_SLICE, 1, &merged, 1, &name, oloc);
     ir_set_attr_int(g, s, "axis", g->val[merged].type.rank - 1);
-    ir_set_attr_int(g, s, "start", off);
-    ir_set_attr_int(g, s, "end", off + Ns[i]);
-    ir_set_attr_int(g, s, "step", 1);
+    ir_set_attr_int(g, s, "start", glu ? i : off);
+    ir_set_attr_int(g, s, "end", glu ? Ntot : off + Ns[i]);
+    ir_set_attr_int(g, s, "step", glu ? 2 : 1);
     RETURN_IF_ERROR(ir_infer_node(g, s));
     ir_replace_all_uses(g, y, g->node[s].out[0]);
     /* the old weight goes if nothing else reads it */
@@ -117,8 +178,8 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
     free(uses);
     off += Ns[i];
   }
-  pass_ctx_logf(ctx, "merge-matmuls: %d products of %s (K %lld) as one of N %lld: %s", n, g->val[a].name,
-                (long long)K, (long long)Ntot, g->val[merged].name);
+  pass_ctx_logf(ctx, "merge-matmuls: %d products of %s (K %lld) as one of N %lld%s: %s", n, g->val[a].name,
+                (long long)K, (long long)Ntot, glu ? ", columns interleaved (gated pair)" : "", g->val[merged].name);
   return NULL;
 }
 

@@ -381,8 +381,14 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   cu_line(f, "%s a[%d], b[%d];", acct, tl.RM, tl.RN);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < %d; i++) a[i] = As[kk][%s + i * %d];", tl.RM, ty, SR);
+  /* Matmuls with an even N: a thread's columns come in adjacent pairs
+   * (2 tx + j%%2 + (j/2) 2 SC), so the epilogue sees columns n and n + 1
+   * together, as in the tensor-core kernels (a gated pair's halves need
+   * both: merge-matmuls); otherwise tx + j SC. */
+  bool pairs = an->op == OP_MATMUL && gm.N % 2 == 0 && tl.RN % 2 == 0;
+  const char *bcol = pairs ? cu_fmt(f, "2 * %s + (j & 1) + (j >> 1) * %d", tx, 2 * SC) : cu_fmt(f, "%s + j * %d", tx, SC);
   cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int j = 0; j < %d; j++) b[j] = Bs[kk][%s + j * %d];", tl.RN, tx, SC);
+  cu_line(f, "for (int j = 0; j < %d; j++) b[j] = Bs[kk][%s];", tl.RN, bcol);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < %d; i++)", tl.RM);
   cu_line(f, "  #pragma unroll");
@@ -394,9 +400,9 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < %d; i++)", tl.RM);
   cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int j = 0; j < %d; j++)", tl.RN);
+  cu_open(f, pairs ? "for (int j = 0; j < %d; j += 2)" : "for (int j = 0; j < %d; j++)", tl.RN);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
-  cu_line(f, "const %s %s = %s + %s + i * %d, %s = %s + %s + j * %d;", f->idx, m, m0, ty, SR, n, n0, tx, SC);
+  cu_line(f, "const %s %s = %s + %s + i * %d, %s = %s + %s;", f->idx, m, m0, ty, SR, n, n0, bcol);
   cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm.M, n, (long long)gm.N);
   CuCoords co;
   CuVal val;
@@ -405,6 +411,18 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   const char *r = cu_tmp(f);
   cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(an->op));
   val.l[0] = r;
+  if (pairs) {
+    /* n is even and N too: column n + 1 exists; element accesses (no
+     * alignment is known here), the pair handed over whole */
+    const char *r1 = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;  // column n + 1", cu_ctype(av->type.dt), r1,
+            cu_normalise(f, av->type.dt, cu_fmt(f, "%s[i][j + 1]", acc)));
+    co.lanes = 2;
+    co.step[co.rank - 1] = 1;
+    co.aligned = false;
+    co.whole_lanes = true;
+    val.l[1] = r1;
+  }
   cu_store_epilogue(f, epi, nepi, &co, &val);
   cu_close(f);
   cu_close(f);

@@ -63,6 +63,10 @@ typedef struct {
   const char *c[IR_MAX_RANK]; /* lane 0's coordinate, a C expression */
   int64_t step[IR_MAX_RANK];  /* lane j adds step * j */
   bool aligned;               /* every c[d] with step[d] != 0 is a multiple of lanes */
+  /* the same is true of the coordinates, but aligned is false because the
+   * pointers may not be (no vector accesses): an emitter's column pairs
+   * (2j, 2j + 1) without the alignment guarantee */
+  bool whole_lanes;
 } CuCoords;
 
 typedef struct {

@@ -803,6 +803,37 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
     const Node *n = &g->node[f->grp->nodes[i]];
     if (f->grp->nodes[i] == f->anchor || !f->dep[f->grp->nodes[i]]) continue;
     int out = n->out[0];
+    if (n->op == OP_SLICE) {
+      /* a slice of step L along the laned last dim, from lane s to the
+       * end, takes lane s of each L-lane group: one element of its result
+       * (the halves of an interleaved gated pair, L = 2) */
+      const CuCoords *ci = fw[n->in[0]];
+      const TensorType *it = &g->val[n->in[0]].type;
+      int r = it->rank, ax = r ? ir_norm_axis(ir_attr_int(n, "axis"), r) : 0;
+      int64_t st, en, len, step = ir_attr_int(n, "step");
+      if (!ci || r == 0) goto unsupported;
+      ir_slice_bounds(it->dim[ax], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &st, &en, &len);
+      bool whole = ci->aligned || ci->whole_lanes;
+      if (ax != r - 1 || step != ci->lanes || ci->step[ax] != 1 || !whole || st >= step || it->dim[ax] % step ||
+          len != it->dim[ax] / step)
+        goto unsupported;
+      for (int d = 0; d < r - 1; d++)
+        if (ci->step[d] != 0) goto unsupported;
+      CuVal x;
+      cu_emit(f, n->in[0], ci, &x);
+      CuCoords *o = arena_alloc(&f->arena, sizeof *o);
+      if (!o) abort();
+      *o = *ci;
+      o->lanes = 1;
+      o->aligned = true;
+      o->whole_lanes = false;
+      o->step[ax] = 0;
+      o->c[ax] = cu_fmt(f, "(%s / %lld)", ci->c[ax], (long long)step);
+      CuVal one = {{x.l[st]}};
+      cu_memo_put(f, out, o, &one);
+      fw[out] = o;
+      continue;
+    }
     if (cu_moves_data(n->op)) {
       if (!fw[n->in[0]]) goto unsupported;
       CuCoords *o = arena_alloc(&f->arena, sizeof *o);

@@ -571,11 +571,13 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
   CuCoords co;
   CuVal val;
-  if (f->opt && f->opt->args_aligned) {
+  if (gm->N % 2 == 0) { /* always: eligibility asks N % 8 == 0 */
     /* the two columns of a row a lane holds are one 4-byte (f16) access
      * for every tensor the epilogue reads or writes: n is even and rows
      * have a multiple of 8 elements, so with aligned arguments each pair
-     * is aligned */
+     * is aligned; without that guarantee, two element accesses (the pair
+     * is still handed over whole, which a gated pair's halves need:
+     * merge-matmuls) */
     cu_line(f, "// epilogue: the fused elementwise ops on each pair of f32 accumulators (columns n, n + 1), stored");
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int i = 0; i < %d; i++)", MI);
@@ -589,7 +591,8 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
     gm->result(f, gm, zi, m, n, "acc[i][j][2 * h]", &co, &val);
     co.lanes = 2;
     co.step[co.rank - 1] = 1;
-    co.aligned = true;
+    co.aligned = f->opt && f->opt->args_aligned;
+    co.whole_lanes = true;
     val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
     for (int e = 0; e < 2; e++) {
       const char *r = cu_tmp(f);

@@ -366,9 +366,12 @@ static void epilogue(CuFn *f, const CuGemm *gm, const CuTf32Params *p, const cha
   const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
   CuCoords co;
   CuVal val;
-  if (f->opt && f->opt->args_aligned && gm->N % 2 == 0) {
+  if (gm->N % 2 == 0) {
     /* a lane's two columns of a row are one 8-byte access of every f32
-     * tensor the epilogue reads or writes: n is even and so is N */
+     * tensor the epilogue reads or writes when the arguments are aligned:
+     * n is even and so is N; without that guarantee, two element accesses
+     * (the pair is still handed over whole, which a gated pair's halves
+     * need: merge-matmuls) */
     cu_line(f, "// epilogue: the fused elementwise ops on each pair of f32 accumulators (columns n, n + 1), stored");
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int i = 0; i < %d; i++)", MI);
@@ -382,7 +385,8 @@ static void epilogue(CuFn *f, const CuGemm *gm, const CuTf32Params *p, const cha
     gm->result(f, gm, zi, m, n, "acc[i][j][2 * h]", &co, &val);
     co.lanes = 2;
     co.step[co.rank - 1] = 1;
-    co.aligned = true;
+    co.aligned = f->opt && f->opt->args_aligned;
+    co.whole_lanes = true;
     val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
     for (int e = 0; e < 2; e++) {
       const char *r = cu_tmp(f);

@@ -695,6 +695,7 @@ static void store_pair(CuFn *f, const Wg *w, const char *z, const char *m, const
     co.lanes = 2;
     co.step[co.rank - 1] = 1;
     co.aligned = true;
+    co.whole_lanes = true;
     val.l[0] = r0;
     val.l[1] = r1;
     cu_store_epilogue(f, epi, nepi, &co, &val);
