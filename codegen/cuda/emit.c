@@ -421,6 +421,33 @@ static void rope_angle(CuFn *f, const Node *n, bool low, const char *pos, const 
   *out_cs = cs;
 }
 
+/* The feature that half-style rope pairs with feature d (a temporary):
+ * d + rd/2 in the first half, d - rd/2 in the second, d itself past rd. */
+static const char *half_partner(CuFn *f, const char *d, int64_t rd) {
+  int64_t h = rd / 2;
+  const char *part = cu_tmp(f);
+  cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;  // the partner feature", f->idx, part, d,
+          (long long)h, d, (long long)h, d, (long long)rd, d, (long long)h, d);
+  return part;
+}
+
+/* rope's operands at co: x, x at the partner feature `part` (skipped when
+ * NULL) and the row's position. */
+static void rope_operands(CuFn *f, const Node *n, const CuCoords *co, const char *part, CuVal *x, CuVal *xp,
+                          CuVal *pos) {
+  int r = f->g->val[n->in[0]].type.rank;
+  cu_emit(f, n->in[0], co, x);
+  if (part) {
+    CuCoords cp = *co;
+    cp.c[r - 1] = part;
+    cu_emit(f, n->in[0], &cp, xp);
+  }
+  CuCoords cs;
+  const char *s = co->c[r - 2];
+  cu_coords_scalar(&cs, 1, &s);
+  cu_emit(f, n->in[1], &cs, pos);
+}
+
 /* rope at L lanes along the feature dim, all in one rotation half (half
  * style: L divides rd/2) or in whole pairs (interleaved: L even, L divides
  * rd): the input and its partners are L-lane loads (vectors where the
@@ -435,21 +462,8 @@ static bool rope_lanes(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal 
   if (!ok) return false;
   const char *d = co->c[r - 1];
   CuVal x, xp, pos;
-  cu_emit(f, n->in[0], co, &x);
-  const char *part = NULL;
-  if (half) {
-    /* lanes d .. d + L - 1 pair with d + h .. (first half) or d - h .. */
-    part = cu_tmp(f);
-    cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;  // the partners' first feature",
-            f->idx, part, d, (long long)h, d, (long long)h, d, (long long)rd, d, (long long)h, d);
-    CuCoords cp = *co;
-    cp.c[r - 1] = part;
-    cu_emit(f, n->in[0], &cp, &xp);
-  }
-  CuCoords cs;
-  const char *s = co->c[r - 2];
-  cu_coords_scalar(&cs, 1, &s);
-  cu_emit(f, n->in[1], &cs, &pos);
+  /* half: lanes d .. d + L - 1 pair with d + h .. (first half) or d - h .. */
+  rope_operands(f, n, co, half ? half_partner(f, d, rd) : NULL, &x, &xp, &pos);
   DType dt = g->val[v].type.dt;
   const char *ct = low ? "float" : "double";
   const char *rot = cu_tmp(f), *sign = cu_tmp(f);
@@ -495,26 +509,19 @@ static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) 
   const char *ct = low ? "float" : "double";
   /* the partner of feature d, its pair index and the sign of its sine term:
    * half (LLaMA/NeoX) pairs p with p + rd/2, interleaved (GPT-J) 2p with 2p+1 */
-  const char *part = cu_tmp(f), *pair = cu_tmp(f), *sign = cu_tmp(f);
+  const char *part, *pair = cu_tmp(f), *sign = cu_tmp(f);
   if (half) {
-    cu_line(f, "const %s %s = %s < %lld ? %s + %lld : %s < %lld ? %s - %lld : %s;", f->idx, part, d, (long long)h, d,
-            (long long)h, d, (long long)rd, d, (long long)h, d);
+    part = half_partner(f, d, rd);
     cu_line(f, "const %s %s = %s < %lld ? %s : %s - %lld;", f->idx, pair, d, (long long)h, d, d, (long long)h);
     cu_line(f, "const %s %s = %s < %lld ? -1 : %s < %lld ? 1 : 0;", ct, sign, d, (long long)h, d, (long long)rd);
   } else {
+    part = cu_tmp(f);
     cu_line(f, "const %s %s = %s < %lld ? (%s ^ 1) : %s;", f->idx, part, d, (long long)rd, d, d);
     cu_line(f, "const %s %s = %s / 2;", f->idx, pair, d);
     cu_line(f, "const %s %s = %s < %lld ? (%s %% 2 == 0 ? -1 : 1) : 0;", ct, sign, d, (long long)rd, d);
   }
   CuVal x, xp, pos;
-  cu_emit(f, n->in[0], co, &x);
-  CuCoords cp = *co;
-  cp.c[r - 1] = part;
-  cu_emit(f, n->in[0], &cp, &xp);
-  CuCoords cs;
-  const char *s = co->c[r - 2];
-  cu_coords_scalar(&cs, 1, &s);
-  cu_emit(f, n->in[1], &cs, &pos);
+  rope_operands(f, n, co, part, &x, &xp, &pos);
   const char *sn, *cs2;
   rope_angle(f, n, low, pos.l[0], pair, rd, &sn, &cs2);
   const char *y = cu_tmp(f);
