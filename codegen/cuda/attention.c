@@ -37,11 +37,15 @@
  *   leave (o, m, l) in the freed shared memory, lane by lane, and group 0
  *   merges them like two online-softmax states before its epilogue.
  *
- * "flashdec:split=..,bn=..,w=..[,pf=..]"  decode (few query rows per kv head), f16/
- *   bf16, D = Dv with D/8 dividing 32, no mask.  Bandwidth bound: K and V
- *   must be read exactly once with 16-byte loads and enough of them in
- *   flight.  A block per (b, kv head, row chunk, split) takes the query
- *   rows of every query head sharing its kv head (up to 8 per block; more
+ * "flashdec:split=..,bn=..,w=..[,pf=0|1|2][,tr=0|1]"  decode (few query rows
+ *   per kv head), f16/bf16, D = Dv with D/8 dividing 32, no mask.
+ *   Bandwidth bound: K and V must be read exactly once with 16-byte loads
+ *   and enough of them in flight.  K and V are loaded when they are
+ *   arguments, or when they are a concat along the keys of an argument and
+ *   new keys (a KV cache with the step's key appended: the cache's keys are
+ *   loaded, the rest computed); else computed element by element where
+ *   they are used.  A block per (b, kv head, row chunk, split) takes the
+ *   query rows of every query head sharing its kv head (up to 8 per block; more
  *   rows make more row chunks) against one of `split` slices of the keys.
  *   D/8 lanes form a key group: lane c of a group holds features 8c..8c+7
  *   of every query row (pre-scaled by scale * log2(e); computed once per
@@ -49,17 +53,25 @@
  *   from shared memory per key for more, leaving the registers to the
  *   accumulators) and loads the same 16 bytes of K and of V of its key, so
  *   the score needs only a shuffle sum over the group and P V needs no
- *   exchange at all.  Each group runs its own online softmax over bn /
+ *   exchange at all (",tr=1": the U x rows scores of a step summed in one
+ *   transposed reduction -- each shuffle level halves the values a lane
+ *   keeps, then the levels backwards hand them all out again -- instead of
+ *   a chain of log2(D/8) dependent shuffles per score).  Each group runs its own online softmax over bn /
  *   (groups per block) keys per step (that many 16-byte loads of K and of V
- *   in flight per lane); with ",pf=1" the loads of the next step are
- *   issued before the math of this one (a register software pipeline: 2x
- *   the chunks in flight, no exposed load latency per step).  The groups
- *   are merged with shuffles, the warps through shared memory.  With split > 1 each block writes its partial
+ *   in flight per lane, kept as 32-bit words); with ",pf=1" the loads of
+ *   the next step are issued before the math of this one (a register
+ *   software pipeline: 2x the chunks in flight, no exposed load latency per
+ *   step), with ",pf=2" those of the step after next (3x), and the first
+ *   steps' loads go out before the query prologue.  The groups are merged
+ *   with shuffles, the warps through shared memory (parallel over the
+ *   features).  With split > 1 each block writes its partial
  *   (m, l, acc[D]) per row to the workspace; the last block of a (b, kv
  *   head, row chunk) to finish -- found with __threadfence and an atomicAdd
  *   on a counter there -- merges the partials with every load in flight at
  *   once (the fixed cost that dominated short decodes when each output
- *   element walked the splits one dependent load after another): a warp per
+ *   element walked the splits one dependent load after another; each
+ *   thread's first partials are loaded together with the (m, l), one round
+ *   trip to memory): a warp per
  *   row reads the splits' (m, l) on its lanes, reduces the maximum and the
  *   sum with shuffles and leaves the weights exp2(m_s - max) in shared
  *   memory; then the threads sum weight * partial over the splits, 16 bytes
@@ -67,7 +79,8 @@
  *   4-float chunks than the block has threads), run the epilogue, zero what
  *   they read and reset the counter, so the workspace is left all-zero.
  *   The defaults come from H200 timings: 4 warps for one or two rows per kv
- *   head, 8 for more; loads one step ahead; splits for ~512 blocks
+ *   head, loads two steps ahead; 8 warps for more, one step ahead; 2 keys
+ *   per group and step; the transposed reduction; splits for ~512 blocks
  *   but at least 16 KB of K and V per block.
  *
  * "simple"  everything else (a mask, f32/f64, other head dims): one warp
@@ -129,7 +142,8 @@ typedef struct {
 
 typedef struct {
   int split, BN, W; /* BN: keys per block and step */
-  int pf;           /* 1: the next step's K and V loads are issued before this step's math */
+  int pf;           /* 1 (2): the loads of the step after this one (after the next) are issued before this step's math */
+  int tr;           /* 1: the scores of a step summed over the key group in one transposed shuffle reduction */
 } DecParams;
 
 typedef enum { ATT_SIMPLE, ATT_FLASH, ATT_FLASHDEC } AttFamily;
@@ -235,7 +249,9 @@ static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const cha
   int groups = p->W * (32 / (int)(a->D / 8));
   if (p->BN % groups != 0 || p->BN / groups < 1 || p->BN / groups > 8)
     return *why = "bn must be 1 to 8 keys per key group (w * 32 / (D/8) groups)", false;
-  if (p->pf != 0 && p->pf != 1) return *why = "pf must be 0 or 1", false;
+  if (p->pf < 0 || p->pf > 2) return *why = "pf must be 0, 1 or 2", false;
+  if (p->tr != 0 && p->tr != 1) return *why = "tr must be 0 or 1", false;
+  if (p->tr && a->D < 16) return *why = "tr needs key groups of several lanes (D >= 16)", false;
   if (p->split < 1 || p->split > DEC_MAX_SPLIT || p->split > a->T) return *why = "split must be 1 .. min(T, 1024)", false;
   int64_t R, nrc;
   int rb;
@@ -291,11 +307,11 @@ static bool parse_variant(const char *tok, AttVariant *out) {
     return true;
   }
   if (strncmp(tok, "flashdec:", 9) == 0) {
-    static const char *const keys[] = {"split", "bn", "w", "pf"};
-    int v[4] = {0, 0, 0, 0};
-    if (!parse_fields(tok + 9, 4, 3, keys, v)) return false;
+    static const char *const keys[] = {"split", "bn", "w", "pf", "tr"};
+    int v[5] = {0, 0, 0, 0, 0};
+    if (!parse_fields(tok + 9, 5, 3, keys, v)) return false;
     out->fam = ATT_FLASHDEC;
-    out->dp = (DecParams){v[0], v[1], v[2], v[3]};
+    out->dp = (DecParams){v[0], v[1], v[2], v[3], v[4]};
     return true;
   }
   return false;
@@ -310,10 +326,9 @@ static void format_variant(const AttVariant *v, char out[CG_VARIANT_LEN]) {
     else snprintf(out, CG_VARIANT_LEN, "flash:bm=%d,bn=%d,w=%d,st=%d", v->fp.BM, v->fp.BN, v->fp.W, v->fp.stages);
     break;
   case ATT_FLASHDEC:
-    /* pf=0 (no prefetch) is the default and left out */
-    if (v->dp.pf)
-      snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d,pf=%d", v->dp.split, v->dp.BN, v->dp.W, v->dp.pf);
-    else snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d", v->dp.split, v->dp.BN, v->dp.W);
+    /* pf=0 (no prefetch) and tr=0 (a shuffle chain per score) are the defaults and left out */
+    snprintf(out, CG_VARIANT_LEN, "flashdec:split=%d,bn=%d,w=%d%s%s", v->dp.split, v->dp.BN, v->dp.W,
+             v->dp.pf ? (v->dp.pf == 2 ? ",pf=2" : ",pf=1") : "", v->dp.tr ? ",tr=1" : "");
     break;
   default: snprintf(out, CG_VARIANT_LEN, "simple"); break;
   }
@@ -329,23 +344,27 @@ static bool variant_valid(const CuFn *f, const Att *a, const AttVariant *v, cons
 }
 
 /* flashdec's defaults (from the H200 timings of tests/gpu/test_cuda_attention):
- * 4 warps and 4 keys per group and step for one or two rows, 8 warps and 2
- * keys for more (registers); loads one step ahead; splits for about DEC_TARGET_BLOCKS blocks, each slice at
- * least DEC_MIN_BLOCK_BYTES of K and V (fixed costs per block: the first
- * load's latency, the merge, the partial written and read back). */
+ * one or two rows: 4 warps and 2 keys per group and step (bn=16 was the
+ * best of W3 decode), loads two steps ahead (6 chunks of 16 bytes in
+ * flight per lane, registers allow it); more rows: 8 warps, 2 keys, one
+ * step ahead (the accumulators take the registers); the transposed score
+ * reduction (fewer shuffles, none dependent on another score's); splits for about
+ * DEC_TARGET_BLOCKS blocks, each slice at least DEC_MIN_BLOCK_BYTES of K
+ * and V (fixed costs per block: the first load's latency, the merge, the
+ * partial written and read back). */
 static void dec_default(const Att *a, DecParams *p) {
   int64_t R, nrc;
   int rb;
   dec_rows(a, &R, &nrc, &rb);
   int W = rb <= 2 ? 4 : 8, groups = W * (32 / (int)(a->D / 8));
-  int U = rb <= 2 ? 4 : 2;
+  int U = 2, pf = rb <= 2 ? 2 : 1;
   int64_t units = a->B * a->Hkv * nrc;
   int64_t split = cdiv(DEC_TARGET_BLOCKS, units);
   int64_t most = a->T * 4 * a->D / DEC_MIN_BLOCK_BYTES;
   if (split > most) split = most;
   if (split > DEC_MAX_SPLIT) split = DEC_MAX_SPLIT;
   if (split < 1) split = 1;
-  *p = (DecParams){(int)split, U * groups, W, 1};
+  *p = (DecParams){(int)split, U * groups, W, pf, a->D >= 16};
 }
 
 /* The heuristic: few query rows per kv head (decode): flashdec; else the
@@ -413,23 +432,29 @@ int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
   }
   /* flashdec reads K and V once per row chunk: only for a few rows */
   if (dec_eligible(&a, &why) && R <= 4 * DEC_MAX_ROWS) {
-    /* around the default: half and twice the splits, 8 and 4 warps; twice
-     * the keys per step */
+    /* around the default: half, twice and four times the splits (2 to 16
+     * blocks per SM of W3 decode); per split 4 and 8 warps, 1, 2 and 4 keys
+     * per group and step, loads one and two steps ahead */
     DecParams d;
     dec_default(&a, &d);
-    int g8 = 8 * (32 / (int)(a.D / 8)), g4 = 4 * (32 / (int)(a.D / 8)), U = d.BN / (d.W * (32 / (int)(a.D / 8)));
-    int splits[] = {d.split, d.split / 2, d.split * 2, d.split * 4};
+    int gpw = 32 / (int)(a.D / 8);
+    /* {warps, keys per group and step, pf, tr} */
+    static const int wup[][4] = {{4, 2, 1, 1}, {4, 2, 2, 1}, {4, 1, 2, 1}, {4, 4, 1, 1}, {8, 2, 1, 1}, {8, 1, 2, 1}, {8, 2, 2, 1}};
+    int splits[] = {d.split, d.split / 2, d.split * 2, d.split * 4}, tr = a.D >= 16;
     for (int i = 0; i < 4; i++)
-      if (splits[i] >= 1) {
-        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g8, 8, 1}};
-        all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], U * g4, 4, 1}};
+      for (size_t k = 0; k < sizeof wup / sizeof *wup && n < 58; k++) {
+        /* more than two rows: 4 warps only with 2 keys one step ahead (the
+         * others spill with 8 rows' accumulators at sm_90's register split) */
+        if (rb > 2 && wup[k][0] == 4 && (wup[k][1] != 2 || wup[k][2] != 1)) continue;
+        if (splits[i] >= 1)
+          all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], wup[k][1] * wup[k][0] * gpw, wup[k][0], wup[k][2], wup[k][3] && tr}};
       }
-    /* twice and half the keys per step; without the prefetch */
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g8, 8, 1}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * U * g4, 4, 1}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U / 2 * g4, 4, 1}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U * g8, 8, 0}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, U * g4, 4, 0}};
+    /* the default and the old best of W3 decode with a shuffle chain per score;
+     * without the prefetch */
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, d.BN, d.W, d.pf, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 1, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 8 * gpw, 8, 0, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 0, 0}};
   }
   all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
   int got = 0;
@@ -1065,47 +1090,63 @@ static void emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
 /* ---- flashdec: the split-KV decode kernel ---- */
 
 /* Declares `regs` and loads into it (when v is an argument) U 16-byte
- * chunks of operand v for keys `step` + u * NG + grp (zeros past kend). */
+ * chunks of operand v for keys `step` + u * NG + grp (zeros past kend);
+ * key indices are of type jt (int when every key offset fits).  A chunk
+ * is 4 x 32 bits, two 16-bit features each (feature 2i in the low half):
+ * whole registers, which copy between pipeline stages without 16-bit moves
+ * (packs of unsigned short went partly through local memory). */
 static void dec_fetch(CuFn *f, const Att *a, int v, const char *regs, const char *gbase, const char *aligned, int U,
-                      int NG, const char *step) {
-  cu_line(f, "smelt_pack<unsigned short, 8> %s[%d];  // %s", regs, U, f->g->val[v].name);
+                      int NG, const char *step, const char *jt, int64_t T0) {
+  cu_line(f, "smelt_pack<unsigned, 4> %s[%d];  // %s, features 2i, 2i+1 in word i", regs, U, f->g->val[v].name);
   if (!gbase) return;
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const long long j = %s + u * %d + grp;", step, NG);
-  cu_line(f, "const unsigned short *src = %s + j * %lld + c * 8;", gbase, (long long)a->D);
-  cu_open(f, "if (j < kend)");
+  cu_line(f, "const %s j = %s + u * %d + grp;", jt, step, NG);
+  cu_line(f, "const unsigned short *src = %s + (long long)j * %lld + c * 8;", gbase, (long long)a->D);
+  if (T0 < a->T) {
+    cu_line(f, "// only the keys of the cache (the concat's first input) are loaded");
+    cu_open(f, "if (j < kend && j < %lld)", (long long)T0);
+  } else cu_open(f, "if (j < kend)");
   if (strcmp(aligned, "true") == 0) {
-    cu_line(f, "%s[u] = *reinterpret_cast<const smelt_pack<unsigned short, 8> *>(src);", regs);
+    cu_line(f, "%s[u] = *reinterpret_cast<const smelt_pack<unsigned, 4> *>(src);", regs);
   } else {
-    cu_line(f, "if (%s) %s[u] = *reinterpret_cast<const smelt_pack<unsigned short, 8> *>(src);", aligned, regs);
+    cu_line(f, "if (%s) %s[u] = *reinterpret_cast<const smelt_pack<unsigned, 4> *>(src);", aligned, regs);
     cu_line(f, "else");
-    cu_line(f, "  for (int e = 0; e < 8; e++) %s[u].v[e] = src[e];", regs);
+    cu_line(f, "  for (int i = 0; i < 4; i++) %s[u].v[i] = (unsigned)src[2 * i] | (unsigned)src[2 * i + 1] << 16;", regs);
   }
   cu_close(f);
   cu_line(f, "else");
-  cu_line(f, "  for (int e = 0; e < 8; e++) %s[u].v[e] = 0;", regs);
+  cu_line(f, "  %s[u] = smelt_pack<unsigned, 4>{{0u, 0u, 0u, 0u}};", regs);
   cu_close(f);
 }
 
 /* The 8 features of key j (a C expression) as floats `out[8]`: converted
- * from the fetched chunk `regs[u]`, or computed with cu_emit when the
- * operand is computed in the kernel (0 past kend). */
-static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg, const char *out) {
+ * from the fetched chunk `regs[u]` (arg: the operand, or for keys below T0
+ * the first input of its concat, was loaded), or computed with cu_emit when
+ * the operand is computed in the kernel (0 past kend). */
+static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg, int64_t T0, const char *out) {
   cu_line(f, "float %s[8];", out);
+  bool part = arg && T0 < a->T;
+  if (part) {
+    cu_line(f, "// keys below %lld: loaded from the cache; the others computed (the concat's later inputs)", (long long)T0);
+    cu_open(f, "if (j < %lld)", (long long)T0);
+  }
   if (arg) {
     cu_line(f, "#pragma unroll");
     if (a->dt == DT_BF16)
-      cu_line(f, "for (int e = 0; e < 8; e++) %s[e] = __int_as_float((int)((unsigned)%s[u].v[e] << 16));", out, regs);
+      cu_line(f, "for (int e = 0; e < 8; e++) %s[e] = __int_as_float((int)(e & 1 ? %s[u].v[e / 2] & 0xffff0000u : %s[u].v[e / 2] << 16));",
+              out, regs, regs);
     else {
       cu_line(f, "for (int e = 0; e < 8; e++)");
       cu_line(f, "#ifdef __CUDA_ARCH__");
-      cu_line(f, "  %s[e] = __half2float(__ushort_as_half(%s[u].v[e]));", out, regs);
+      cu_line(f, "  %s[e] = __half2float(__ushort_as_half((unsigned short)(%s[u].v[e / 2] >> (e & 1) * 16)));", out, regs);
       cu_line(f, "#else");
-      cu_line(f, "  %s[e] = emu_cvt(%s[u].v[e], false);", out, regs);
+      cu_line(f, "  %s[e] = emu_cvt((unsigned short)(%s[u].v[e / 2] >> (e & 1) * 16), false);", out, regs);
       cu_line(f, "#endif");
     }
-    return;
+    if (!part) return;
+    cu_close(f);
+    cu_open(f, "else");
   }
   cu_line(f, "// %s is computed in this kernel", f->g->val[v].name);
   cu_line(f, "#pragma unroll");
@@ -1122,6 +1163,7 @@ static void dec_floats(CuFn *f, const Att *a, int v, const char *regs, bool arg,
   cu_line(f, "%s[e] = %s;", out, x.l[0]);
   cu_close(f);
   cu_close(f);
+  if (part) cu_close(f);
 }
 
 /* The result at element x (row x / D of the block, feature x % D) = A / L
@@ -1147,6 +1189,29 @@ static void dec_store(CuFn *f, const Att *a, const int *epi, int nepi, const cha
   cu_close(f);
 }
 
+/* Where flashdec loads operand v (K or V) from: v itself when it is an
+ * argument (*T0 = T); the first input of a concat along the keys when v
+ * is one computed in this kernel whose first input is an argument of v's
+ * dtype and layout [B, Hkv, T0, D] (a KV cache with the new keys appended:
+ * keys below T0 are loaded, the others computed); else -1. */
+static int dec_source(const CuFn *f, const Att *a, int v, int64_t *T0) {
+  const Graph *g = f->g;
+  *T0 = a->T;
+  if (is_arg_value(f, v)) return v;
+  const Value *val = &g->val[v];
+  if (val->kind != VK_NODE || !f->member[val->node]) return -1;
+  const Node *n = &g->node[val->node];
+  if (n->op != OP_CONCAT || n->nin < 2) return -1;
+  int64_t axis = ir_attr_int(n, "axis");
+  if (axis < 0) axis += 4;
+  int c0 = n->in[0];
+  const TensorType *t = &g->val[c0].type;
+  if (axis != 2 || !is_arg_value(f, c0) || t->dt != a->dt || t->rank != 4) return -1;
+  if (t->dim[0] != a->B || t->dim[1] != a->Hkv || t->dim[3] != a->D || t->dim[2] < 1 || t->dim[2] >= a->T) return -1;
+  *T0 = t->dim[2];
+  return c0;
+}
+
 static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
   const Node *an = a->an;
@@ -1159,6 +1224,9 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   int64_t CHUNK = cdiv(T, SPLIT);
   int64_t units = B * Hkv * NRC;
   double sl2 = a->scale * LOG2E;
+  /* key indices in 32 bits when every key's offset (up to 4 steps past T) fits: fewer registers */
+  bool j32 = (T + 4 * (int64_t)p->BN) * D < 0x7fffffffLL;
+  const char *jt = j32 ? "int" : "long long", *ll = j32 ? "" : "LL";
   /* workspace: counters (one per unit), then (m, l) and acc[D] per unit, split and row */
   uint64_t cnt_bytes = (uint64_t)cdiv(units * 4, 16) * 16;
   uint64_t ml_floats = (uint64_t)units * SPLIT * RB * 2, acc_floats = (uint64_t)units * SPLIT * RB * D;
@@ -1169,7 +1237,13 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   l->grid[0] = (unsigned)(SPLIT * units); /* one dimension: side outputs' grid-stride loops use every block */
   l->workspace = SPLIT > 1 ? acc_off + 4 * acc_floats : 0;
   int qv = an->in[0], kv = an->in[1], vv = an->in[2];
-  bool ka = is_arg_value(f, kv), va = is_arg_value(f, vv);
+  /* K and V come from memory with 16-byte loads when they are arguments,
+   * or for the keys of a concat's first input when they are a concat
+   * along the keys of an argument (a KV cache) and what follows it (the
+   * new keys, computed element by element) */
+  int64_t k0, v0;
+  int kin = dec_source(f, a, kv, &k0), vin = dec_source(f, a, vv, &v0);
+  bool ka = kin >= 0, va = vin >= 0;
 
   cu_line(f, "// variant: flashdec (split-KV decode: K and V read once with 16-byte loads, online softmax per key group)");
   cu_line(f, "// %s = attention(%s, %s, %s): B %lld, H %lld, Hkv %lld, S %lld, T %lld, D %d%s", g->val[an->out[0]].name,
@@ -1178,7 +1252,7 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "// parameters: %lld query rows per kv head in %lld chunk(s) of %d; %d warps, key groups of %d lanes (%d groups),",
           (long long)R, (long long)NRC, RB, W, LPK, NG);
   cu_line(f, "// %d keys per group and step (%d per block), %d split(s) of %lld keys%s", U, p->BN, SPLIT, (long long)CHUNK,
-          p->pf ? ", loads one step ahead" : "");
+          p->pf == 2 ? ", loads two steps ahead" : p->pf ? ", loads one step ahead" : "");
   cu_line(f, "#ifndef __CUDA_ARCH__");
   cu_line(f, "auto emu_cvt = [](unsigned short h, bool bf16) -> float {");
   cu_line(f, "  if (bf16) { unsigned u = (unsigned)h << 16; float v; memcpy(&v, &u, 4); return v; }");
@@ -1197,20 +1271,38 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "const int rc = (int)(unit %% %lld);  // row chunk", (long long)NRC);
   cu_line(f, "const %s hk = (%s)(unit / %lld %% %lld), b = (%s)(unit / %lld);", f->idx, f->idx, (long long)NRC, (long long)Hkv,
           f->idx, (long long)(NRC * Hkv));
-  cu_line(f, "const long long kbeg = (long long)sp * %lld;", (long long)CHUNK);
-  cu_line(f, "const long long kend = kbeg + %lld < %lldLL ? kbeg + %lld : %lldLL;  // this split's keys [kbeg, kend)", (long long)CHUNK,
-          (long long)T, (long long)CHUNK, (long long)T);
+  cu_line(f, "const %s kbeg = (%s)sp * %lld;", jt, jt, (long long)CHUNK);
+  cu_line(f, "const %s kend = kbeg + %lld < %lld%s ? kbeg + %lld : %lld%s;  // this split's keys [kbeg, kend)", jt, (long long)CHUNK,
+          (long long)T, ll, (long long)CHUNK, (long long)T, ll);
   if (ka)
     cu_line(f, "const unsigned short *Kg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
-            f->arg_of[kv], (long long)Hkv, (long long)(T * D), g->val[kv].name);
+            f->arg_of[kin], (long long)Hkv, (long long)(k0 * D), g->val[kin].name);
   if (va)
     cu_line(f, "const unsigned short *Vg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
-            f->arg_of[vv], (long long)Hkv, (long long)(T * D), g->val[vv].name);
+            f->arg_of[vin], (long long)Hkv, (long long)(v0 * D), g->val[vin].name);
   const char *aligned = "true";
   if ((ka || va) && !(f->opt && f->opt->args_aligned)) {
     aligned = "aligned16";
-    cu_line(f, "const bool aligned16 = true%s%s;", ka ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[kv]) : "",
-            va ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[vv]) : "");
+    cu_line(f, "const bool aligned16 = true%s%s;", ka ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[kin]) : "",
+            va ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[vin]) : "");
+  }
+
+  /* pf: a software pipeline pf steps deep: the loads of step base + pf * BN
+   * are issued before the math of step base, so that every lane keeps
+   * (pf + 1) U chunks of K and of V in flight while it computes (the
+   * latency of a step's loads is no longer exposed once per step).  The
+   * first steps' loads are issued before the query prologue, whose own
+   * loads and __syncthreads they overlap. */
+  bool pf = p->pf && (ka || va);
+  if (pf) {
+    cu_line(f, "// software pipeline: this step's K and V chunks (keys base + u * %d + grp) were loaded %d step(s) ahead;", NG, p->pf);
+    cu_line(f, "// the first step(s)' loads are issued here, in flight during the query prologue");
+    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "kbeg", jt, k0);
+    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "kbeg", jt, v0);
+    if (p->pf == 2) {
+      if (ka) dec_fetch(f, a, kv, "kn", "Kg", aligned, U, NG, cu_fmt(f, "(kbeg + %d)", p->BN), jt, k0);
+      if (va) dec_fetch(f, a, vv, "vn", "Vg", aligned, U, NG, cu_fmt(f, "(kbeg + %d)", p->BN), jt, v0);
+    }
   }
 
   /* the rows: r -> row rc * RB + r of this kv head: query head hk * G + row / S, position row % S */
@@ -1237,13 +1329,19 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_close(f);
   cu_line(f, "sq[r][x %% %d] = qx;", D);
   cu_close(f);
-  cu_line(f, "long long lim[%d];  // the last key each row sees (-1: not a row)", RB);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int r = 0; r < %d; r++)", RB);
-  cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
-  cu_line(f, "lim[r] = row < %lldLL ? %s : -1;", (long long)R,
-          a->causal ? cu_fmt(f, "%lldLL + row %% %lld", (long long)(T - S), (long long)S) : cu_fmt(f, "%lldLL", (long long)(T - 1)));
-  cu_close(f);
+  /* causal with several positions: a row's last key; else every row sees
+   * every key of the split (rows past R -- zero queries, finite scores --
+   * are computed but never stored): no per-row limit, no registers for it */
+  bool needlim = a->causal && S > 1;
+  const char *mask = needlim ? "j < kend && j <= lim[r]" : "j < kend";
+  if (needlim) {
+    cu_line(f, "%s lim[%d];  // the last key each row sees (-1: not a row)", jt, RB);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int r = 0; r < %d; r++)", RB);
+    cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
+    cu_line(f, "lim[r] = row < %lldLL ? %lld%s + (%s)(row %% %lld) : -1;", (long long)R, (long long)(T - S), ll, jt, (long long)S);
+    cu_close(f);
+  } else cu_line(f, "// every row sees every key of the split (S = 1 or not causal): only the split's end masks");
   cu_line(f, "__syncthreads();");
   /* one or two rows: this lane's features in registers; more: read from
    * shared memory per key (registers go to the accumulators) */
@@ -1265,43 +1363,94 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "for (int e = 0; e < 8; e++) acc[r][e] = 0.0f;");
   cu_close(f);
 
-  /* pf: a software pipeline one step deep: the loads of step base + BN are
-   * issued before the math of step base, so that every lane keeps 2U
-   * chunks of K and of V in flight while it computes (the latency of a
-   * step's loads is no longer exposed once per step) */
-  bool pf = p->pf && (ka || va);
+  cu_open(f, "for (%s base = kbeg; base < kend; base += %d)", jt, p->BN);
   if (pf) {
-    cu_line(f, "// software pipeline: this step's K and V chunks (keys base + u * %d + grp) were loaded one step ahead", NG);
-    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "kbeg");
-    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "kbeg");
-  }
-  cu_open(f, "for (long long base = kbeg; base < kend; base += %d)", p->BN);
-  if (pf) {
-    cu_line(f, "// the next step's chunks, in flight during this step's math (zeros past kend)");
-    if (ka) dec_fetch(f, a, kv, "kn", "Kg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->BN));
-    if (va) dec_fetch(f, a, vv, "vn", "Vg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->BN));
+    /* pf = 1: kn is step base + BN; pf = 2: kn (loaded a step ago) is base + BN, kn2 base + 2 BN */
+    const char *nk = p->pf == 2 ? "kn2" : "kn", *nv = p->pf == 2 ? "vn2" : "vn";
+    cu_line(f, "// the chunks of step base + %d, in flight during this step's math (zeros past kend)", p->pf * p->BN);
+    if (ka) dec_fetch(f, a, kv, nk, "Kg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->pf * p->BN), jt, k0);
+    if (va) dec_fetch(f, a, vv, nv, "Vg", aligned, U, NG, cu_fmt(f, "(base + %d)", p->pf * p->BN), jt, v0);
   } else {
     cu_line(f, "// %d keys per group in flight: key base + u * %d + grp", U, NG);
-    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "base");
-    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "base");
+    dec_fetch(f, a, kv, "kr", ka ? "Kg" : NULL, aligned, U, NG, "base", jt, k0);
+    dec_fetch(f, a, vv, "vr", va ? "Vg" : NULL, aligned, U, NG, "base", jt, v0);
   }
   cu_line(f, "float sc[%d][%d];  // scores (log2 units)", U, RB);
+  bool tr = p->tr && LPK > 1;
+  int NP = 1, LV = 0, TL = 0; /* tr: values padded to NP (a power of 2); LV levels over the group, TL of them halving */
+  if (tr) {
+    while (NP < U * RB) NP *= 2;
+    while ((1 << LV) < LPK) LV++;
+    while ((1 << TL) < NP && TL < LV) TL++;
+    cu_line(f, "float part[%d];  // per key u and row r (index u * %d + r): this lane's part of the dot product", NP, RB);
+    if (NP > U * RB) {
+      cu_line(f, "#pragma unroll");
+      cu_line(f, "for (int i = %d; i < %d; i++) part[i] = 0.0f;  // padding to a power of 2", U * RB, NP);
+    }
+  }
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const long long j = base + u * %d + grp;", NG);
-  dec_floats(f, a, kv, "kr", ka, "kf");
+  cu_line(f, "const %s j = base + u * %d + grp;", jt, NG);
+  dec_floats(f, a, kv, "kr", ka, k0, "kf");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int r = 0; r < %d; r++)", RB);
   cu_line(f, "float x = 0.0f;");
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int e = 0; e < 8; e++) x += %s * kf[e];", qe);
-  if (LPK > 1) {
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int o = %d; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);  // over the group", LPK / 2);
+  if (tr) cu_line(f, "part[u * %d + r] = x;", RB);
+  else {
+    if (LPK > 1) {
+      cu_line(f, "#pragma unroll");
+      cu_line(f, "for (int o = %d; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);  // over the group", LPK / 2);
+    }
+    cu_line(f, "sc[u][r] = %s ? x : -SMELT_INF_F;", mask);
   }
-  cu_line(f, "sc[u][r] = j < kend && j <= lim[r] ? x : -SMELT_INF_F;");
   cu_close(f);
   cu_close(f);
+  if (tr) {
+    /* a transposed reduction: at each of the first TL levels a lane sends
+     * half of its values and keeps the other half (the lower lane of the
+     * pair keeps the lower half), so the NP sums take NP - 1 + ... shuffles
+     * instead of NP * LV; the remaining levels sum what is left; then the
+     * same levels backwards hand every lane all the sums again */
+    cu_line(f, "// the sums over the group of all %d values at once: each shuffle level halves the values a lane keeps", NP);
+    for (int k = 0; k < TL; k++) {
+      int o = LPK >> (k + 1), hv = NP >> (k + 1);
+      cu_open(f, "%s", "");
+      cu_line(f, "const bool up = (lane & %d) != 0;  // keeps values %d.. of the %d", o, hv, 2 * hv);
+      cu_line(f, "#pragma unroll");
+      cu_open(f, "for (int i = 0; i < %d; i++)", hv);
+      cu_line(f, "const float snd = up ? part[i] : part[i + %d], kept = up ? part[i + %d] : part[i];", hv, hv);
+      cu_line(f, "part[i] = kept + __shfl_xor_sync(0xffffffffu, snd, %d);", o);
+      cu_close(f);
+      cu_close(f);
+    }
+    if (TL < LV) {
+      cu_line(f, "// the levels left: plain sums of the %d value(s) each lane keeps", NP >> TL);
+      for (int k = TL; k < LV; k++) {
+        cu_line(f, "#pragma unroll");
+        cu_line(f, "for (int i = 0; i < %d; i++) part[i] += __shfl_xor_sync(0xffffffffu, part[i], %d);", NP >> TL, LPK >> (k + 1));
+      }
+    }
+    cu_line(f, "// back up the levels: every lane gets all the sums");
+    for (int k = TL - 1; k >= 0; k--) {
+      int o = LPK >> (k + 1), hv = NP >> (k + 1);
+      cu_open(f, "%s", "");
+      cu_line(f, "const bool up = (lane & %d) != 0;", o);
+      cu_line(f, "#pragma unroll");
+      cu_open(f, "for (int i = 0; i < %d; i++)", hv);
+      cu_line(f, "const float other = __shfl_xor_sync(0xffffffffu, part[i], %d), mine = part[i];", o);
+      cu_line(f, "part[i] = up ? other : mine, part[i + %d] = up ? mine : other;", hv);
+      cu_close(f);
+      cu_close(f);
+    }
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int u = 0; u < %d; u++)", U);
+    cu_line(f, "const %s j = base + u * %d + grp;", jt, NG);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int r = 0; r < %d; r++) sc[u][r] = %s ? part[u * %d + r] : -SMELT_INF_F;", RB, mask, RB);
+    cu_close(f);
+  }
   cu_line(f, "// rescale by the new maximum, then add the keys");
   cu_line(f, "float mb[%d];", RB);
   cu_line(f, "#pragma unroll");
@@ -1318,8 +1467,8 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_close(f);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const long long j = base + u * %d + grp;", NG);
-  dec_floats(f, a, vv, "vr", va, "vf");
+  cu_line(f, "const %s j = base + u * %d + grp;", jt, NG);
+  dec_floats(f, a, vv, "vr", va, v0, "vf");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int r = 0; r < %d; r++)", RB);
   cu_line(f, "const float pr = fexp2(sc[u][r] - mb[r]);");
@@ -1331,7 +1480,10 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   if (pf) {
     cu_line(f, "// the next step's chunks become this step's");
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int u = 0; u < %d; u++) {%s%s }", U, ka ? " kr[u] = kn[u];" : "", va ? " vr[u] = vn[u];" : "");
+    if (p->pf == 2)
+      cu_line(f, "for (int u = 0; u < %d; u++) {%s%s }", U, ka ? " kr[u] = kn[u]; kn[u] = kn2[u];" : "",
+              va ? " vr[u] = vn[u]; vn[u] = vn2[u];" : "");
+    else cu_line(f, "for (int u = 0; u < %d; u++) {%s%s }", U, ka ? " kr[u] = kn[u];" : "", va ? " vr[u] = vn[u];" : "");
   }
   cu_close(f); /* base */
 
@@ -1422,6 +1574,27 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "auto ld = [](const float *p) { return *p; };");
   cu_line(f, "auto ld4 = [](const float *p) { return *reinterpret_cast<const smelt_pack<float, 4> *>(p); };");
   cu_line(f, "#endif");
+  /* the sums' layout: 4 features per thread (16-byte loads), the splits
+   * cut into NSG groups when there are fewer 4-feature chunks than threads */
+  int NX4 = RB * D / 4, NSG = NX4 >= threads ? 1 : threads / NX4;
+  if (NSG > SPLIT) NSG = SPLIT;
+  /* one pass: when every thread has at most one 4-feature chunk, its first
+   * NPRE partials are loaded before the weights (in flight together with
+   * the (m, l) loads: one round trip to memory instead of two) */
+  int NPRE = NSG * NX4 <= threads ? (int)cdiv(SPLIT, NSG) : 0;
+  if (NPRE > 4) NPRE = 4; /* 16 registers: more spilled with 8 rows' accumulators live */
+  if (NPRE) {
+    cu_line(f, "// this thread's first %d partial(s) (splits sg + k * %d, 4 features), loaded now: in flight with the (m, l) loads", NPRE,
+            NSG);
+    cu_line(f, "const int px4 = threadIdx.x %% %d, psg = threadIdx.x / %d;", NX4, NX4);
+    cu_line(f, "smelt_pack<float, 4> pre[%d];", NPRE);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int k = 0; k < %d; k++)", NPRE);
+    cu_line(f, "const int s = psg + k * %d;", NSG);
+    cu_line(f, "pre[k] = smelt_pack<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};  // (not a ?: of two packs: that goes through local memory)");
+    cu_line(f, "if (psg < %d && s < %d) pre[k] = ld4(&wacc[(long long)s * %d + px4 * 4]);", NSG, SPLIT, RB * D);
+    cu_close(f);
+  }
   /* the weights: one warp per row, lanes over the splits, every load in flight at once */
   int NS = (int)cdiv(SPLIT, 32);
   cu_line(f, "// the weights exp2(m_s - max) of every split's partial: a warp per row, lanes over the splits");
@@ -1452,18 +1625,23 @@ static void emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "if (lane == 0) cl[r] = L;");
   cu_close(f);
   cu_line(f, "__syncthreads();");
-  /* the sums: 4 features per thread (16-byte loads), the splits cut into
-   * NSG groups when there are fewer 4-feature chunks than threads */
-  int NX4 = RB * D / 4, NSG = NX4 >= threads ? 1 : threads / NX4;
-  if (NSG > SPLIT) NSG = SPLIT;
   cu_line(f, "// sum of weight * partial over the splits: 4 features per thread (16-byte loads, all independent)%s",
           NSG > 1 ? cu_fmt(f, ", the splits in %d groups", NSG) : "");
   if (NSG > 1) cu_line(f, "__shared__ smelt_pack<float, 4> cred[%d][%d];  // per split group", NSG, NX4);
   cu_open(f, "for (int t = threadIdx.x; t < %d; t += %d)", NSG * NX4, threads);
   cu_line(f, "const int x4 = t %% %d, sg = t / %d, r = x4 * 4 / %d;", NX4, NX4, D);
   cu_line(f, "smelt_pack<float, 4> A = {{0.0f, 0.0f, 0.0f, 0.0f}};");
+  if (NPRE) {
+    cu_line(f, "// the partials loaded before the weights (t is this thread's index: one chunk per thread)");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int k = 0; k < %d; k++)", NPRE);
+    cu_line(f, "const int s = sg + k * %d;", NSG);
+    cu_line(f, "const float w = s < %d ? cw[s][r] : 0.0f;", SPLIT);
+    cu_line(f, "A.v[0] += w * pre[k].v[0], A.v[1] += w * pre[k].v[1], A.v[2] += w * pre[k].v[2], A.v[3] += w * pre[k].v[3];");
+    cu_close(f);
+  }
   cu_line(f, "#pragma unroll 16");
-  cu_open(f, "for (int s = sg; s < %d; s += %d)", SPLIT, NSG);
+  cu_open(f, "for (int s = sg + %d; s < %d; s += %d)", NPRE * NSG, SPLIT, NSG);
   cu_line(f, "const float w = cw[s][r];");
   cu_line(f, "const smelt_pack<float, 4> pt = ld4(&wacc[(long long)s * %d + x4 * 4]);", RB * D);
   cu_line(f, "A.v[0] += w * pt.v[0], A.v[1] += w * pt.v[1], A.v[2] += w * pt.v[2], A.v[3] += w * pt.v[3];");
@@ -1506,7 +1684,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
   const char *why = "";
   if (tok) {
     bool ok = parse_variant(tok, &v);
-    if (!ok) why = "is not an attention variant (flash:bm=..,bn=..,w=..,st=..[,ks=..], flashdec:split=..,bn=..,w=..[,pf=..], simple)";
+    if (!ok) why = "is not an attention variant (flash:bm=..,bn=..,w=..,st=..[,ks=..], flashdec:split=..,bn=..,w=..[,pf=..][,tr=..], simple)";
     else ok = variant_valid(f, &a, &v, &why);
     if (!ok && !from_table) {
       cu_fail(f, ST_INVALID_INPUT, "variant '%s' %s for attention '%s' (%s B %lld H %lld Hkv %lld S %lld T %lld D %lld%s%s)",

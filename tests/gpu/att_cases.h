@@ -9,6 +9,10 @@
  *   rope_k   k = rope(xk, pos_k), also a graph output (a side output the
  *            kernel stores, like a KV-cache write)
  *   kt       k given as [B,T,Hkv,D] and transposed (perm 0,2,1,3)
+ *   cat      a KV cache with the new key appended (decode, like W4): k =
+ *            concat(k_cache [B,Hkv,T-1,D], k_new [B,Hkv,1,D]) along the keys
+ *            (k_new = rope(xk, pos_k) with rope_k, stored as a side output),
+ *            v = concat(v_cache, v_new) likewise
  *   epi      z = y + r (r [B,H,S,D]): an elementwise epilogue
  * Without any of these the graph has no groups (the harness makes one
  * per node); with them all nodes form one GK_OPAQUE group around the
@@ -31,14 +35,16 @@ typedef struct {
   int64_t B, H, Hkv, S, T, D;
   bool causal;
   bool rope_q, rope_k, kt, epi;
+  bool cat; /* last: the initialisers that leave it out mean false */
 } AttCase;
 
 static const SrcLoc att_loc = {"att_cases", 1, 1};
 
 static inline void att_case_name(const AttCase *c, char *buf, size_t n) {
-  snprintf(buf, n, "%s B%lld H%lld Hkv%lld S%lld T%lld D%lld%s%s%s%s%s", dt_name(c->dt), (long long)c->B, (long long)c->H,
+  snprintf(buf, n, "%s B%lld H%lld Hkv%lld S%lld T%lld D%lld%s%s%s%s%s%s", dt_name(c->dt), (long long)c->B, (long long)c->H,
            (long long)c->Hkv, (long long)c->S, (long long)c->T, (long long)c->D, c->causal ? " causal" : "",
-           c->rope_q ? " rope(q)" : "", c->rope_k ? " rope(k)+store" : "", c->kt ? " k^T" : "", c->epi ? " +r" : "");
+           c->rope_q ? " rope(q)" : "", c->rope_k ? " rope(k)+store" : "", c->kt ? " k^T" : "", c->cat ? " cache+new" : "",
+           c->epi ? " +r" : "");
 }
 
 static inline int att_input(Graph *g, const char *name, DType dt, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -68,7 +74,7 @@ static inline Graph *att_graph(const AttCase *c) {
   Graph *g = ir_graph_create("att");
   bool ok = true;
   int members[8], nm = 0;
-  int q, k, v;
+  int q, k, v, kstore = -1;
   TensorType pt = {.dt = DT_I32, .rank = 1, .dim = {c->S}};
   if (c->rope_q) {
     int xq = att_input(g, "xq", c->dt, c->B, c->H, c->S, c->D);
@@ -80,7 +86,24 @@ static inline Graph *att_graph(const AttCase *c) {
   } else {
     q = att_input(g, "q", c->dt, c->B, c->H, c->S, c->D);
   }
-  if (c->kt) {
+  if (c->cat) {
+    /* the cache's T - 1 keys, then the new one (rope'd with rope_k) */
+    int kc = att_input(g, "k_cache", c->dt, c->B, c->Hkv, c->T - 1, c->D);
+    int kn = att_input(g, "k_new", c->dt, c->B, c->Hkv, 1, c->D);
+    if (c->rope_k) {
+      TensorType tt = {.dt = DT_I32, .rank = 1, .dim = {1}};
+      int pos = ir_add_input(g, "pos_k", tt, att_loc);
+      int n = att_node(g, OP_ROPE, 2, (int[]){kn, pos}, "k_rope");
+      ok = ok && att_infer(g, n);
+      members[nm++] = n;
+      kn = kstore = g->node[n].out[0];
+    }
+    int n = att_node(g, OP_CONCAT, 2, (int[]){kc, kn}, "k");
+    ir_set_attr_int(g, n, "axis", 2);
+    ok = ok && att_infer(g, n);
+    members[nm++] = n;
+    k = g->node[n].out[0];
+  } else if (c->kt) {
     int xk = att_input(g, "k_bthd", c->dt, c->B, c->T, c->Hkv, c->D);
     int n = att_node(g, OP_TRANSPOSE, 1, (int[]){xk}, "k");
     ir_set_attr_ints(g, n, "perm", (const int64_t[]){0, 2, 1, 3}, 4);
@@ -94,11 +117,21 @@ static inline Graph *att_graph(const AttCase *c) {
     int n = att_node(g, OP_ROPE, 2, (int[]){xk, pos}, "k");
     ok = ok && att_infer(g, n);
     members[nm++] = n;
-    k = g->node[n].out[0];
+    k = kstore = g->node[n].out[0];
   } else {
     k = att_input(g, "k", c->dt, c->B, c->Hkv, c->T, c->D);
   }
-  v = att_input(g, "v", c->dt, c->B, c->Hkv, c->T, c->D);
+  if (c->cat) {
+    int vc = att_input(g, "v_cache", c->dt, c->B, c->Hkv, c->T - 1, c->D);
+    int vn = att_input(g, "v_new", c->dt, c->B, c->Hkv, 1, c->D);
+    int n = att_node(g, OP_CONCAT, 2, (int[]){vc, vn}, "v");
+    ir_set_attr_int(g, n, "axis", 2);
+    ok = ok && att_infer(g, n);
+    members[nm++] = n;
+    v = g->node[n].out[0];
+  } else {
+    v = att_input(g, "v", c->dt, c->B, c->Hkv, c->T, c->D);
+  }
   int an = att_node(g, OP_ATTENTION, 3, (int[]){q, k, v}, "y");
   if (c->causal) ir_set_attr_bool(g, an, "causal", true);
   ok = ok && att_infer(g, an);
@@ -113,7 +146,7 @@ static inline Graph *att_graph(const AttCase *c) {
     out = g->node[n].out[0];
   }
   ir_add_output(g, out);
-  if (c->rope_k) ir_add_output(g, k);
+  if (kstore >= 0) ir_add_output(g, kstore);
   if (!ok) {
     ir_graph_destroy(g);
     return NULL;

@@ -9,13 +9,16 @@
  *   W3 prefill  f16 B1 H32 D128 S=T=2048 causal
  *   W3 decode   f16 B1 H32 D128 S=1 T=4096
  *   W4 prefill  f16 B1 H32 Hkv4 D64 S=T=512 causal
- *   W4 decode   f16 B1 H32 Hkv4 D64 S=1 T=2049
+ *   W4 decode   f16 B1 H32 Hkv4 D64 S=1 T=2049, plain and as the model has
+ *               it (rope'd q; a 2048-key cache with the rope'd new key and
+ *               the new value appended by concat)
  *   long decode f16 B1 H32 D128 S=1 T=32768
  * each variant also timed (rt_cuda_time_kernels) and reported in TFLOP/s
  * (prefill) or GB/s of K, V, Q and O moved (decode); then a matrix of
  * smaller shapes (bf16, not causal, grouped-query, S != T, ragged S and T,
  * head dims 16 to 256, buffers 8 bytes off, fused rope / transposed k /
- * residual epilogue) under the heuristic's choice and a few forced ones.
+ * residual epilogue, KV cache concat) under the heuristic's choice and a
+ * few forced ones.
  * All variants of a shape are compiled first, in parallel, into the disk
  * cache.  The last line sums it up; any failure makes the test fail.
  *
@@ -117,7 +120,7 @@ typedef struct {
 } MatrixCase;
 
 static AttCase mk(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal) {
-  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false};
+  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false};
 }
 
 static void run_matrix(Exec *e) {
@@ -127,6 +130,9 @@ static void run_matrix(Exec *e) {
   fkt.kt = fkt.rope_q = true;
   AttCase fdec = mk(DT_F16, 2, 32, 4, 1, 2049, 64, true);
   fdec.rope_q = fdec.rope_k = fdec.epi = true;
+  AttCase fcat = mk(DT_F16, 1, 32, 4, 1, 2049, 64, true), bcat = mk(DT_BF16, 2, 16, 16, 1, 1000, 128, true);
+  fcat.rope_q = fcat.rope_k = fcat.cat = fcat.epi = true;
+  bcat.cat = true;
   const MatrixCase cases[] = {
       {mk(DT_F16, 1, 8, 8, 1024, 1024, 128, false), {"flash:bm=128,bn=64,w=8,st=2", "flash:bm=64,bn=32,w=4,st=3", "flash:bm=128,bn=64,w=4,st=2,ks=2"}, false},
       {mk(DT_BF16, 1, 8, 8, 1024, 1024, 128, true), {"flash:bm=64,bn=64,w=4,st=3"}, false},
@@ -143,7 +149,17 @@ static void run_matrix(Exec *e) {
       {mk(DT_F16, 1, 8, 8, 4, 8192, 128, true), {"flashdec:split=64,bn=32,w=4", "flashdec:split=64,bn=64,w=4,pf=1"}, false},
       {fq, {"flash:bm=64,bn=64,w=4,st=2", "simple", "flash:bm=64,bn=64,w=4,st=2,ks=2"}, false},
       {fkt, {"flash:bm=64,bn=64,w=4,st=2", "flash:bm=64,bn=64,w=2,st=2,ks=2"}, false},
-      {fdec, {"flashdec:split=16,bn=16,w=4", "flashdec:split=16,bn=32,w=4,pf=1"}, true},
+      {fdec, {"flashdec:split=16,bn=16,w=4", "flashdec:split=16,bn=32,w=4,pf=1", "flashdec:split=16,bn=32,w=4,pf=2"}, true},
+      /* loads two steps ahead: ragged T, GQA with B = 2, more splits than the merge preloads */
+      {mk(DT_F16, 2, 8, 2, 1, 3001, 128, true),
+       {"flashdec:split=16,bn=16,w=4,pf=2", "flashdec:split=40,bn=8,w=4,pf=2,tr=1", "flashdec:split=7,bn=32,w=8,pf=2,tr=1",
+        "flashdec:split=9,bn=48,w=4,pf=1,tr=1"},
+       true},
+      /* three rows per kv head: the transposed reduction padded (6 and 9 values) */
+      {mk(DT_BF16, 1, 12, 4, 1, 777, 64, true), {"flashdec:split=8,bn=32,w=4,pf=2,tr=1", "flashdec:split=4,bn=48,w=4,pf=1,tr=1"}, false},
+      /* a KV cache with the new key (rope'd, stored) and value appended (W4 decode) */
+      {fcat, {"flashdec:split=32,bn=64,w=8,pf=2", "flashdec:split=32,bn=32,w=8", "flashdec:split=64,bn=32,w=4,pf=1,tr=1"}, true},
+      {bcat, {"flashdec:split=16,bn=16,w=4,pf=2,tr=1", "flashdec:split=8,bn=32,w=8,pf=1"}, false},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const MatrixCase *mc = &cases[i];
@@ -196,6 +212,10 @@ int main(void) {
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 32, 1, 4096, 128, true)}, "W3 decode", true, summary, sizeof summary);
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 4, 512, 512, 64, true)}, "W4 prefill", false, summary, sizeof summary);
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 4, 1, 2049, 64, true)}, "W4 decode", true, summary, sizeof summary);
+  /* W4 decode as the model has it: rope'd q, the cache with the rope'd new key (stored) and value appended */
+  AttCase w4f = mk(DT_F16, 1, 32, 4, 1, 2049, 64, true);
+  w4f.rope_q = w4f.rope_k = w4f.cat = true;
+  run_all_variants(&e, &w4f, "W4 decode (rope, cache concat)", true, summary, sizeof summary);
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 32, 1, 32768, 128, true)}, "decode T=32768", true, summary, sizeof summary);
   run_matrix(&e);
   printf("test_cuda_attention: %d variant runs, %d failures; best: %s\n", total_runs, total_failures, summary);

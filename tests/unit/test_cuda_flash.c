@@ -5,15 +5,17 @@
  * that reach every path -- head dims 16 to 256, causal and not, grouped-
  * query, S != T, S and T ragged against every tile, decode rows cut into
  * several row chunks, f16 and bf16, one or two m16 tiles per warp, 2 to 4
- * stages, one to seven KV splits, decode loads one step ahead (pf), key
+ * stages, one to forty KV splits, decode loads one or two steps ahead
+ * (pf=1, pf=2; the split merge's partials loaded ahead of the weights),
+ * decode scores summed in one transposed shuffle reduction (tr=1), key
  * splits across warps (ks) -- each variant forced on the attention
  * kernel and compared with the reference interpreter, with guard bytes
  * around every buffer, buffers 8 bytes off (the plain-copy fallbacks) and
  * with the alignment guaranteed.  Each run launches twice with one
  * workspace, which must be all zero after every launch (flashdec's split
  * counters and partials).  Fused producers (rope of q, rope of k also
- * stored, a transposed k) and an epilogue (a residual add) run in one
- * hand-made group.
+ * stored, a transposed k, a KV cache with the new key and value appended
+ * by concat) and an epilogue (a residual add) run in one hand-made group.
  *
  * Variant plumbing: the recorded token, the heuristic's choices, forced
  * tokens that are malformed or do not fit the shape (a clear error), a
@@ -68,7 +70,7 @@ static bool source_has(const CgCudaModule *m, const char *needle) {
 }
 
 static AttCase mk(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal) {
-  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false};
+  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false};
 }
 
 /* The variant the heuristic gives case c. */
@@ -102,9 +104,9 @@ static void test_plumbing(void) {
   heuristic_of(&prefill, h);
   CHECK(strncmp(h, "flash:", 6) == 0);
   heuristic_of(&decode, h);
-  CHECK(strcmp(h, "flashdec:split=16,bn=32,w=4,pf=1") == 0);
+  CHECK(strcmp(h, "flashdec:split=16,bn=16,w=4,pf=2,tr=1") == 0);
   heuristic_of(&w4dec, h);
-  CHECK(strncmp(h, "flashdec:", 9) == 0);
+  CHECK(strcmp(h, "flashdec:split=32,bn=64,w=8,pf=1,tr=1") == 0);
   heuristic_of(&f32c, h);
   CHECK(strcmp(h, "simple") == 0);
   heuristic_of(&d40, h); /* D = 40: not a multiple of 16, 40/8 does not divide 32 */
@@ -126,7 +128,11 @@ static void test_plumbing(void) {
       {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=4", "w * ks"},
       {&prefill, "flash:bm=32,bn=32,w=2,st=2,ks=4", "bn / ks"},
       {&prefill, "flash:bm=64,bn=64,w=4,st=2,ks=1,ks=1", "is not an attention variant"},
-      {&prefill, "flashdec:split=4,bn=32,w=4,pf=2", "pf must be"},
+      {&prefill, "flashdec:split=4,bn=32,w=4,pf=2", NULL},
+      {&prefill, "flashdec:split=4,bn=32,w=4,pf=3", "pf must be"},
+      {&prefill, "flashdec:split=4,bn=32,w=4,pf=2,tr=1", NULL},
+      {&prefill, "flashdec:split=4,bn=32,w=4,tr=2", "tr must be"},
+      {&prefill, "flashdec:split=4,bn=32,w=4,tr=1,tr=1", "is not an attention variant"},
       {&prefill, "flashdec:split=4,bn=32,pf=1", "is not an attention variant"},
       {&prefill, "simple", NULL},
       {&prefill, "flash:bm=64,bn=64,w=4", "is not an attention variant"},
@@ -258,6 +264,9 @@ static void test_emulated(void) {
   fused_t.kt = fused_t.rope_q = true;
   AttCase fused_dec = mk(DT_F16, 1, 8, 2, 1, 70, 64, true);
   fused_dec.rope_q = fused_dec.rope_k = fused_dec.epi = true;
+  AttCase cat_dec = mk(DT_F16, 1, 8, 2, 1, 70, 64, true), cat_bf = mk(DT_BF16, 2, 4, 4, 1, 37, 128, true);
+  cat_dec.rope_q = cat_dec.rope_k = cat_dec.cat = cat_dec.epi = true;
+  cat_bf.cat = true;
   const EmuCase cases[] = {
       {mk(DT_F16, 1, 2, 1, 37, 37, 64, true), {"flash:bm=64,bn=64,w=4,st=2", "flash:bm=32,bn=16,w=1,st=3", "simple"}},
       {mk(DT_BF16, 1, 2, 2, 37, 37, 128, false), {"flash:bm=64,bn=32,w=2,st=4", "flash:bm=128,bn=64,w=8,st=2"}},
@@ -265,15 +274,34 @@ static void test_emulated(void) {
       {mk(DT_BF16, 1, 4, 1, 1, 300, 64, true),
        {"flash:bm=32,bn=32,w=2,st=2", "flashdec:split=1,bn=32,w=4", "flashdec:split=5,bn=128,w=8", "flashdec:split=5,bn=64,w=4,pf=1"}},
       {mk(DT_F16, 2, 2, 2, 1, 300, 128, true), {"flashdec:split=4,bn=16,w=4", "flash:bm=16,bn=128,w=1,st=2", "flashdec:split=7,bn=32,w=2,pf=1"}},
-      {mk(DT_F16, 1, 3, 1, 70, 70, 16, true), {"flash:bm=64,bn=32,w=2,st=3", "flashdec:split=2,bn=64,w=1"}},
+      {mk(DT_F16, 1, 3, 1, 70, 70, 16, true), {"flash:bm=64,bn=32,w=2,st=3", "flashdec:split=2,bn=64,w=1", "flashdec:split=2,bn=64,w=1,tr=1"}},
       {mk(DT_F16, 1, 2, 2, 33, 97, 48, true), {"flash:bm=32,bn=64,w=2,st=2", "flash:bm=64,bn=16,w=2,st=3"}},
       {mk(DT_BF16, 1, 12, 1, 3, 65, 32, true), {"flashdec:split=3,bn=32,w=2", "flash:bm=64,bn=32,w=4,st=2", "flashdec:split=3,bn=64,w=2,pf=1"}},
-      {mk(DT_BF16, 1, 2, 2, 1, 9, 256, false), {"flashdec:split=2,bn=8,w=2"}},
+      {mk(DT_BF16, 1, 2, 2, 1, 9, 256, false), {"flashdec:split=2,bn=8,w=2", "flashdec:split=3,bn=4,w=2,pf=2", "flashdec:split=2,bn=8,w=2,pf=2,tr=1"}},
       {mk(DT_F16, 1, 2, 1, 64, 64, 64, false), {"flash:bm=64,bn=64,w=4,st=2"}},
       {mk(DT_F16, 1, 2, 1, 150, 150, 128, true), {"flash:bm=128,bn=64,w=4,st=2"}},
       {fused, {"flash:bm=64,bn=32,w=4,st=2", "flashdec:split=3,bn=16,w=1", "simple", "flash:bm=32,bn=32,w=1,st=2,ks=2"}},
       {fused_t, {"flash:bm=32,bn=16,w=1,st=2", "flashdec:split=2,bn=32,w=1", "flash:bm=32,bn=32,w=2,st=2,ks=2"}},
-      {fused_dec, {"flashdec:split=4,bn=16,w=1", "flashdec:split=4,bn=16,w=1,pf=1"}},
+      {fused_dec, {"flashdec:split=4,bn=16,w=1", "flashdec:split=4,bn=16,w=1,pf=1", "flashdec:split=4,bn=16,w=1,pf=2"}},
+      /* a KV cache with the new key (rope'd, stored) and value appended, like
+       * W4 decode: the cache's keys loaded (ahead or not), the last computed;
+       * the cache ending inside a step and inside a split */
+      {cat_dec, {"flashdec:split=4,bn=32,w=4,pf=2", "flashdec:split=3,bn=16,w=2,pf=1,tr=1", "flashdec:split=5,bn=16,w=2", "simple"}},
+      {cat_bf, {"flashdec:split=4,bn=16,w=4,pf=2,tr=1", "flashdec:split=1,bn=8,w=4,pf=1", "flashdec:split=3,bn=32,w=8"}},
+      /* loads two steps ahead (pf=2): ragged T against the steps and splits,
+       * GQA with row chunks, B = 2, bf16, one key per group and step, more
+       * splits than the merge preloads (40 in 4 groups: 10 > 4 per thread) */
+      {mk(DT_F16, 1, 4, 4, 1, 301, 128, true),
+       {"flashdec:split=16,bn=16,w=4,pf=2", "flashdec:split=40,bn=8,w=4,pf=2", "flashdec:split=3,bn=32,w=8,pf=2", "flashdec:split=16,bn=16,w=4,pf=2,tr=1",
+        "flashdec:split=5,bn=64,w=4,pf=1,tr=1"}},
+      /* the transposed score reduction (tr): 3 rows x 1, 2, 3 keys (padded to
+       * 4, 8, 16 values against groups of 8 lanes: levels left over, none,
+       * two values per lane left) */
+      {mk(DT_F16, 1, 3, 1, 1, 150, 64, true),
+       {"flashdec:split=2,bn=16,w=4,tr=1", "flashdec:split=4,bn=32,w=4,pf=2,tr=1", "flashdec:split=3,bn=48,w=4,pf=1,tr=1"}},
+      {mk(DT_BF16, 2, 8, 2, 1, 203, 64, true), {"flashdec:split=5,bn=32,w=4,pf=2", "flashdec:split=19,bn=16,w=4,pf=2,tr=1"}},
+      {mk(DT_F16, 2, 12, 1, 2, 150, 64, true), {"flashdec:split=4,bn=64,w=8,pf=2", "flashdec:split=11,bn=32,w=8,pf=1"}},
+      {mk(DT_BF16, 1, 2, 2, 1, 77, 32, false), {"flashdec:split=2,bn=64,w=4,pf=2", "flashdec:split=1,bn=32,w=2,pf=2"}},
       /* key splits: ragged causal GQA with B = 2, S != T with two m16 tiles per warp, ragged T without causal */
       {mk(DT_F16, 2, 4, 2, 70, 70, 64, true), {"flash:bm=64,bn=64,w=4,st=2,ks=2", "flash:bm=32,bn=64,w=2,st=3,ks=4"}},
       {mk(DT_BF16, 1, 2, 1, 33, 97, 128, true), {"flash:bm=64,bn=64,w=2,st=2,ks=2"}},
@@ -393,6 +421,43 @@ static void test_compile(const char *cache) {
       cg_kernels_free(kk, nk);
       ir_graph_destroy(g);
     }
+  /* W4 decode as the model has it: rope'd q, the cache with the rope'd new
+   * key (stored) and the new value appended; flashdec's cache loads and the
+   * computed last key, per pipeline depth, for both archs */
+  AttCase w4f = mk(DT_F16, 1, 32, 4, 1, 2049, 64, true);
+  w4f.rope_q = w4f.rope_k = w4f.cat = true;
+  const char *w4toks[] = {NULL, "flashdec:split=32,bn=32,w=8", "flashdec:split=32,bn=64,w=8,pf=1", "flashdec:split=64,bn=32,w=8,pf=2",
+                          "flashdec:split=32,bn=32,w=4,pf=2,tr=1"};
+  for (int a = 0; a < 2; a++)
+    for (size_t t = 0; t < sizeof w4toks / sizeof *w4toks; t++) {
+      Graph *g = att_graph(&w4f);
+      CHECK(g != NULL);
+      if (!g) continue;
+      char *err = NULL;
+      CgCudaOptions opt = {.args_aligned = a == 0, .arch = a == 0 ? "sm_90a" : NULL};
+      CgCudaModule *m = gen(g, w4toks[t], &opt, &err);
+      if (!m) fprintf(stderr, "W4 fused decode '%s': %s\n", w4toks[t] ? w4toks[t] : "heuristic", err ? err : "?");
+      CHECK(m != NULL);
+      if (m) {
+        CHECK(strncmp(m->kernels[0].variant, "flashdec:", 9) == 0);
+        CHECK(source_has(m, "only the keys of the cache")); /* the cache is loaded, not computed */
+        CgCudaBinary *bins = NULL;
+        st = cg_cuda_compile_module(nv, m, &archs[a], 1, &copts, &bins);
+        if (st) {
+          fprintf(stderr, "W4 fused decode %s, %s: %s\n", m->kernels[0].variant, archs[a], st_message(st));
+          st_free(st);
+          check_failures++;
+        } else {
+          for (int u = 0; u < m->nunits; u++) CHECK(bins[u].cubin && bins[u].cubin_len > 0);
+          compiled += m->nkernels;
+          cg_cuda_binaries_free(bins, m->nunits);
+        }
+      }
+      free(err);
+      cg_cuda_module_free(m);
+      ir_graph_destroy(g);
+    }
+  printf("  W4 decode with rope and the cache concat: %d variants compiled per arch\n", (int)(sizeof w4toks / sizeof *w4toks));
   cg_cuda_nvrtc_close(nv);
   printf("NVRTC: %d attention kernels compiled for sm_90a / sm_80\n", compiled);
 }
