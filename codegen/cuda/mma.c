@@ -232,7 +232,9 @@ void cu_tc_mma_16816(CuFn *f, bool bf16, const char *c, const char *a, const cha
           bf16 ? "bf16.bf16" : "f16.f16", c, c, c, c, a, a, a, a, b0, b1);
 }
 
-void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+/* The 16-byte chunk as `n` elements of which `zero` is the zero. */
+static void cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned, int n,
+                       const char *zero) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "if (%s) {", aligned);
   cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
@@ -242,13 +244,34 @@ void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok,
   cu_line(f, "#endif");
   cu_line(f, "{");
   cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int e = 0; e < 8; e++) %s[e] = %s ? %s[e] : (unsigned short)0;", dst, ok, src);
+  cu_line(f, "  for (int e = 0; e < %d; e++) %s[e] = %s ? %s[e] : %s;", n, dst, ok, src, zero);
   cu_line(f, "}");
 }
 
-/* Issues the loads of K tile `kt` into buffer `stage`. */
-static void load_stage(CuFn *f, const CuGemm *gm, const CuMmaParams *p, int threads, const char *stage, const char *kt,
-                       const char *aligned) {
+void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+  cp_async16(f, dst, src, ok, aligned, 8, "(unsigned short)0");
+}
+
+void cu_tc_cp_async16_f32(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+  cp_async16(f, dst, src, ok, aligned, 4, "0.0f");
+}
+
+/* What the pipeline's hooks need of the kernel. */
+typedef struct {
+  const CuGemm *gm;
+  const CuMmaParams *p;
+  int threads, MI, NI;
+  bool bf16;
+  const char *aligned;
+} MmaCtx;
+
+/* Issues the loads of K tile `kt` into buffer `stage` (CuTcPipeline.load_stage). */
+static void load_stage(CuFn *f, const void *ctx, const char *stage, const char *kt) {
+  const MmaCtx *x = ctx;
+  const CuGemm *gm = x->gm;
+  const CuMmaParams *p = x->p;
+  int threads = x->threads;
+  const char *aligned = x->aligned;
   int CK = p->BK / 8;                /* 16-byte chunks per row of BK */
   int CN = p->BN / 8;                /* chunks per row of BN (B stored [K, N]) */
   int AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
@@ -304,26 +327,188 @@ void cu_tc_ldmatrix_x4(CuFn *f, const char *regs, const char *ptr, bool trans) {
   cu_close(f);
 }
 
-/* The shared memory of p for gm, in bytes. */
-static int64_t smem_bytes(const CuGemm *gm, const CuMmaParams *p) {
+/* The shared memory of one stage of p for gm, in bytes. */
+static int64_t stage_bytes(const CuGemm *gm, const CuMmaParams *p) {
   int64_t AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
-  return (int64_t)p->stages * (p->BM * AS + (gm->tb ? p->BN * BS : p->BK * BS)) * 2;
+  return (p->BM * AS + (gm->tb ? p->BN * BS : p->BK * BS)) * 2;
 }
 
 /* What one block may use on the target: the arch's opt-in maximum, or
  * 99 KiB (sm_86/89/120, the least of any sm_80+ GPU) without an arch. */
-static int64_t smem_limit(const CuFn *f) {
+int64_t cu_tc_smem_limit(const CuFn *f) {
   if (!f->opt || !f->opt->arch) return 99 * 1024;
   CgCudaArchLimits lim;
   cg_cuda_arch_limits(f->opt->arch, &lim);
   return lim.smem_per_block;
 }
 
+int cu_tc_fit_stages(const CuFn *f, int stages, int64_t per_stage) {
+  int64_t limit = cu_tc_smem_limit(f);
+  while (stages * per_stage > limit && stages > 2) stages--;
+  return stages;
+}
+
+bool cu_tc_smem_fits(CuFn *f, const CuLaunch *l, int stages, int64_t per_stage) {
+  int64_t limit = cu_tc_smem_limit(f);
+  if (stages * per_stage <= limit) return true;
+  cu_fail(f, ST_UNSUPPORTED, "variant %s needs %lld bytes of shared memory, the arch allows %lld", l->variant,
+          (long long)(stages * per_stage), (long long)limit);
+  return false;
+}
+
+bool cu_tc_launch(CuFn *f, const CuGemm *gm, int BM, int BN, int threads, int slices, CuLaunch *l) {
+  int64_t TM = ceil_div(gm->M, BM), TN = ceil_div(gm->N, BN);
+  l->block[0] = (unsigned)threads;
+  if (TM * TN > 0x7fffffffLL) {
+    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld result exceeds the grid", (long long)gm->M, (long long)gm->N);
+    return false;
+  }
+  l->grid[0] = (unsigned)(TM * TN);
+  l->grid[1] = (unsigned)slices;
+  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
+  return true;
+}
+
+/* Dynamic shared memory on the GPU; a static array in the emulation. */
+void cu_tc_smem_decl(CuFn *f, const char *elem, const char *name, int elems) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "extern __shared__ __align__(16) %s %s[];", elem, name);
+  cu_line(f, "#else");
+  cu_line(f, "__align__(16) __shared__ %s %s[%d];", elem, name, elems);
+  cu_line(f, "#endif");
+}
+
+void cu_tc_block_tile(CuFn *f, const CuGemm *gm, int BM, int BN, int WM, int WN) {
+  int warps_n = BN / WN;
+  int64_t TM = ceil_div(gm->M, BM), TN = ceil_div(gm->N, BN);
+  cu_line(f, "const int wm = warp / %d, wn = warp %% %d;  // this warp's %d x %d sub-tile", warps_n, warps_n, WM, WN);
+  cu_line(f, "// tile (tm, tn) of block x: groups of %d tile rows, column by column, so that blocks running together share",
+          MMA_GROUP_M);
+  cu_line(f, "// their A rows and B columns in L2");
+  cu_line(f, "const int group = blockIdx.x / %lld, first = group * %d;", (long long)(MMA_GROUP_M * TN), MMA_GROUP_M);
+  cu_line(f, "const int rows = %lld - first < %d ? %lld - first : %d;", (long long)TM, MMA_GROUP_M, (long long)TM,
+          MMA_GROUP_M);
+  cu_line(f, "const int tm = first + (blockIdx.x %% %lld) %% rows, tn = (blockIdx.x %% %lld) / rows;",
+          (long long)(MMA_GROUP_M * TN), (long long)(MMA_GROUP_M * TN));
+  cu_line(f, "const long long m0 = (long long)tm * %d, n0 = (long long)tn * %d;", BM, BN);
+}
+
+const char *cu_tc_batch_loop(CuFn *f, const CuGemm *gm, const char **aligned) {
+  const Node *an = gm->an;
+  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
+  *aligned = f->opt && f->opt->args_aligned ? "true" : "aligned16";
+  if (!(f->opt && f->opt->args_aligned))
+    cu_line(f, "const bool aligned16 = smelt_aligned(a%d, 16) && smelt_aligned(a%d, 16);", a0, b0);
+  const char *z = cu_tmp(f);
+  cu_open(f, "for (long long %s = blockIdx.z; %s < %lldLL; %s += gridDim.z)", z, z, (long long)gm->Z, z);
+  return z;
+}
+
+/* Commits the cp.async copies issued since the last commit as one group. */
+static void commit_group(CuFn *f) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
+  cu_line(f, "#endif");
+}
+
+/* Waits until at most n of this thread's cp.async groups are pending. */
+static void wait_group(CuFn *f, int n) {
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", n);
+  cu_line(f, "#endif");
+}
+
+void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl) {
+  int S = pl->stages;
+  cu_line(f, "float acc[%d][%d][4];", pl->MI, pl->NI);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < %d; i++)", pl->MI);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int j = 0; j < %d; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;", pl->NI);
+  cu_line(f, "// prologue: tiles 0 .. %d in flight", S - 2);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
+  cu_open(f, "if (s < nt)");
+  pl->load_stage(f, pl->ctx, "s", pl->kt0 ? cu_fmt(f, "%s + s", pl->kt0) : "s");
+  cu_close(f);
+  commit_group(f);
+  cu_close(f);
+  cu_open(f, "for (int kt = 0; kt < nt; kt++)");
+  cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", S - 2);
+  wait_group(f, S - 2);
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "%s", "");
+  cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", S - 1);
+  cu_open(f, "if (next < nt)");
+  pl->load_stage(f, pl->ctx, cu_fmt(f, "(next %% %d)", S), pl->kt0 ? cu_fmt(f, "%s + next", pl->kt0) : "next");
+  cu_close(f);
+  commit_group(f);
+  cu_close(f);
+  cu_line(f, "const %s *as = As + (kt %% %d) * %d, *bs = Bs + (kt %% %d) * %d;", pl->elem, S, pl->a_stage, S,
+          pl->b_stage);
+  pl->k_tile(f, pl->ctx);
+  cu_close(f); /* kt */
+  wait_group(f, 0);
+  cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
+}
+
 /* Row m / column n (of f->idx) of fragment element pair h (elements 2h,
  * 2h+1: columns n, n + 1) of tile (i, j), inside loops over i, j, h. */
-static void frag_coords(CuFn *f, const CuMmaParams *p, const char *m, const char *n) {
-  cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + h * 8);", f->idx, m, f->idx, p->WM);
-  cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2);", f->idx, n, f->idx, p->WN);
+void cu_tc_frag_coords(CuFn *f, int WM, int WN, const char *m, const char *n) {
+  cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + h * 8);", f->idx, m, f->idx, WM);
+  cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2);", f->idx, n, f->idx, WN);
+}
+
+/* Fragment element e of tile (i, j) is row g (+8 for e >= 2), column 2t
+ * (+1 for odd e).  With N even, the two columns of a row a lane holds are
+ * one 4-byte (f16) or 8-byte (f32) access for every tensor the epilogue
+ * reads or writes: n is even and so is N, so with aligned arguments each
+ * pair is aligned; without that guarantee, two element accesses (the pair
+ * is still handed over whole, which a gated pair's halves need:
+ * merge-matmuls). */
+void cu_tc_epilogue(CuFn *f, const CuGemm *gm, int WM, int WN, int MI, int NI, const char *z, const int *epi, int nepi) {
+  const Graph *g = f->g;
+  const Node *an = gm->an;
+  const Value *av = &g->val[an->out[0]];
+  const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
+  bool pairs = gm->N % 2 == 0;
+  CuCoords co;
+  CuVal val;
+  cu_line(f, "// epilogue: the fused elementwise ops on each %s, stored",
+          pairs ? "pair of f32 accumulators (columns n, n + 1)" : "f32 accumulator");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int %s = 0; %s < %d; %s++)", pairs ? "h" : "e", pairs ? "h" : "e", pairs ? 2 : 4, pairs ? "h" : "e");
+  const char *m = cu_tmp(f), *n = cu_tmp(f);
+  if (pairs) {
+    cu_tc_frag_coords(f, WM, WN, m, n);
+  } else {
+    cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, WM);
+    cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, WN);
+  }
+  cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
+  gm->result(f, gm, zi, m, n, pairs ? "acc[i][j][2 * h]" : "acc[i][j][e]", &co, &val);
+  if (pairs) {
+    co.lanes = 2;
+    co.step[co.rank - 1] = 1;
+    co.aligned = f->opt && f->opt->args_aligned;
+    co.whole_lanes = true;
+    val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
+  }
+  for (int e = 0; e < (pairs ? 2 : 1); e++) {
+    const char *r = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(an->op),
+            e ? ", column n + 1" : "");
+    val.l[e] = r;
+  }
+  cu_store_epilogue(f, epi, nepi, &co, &val);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
 }
 
 /* Split-K, after the main loop: publish this slice's f32 tile, count it,
@@ -342,7 +527,7 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_open(f, "for (int j = 0; j < %d; j++)", NI);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int h = 0; h < 2; h++)");
-  frag_coords(f, p, "m", "n");
+  cu_tc_frag_coords(f, p->WM, p->WN, "m", "n");
   cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
   cu_line(f, "float *const pp = part + ((%s * %d + blockIdx.y) * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M,
           (long long)gm->N);
@@ -379,7 +564,7 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_open(f, "for (int j = 0; j < %d; j++)", NI);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int h = 0; h < 2; h++)");
-  frag_coords(f, p, "m", "n");
+  cu_tc_frag_coords(f, p->WM, p->WN, "m", "n");
   cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
   cu_line(f, "float *const pp = part + (%s * %d * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M, (long long)gm->N);
   cu_line(f, "float s0 = 0.0f, s1 = 0.0f;");
@@ -401,119 +586,13 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   (void)threads;
 }
 
-void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int *epi, int nepi, CuLaunch *l) {
-  const Graph *g = f->g;
-  const Node *an = gm->an;
-  bool bf16 = gm->yt->dt == DT_BF16;
-  /* fewer stages when the arch has less shared memory than asked for */
-  CuMmaParams q = *params;
-  int64_t limit = smem_limit(f);
-  while (smem_bytes(gm, &q) > limit && q.stages > 2) q.stages--;
-  const CuMmaParams *p = &q;
-  cu_mma_format(p, l->variant);
-  l->kind = "matmul";
-  if (smem_bytes(gm, p) > limit) {
-    cu_fail(f, ST_UNSUPPORTED, "variant %s needs %lld bytes of shared memory, the arch allows %lld", l->variant,
-            (long long)smem_bytes(gm, p), (long long)limit);
-    return;
-  }
-  int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
-  int MI = p->WM / 16, NI = p->WN / 8;
-  int AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
-  int a_stage = p->BM * AS, b_stage = gm->tb ? p->BN * BS : p->BK * BS;
-  int smem_elems = p->stages * (a_stage + b_stage);
-  int64_t TM = ceil_div(gm->M, p->BM), TN = ceil_div(gm->N, p->BN), KT = ceil_div(gm->K, p->BK);
-  int64_t KTS = ceil_div(KT, p->splitk);
-  uint64_t part_off = 0, ws = workspace_bytes(gm, p, &part_off);
-
-  l->block[0] = (unsigned)threads;
-  if (TM * TN > 0x7fffffffLL) {
-    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld result exceeds the grid", (long long)gm->M, (long long)gm->N);
-    return;
-  }
-  if (ws > MMA_MAX_WORKSPACE) {
-    cu_fail(f, ST_UNSUPPORTED, "variant %s needs a workspace of %llu bytes", l->variant, (unsigned long long)ws);
-    return;
-  }
-  l->grid[0] = (unsigned)(TM * TN);
-  l->grid[1] = (unsigned)p->splitk;
-  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  l->smem = (unsigned)(smem_elems * 2);
-  l->workspace = ws;
-  if (gm->Z == 0) return;
-
-  cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async), %s x %s%s",
-          bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[0]].name, g->val[an->in[1]].name,
-          gm->tb ? " (B given as [N, K])" : "");
-  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages, %d K slices; M %lld, N %lld, K %lld, batch %lld",
-          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, p->splitk, (long long)gm->M, (long long)gm->N,
-          (long long)gm->K, (long long)gm->Z);
-  cu_tc_emu_helpers(f);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "extern __shared__ __align__(16) unsigned short smelt_mma_smem[];");
-  cu_line(f, "#else");
-  cu_line(f, "__align__(16) __shared__ unsigned short smelt_mma_smem[%d];", smem_elems);
-  cu_line(f, "#endif");
-  cu_line(f, "unsigned short *const As = smelt_mma_smem;  // [%d stages][%d][%d] (rows padded by 8)", p->stages, p->BM, AS);
-  cu_line(f, "unsigned short *const Bs = smelt_mma_smem + %d;  // [%d stages][%d][%d]", p->stages * a_stage, p->stages,
-          gm->tb ? p->BN : p->BK, BS);
-  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-  cu_line(f, "const int wm = warp / %d, wn = warp %% %d;  // this warp's %d x %d sub-tile", warps_n, warps_n, p->WM, p->WN);
-  cu_line(f, "// tile (tm, tn) of block x: groups of %d tile rows, column by column, so that blocks running together share",
-          MMA_GROUP_M);
-  cu_line(f, "// their A rows and B columns in L2");
-  cu_line(f, "const int group = blockIdx.x / %lld, first = group * %d;", (long long)(MMA_GROUP_M * TN), MMA_GROUP_M);
-  cu_line(f, "const int rows = %lld - first < %d ? %lld - first : %d;", (long long)TM, MMA_GROUP_M, (long long)TM,
-          MMA_GROUP_M);
-  cu_line(f, "const int tm = first + (blockIdx.x %% %lld) %% rows, tn = (blockIdx.x %% %lld) / rows;",
-          (long long)(MMA_GROUP_M * TN), (long long)(MMA_GROUP_M * TN));
-  cu_line(f, "const long long m0 = (long long)tm * %d, n0 = (long long)tn * %d;", p->BM, p->BN);
-  if (p->splitk > 1)
-    cu_line(f, "const int kt0 = (int)blockIdx.y * %lld, nt = kt0 + %lld <= %lld ? %lld : %lld - kt0;  // this slice's k-tiles",
-            (long long)KTS, (long long)KTS, (long long)KT, (long long)KTS, (long long)KT);
-  else cu_line(f, "const int kt0 = 0, nt = %lld;  // k-tiles", (long long)KT);
-  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
-  const char *aligned = f->opt && f->opt->args_aligned ? "true" : "aligned16";
-  if (!(f->opt && f->opt->args_aligned))
-    cu_line(f, "const bool aligned16 = smelt_aligned(a%d, 16) && smelt_aligned(a%d, 16);", a0, b0);
-  const char *z = cu_tmp(f);
-  cu_open(f, "for (long long %s = blockIdx.z; %s < %lldLL; %s += gridDim.z)", z, z, (long long)gm->Z, z);
-  cu_line(f, "const unsigned short *A = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", a0,
-          cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
-  cu_line(f, "const unsigned short *B = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", b0,
-          cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
-  cu_line(f, "float acc[%d][%d][4];", MI, NI);
-  cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int i = 0; i < %d; i++)", MI);
-  cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int j = 0; j < %d; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;", NI);
-  cu_line(f, "// prologue: tiles 0 .. %d in flight", p->stages - 2);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int s = 0; s < %d; s++)", p->stages - 1);
-  cu_open(f, "if (s < nt)");
-  load_stage(f, gm, p, threads, "s", "kt0 + s", aligned);
-  cu_close(f);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_close(f);
-  cu_open(f, "for (int kt = 0; kt < nt; kt++)");
-  cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", p->stages - 2);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", p->stages - 2);
-  cu_line(f, "#endif");
-  cu_line(f, "__syncthreads();");
-  cu_open(f, "%s", "");
-  cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", p->stages - 1);
-  cu_open(f, "if (next < nt)");
-  load_stage(f, gm, p, threads, cu_fmt(f, "(next %% %d)", p->stages), "kt0 + next", aligned);
-  cu_close(f);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_close(f);
-  cu_line(f, "const unsigned short *as = As + (kt %% %d) * %d, *bs = Bs + (kt %% %d) * %d;", p->stages, a_stage, p->stages,
-          b_stage);
+/* The MMAs over the k-tile in as / bs (CuTcPipeline.k_tile). */
+static void k_tile(CuFn *f, const void *ctx) {
+  const MmaCtx *x = ctx;
+  const CuGemm *gm = x->gm;
+  const CuMmaParams *p = x->p;
+  int MI = x->MI, NI = x->NI, AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
+  bool bf16 = x->bf16;
   /* lane's row addresses for ldmatrix: A tile i, B tiles j, j+1 */
   const char *pa = cu_fmt(f, "as + (wm * %d + i * 16 + (lane & 15)) * %d + kk + (lane >> 4) * 8", p->WM, AS);
   const char *pb = gm->tb ? cu_fmt(f, "bs + (wn * %d + j * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kk + ((lane >> 3) & 1) * 8",
@@ -559,73 +638,64 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   cu_close(f);
   cu_line(f, "#endif");
   cu_close(f); /* kk */
-  cu_close(f); /* kt */
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.wait_group 0;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
-  if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
-  /* epilogue: fragment element e of tile (i, j) is row g (+8 for e >= 2),
-   * column 2t (+1 for odd e) */
-  const Value *av = &g->val[an->out[0]];
-  const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
-  CuCoords co;
-  CuVal val;
-  if (gm->N % 2 == 0) { /* always: eligibility asks N % 8 == 0 */
-    /* the two columns of a row a lane holds are one 4-byte (f16) access
-     * for every tensor the epilogue reads or writes: n is even and rows
-     * have a multiple of 8 elements, so with aligned arguments each pair
-     * is aligned; without that guarantee, two element accesses (the pair
-     * is still handed over whole, which a gated pair's halves need:
-     * merge-matmuls) */
-    cu_line(f, "// epilogue: the fused elementwise ops on each pair of f32 accumulators (columns n, n + 1), stored");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int h = 0; h < 2; h++)");
-    const char *m = cu_tmp(f), *n = cu_tmp(f);
-    frag_coords(f, p, m, n);
-    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
-    gm->result(f, gm, zi, m, n, "acc[i][j][2 * h]", &co, &val);
-    co.lanes = 2;
-    co.step[co.rank - 1] = 1;
-    co.aligned = f->opt && f->opt->args_aligned;
-    co.whole_lanes = true;
-    val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
-    for (int e = 0; e < 2; e++) {
-      const char *r = cu_tmp(f);
-      cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(an->op),
-              e ? ", column n + 1" : "");
-      val.l[e] = r;
-    }
-    cu_store_epilogue(f, epi, nepi, &co, &val);
-    cu_close(f);
-    cu_close(f);
-    cu_close(f);
-    cu_close(f);
-  } else {
-    cu_line(f, "// epilogue: the fused elementwise ops on each f32 accumulator, stored");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int e = 0; e < 4; e++)");
-    const char *m = cu_tmp(f), *n = cu_tmp(f);
-    cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, p->WM);
-    cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, p->WN);
-    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
-    gm->result(f, gm, zi, m, n, "acc[i][j][e]", &co, &val);
-    const char *r = cu_tmp(f);
-    cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(an->op));
-    val.l[0] = r;
-    cu_store_epilogue(f, epi, nepi, &co, &val);
-    cu_close(f);
-    cu_close(f);
-    cu_close(f);
-    cu_close(f);
+}
+
+void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *an = gm->an;
+  bool bf16 = gm->yt->dt == DT_BF16;
+  /* fewer stages when the arch has less shared memory than asked for */
+  CuMmaParams q = *params;
+  q.stages = cu_tc_fit_stages(f, q.stages, stage_bytes(gm, &q));
+  const CuMmaParams *p = &q;
+  cu_mma_format(p, l->variant);
+  l->kind = "matmul";
+  if (!cu_tc_smem_fits(f, l, p->stages, stage_bytes(gm, p))) return;
+  int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
+  int MI = p->WM / 16, NI = p->WN / 8;
+  int AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
+  int a_stage = p->BM * AS, b_stage = gm->tb ? p->BN * BS : p->BK * BS;
+  int smem_elems = p->stages * (a_stage + b_stage);
+  int64_t KT = ceil_div(gm->K, p->BK);
+  int64_t KTS = ceil_div(KT, p->splitk);
+  uint64_t part_off = 0, ws = workspace_bytes(gm, p, &part_off);
+
+  if (!cu_tc_launch(f, gm, p->BM, p->BN, threads, p->splitk, l)) return;
+  if (ws > MMA_MAX_WORKSPACE) {
+    cu_fail(f, ST_UNSUPPORTED, "variant %s needs a workspace of %llu bytes", l->variant, (unsigned long long)ws);
+    return;
   }
+  l->smem = (unsigned)(smem_elems * 2);
+  l->workspace = ws;
+  if (gm->Z == 0) return;
+
+  cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async), %s x %s%s",
+          bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[0]].name, g->val[an->in[1]].name,
+          gm->tb ? " (B given as [N, K])" : "");
+  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages, %d K slices; M %lld, N %lld, K %lld, batch %lld",
+          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, p->splitk, (long long)gm->M, (long long)gm->N,
+          (long long)gm->K, (long long)gm->Z);
+  cu_tc_emu_helpers(f);
+  cu_tc_smem_decl(f, "unsigned short", "smelt_mma_smem", smem_elems);
+  cu_line(f, "unsigned short *const As = smelt_mma_smem;  // [%d stages][%d][%d] (rows padded by 8)", p->stages, p->BM, AS);
+  cu_line(f, "unsigned short *const Bs = smelt_mma_smem + %d;  // [%d stages][%d][%d]", p->stages * a_stage, p->stages,
+          gm->tb ? p->BN : p->BK, BS);
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  cu_tc_block_tile(f, gm, p->BM, p->BN, p->WM, p->WN);
+  if (p->splitk > 1)
+    cu_line(f, "const int kt0 = (int)blockIdx.y * %lld, nt = kt0 + %lld <= %lld ? %lld : %lld - kt0;  // this slice's k-tiles",
+            (long long)KTS, (long long)KTS, (long long)KT, (long long)KTS, (long long)KT);
+  else cu_line(f, "const int kt0 = 0, nt = %lld;  // k-tiles", (long long)KT);
+  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
+  const char *aligned;
+  const char *z = cu_tc_batch_loop(f, gm, &aligned);
+  cu_line(f, "const unsigned short *A = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", a0,
+          cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
+  cu_line(f, "const unsigned short *B = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", b0,
+          cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
+  MmaCtx x = {gm, p, threads, MI, NI, bf16, aligned};
+  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, "kt0", "unsigned short", a_stage, b_stage, load_stage, k_tile, &x});
+  if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
+  cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
   cu_close(f); /* z */
 }

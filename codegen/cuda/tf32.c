@@ -76,8 +76,6 @@ bool cu_tf32_eligible(const CuFn *f, const CuGemm *gm) {
   return is_arg_value(f, an->in[0]) && is_arg_value(f, an->in[1]);
 }
 
-/* Rows of tiles a raster group covers (grid.x order), as in mma.c. */
-#define TF32_GROUP_M 8
 /* Blocks that fill the GPU once (132 SMs on an H200). */
 #define TF32_TARGET_BLOCKS 132
 
@@ -169,34 +167,7 @@ static int b_stride(const CuGemm *gm, const CuTf32Params *p) { return gm->tb ? p
 static int a_stage(const CuGemm *gm, const CuTf32Params *p) { return (gm->ta ? p->BK : p->BM) * a_stride(gm, p); }
 static int b_stage(const CuGemm *gm, const CuTf32Params *p) { return (gm->tb ? p->BN : p->BK) * b_stride(gm, p); }
 
-static int64_t smem_bytes(const CuGemm *gm, const CuTf32Params *p) {
-  return (int64_t)p->stages * (a_stage(gm, p) + b_stage(gm, p)) * 4;
-}
-
-/* What one block may use on the target: the arch's opt-in maximum, or
- * 99 KiB (the least of any sm_80+ GPU) without an arch. */
-static int64_t smem_limit(const CuFn *f) {
-  if (!f->opt || !f->opt->arch) return 99 * 1024;
-  CgCudaArchLimits lim;
-  cg_cuda_arch_limits(f->opt->arch, &lim);
-  return lim.smem_per_block;
-}
-
-/* Copies the 16-byte chunk (4 floats) at global `src` (when `ok`; zeros
- * otherwise) to shared `dst`: cp.async when the pointers allow, plain
- * loads otherwise (mma.c's cu_tc_cp_async16 moves 8 halves). */
-static void cp_async16(CuFn *f, const char *aligned) {
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "if (%s) {", aligned);
-  cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(dst);");
-  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global.L2::128B [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(src), \"r\"(ok ? 16 : 0));");
-  cu_line(f, "} else");
-  cu_line(f, "#endif");
-  cu_line(f, "{");
-  cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int e = 0; e < 4; e++) dst[e] = ok ? src[e] : 0.0f;");
-  cu_line(f, "}");
-}
+static int64_t stage_bytes(const CuGemm *gm, const CuTf32Params *p) { return (int64_t)(a_stage(gm, p) + b_stage(gm, p)) * 4; }
 
 /* One operand's tile of one stage: `rows` rows of `cpr` 16-byte chunks,
  * row r at global row grow + r (of row_lim), chunk c at global column
@@ -239,14 +210,26 @@ static void load_operand(CuFn *f, int threads, const char *what, const char *src
     cu_line(f, "const float *src = %s + (ok ? gr * %lldLL + gc : 0LL);", src, (long long)ld);
     cu_line(f, "float *dst = %s + r * %d + cc;", dst, stride);
   }
-  cp_async16(f, aligned);
+  cu_tc_cp_async16_f32(f, "dst", "src", "ok", aligned);
   cu_close(f);
   cu_close(f);
 }
 
-/* Issues the loads of K tile `kt` into buffer `stage`. */
-static void load_stage(CuFn *f, const CuGemm *gm, const CuTf32Params *p, int threads, const char *stage, const char *kt,
-                       const char *aligned) {
+/* What the pipeline's hooks need of the kernel. */
+typedef struct {
+  const CuGemm *gm;
+  const CuTf32Params *p;
+  int threads, MI, NI;
+  const char *aligned;
+} Tf32Ctx;
+
+/* Issues the loads of K tile `kt` into buffer `stage` (CuTcPipeline.load_stage). */
+static void load_stage(CuFn *f, const void *ctx, const char *stage, const char *kt) {
+  const Tf32Ctx *x = ctx;
+  const CuGemm *gm = x->gm;
+  const CuTf32Params *p = x->p;
+  int threads = x->threads;
+  const char *aligned = x->aligned;
   int AS = a_stride(gm, p), BS = b_stride(gm, p);
   cu_open(f, "%s", "");
   cu_line(f, "const long long k0 = (long long)(%s) * %d;", kt, p->BK);
@@ -349,182 +332,12 @@ static void mma_16808(CuFn *f, const char *c, const char *a, const char *b) {
           c, c, c, c, a, a, a, a, b, b);
 }
 
-/* Row m / column n (of f->idx) of fragment element pair h (elements 2h,
- * 2h+1: columns n, n + 1) of tile (i, j), inside loops over i, j, h. */
-static void frag_coords(CuFn *f, const CuTf32Params *p, const char *m, const char *n) {
-  cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + h * 8);", f->idx, m, f->idx, p->WM);
-  cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2);", f->idx, n, f->idx, p->WN);
-}
-
-/* The epilogue as mma.c's: each f32 accumulator (or pair of columns)
- * through the group's elementwise consumers, stored. */
-static void epilogue(CuFn *f, const CuGemm *gm, const CuTf32Params *p, const char *z, const int *epi, int nepi, int MI,
-                     int NI) {
-  const Graph *g = f->g;
-  const Node *an = gm->an;
-  const Value *av = &g->val[an->out[0]];
-  const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
-  CuCoords co;
-  CuVal val;
-  if (gm->N % 2 == 0) {
-    /* a lane's two columns of a row are one 8-byte access of every f32
-     * tensor the epilogue reads or writes when the arguments are aligned:
-     * n is even and so is N; without that guarantee, two element accesses
-     * (the pair is still handed over whole, which a gated pair's halves
-     * need: merge-matmuls) */
-    cu_line(f, "// epilogue: the fused elementwise ops on each pair of f32 accumulators (columns n, n + 1), stored");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int h = 0; h < 2; h++)");
-    const char *m = cu_tmp(f), *n = cu_tmp(f);
-    frag_coords(f, p, m, n);
-    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
-    gm->result(f, gm, zi, m, n, "acc[i][j][2 * h]", &co, &val);
-    co.lanes = 2;
-    co.step[co.rank - 1] = 1;
-    co.aligned = f->opt && f->opt->args_aligned;
-    co.whole_lanes = true;
-    val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
-    for (int e = 0; e < 2; e++) {
-      const char *r = cu_tmp(f);
-      cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(an->op),
-              e ? ", column n + 1" : "");
-      val.l[e] = r;
-    }
-    cu_store_epilogue(f, epi, nepi, &co, &val);
-  } else {
-    cu_line(f, "// epilogue: the fused elementwise ops on each f32 accumulator, stored");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int e = 0; e < 4; e++)");
-    const char *m = cu_tmp(f), *n = cu_tmp(f);
-    cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, p->WM);
-    cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, p->WN);
-    cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
-    gm->result(f, gm, zi, m, n, "acc[i][j][e]", &co, &val);
-    const char *r = cu_tmp(f);
-    cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(an->op));
-    val.l[0] = r;
-    cu_store_epilogue(f, epi, nepi, &co, &val);
-  }
-  cu_close(f);
-  cu_close(f);
-  cu_close(f);
-  cu_close(f);
-}
-
-void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *params, const int *epi, int nepi, CuLaunch *l) {
-  const Graph *g = f->g;
-  const Node *an = gm->an;
-  /* fewer stages when the arch has less shared memory than asked for */
-  CuTf32Params q = *params;
-  int64_t limit = smem_limit(f);
-  while (smem_bytes(gm, &q) > limit && q.stages > 2) q.stages--;
-  const CuTf32Params *p = &q;
-  cu_tf32_format(p, l->variant);
-  l->kind = "matmul";
-  if (smem_bytes(gm, p) > limit) {
-    cu_fail(f, ST_UNSUPPORTED, "variant %s needs %lld bytes of shared memory, the arch allows %lld", l->variant,
-            (long long)smem_bytes(gm, p), (long long)limit);
-    return;
-  }
-  int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
-  int MI = p->WM / 16, NI = p->WN / 8;
-  int AS = a_stride(gm, p), BS = b_stride(gm, p);
-  int smem_elems = p->stages * (a_stage(gm, p) + b_stage(gm, p));
-  int64_t TM = ceil_div(gm->M, p->BM), TN = ceil_div(gm->N, p->BN), KT = ceil_div(gm->K, p->BK);
-
-  l->block[0] = (unsigned)threads;
-  if (TM * TN > 0x7fffffffLL) {
-    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld result exceeds the grid", (long long)gm->M, (long long)gm->N);
-    return;
-  }
-  l->grid[0] = (unsigned)(TM * TN);
-  l->grid[1] = 1;
-  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  l->smem = (unsigned)(smem_elems * 4);
-  if (gm->Z == 0) return;
-
-  cu_line(f, "// variant: TF32 tensor cores (mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32, cvt.rna.tf32.f32, cp.async), %s%s x %s%s",
-          g->val[an->in[0]].name, gm->ta ? " (A given as [K, M])" : "", g->val[an->in[1]].name,
-          gm->tb ? " (B given as [N, K])" : "");
-  cu_line(f, "// f32 operands rounded to TF32 (allow_tf32), f32 accumulation");
-  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages; M %lld, N %lld, K %lld, batch %lld",
-          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, (long long)gm->M, (long long)gm->N,
-          (long long)gm->K, (long long)gm->Z);
-  cu_buf_append(f->out, tf32_helpers, sizeof tf32_helpers - 1);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "extern __shared__ __align__(16) float smelt_tf32_smem[];");
-  cu_line(f, "#else");
-  cu_line(f, "__align__(16) __shared__ float smelt_tf32_smem[%d];", smem_elems);
-  cu_line(f, "#endif");
-  cu_line(f, "float *const As = smelt_tf32_smem;  // [%d stages][%d][%d] (rows padded by %d)", p->stages,
-          gm->ta ? p->BK : p->BM, AS, gm->ta ? 4 : 8);
-  cu_line(f, "float *const Bs = smelt_tf32_smem + %d;  // [%d stages][%d][%d] (rows padded by %d)",
-          p->stages * a_stage(gm, p), p->stages, gm->tb ? p->BN : p->BK, BS, gm->tb ? 8 : 4);
-  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-  int cprs[2] = {gm->ta ? p->BM / 4 : p->BK / 4, gm->tb ? p->BK / 4 : p->BN / 4};
-  for (int o = 0; o < 2; o++)
-    if (threads % cprs[o] == 0 && (o == 0 || cprs[1] != cprs[0]))
-      cu_line(f, "const int lr%d = threadIdx.x / %d, lc%d = (threadIdx.x %% %d) * 4;  // first row, column in rows of %d chunks",
-              cprs[o], cprs[o], cprs[o], cprs[o], cprs[o]);
-  cu_line(f, "const int wm = warp / %d, wn = warp %% %d;  // this warp's %d x %d sub-tile", warps_n, warps_n, p->WM, p->WN);
-  cu_line(f, "// tile (tm, tn) of block x: groups of %d tile rows, column by column, so that blocks running together share",
-          TF32_GROUP_M);
-  cu_line(f, "// their A rows and B columns in L2");
-  cu_line(f, "const int group = blockIdx.x / %lld, first = group * %d;", (long long)(TF32_GROUP_M * TN), TF32_GROUP_M);
-  cu_line(f, "const int rows = %lld - first < %d ? %lld - first : %d;", (long long)TM, TF32_GROUP_M, (long long)TM,
-          TF32_GROUP_M);
-  cu_line(f, "const int tm = first + (blockIdx.x %% %lld) %% rows, tn = (blockIdx.x %% %lld) / rows;",
-          (long long)(TF32_GROUP_M * TN), (long long)(TF32_GROUP_M * TN));
-  cu_line(f, "const long long m0 = (long long)tm * %d, n0 = (long long)tn * %d;", p->BM, p->BN);
-  cu_line(f, "const int nt = %lld;  // k-tiles", (long long)KT);
-  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
-  const char *aligned = f->opt && f->opt->args_aligned ? "true" : "aligned16";
-  if (!(f->opt && f->opt->args_aligned))
-    cu_line(f, "const bool aligned16 = smelt_aligned(a%d, 16) && smelt_aligned(a%d, 16);", a0, b0);
-  const char *z = cu_tmp(f);
-  cu_open(f, "for (long long %s = blockIdx.z; %s < %lldLL; %s += gridDim.z)", z, z, (long long)gm->Z, z);
-  cu_line(f, "const float *A = a%d + %s;  // %s", a0, cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
-  cu_line(f, "const float *B = a%d + %s;  // %s", b0, cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
-  cu_line(f, "float acc[%d][%d][4];", MI, NI);
-  cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int i = 0; i < %d; i++)", MI);
-  cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int j = 0; j < %d; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;", NI);
-  cu_line(f, "// prologue: tiles 0 .. %d in flight", p->stages - 2);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int s = 0; s < %d; s++)", p->stages - 1);
-  cu_open(f, "if (s < nt)");
-  load_stage(f, gm, p, threads, "s", "s", aligned);
-  cu_close(f);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_close(f);
-  cu_open(f, "for (int kt = 0; kt < nt; kt++)");
-  cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", p->stages - 2);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", p->stages - 2);
-  cu_line(f, "#endif");
-  cu_line(f, "__syncthreads();");
-  cu_open(f, "%s", "");
-  cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", p->stages - 1);
-  cu_open(f, "if (next < nt)");
-  load_stage(f, gm, p, threads, cu_fmt(f, "(next %% %d)", p->stages), "next", aligned);
-  cu_close(f);
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_close(f);
-  cu_line(f, "const float *as = As + (kt %% %d) * %d, *bs = Bs + (kt %% %d) * %d;", p->stages, a_stage(gm, p), p->stages,
-          b_stage(gm, p));
+/* The MMAs over the k-tile in as / bs (CuTcPipeline.k_tile). */
+static void k_tile(CuFn *f, const void *ctx) {
+  const Tf32Ctx *x = ctx;
+  const CuGemm *gm = x->gm;
+  const CuTf32Params *p = x->p;
+  int MI = x->MI, NI = x->NI;
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int kk = 0; kk < %d; kk += 8)", p->BK);
   cu_line(f, "#ifdef __CUDA_ARCH__");
@@ -564,11 +377,56 @@ void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *params, const i
   cu_close(f);
   cu_line(f, "#endif");
   cu_close(f); /* kk */
-  cu_close(f); /* kt */
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.wait_group 0;\\n\" ::);");
-  cu_line(f, "#endif");
-  cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
-  epilogue(f, gm, p, z, epi, nepi, MI, NI);
+}
+
+void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *params, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *an = gm->an;
+  /* fewer stages when the arch has less shared memory than asked for */
+  CuTf32Params q = *params;
+  q.stages = cu_tc_fit_stages(f, q.stages, stage_bytes(gm, &q));
+  const CuTf32Params *p = &q;
+  cu_tf32_format(p, l->variant);
+  l->kind = "matmul";
+  if (!cu_tc_smem_fits(f, l, p->stages, stage_bytes(gm, p))) return;
+  int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
+  int MI = p->WM / 16, NI = p->WN / 8;
+  int AS = a_stride(gm, p), BS = b_stride(gm, p);
+  int smem_elems = p->stages * (a_stage(gm, p) + b_stage(gm, p));
+  int64_t KT = ceil_div(gm->K, p->BK);
+
+  if (!cu_tc_launch(f, gm, p->BM, p->BN, threads, 1, l)) return;
+  l->smem = (unsigned)(smem_elems * 4);
+  if (gm->Z == 0) return;
+
+  cu_line(f, "// variant: TF32 tensor cores (mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32, cvt.rna.tf32.f32, cp.async), %s%s x %s%s",
+          g->val[an->in[0]].name, gm->ta ? " (A given as [K, M])" : "", g->val[an->in[1]].name,
+          gm->tb ? " (B given as [N, K])" : "");
+  cu_line(f, "// f32 operands rounded to TF32 (allow_tf32), f32 accumulation");
+  cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages; M %lld, N %lld, K %lld, batch %lld",
+          p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, (long long)gm->M, (long long)gm->N,
+          (long long)gm->K, (long long)gm->Z);
+  cu_buf_append(f->out, tf32_helpers, sizeof tf32_helpers - 1);
+  cu_tc_smem_decl(f, "float", "smelt_tf32_smem", smem_elems);
+  cu_line(f, "float *const As = smelt_tf32_smem;  // [%d stages][%d][%d] (rows padded by %d)", p->stages,
+          gm->ta ? p->BK : p->BM, AS, gm->ta ? 4 : 8);
+  cu_line(f, "float *const Bs = smelt_tf32_smem + %d;  // [%d stages][%d][%d] (rows padded by %d)",
+          p->stages * a_stage(gm, p), p->stages, gm->tb ? p->BN : p->BK, BS, gm->tb ? 8 : 4);
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  int cprs[2] = {gm->ta ? p->BM / 4 : p->BK / 4, gm->tb ? p->BK / 4 : p->BN / 4};
+  for (int o = 0; o < 2; o++)
+    if (threads % cprs[o] == 0 && (o == 0 || cprs[1] != cprs[0]))
+      cu_line(f, "const int lr%d = threadIdx.x / %d, lc%d = (threadIdx.x %% %d) * 4;  // first row, column in rows of %d chunks",
+              cprs[o], cprs[o], cprs[o], cprs[o], cprs[o]);
+  cu_tc_block_tile(f, gm, p->BM, p->BN, p->WM, p->WN);
+  cu_line(f, "const int nt = %lld;  // k-tiles", (long long)KT);
+  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
+  const char *aligned;
+  const char *z = cu_tc_batch_loop(f, gm, &aligned);
+  cu_line(f, "const float *A = a%d + %s;  // %s", a0, cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
+  cu_line(f, "const float *B = a%d + %s;  // %s", b0, cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
+  Tf32Ctx x = {gm, p, threads, MI, NI, aligned};
+  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, NULL, "float", a_stage(gm, p), b_stage(gm, p), load_stage, k_tile, &x});
+  cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
   cu_close(f); /* z */
 }

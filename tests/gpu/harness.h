@@ -387,6 +387,243 @@ static inline bool h_compare_tensor(DType dt, const void *got, const void *ref, 
   return ok && (maxerr == 0 || rel <= tol) && (maxerr == 0 || cos >= mincos);
 }
 
+/* sqrt(sum (got - ref)^2 / sum ref^2), the reference as floats (reff) or
+ * doubles (refd); INFINITY when got has a NaN. */
+static inline double h_rel_l2(const float *got, const float *reff, const double *refd, int64_t n) {
+  double e = 0, r = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(got[i])) return INFINITY;
+    double b = refd ? refd[i] : (double)reff[i];
+    double d = (double)got[i] - b;
+    e += d * d, r += b * b;
+  }
+  return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* A model of `count` matmuls mm<i> = x @ w<i> (each B an input, so no
+ * pass changes its layout; A given as [K, M] when ta, B as [N, K] when
+ * tb; batch 0: rank-2 operands), each followed by the epilogue `epi`
+ * ("bias_silu", "gelu_res", "mul": relu * r, or "": neg) giving y<i>,
+ * the outputs; `name` names the model and its temporary file. */
+static inline Graph *h_matmul_model(const char *name, const char *dt, int64_t batch, int64_t M, int64_t K, int64_t N,
+                                    bool ta, bool tb, const char *epi, int count) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/smelt-%s-XXXXXX", name);
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  char bat[32] = "";
+  if (batch) snprintf(bat, sizeof bat, "%lld, ", (long long)batch);
+  fprintf(fp, "smelt: 1\nname: %s\nseed: 3\ndtype: %s\ninputs:\n  x: {shape: [%s%lld, %lld]}\n", name, dt, bat,
+          (long long)(ta ? K : M), (long long)(ta ? M : K));
+  fprintf(fp, "  bias: {shape: [%lld]}\n  r: {shape: [%lld]}\n", (long long)N, (long long)N);
+  for (int i = 0; i < count; i++)
+    fprintf(fp, "  w%d: {shape: [%s%lld, %lld]}\n", i, bat, (long long)(tb ? N : K), (long long)(tb ? K : N));
+  fprintf(fp, "nodes:\n");
+  for (int i = 0; i < count; i++) {
+    fprintf(fp, "  - {out: mm%d, op: matmul, in: [x, w%d]%s%s}\n", i, i, ta ? ", transpose_a: true" : "",
+            tb ? ", transpose_b: true" : "");
+    if (!strcmp(epi, "bias_silu"))
+      fprintf(fp, "  - {out: e%d, op: add, in: [mm%d, bias]}\n  - {out: y%d, op: silu, in: [e%d]}\n", i, i, i, i);
+    else if (!strcmp(epi, "gelu_res"))
+      fprintf(fp, "  - {out: e%d, op: gelu, in: [mm%d]}\n  - {out: y%d, op: add, in: [e%d, r]}\n", i, i, i, i);
+    else if (!strcmp(epi, "mul"))
+      fprintf(fp, "  - {out: e%d, op: relu, in: [mm%d]}\n  - {out: y%d, op: mul, in: [e%d, r]}\n", i, i, i, i);
+    else fprintf(fp, "  - {out: y%d, op: neg, in: [mm%d]}\n", i, i);
+  }
+  fprintf(fp, "outputs: [");
+  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
+  fprintf(fp, "]\n");
+  fclose(fp);
+  char what[64];
+  snprintf(what, sizeof what, "%s model", name);
+  return h_load_temp_model(path, what);
+}
+
+/* The index i of the matmul "mm<i>" kernel k computes, or -1. */
+static inline int h_matmul_index(const Graph *g, const Kernel *k) {
+  int count;
+  int a = cg_group_anchor(g, &g->groups[k->group], &count);
+  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
+  const char *name = g->val[g->node[a].out[0]].name;
+  return strncmp(name, "mm", 2) == 0 ? atoi(name + 2) : -1;
+}
+
+/* Appends tok to toks[0..*n) unless it is there or max are. */
+static inline void h_add_token(char (*toks)[CG_VARIANT_LEN], int *n, int max, const char *tok) {
+  for (int i = 0; i < *n; i++)
+    if (!strcmp(toks[i], tok)) return;
+  if (*n >= max) return;
+  size_t len = 0;
+  while (len < CG_VARIANT_LEN - 1 && tok[len]) len++;
+  memcpy(toks[*n], tok, len);
+  toks[(*n)++][len] = 0;
+}
+
+/* force[i] for each kernel of g (calloc'd; NULL after an error, in *st):
+ * the token toks[j] of the matmul mm<j> it computes, NULL for others. */
+static inline const char **h_force_table(Graph *g, char (*toks)[CG_VARIANT_LEN], int *out_nk, smelt_status *st) {
+  Kernel *k = NULL;
+  int nk = 0;
+  *st = cg_lower(g, &k, &nk);
+  if (*st) return NULL;
+  const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
+  for (int i = 0; i < nk && force; i++) {
+    int mi = h_matmul_index(g, &k[i]);
+    force[i] = mi >= 0 ? toks[mi] : NULL;
+  }
+  cg_kernels_free(k, nk);
+  *out_nk = nk;
+  return force;
+}
+
+/* The unit tests' NVRTC: opened with its cache in a fresh directory dir
+ * (a mkdtemp template); NULL, after a SKIP line, where it is missing. */
+static inline CgNvrtc *h_nvrtc_open(char *dir, CgCudaCompileOptions *copts, bool *dir_ok) {
+  *dir_ok = mkdtemp(dir) != NULL;
+  copts->cache_dir = dir;
+  copts->no_cache = true;
+  CgNvrtc *nv = NULL;
+  smelt_status st = cg_cuda_nvrtc_open(&nv);
+  if (st) {
+    printf("SKIP: NVRTC not available (%s): variants are generated and emulated but not compiled\n", st_message(st));
+    st_free(st);
+    return NULL;
+  }
+  return nv;
+}
+
+/* Generates g's kernels k[0..nk) with opt, checks through same(forced,
+ * used, arch) that every forced kernel recorded its token, and compiles
+ * the module with nv (when not NULL) for opt->arch.  Returns the number of
+ * failures (each printed, prefixed by what). */
+static inline int h_generate_and_compile(CgNvrtc *nv, const CgCudaCompileOptions *copts, Graph *g, const Kernel *k,
+                                         int nk, const CgCudaOptions *opt, const char *what,
+                                         bool (*same)(const char *forced, const char *used, const char *arch)) {
+  int failures = 0;
+  const char *arch = opt->arch;
+  CgCudaModule *m = NULL;
+  smelt_status st = cg_cuda_generate(g, k, nk, opt, &m);
+  if (st) {
+    fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
+    st_free(st);
+    failures++;
+  }
+  for (int i = 0; m && i < m->nkernels; i++)
+    if (opt->force[i] && !same(opt->force[i], m->kernels[i].variant, arch)) {
+      fprintf(stderr, "%s (%s): kernel %s was forced to %s but used %s\n", what, arch, m->kernels[i].name, opt->force[i],
+              m->kernels[i].variant);
+      failures++;
+    }
+  if (m && nv) {
+    CgCudaBinary *bins = NULL;
+    st = cg_cuda_compile_module(nv, m, &arch, 1, copts, &bins);
+    if (st) {
+      fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
+      st_free(st);
+      failures++;
+    } else {
+      for (int u = 0; u < m->nunits; u++)
+        if (bins[u].cubin_len == 0) fprintf(stderr, "%s (%s): unit %d compiled to nothing\n", what, arch, u), failures++;
+      cg_cuda_binaries_free(bins, m->nunits);
+    }
+  }
+  cg_cuda_module_free(m);
+  return failures;
+}
+
+/* Random inputs of g in [-1, 1) (or per input the range `ranges` gives;
+ * seed: the value + 7) into data[v], run through the interpreter *it. */
+static inline smelt_status h_interp_random(Graph *g, const OpSuite *ranges, void **data, Interp **it) {
+  smelt_status st = ir_interp_create(g, it);
+  for (int i = 0; i < g->ninputs && !st; i++) {
+    int v = g->inputs[i];
+    double lo = -1, hi = 1;
+    if (ranges)
+      for (int j = 0; j < ranges->nin; j++)
+        if (ranges->in[j].value == v) lo = ranges->in[j].lo, hi = ranges->in[j].hi;
+    data[v] = h_random(&g->val[v].type, lo, hi, (uint64_t)v + 7);
+    st = ir_interp_set_input(*it, v, data[v]);
+  }
+  if (!st) st = ir_interp_run(*it);
+  return st;
+}
+
+/* A buffer buf[v] for every value the kernels k[0..nk) touch, H_GUARD
+ * bytes of H_GUARD_BYTE before and after (and `offset` bytes more before),
+ * holding the value's constant data or input data[v]; stored[v]: some
+ * kernel writes v. */
+static inline smelt_status h_upload_guarded(Exec *e, const Graph *g, const Kernel *k, int nk, void *const *data,
+                                            size_t offset, uint64_t *buf, bool *stored) {
+  smelt_status st = NULL;
+  for (int i = 0; i < nk && !st; i++)
+    for (int a = 0; a < k[i].nargs && !st; a++) {
+      int v = k[i].args[a];
+      if (a >= k[i].nargs - k[i].nouts) stored[v] = true;
+      if (buf[v]) continue;
+      size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD + offset;
+      st = e->alloc(e, total, &buf[v]);
+      unsigned char *pat = malloc(total);
+      if (!st && pat) {
+        memset(pat, H_GUARD_BYTE, total);
+        const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : g->val[v].kind == VK_INPUT ? data[v] : NULL;
+        if (src && bytes) memcpy(pat + H_GUARD + offset, src, bytes);
+        st = e->upload(e, buf[v], pat, total);
+      }
+      free(pat);
+    }
+  return st;
+}
+
+/* Downloads value v's buffer (as h_upload_guarded made it) into *host
+ * (malloc'd, guards included; the value at H_GUARD + offset); *guard: the
+ * first overwritten guard byte (negative: before the value, 1-based), 0
+ * when none. */
+static inline smelt_status h_download_guarded(Exec *e, const Graph *g, int v, uint64_t buf, size_t offset,
+                                              unsigned char **host, ssize_t *guard) {
+  size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD + offset;
+  *guard = 0;
+  *host = malloc(total);
+  if (!*host) return st_error(ST_NO_MEMORY, "out of memory");
+  RETURN_IF_ERROR(e->download(e, *host, buf, total));
+  for (size_t b = 0; b < total; b++)
+    if ((b < H_GUARD + offset || b >= H_GUARD + offset + bytes) && (*host)[b] != H_GUARD_BYTE) {
+      *guard = b < H_GUARD + offset ? -(ssize_t)(H_GUARD + offset - b) : (ssize_t)(b - H_GUARD - offset - bytes + 1);
+      break;
+    }
+  return NULL;
+}
+
+/* Buffers of h_upload_guarded and inputs of h_interp_random: freed. */
+static inline void h_free_guarded(Exec *e, const Graph *g, uint64_t *buf, bool *stored, void **data) {
+  for (int v = 0; v < g->nval; v++) {
+    if (buf && buf[v]) e->free(e, buf[v]);
+    if (data) free(data[v]);
+  }
+  free(buf), free(stored), free(data);
+}
+
+/* A CUDA test's start: device 0 and NVRTC opened into *e, the device
+ * printed.  Returns -1 to go on, else the exit status (0 after a SKIP
+ * line without a device). */
+static inline int h_cuda_test_start(Exec *e, const char *test) {
+  const char *skip = NULL;
+  smelt_status st = h_exec_cuda(e, &skip);
+  if (st) {
+    fprintf(stderr, "%s: %s\n", test, st_message(st));
+    st_free(st);
+    return 1;
+  }
+  if (skip) {
+    printf("SKIP: %s\n", skip);
+    return 0;
+  }
+  const RtCudaInfo *info = rt_cuda_device_info(e->dev);
+  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
+         cg_cuda_nvrtc_version(e->nvrtc));
+  return -1;
+}
+
 /* Runs g on e and compares with the interpreter.  inputs: per input value
  * in op-suite order (OcInput ranges) or NULL for [-1, 1).  offset: bytes
  * added to every buffer (0: 256-byte aligned). */
@@ -418,17 +655,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   /* the reference */
   Interp *it = NULL;
   void **data = calloc((size_t)g->nval, sizeof(void *));
-  st = ir_interp_create(g, &it);
-  for (int i = 0; i < g->ninputs && !st; i++) {
-    int v = g->inputs[i];
-    double lo = -1, hi = 1;
-    if (ranges)
-      for (int j = 0; j < ranges->nin; j++)
-        if (ranges->in[j].value == v) lo = ranges->in[j].lo, hi = ranges->in[j].hi;
-    data[v] = h_random(&g->val[v].type, lo, hi, (uint64_t)v + 7);
-    st = ir_interp_set_input(it, v, data[v]);
-  }
-  if (!st) st = ir_interp_run(it);
+  st = h_interp_random(g, ranges, data, &it);
   if (st) {
     H_FAIL("reference: %s", st_message(st));
     st_free(st);
@@ -438,22 +665,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   uint64_t *buf = calloc((size_t)g->nval, sizeof(uint64_t));
   bool *stored = calloc((size_t)g->nval, sizeof(bool));
   st = e->load(e, m);
-  for (int i = 0; i < nk && !st; i++)
-    for (int a = 0; a < k[i].nargs && !st; a++) {
-      int v = k[i].args[a];
-      if (a >= k[i].nargs - k[i].nouts) stored[v] = true;
-      if (buf[v]) continue;
-      size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD + offset;
-      st = e->alloc(e, total, &buf[v]);
-      unsigned char *pat = malloc(total);
-      if (!st && pat) {
-        memset(pat, H_GUARD_BYTE, total);
-        const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : g->val[v].kind == VK_INPUT ? data[v] : NULL;
-        if (src && bytes) memcpy(pat + H_GUARD + offset, src, bytes);
-        st = e->upload(e, buf[v], pat, total);
-      }
-      free(pat);
-    }
+  if (!st) st = h_upload_guarded(e, g, k, nk, data, offset, buf, stored);
   /* one zeroed workspace of the largest size serves every kernel: each
    * leaves it zero (CgCudaLaunch.workspace) */
   uint64_t ws = 0, ws_bytes = 0;
@@ -481,24 +693,20 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
     for (int v = 0; v < g->nval; v++) {
       if (!stored[v]) continue;
       const TensorType *t = &g->val[v].type;
-      size_t bytes = ir_type_bytes(t), total = bytes + 2 * H_GUARD + offset;
-      unsigned char *host = malloc(total);
-      if (!host) continue;
-      st = e->download(e, host, buf[v], total);
+      unsigned char *host = NULL;
+      ssize_t guard = 0;
+      st = h_download_guarded(e, g, v, buf[v], offset, &host, &guard);
       if (st) {
         H_FAIL("download '%s': %s", g->val[v].name, st_message(st));
         st_free(st);
         free(host);
         continue;
       }
-      for (size_t b = 0; b < total; b++)
-        if ((b < H_GUARD + offset || b >= H_GUARD + offset + bytes) && host[b] != H_GUARD_BYTE) {
-          H_FAIL("'%s': guard byte %zd %s the tensor was overwritten", g->val[v].name,
-                 b < H_GUARD + offset ? (ssize_t)(H_GUARD + offset - b) : (ssize_t)(b - H_GUARD - offset - bytes + 1),
-                 b < H_GUARD + offset ? "before" : "after");
-          if (stats) stats->guard_failures++;
-          break;
-        }
+      if (guard) {
+        H_FAIL("'%s': guard byte %zd %s the tensor was overwritten", g->val[v].name, guard < 0 ? -guard : guard,
+               guard < 0 ? "before" : "after");
+        if (stats) stats->guard_failures++;
+      }
       const void *ref = ir_interp_value(it, v);
       if (whole_model && ref) {
         double rel, cos;

@@ -187,15 +187,6 @@ static Graph *var_graph(const VarCase *c, int count) {
   return h_load_temp_model(path, "matmul model");
 }
 
-/* The i of the matmul "mm<i>" kernel k computes, or -1. */
-static int matmul_index(const Graph *g, const Kernel *k) {
-  int count;
-  int a = cg_group_anchor(g, &g->groups[k->group], &count);
-  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
-  const char *name = g->val[g->node[a].out[0]].name;
-  return strncmp(name, "mm", 2) == 0 ? atoi(name + 2) : -1;
-}
-
 /* The GEMV and mma candidates for the matmul of g's kernel `mm` on arch. */
 static int candidates(Graph *g, const Kernel *k, const char *arch, char (*toks)[CG_VARIANT_LEN], int max) {
   char all[64][CG_VARIANT_LEN];
@@ -229,7 +220,7 @@ static void test_candidates(Exec *e) {
     int nk = 0;
     if (g1 && !cg_lower(g1, &k, &nk))
       for (int j = 0; j < nk; j++)
-        if (matmul_index(g1, &k[j]) == 0) n = candidates(g1, &k[j], arch, toks, 32);
+        if (h_matmul_index(g1, &k[j]) == 0) n = candidates(g1, &k[j], arch, toks, 32);
     cg_kernels_free(k, nk);
     ir_graph_destroy(g1);
     Graph *g = n ? var_graph(c, n) : NULL;
@@ -242,7 +233,7 @@ static void test_candidates(Exec *e) {
     CHECK_OK(cg_lower(g, &k, &nk));
     const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
     for (int j = 0; j < nk; j++) {
-      int mi = matmul_index(g, &k[j]);
+      int mi = h_matmul_index(g, &k[j]);
       force[j] = mi >= 0 && mi < n ? toks[mi] : NULL;
     }
     cg_kernels_free(k, nk);
@@ -357,7 +348,7 @@ static bool perf_init(Exec *e, const PerfCase *c, Perf *p) {
   smelt_status st = cg_lower(p->g, &p->k, &p->nk);
   p->mm = -1;
   for (int i = 0; !st && i < p->nk; i++)
-    if (matmul_index(p->g, &p->k[i]) == 0) p->mm = i;
+    if (h_matmul_index(p->g, &p->k[i]) == 0) p->mm = i;
   p->x = value_named(p->g, "x"), p->w = value_named(p->g, "w0"), p->r = value_named(p->g, "r");
   p->y = value_named(p->g, "y0");
   if (!st && (p->mm < 0 || p->x < 0 || p->w < 0 || p->r < 0 || p->y < 0)) st = st_error(ST_INTERNAL, "no matmul kernel");
@@ -593,20 +584,8 @@ static void test_perf(Exec *e) {
 
 int main(void) {
   Exec e;
-  const char *skip = NULL;
-  smelt_status st = h_exec_cuda(&e, &skip);
-  if (st) {
-    fprintf(stderr, "test_cuda_matmul: %s\n", st_message(st));
-    st_free(st);
-    return 1;
-  }
-  if (skip) {
-    printf("SKIP: %s\n", skip);
-    return 0;
-  }
-  const RtCudaInfo *info = rt_cuda_device_info(e.dev);
-  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
-         cg_cuda_nvrtc_version(e.nvrtc));
+  int rc = h_cuda_test_start(&e, "test_cuda_matmul");
+  if (rc >= 0) return rc;
   test_heuristic(&e);
   test_candidates(&e);
   test_perf(&e);

@@ -34,30 +34,12 @@
 #define TF32_MIN_ERR 1e-5
 #define MAX_TOKENS 24
 
-static double rel_l2(const float *got, const float *ref, int64_t n) {
-  double e = 0, r = 0;
-  for (int64_t i = 0; i < n; i++) {
-    if (isnan(got[i])) return INFINITY;
-    double d = (double)got[i] - ref[i];
-    e += d * d, r += (double)ref[i] * ref[i];
-  }
-  return r > 0 ? sqrt(e / r) : sqrt(e);
-}
+static double rel_l2(const float *got, const float *ref, int64_t n) { return h_rel_l2(got, ref, NULL, n); }
 
 static int value_named(const Graph *g, const char *name) {
   for (int v = 0; v < g->nval; v++)
     if (g->val[v].name && !strcmp(g->val[v].name, name)) return v;
   return -1;
-}
-
-/* The index i of the matmul "mm<i>" kernel k computes, or -1. */
-static int matmul_index(const Graph *g, const Kernel *k) {
-  int count;
-  int a = cg_group_anchor(g, &g->groups[k->group], &count);
-  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
-  const char *name = g->val[g->node[a].out[0]].name;
-  if (strncmp(name, "mm", 2) != 0) return -1;
-  return atoi(name + 2);
 }
 
 typedef struct {
@@ -68,35 +50,7 @@ typedef struct {
 
 /* `count` matmuls x @ w<i> with the case's epilogue, outputs y<i>. */
 static Graph *case_graph(const Case *c, int count) {
-  char path[] = "/tmp/smelt-gtf32-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NULL;
-  FILE *fp = fdopen(fd, "w");
-  char bat[32] = "";
-  if (c->batch) snprintf(bat, sizeof bat, "%lld, ", (long long)c->batch);
-  fprintf(fp, "smelt: 1\nname: tf32\nseed: 3\ndtype: f32\ninputs:\n  x: {shape: [%s%lld, %lld]}\n", bat,
-          (long long)(c->ta ? c->K : c->M), (long long)(c->ta ? c->M : c->K));
-  fprintf(fp, "  bias: {shape: [%lld]}\n  r: {shape: [%lld]}\n", (long long)c->N, (long long)c->N);
-  for (int i = 0; i < count; i++)
-    fprintf(fp, "  w%d: {shape: [%s%lld, %lld]}\n", i, bat, (long long)(c->tb ? c->N : c->K),
-            (long long)(c->tb ? c->K : c->N));
-  fprintf(fp, "nodes:\n");
-  for (int i = 0; i < count; i++) {
-    fprintf(fp, "  - {out: mm%d, op: matmul, in: [x, w%d]%s%s}\n", i, i, c->ta ? ", transpose_a: true" : "",
-            c->tb ? ", transpose_b: true" : "");
-    if (!strcmp(c->epi, "bias_silu"))
-      fprintf(fp, "  - {out: e%d, op: add, in: [mm%d, bias]}\n  - {out: y%d, op: silu, in: [e%d]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "gelu_res"))
-      fprintf(fp, "  - {out: e%d, op: gelu, in: [mm%d]}\n  - {out: y%d, op: add, in: [e%d, r]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "mul"))
-      fprintf(fp, "  - {out: e%d, op: relu, in: [mm%d]}\n  - {out: y%d, op: mul, in: [e%d, r]}\n", i, i, i, i);
-    else fprintf(fp, "  - {out: y%d, op: neg, in: [mm%d]}\n", i, i);
-  }
-  fprintf(fp, "outputs: [");
-  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
-  fprintf(fp, "]\n");
-  fclose(fp);
-  return h_load_temp_model(path, "tf32 model");
+  return h_matmul_model("gtf32", "f32", c->batch, c->M, c->K, c->N, c->ta, c->tb, c->epi, count);
 }
 
 /* The tf32 candidates of case c's matmul for arch (at most max). */
@@ -107,7 +61,7 @@ static int case_tokens(const Case *c, const char *arch, char (*toks)[CG_VARIANT_
   int nk = 0, n = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   for (int i = 0; i < nk; i++) {
-    if (matmul_index(g, &k[i]) != 0) continue;
+    if (h_matmul_index(g, &k[i]) != 0) continue;
     char got[64][CG_VARIANT_LEN];
     int ng = cg_cuda_variants_tf32(g, &k[i], arch, got, 64);
     for (int j = 0; j < ng && n < max; j++)
@@ -136,31 +90,10 @@ static void run_checked(Exec *e, Graph *g, const char **force, char (*toks)[CG_V
   void **data = calloc((size_t)g->nval, sizeof(void *));
   uint64_t *buf = calloc((size_t)g->nval, sizeof(uint64_t));
   bool *stored = calloc((size_t)g->nval, sizeof(bool));
-  if (!st) st = ir_interp_create(g, &it);
-  for (int i = 0; i < g->ninputs && !st; i++) {
-    int v = g->inputs[i];
-    data[v] = h_random(&g->val[v].type, -1, 1, (uint64_t)v + 7);
-    st = ir_interp_set_input(it, v, data[v]);
-  }
-  if (!st) st = ir_interp_run(it);
+  if (!st) st = h_interp_random(g, NULL, data, &it);
   if (!st) st = e->load(e, m);
   bool loaded = !st;
-  for (int i = 0; i < nk && !st; i++)
-    for (int a = 0; a < k[i].nargs && !st; a++) {
-      int v = k[i].args[a];
-      if (a >= k[i].nargs - k[i].nouts) stored[v] = true;
-      if (buf[v]) continue;
-      size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD;
-      st = e->alloc(e, total, &buf[v]);
-      unsigned char *pat = malloc(total);
-      if (!st && pat) {
-        memset(pat, H_GUARD_BYTE, total);
-        const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : g->val[v].kind == VK_INPUT ? data[v] : NULL;
-        if (src && bytes) memcpy(pat + H_GUARD, src, bytes);
-        st = e->upload(e, buf[v], pat, total);
-      }
-      free(pat);
-    }
+  if (!st) st = h_upload_guarded(e, g, k, nk, data, 0, buf, stored);
   for (int i = 0; i < nk && !st; i++) {
     uint64_t args[256];
     int na = k[i].nargs < 256 ? k[i].nargs : 256;
@@ -172,15 +105,17 @@ static void run_checked(Exec *e, Graph *g, const char **force, char (*toks)[CG_V
   for (int v = 0; v < g->nval && !st; v++) {
     if (!stored[v] || g->val[v].name[0] != 'y') continue;
     const TensorType *t = &g->val[v].type;
-    size_t bytes = ir_type_bytes(t), total = bytes + 2 * H_GUARD;
-    unsigned char *host = malloc(total);
-    st = e->download(e, host, buf[v], total);
-    for (size_t b = 0; !st && b < total; b++)
-      if ((b < H_GUARD || b >= H_GUARD + bytes) && host[b] != H_GUARD_BYTE) {
-        fprintf(stderr, "%s: '%s': a guard byte was overwritten\n", what, g->val[v].name);
-        check_failures++;
-        break;
-      }
+    unsigned char *host = NULL;
+    ssize_t guard = 0;
+    st = h_download_guarded(e, g, v, buf[v], 0, &host, &guard);
+    if (st) {
+      free(host);
+      break;
+    }
+    if (guard) {
+      fprintf(stderr, "%s: '%s': a guard byte was overwritten\n", what, g->val[v].name);
+      check_failures++;
+    }
     double err = rel_l2((const float *)(host + H_GUARD), (const float *)ir_interp_value(it, v), ir_type_numel(t));
     if (err > *worst) *worst = err;
     if (err < *least) *least = err;
@@ -197,11 +132,7 @@ static void run_checked(Exec *e, Graph *g, const char **force, char (*toks)[CG_V
     check_failures++;
   }
   if (loaded) e->unload(e);
-  for (int v = 0; v < g->nval; v++) {
-    if (buf[v]) e->free(e, buf[v]);
-    free(data[v]);
-  }
-  free(buf), free(stored), free(data);
+  h_free_guarded(e, g, buf, stored, data);
   ir_interp_destroy(it);
   cg_cuda_module_free(m);
   cg_kernels_free(k, nk);
@@ -233,15 +164,14 @@ static void test_ragged(Exec *e) {
       check_failures++;
       continue;
     }
-    Kernel *k = NULL;
     int nk = 0;
-    CHECK_OK(cg_lower(g, &k, &nk));
-    const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
-    for (int i = 0; i < nk; i++) {
-      int mi = matmul_index(g, &k[i]);
-      force[i] = mi >= 0 ? toks[mi] : NULL;
+    smelt_status st = NULL;
+    const char **force = h_force_table(g, toks, &nk, &st);
+    CHECK_OK(st);
+    if (!force) {
+      ir_graph_destroy(g);
+      continue;
     }
-    cg_kernels_free(k, nk);
     run_checked(e, g, force, toks, what, &worst, &least);
     printf("%-52s %d tf32 variants\n", what, n);
     total += n;
@@ -269,7 +199,7 @@ static void test_big(Exec *e, const Case *c, bool use_interp) {
   int nk = 0, mm = -1;
   CHECK_OK(cg_lower(g, &k, &nk));
   for (int i = 0; i < nk; i++)
-    if (matmul_index(g, &k[i]) == 0) mm = i;
+    if (h_matmul_index(g, &k[i]) == 0) mm = i;
   int xv = value_named(g, "x"), wv = value_named(g, "w0"), yv = value_named(g, "y0");
   bool shape_ok = mm >= 0 && nk == 1 && k[0].nargs == 3 && xv >= 0 && wv >= 0 && yv >= 0;
   CHECK(shape_ok);
@@ -480,20 +410,8 @@ static void test_bundle(const char *smelt) {
 int main(int argc, char **argv) {
   (void)argc;
   Exec e;
-  const char *skip = NULL;
-  smelt_status st = h_exec_cuda(&e, &skip);
-  if (st) {
-    fprintf(stderr, "test_cuda_tf32: %s\n", st_message(st));
-    st_free(st);
-    return 1;
-  }
-  if (skip) {
-    printf("SKIP: %s\n", skip);
-    return 0;
-  }
-  const RtCudaInfo *info = rt_cuda_device_info(e.dev);
-  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
-         cg_cuda_nvrtc_version(e.nvrtc));
+  int rc = h_cuda_test_start(&e, "test_cuda_tf32");
+  if (rc >= 0) return rc;
   test_ragged(&e);
   static const Case big[] = {{0, 1024, 1024, 1024, false, false, ""}, {0, 2048, 4096, 4096, false, true, ""}};
   test_big(&e, &big[0], true);

@@ -49,56 +49,12 @@ typedef struct {
   bool all_runs;        /* also with args_aligned */
 } Case;
 
-/* A model with `count` matmuls x @ w<i> (each B an input, so no pass
- * changes its layout), each with the case's epilogue. */
+/* A model with `count` matmuls x @ w<i>, each with the case's epilogue. */
 static Graph *case_graph(const Case *c, int count) {
-  char path[] = "/tmp/smelt-gemm-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NULL;
-  FILE *fp = fdopen(fd, "w");
-  char bat[32] = "";
-  if (c->batch) snprintf(bat, sizeof bat, "%lld, ", (long long)c->batch);
-  fprintf(fp, "smelt: 1\nname: gemm\nseed: 3\ndtype: %s\ninputs:\n  x: {shape: [%s%lld, %lld]}\n", c->dt, bat,
-          (long long)c->M, (long long)c->K);
-  fprintf(fp, "  bias: {shape: [%lld]}\n  r: {shape: [%lld]}\n", (long long)c->N, (long long)c->N);
-  for (int i = 0; i < count; i++)
-    fprintf(fp, "  w%d: {shape: [%s%lld, %lld]}\n", i, bat, (long long)(c->tb ? c->N : c->K),
-            (long long)(c->tb ? c->K : c->N));
-  fprintf(fp, "nodes:\n");
-  for (int i = 0; i < count; i++) {
-    fprintf(fp, "  - {out: mm%d, op: matmul, in: [x, w%d]%s}\n", i, i, c->tb ? ", transpose_b: true" : "");
-    if (!strcmp(c->epi, "bias_silu"))
-      fprintf(fp, "  - {out: e%d, op: add, in: [mm%d, bias]}\n  - {out: y%d, op: silu, in: [e%d]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "gelu_res"))
-      fprintf(fp, "  - {out: e%d, op: gelu, in: [mm%d]}\n  - {out: y%d, op: add, in: [e%d, r]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "mul"))
-      fprintf(fp, "  - {out: e%d, op: relu, in: [mm%d]}\n  - {out: y%d, op: mul, in: [e%d, r]}\n", i, i, i, i);
-    else fprintf(fp, "  - {out: y%d, op: neg, in: [mm%d]}\n", i, i);
-  }
-  fprintf(fp, "outputs: [");
-  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
-  fprintf(fp, "]\n");
-  fclose(fp);
-  return h_load_temp_model(path, "gemm model");
-}
-
-/* The index i of the matmul "mm<i>" kernel k computes, or -1. */
-static int matmul_index(const Graph *g, const Kernel *k) {
-  int count;
-  int a = cg_group_anchor(g, &g->groups[k->group], &count);
-  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
-  const char *name = g->val[g->node[a].out[0]].name;
-  if (strncmp(name, "mm", 2) != 0) return -1;
-  return atoi(name + 2);
+  return h_matmul_model("gemm", c->dt, c->batch, c->M, c->K, c->N, false, c->tb, c->epi, count);
 }
 
 static bool family_tested(const char *tok) { return !strncmp(tok, "gemv:", 5) || !strncmp(tok, "mma:", 4); }
-
-static void add_token(char (*toks)[CG_VARIANT_LEN], int *n, const char *tok) {
-  for (int i = 0; i < *n; i++)
-    if (!strcmp(toks[i], tok)) return;
-  if (*n < MAX_TOKENS) snprintf(toks[(*n)++], CG_VARIANT_LEN, "%s", tok);
-}
 
 /* The tokens to try for case c: candidates for sm_90a and portable builds
  * (GEMV and mma only), then the case's extra ones. */
@@ -113,7 +69,7 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   for (int i = 0; i < nk; i++) {
-    if (matmul_index(g, &k[i]) != 0) continue;
+    if (h_matmul_index(g, &k[i]) != 0) continue;
     const char *archs[] = {"sm_90a", NULL};
     for (int a = 0; a < 2; a++) {
       char got[32][CG_VARIANT_LEN];
@@ -123,32 +79,19 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
        * apply to every case here); sm_90a may prefer wgmma */
       if (ng > 0 && !archs[a]) CHECK(!strncmp(got[0], c->M <= 8 ? "gemv:" : "mma:", c->M <= 8 ? 5 : 4));
       for (int j = 0; j < ng; j++)
-        if (family_tested(got[j])) add_token(toks, &n, got[j]);
+        if (family_tested(got[j])) h_add_token(toks, &n, MAX_TOKENS, got[j]);
     }
   }
-  for (int j = 0; j < 3 && c->extra[j]; j++) add_token(toks, &n, c->extra[j]);
+  for (int j = 0; j < 3 && c->extra[j]; j++) h_add_token(toks, &n, MAX_TOKENS, c->extra[j]);
   cg_kernels_free(k, nk);
   ir_graph_destroy(g);
   return n;
 }
 
-/* force[i] for each kernel of g: its matmul's token. */
-static const char **force_table(Graph *g, char (*toks)[CG_VARIANT_LEN], int *out_nk) {
-  Kernel *k = NULL;
-  int nk = 0;
-  smelt_status st = cg_lower(g, &k, &nk);
-  if (st) {
-    CHECK_OK(st);
-    return NULL;
-  }
-  const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
-  for (int i = 0; i < nk && force; i++) {
-    int mi = matmul_index(g, &k[i]);
-    force[i] = mi >= 0 ? toks[mi] : NULL;
-  }
-  cg_kernels_free(k, nk);
-  *out_nk = nk;
-  return force;
+/* A kernel forced to `forced` used it. */
+static bool same_token(const char *forced, const char *used, const char *arch) {
+  (void)arch;
+  return strcmp(forced, used) == 0;
 }
 
 /* Generates g for arch with the forced tokens and checks that every
@@ -161,32 +104,7 @@ static void generate_and_compile(Graph *g, const char **force, int nk, const cha
   CHECK_OK(cg_lower(g, &k, &n));
   CHECK(n == nk);
   CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 2, .force = force, .arch = arch};
-  CgCudaModule *m = NULL;
-  smelt_status st = cg_cuda_generate(g, k, n, &opt, &m);
-  if (st) {
-    fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
-    st_free(st);
-    check_failures++;
-  }
-  for (int i = 0; m && i < m->nkernels; i++)
-    if (force[i] && strcmp(m->kernels[i].variant, force[i]) != 0) {
-      fprintf(stderr, "%s (%s): kernel %s was forced to %s but used %s\n", what, arch, m->kernels[i].name, force[i],
-              m->kernels[i].variant);
-      check_failures++;
-    }
-  if (m && nvrtc) {
-    CgCudaBinary *bins = NULL;
-    st = cg_cuda_compile_module(nvrtc, m, &arch, 1, &copts, &bins);
-    if (st) {
-      fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
-      st_free(st);
-      check_failures++;
-    } else {
-      for (int u = 0; u < m->nunits; u++) CHECK(bins[u].cubin_len > 0);
-      cg_cuda_binaries_free(bins, m->nunits);
-    }
-  }
-  cg_cuda_module_free(m);
+  check_failures += h_generate_and_compile(nvrtc, &copts, g, k, n, &opt, what, same_token);
   cg_kernels_free(k, n);
 }
 
@@ -266,7 +184,9 @@ static void run_case(Exec *e, const Case *c, HStats *stats, int *ntested) {
     return;
   }
   int nk = 0;
-  const char **force = force_table(g, toks, &nk);
+  smelt_status st = NULL;
+  const char **force = h_force_table(g, toks, &nk, &st);
+  CHECK_OK(st);
   if (!force) {
     ir_graph_destroy(g);
     return;
@@ -376,14 +296,9 @@ static void test_defaults(void) {
 
 int main(void) {
   char dir[] = "/tmp/smelt-gemm-cache-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  copts.cache_dir = dir;
-  copts.no_cache = true;
-  smelt_status st = cg_cuda_nvrtc_open(&nvrtc);
-  if (st) {
-    printf("SKIP: NVRTC not available (%s): variants are generated and emulated but not compiled\n", st_message(st));
-    st_free(st);
-  }
+  bool dir_ok;
+  nvrtc = h_nvrtc_open(dir, &copts, &dir_ok);
+  CHECK(dir_ok);
   test_tokens();
   test_defaults();
   static const Case cases[] = {

@@ -61,54 +61,9 @@ typedef struct {
   bool unaligned;       /* also without args_aligned, every buffer 4 bytes off; and compiled for sm_80 */
 } Case;
 
-/* A model with `count` matmuls x @ w<i> (each B an input, so no pass
- * changes its layout), each with the case's epilogue. */
+/* A model with `count` matmuls x @ w<i>, each with the case's epilogue. */
 static Graph *case_graph(const Case *c, int count) {
-  char path[] = "/tmp/smelt-tf32-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NULL;
-  FILE *fp = fdopen(fd, "w");
-  char bat[32] = "";
-  if (c->batch) snprintf(bat, sizeof bat, "%lld, ", (long long)c->batch);
-  fprintf(fp, "smelt: 1\nname: tf32\nseed: 3\ndtype: f32\ninputs:\n  x: {shape: [%s%lld, %lld]}\n", bat,
-          (long long)(c->ta ? c->K : c->M), (long long)(c->ta ? c->M : c->K));
-  fprintf(fp, "  bias: {shape: [%lld]}\n  r: {shape: [%lld]}\n", (long long)c->N, (long long)c->N);
-  for (int i = 0; i < count; i++)
-    fprintf(fp, "  w%d: {shape: [%s%lld, %lld]}\n", i, bat, (long long)(c->tb ? c->N : c->K),
-            (long long)(c->tb ? c->K : c->N));
-  fprintf(fp, "nodes:\n");
-  for (int i = 0; i < count; i++) {
-    fprintf(fp, "  - {out: mm%d, op: matmul, in: [x, w%d]%s%s}\n", i, i, c->ta ? ", transpose_a: true" : "",
-            c->tb ? ", transpose_b: true" : "");
-    if (!strcmp(c->epi, "bias_silu"))
-      fprintf(fp, "  - {out: e%d, op: add, in: [mm%d, bias]}\n  - {out: y%d, op: silu, in: [e%d]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "gelu_res"))
-      fprintf(fp, "  - {out: e%d, op: gelu, in: [mm%d]}\n  - {out: y%d, op: add, in: [e%d, r]}\n", i, i, i, i);
-    else if (!strcmp(c->epi, "mul"))
-      fprintf(fp, "  - {out: e%d, op: relu, in: [mm%d]}\n  - {out: y%d, op: mul, in: [e%d, r]}\n", i, i, i, i);
-    else fprintf(fp, "  - {out: y%d, op: neg, in: [mm%d]}\n", i, i);
-  }
-  fprintf(fp, "outputs: [");
-  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
-  fprintf(fp, "]\n");
-  fclose(fp);
-  return h_load_temp_model(path, "tf32 model");
-}
-
-/* The index i of the matmul "mm<i>" kernel k computes, or -1. */
-static int matmul_index(const Graph *g, const Kernel *k) {
-  int count;
-  int a = cg_group_anchor(g, &g->groups[k->group], &count);
-  if (a < 0 || g->node[a].op != OP_MATMUL) return -1;
-  const char *name = g->val[g->node[a].out[0]].name;
-  if (strncmp(name, "mm", 2) != 0) return -1;
-  return atoi(name + 2);
-}
-
-static void add_token(char (*toks)[CG_VARIANT_LEN], int *n, const char *tok) {
-  for (int i = 0; i < *n; i++)
-    if (!strcmp(toks[i], tok)) return;
-  if (*n < MAX_TOKENS) snprintf(toks[(*n)++], CG_VARIANT_LEN, "%s", tok);
+  return h_matmul_model("tf32", "f32", c->batch, c->M, c->K, c->N, c->ta, c->tb, c->epi, count);
 }
 
 /* The variant kernel "mm0" of g gets with the given options (no force). */
@@ -121,7 +76,7 @@ static void chosen_variant(Graph *g, bool allow, const CgTuneTable *table, char 
   CgCudaModule *m = NULL;
   CHECK_OK(cg_cuda_generate(g, k, nk, &opt, &m));
   for (int i = 0; m && i < nk; i++)
-    if (matmul_index(g, &k[i]) == 0) snprintf(out, CG_VARIANT_LEN, "%s", m->kernels[i].variant);
+    if (h_matmul_index(g, &k[i]) == 0) snprintf(out, CG_VARIANT_LEN, "%s", m->kernels[i].variant);
   cg_cuda_module_free(m);
   cg_kernels_free(k, nk);
 }
@@ -141,7 +96,7 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   for (int i = 0; i < nk; i++) {
-    if (matmul_index(g, &k[i]) != 0) continue;
+    if (h_matmul_index(g, &k[i]) != 0) continue;
     const char *archs[] = {"sm_90a", NULL};
     for (int a = 0; a < 2; a++) {
       char got[64][CG_VARIANT_LEN];
@@ -152,10 +107,10 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
       CHECK(ng > 1);
       if (ng > 0) CHECK(!strncmp(got[0], "tf32:", 5)); /* the heuristic's first */
       for (int j = 0; j < ng; j++)
-        if (!strncmp(got[j], "tf32:", 5)) add_token(toks, &n, got[j]);
+        if (!strncmp(got[j], "tf32:", 5)) h_add_token(toks, &n, MAX_TOKENS, got[j]);
     }
   }
-  for (int j = 0; j < 2 && c->extra[j]; j++) add_token(toks, &n, c->extra[j]);
+  for (int j = 0; j < 2 && c->extra[j]; j++) h_add_token(toks, &n, MAX_TOKENS, c->extra[j]);
   cg_kernels_free(k, nk);
   /* what the compiler picks on its own */
   char v[CG_VARIANT_LEN];
@@ -167,23 +122,13 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
   return n;
 }
 
-/* force[i] for each kernel of g: its matmul's token. */
-static const char **force_table(Graph *g, char (*toks)[CG_VARIANT_LEN], int *out_nk) {
-  Kernel *k = NULL;
-  int nk = 0;
-  smelt_status st = cg_lower(g, &k, &nk);
-  if (st) {
-    CHECK_OK(st);
-    return NULL;
-  }
-  const char **force = calloc((size_t)(nk ? nk : 1), sizeof *force);
-  for (int i = 0; i < nk && force; i++) {
-    int mi = matmul_index(g, &k[i]);
-    force[i] = mi >= 0 ? toks[mi] : NULL;
-  }
-  cg_kernels_free(k, nk);
-  *out_nk = nk;
-  return force;
+/* A kernel forced to tf32 token `forced` used `used`: the same tile;
+ * sm_80 (163 KiB of shared memory) may run a big tile with fewer stages. */
+static bool same_tile(const char *forced, const char *used, const char *arch) {
+  CuTf32Params want, got;
+  return cu_tf32_parse(forced, &want) && cu_tf32_parse(used, &got) && want.BM == got.BM && want.BN == got.BN &&
+         want.BK == got.BK && want.WM == got.WM && want.WN == got.WN && got.stages >= 2 && got.stages <= want.stages &&
+         (got.stages == want.stages || strcmp(arch, "sm_80") == 0);
 }
 
 /* Generates g for arch with the forced tokens and checks that every
@@ -195,39 +140,7 @@ static void generate_and_compile(Graph *g, const char **force, int nk, const cha
   CHECK_OK(cg_lower(g, &k, &n));
   CHECK(n == nk);
   CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 2, .force = force, .arch = arch, .allow_tf32 = true};
-  CgCudaModule *m = NULL;
-  smelt_status st = cg_cuda_generate(g, k, n, &opt, &m);
-  if (st) {
-    fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
-    st_free(st);
-    check_failures++;
-  }
-  /* sm_80 (163 KiB of shared memory) may run a big tile with fewer stages; nothing else changes */
-  for (int i = 0; m && i < m->nkernels; i++) {
-    CuTf32Params want, used;
-    bool same = force[i] && cu_tf32_parse(force[i], &want) && cu_tf32_parse(m->kernels[i].variant, &used) &&
-                want.BM == used.BM && want.BN == used.BN && want.BK == used.BK && want.WM == used.WM &&
-                want.WN == used.WN && used.stages >= 2 && used.stages <= want.stages &&
-                (used.stages == want.stages || strcmp(arch, "sm_80") == 0);
-    if (force[i] && !same) {
-      fprintf(stderr, "%s (%s): kernel %s was forced to %s but used %s\n", what, arch, m->kernels[i].name, force[i],
-              m->kernels[i].variant);
-      check_failures++;
-    }
-  }
-  if (m && nvrtc) {
-    CgCudaBinary *bins = NULL;
-    st = cg_cuda_compile_module(nvrtc, m, &arch, 1, &copts, &bins);
-    if (st) {
-      fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
-      st_free(st);
-      check_failures++;
-    } else {
-      for (int u = 0; u < m->nunits; u++) CHECK(bins[u].cubin_len > 0);
-      cg_cuda_binaries_free(bins, m->nunits);
-    }
-  }
-  cg_cuda_module_free(m);
+  check_failures += h_generate_and_compile(nvrtc, &copts, g, k, n, &opt, what, same_tile);
   cg_kernels_free(k, n);
 }
 
@@ -259,18 +172,6 @@ static double *tf32_reference(const Case *c, const float *x, const float *w) {
   return y;
 }
 
-/* sqrt(sum (got - ref)^2 / sum ref^2) */
-static double rel_l2(const float *got, const float *reff, const double *refd, int64_t n) {
-  double e = 0, r = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double b = refd ? refd[i] : (double)reff[i];
-    double d = (double)got[i] - b;
-    if (isnan(got[i])) return INFINITY;
-    e += d * d, r += b * b;
-  }
-  return r > 0 ? sqrt(e / r) : sqrt(e);
-}
-
 /* Runs g (matmul kernels forced to their tokens) on the emulation and
  * compares every output with the interpreter; guard regions of H_GUARD
  * bytes around each buffer (offset: bytes added to every buffer). */
@@ -287,31 +188,10 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
   uint64_t *buf = calloc((size_t)g->nval, sizeof(uint64_t));
   bool *stored = calloc((size_t)g->nval, sizeof(bool));
   bool loaded = false;
-  if (!st) st = ir_interp_create(g, &it);
-  for (int i = 0; i < g->ninputs && !st; i++) {
-    int v = g->inputs[i];
-    data[v] = h_random(&g->val[v].type, -1, 1, (uint64_t)v + 7);
-    st = ir_interp_set_input(it, v, data[v]);
-  }
-  if (!st) st = ir_interp_run(it);
+  if (!st) st = h_interp_random(g, NULL, data, &it);
   if (!st) st = e->load(e, m);
   loaded = !st;
-  for (int i = 0; i < nk && !st; i++)
-    for (int a = 0; a < k[i].nargs && !st; a++) {
-      int v = k[i].args[a];
-      if (a >= k[i].nargs - k[i].nouts) stored[v] = true;
-      if (buf[v]) continue;
-      size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD + offset;
-      st = e->alloc(e, total, &buf[v]);
-      unsigned char *pat = malloc(total);
-      if (!st && pat) {
-        memset(pat, H_GUARD_BYTE, total);
-        const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : g->val[v].kind == VK_INPUT ? data[v] : NULL;
-        if (src && bytes) memcpy(pat + H_GUARD + offset, src, bytes);
-        st = e->upload(e, buf[v], pat, total);
-      }
-      free(pat);
-    }
+  if (!st) st = h_upload_guarded(e, g, k, nk, data, offset, buf, stored);
   for (int i = 0; i < nk && !st; i++) {
     CHECK(m->kernels[i].workspace == 0);
     uint64_t args[256];
@@ -327,18 +207,20 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
   for (int v = 0; v < g->nval && !st; v++) {
     if (!stored[v] || g->val[v].name[0] != 'y') continue;
     const TensorType *t = &g->val[v].type;
-    size_t bytes = ir_type_bytes(t), total = bytes + 2 * H_GUARD + offset;
-    unsigned char *host = malloc(total);
-    st = e->download(e, host, buf[v], total);
-    for (size_t b = 0; !st && b < total; b++)
-      if ((b < H_GUARD + offset || b >= H_GUARD + offset + bytes) && host[b] != H_GUARD_BYTE) {
-        fprintf(stderr, "%s: '%s': a guard byte was overwritten\n", what, g->val[v].name);
-        check_failures++;
-        break;
-      }
+    unsigned char *host = NULL;
+    ssize_t guard = 0;
+    st = h_download_guarded(e, g, v, buf[v], offset, &host, &guard);
+    if (st) {
+      free(host);
+      break;
+    }
+    if (guard) {
+      fprintf(stderr, "%s: '%s': a guard byte was overwritten\n", what, g->val[v].name);
+      check_failures++;
+    }
     const float *got = (const float *)(host + H_GUARD + offset);
     int64_t n = ir_type_numel(t);
-    double err = rel_l2(got, (const float *)ir_interp_value(it, v), NULL, n);
+    double err = h_rel_l2(got, (const float *)ir_interp_value(it, v), NULL, n);
     if (err > *worst) *worst = err;
     if (err < *least) *least = err;
     int i = atoi(g->val[v].name + 1);
@@ -355,7 +237,7 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
       if (!strcmp(g->val[g->inputs[j]].name, wname)) wv = g->inputs[j];
     if (!c->epi[0] && xv >= 0 && wv >= 0) {
       double *ref = tf32_reference(c, data[xv], data[wv]);
-      double e32 = ref ? rel_l2(got, NULL, ref, n) : INFINITY;
+      double e32 = ref ? h_rel_l2(got, NULL, ref, n) : INFINITY;
       if (e32 > TF32_REF_TOL) {
         fprintf(stderr, "%s: '%s' (%s): relative L2 error %.3g against the TF32 reference (rna rounding), limit %g\n",
                 what, g->val[v].name, toks[i], e32, TF32_REF_TOL);
@@ -371,11 +253,7 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
     check_failures++;
   }
   if (loaded) e->unload(e);
-  for (int v = 0; v < g->nval; v++) {
-    if (buf[v]) e->free(e, buf[v]);
-    free(data[v]);
-  }
-  free(buf), free(stored), free(data);
+  h_free_guarded(e, g, buf, stored, data);
   ir_interp_destroy(it);
   cg_cuda_module_free(m);
   cg_kernels_free(k, nk);
@@ -395,7 +273,9 @@ static void run_case(Exec *e, const Case *c, int *ntested, double *worst, double
     return;
   }
   int nk = 0;
-  const char **force = force_table(g, toks, &nk);
+  smelt_status st = NULL;
+  const char **force = h_force_table(g, toks, &nk, &st);
+  CHECK_OK(st);
   if (!force) {
     ir_graph_destroy(g);
     return;
@@ -481,7 +361,7 @@ static void test_only_when_allowed(void) {
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   const char **force = calloc((size_t)nk, sizeof *force);
-  for (int i = 0; i < nk; i++) force[i] = matmul_index(g, &k[i]) == 0 ? "tf32:bm=64,bn=64,bk=32,wm=32,wn=32,st=3" : NULL;
+  for (int i = 0; i < nk; i++) force[i] = h_matmul_index(g, &k[i]) == 0 ? "tf32:bm=64,bn=64,bk=32,wm=32,wn=32,st=3" : NULL;
   CgCudaOptions opt = {.args_aligned = true, .max_units = 1, .arch = "sm_90a", .force = force};
   CgCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
@@ -492,7 +372,7 @@ static void test_only_when_allowed(void) {
   /* a table row for this shape naming tf32 */
   CgTuneKey key;
   for (int i = 0; i < nk; i++)
-    if (matmul_index(g, &k[i]) == 0) CHECK(cg_cuda_tune_key(g, &k[i], &key));
+    if (h_matmul_index(g, &k[i]) == 0) CHECK(cg_cuda_tune_key(g, &k[i], &key));
   CgTuneTable *tab = cg_tune_table_new();
   CgTuneRow row = {.m_lo = 1, .m_hi = 64};
   snprintf(row.op, sizeof row.op, "%s", key.op);
@@ -525,14 +405,9 @@ static void test_only_when_allowed(void) {
 
 int main(void) {
   char dir[] = "/tmp/smelt-tf32-cache-XXXXXX";
-  CHECK(mkdtemp(dir) != NULL);
-  copts.cache_dir = dir;
-  copts.no_cache = true;
-  smelt_status st = cg_cuda_nvrtc_open(&nvrtc);
-  if (st) {
-    printf("SKIP: NVRTC not available (%s): variants are generated and emulated but not compiled\n", st_message(st));
-    st_free(st);
-  }
+  bool dir_ok;
+  nvrtc = h_nvrtc_open(dir, &copts, &dir_ok);
+  CHECK(dir_ok);
   test_tokens();
   test_only_when_allowed();
   static const Case cases[] = {
