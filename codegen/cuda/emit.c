@@ -249,14 +249,19 @@ static bool reshape_coords(CuFn *f, const TensorType *ot, const TensorType *it, 
   return true;
 }
 
+/* The one-lane coordinates of lane j of co. */
+static void lane_coords(CuFn *f, const CuCoords *co, int j, CuCoords *one) {
+  memset(one, 0, sizeof *one);
+  one->rank = co->rank;
+  one->lanes = 1;
+  one->aligned = true;
+  for (int d = 0; d < co->rank; d++) one->c[d] = cu_lane_coord(f, co, j, d);
+}
+
 static void lanewise(CuFn *f, int v, const CuCoords *co, CuVal *out) {
   for (int j = 0; j < co->lanes; j++) {
     CuCoords one;
-    memset(&one, 0, sizeof one);
-    one.rank = co->rank;
-    one.lanes = 1;
-    one.aligned = true;
-    for (int d = 0; d < co->rank; d++) one.c[d] = cu_lane_coord(f, co, j, d);
+    lane_coords(f, co, j, &one);
     CuVal r;
     cu_emit(f, v, &one, &r);
     out->l[j] = r.l[0];
@@ -904,11 +909,7 @@ void cu_store_epilogue(CuFn *f, const int *epi, int nepi, const CuCoords *co, co
     for (int j = 0; !done && j < co->lanes; j++) {
       /* lane by lane */
       CuCoords one;
-      memset(&one, 0, sizeof one);
-      one.rank = co->rank;
-      one.lanes = 1;
-      one.aligned = true;
-      for (int d = 0; d < co->rank; d++) one.c[d] = cu_lane_coord(f, co, j, d);
+      lane_coords(f, co, j, &one);
       CuVal v1 = {{val->l[j]}};
       cu_set_override(f, av, &one, &v1);
       if (!store_forward(f, epi, nepi, &one))
