@@ -162,6 +162,36 @@ smelt_status pass_plan_memory(Graph *g, PassCtx *ctx, bool *changed) {
   st = number_steps(g, step, inplace_ok, &nsteps);
   if (st) goto done;
   for (int i = 0; i < g->noutputs; i++) is_out[g->outputs[i]] = true;
+  /* An elementwise kernel whose results have different shapes (siblings
+   * merged by fuse: one grid-stride loop per shape) may read an input in
+   * one loop after another loop wrote it, on another thread: no writing
+   * in place there. */
+  {
+    int64_t *shape_of = calloc(N, sizeof(int64_t)); /* per step: index of a result value + 1 */
+    if (!shape_of) {
+      st = st_error(ST_NO_MEMORY, "out of memory");
+      goto done;
+    }
+    /* the results of each step: values read by another step, and graph outputs */
+    for (int i = 0; i <= g->nnode; i++) {
+      const Node *n = i < g->nnode ? &g->node[i] : NULL;
+      if (n && step[i] < 0) continue;
+      int nv = n ? n->nin : g->noutputs;
+      for (int j = 0; j < nv; j++) {
+        int v = n ? n->in[j] : g->outputs[j];
+        const Value *val = &g->val[v];
+        if (val->kind != VK_NODE || step[val->node] < 0 || (n && step[val->node] == step[i])) continue;
+        int s = step[val->node];
+        if (!shape_of[s]) shape_of[s] = v + 1;
+        else {
+          const TensorType *a = &g->val[shape_of[s] - 1].type, *b = &val->type;
+          if (a->rank != b->rank || memcmp(a->dim, b->dim, sizeof(int64_t) * (size_t)a->rank) != 0)
+            inplace_ok[s] = false;
+        }
+      }
+    }
+    free(shape_of);
+  }
 
   /* lifetimes: last[v] over the readers of v in other steps */
   int *last = tix; /* first used for last steps, then for tensor indices */
