@@ -177,8 +177,10 @@ void rt_bundle_writer_destroy(RtBundleWriter *w) {
   free(w);
 }
 
-smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
-                                  size_t len) {
+/* Adds a section whose bytes are `data` (taken over when owned, else
+ * copied). */
+static smelt_status add_section(RtBundleWriter *w, RtSectionKind kind, const char *name, void *data, size_t len,
+                                bool owned) {
   if (!name) name = "";
   const char *kname = rt_section_kind_name((uint32_t)kind);
   if (!kname) return st_error(ST_INTERNAL, "bundle writer: unknown section kind %d", (int)kind);
@@ -197,9 +199,9 @@ smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const c
     w->sec = s;
     w->cap = cap;
   }
-  unsigned char *copy = malloc(len ? len : 1);
+  unsigned char *copy = owned ? data : malloc(len ? len : 1);
   if (!copy) return st_error(ST_NO_MEMORY, "bundle writer: out of memory for a %zu-byte section", len);
-  if (len) memcpy(copy, data, len);
+  if (len && !owned) memcpy(copy, data, len);
   WSection *s = &w->sec[w->nsec++];
   memset(s, 0, sizeof *s);
   s->kind = kind;
@@ -208,6 +210,17 @@ smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const c
   s->size = len;
   s->crc = rt_crc32c(0, copy, len);
   return NULL;
+}
+
+smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
+                                  size_t len) {
+  return add_section(w, kind, name, (void *)data, len, false);
+}
+
+smelt_status rt_bundle_writer_take(RtBundleWriter *w, RtSectionKind kind, const char *name, void **data, size_t len) {
+  smelt_status st = add_section(w, kind, name, *data, len, *data != NULL);
+  if (!st) *data = NULL;
+  return st;
 }
 
 /* Places the payloads after the table; returns the file size. */

@@ -87,6 +87,12 @@ smelt_status rt_bundle_writer_create(RtBundleWriter **out_writer) SMELT_MUST_USE
  * may share kind and name. */
 smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
                                   size_t len) SMELT_MUST_USE;
+/* The same for a malloc'd buffer the writer takes over instead of copying
+ * (a model's serialized graph holds its weights: hundreds of MB): *data
+ * becomes NULL when the section was added, and stays the caller's when it
+ * was not. */
+smelt_status rt_bundle_writer_take(RtBundleWriter *w, RtSectionKind kind, const char *name, void **data,
+                                   size_t len) SMELT_MUST_USE;
 /* Writes the bundle to path atomically: a temporary file in the same
  * directory, fsync, rename over path, fsync of the directory.  On failure
  * path is untouched and no temporary file is left.  The file gets mode 0644. */

@@ -676,9 +676,9 @@ static smelt_status add_cuda_sections(RtBundleWriter *w, const CudaBuild *c, con
   return NULL;
 }
 
-static smelt_status add_spec_sections(RtBundleWriter *w, const SpecBuild *s, const char *prefix, bool cpu) {
+static smelt_status add_spec_sections(RtBundleWriter *w, SpecBuild *s, const char *prefix, bool cpu) {
   RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_IR_TEXT, prefix, s->ir_text, strlen(s->ir_text)));
-  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_GRAPH, prefix, s->graph_bytes, s->graph_len));
+  RETURN_IF_ERROR(rt_bundle_writer_take(w, RT_SEC_GRAPH, prefix, &s->graph_bytes, s->graph_len));
   RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_KERNELS, prefix, s->table, s->table_len));
   if (cpu) {
     /* "TRIPLE/CPU", cut to the name field of the bundle's section table */
