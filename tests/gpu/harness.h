@@ -440,6 +440,43 @@ static inline Graph *h_matmul_model(const char *name, const char *dt, int64_t ba
   return h_load_temp_model(path, what);
 }
 
+/* One matmul y0 = x [za?, M, K] @ w [zb?, K, N] (B given as [zb?, N, K]
+ * with transpose_b when tb; za, zb 0: no batch dim), both inputs, then
+ * the epilogue `epi`: "" (none), "bias_silu" (bias [N] param, silu) or
+ * "res" (+ r of the result's shape); `seed` seeds the bias. */
+static inline Graph *h_batched_matmul_model(unsigned seed, const char *dt, int64_t za, int64_t zb, int64_t M,
+                                            int64_t K, int64_t N, const char *epi, bool tb) {
+  char path[] = "/tmp/smelt-wg-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  char as[64], bs[64], rs[64];
+  int64_t zr = za > zb ? za : zb;
+  if (za) snprintf(as, sizeof as, "[%lld, %lld, %lld]", (long long)za, (long long)M, (long long)K);
+  else snprintf(as, sizeof as, "[%lld, %lld]", (long long)M, (long long)K);
+  int64_t r0 = tb ? N : K, r1 = tb ? K : N;
+  if (zb) snprintf(bs, sizeof bs, "[%lld, %lld, %lld]", (long long)zb, (long long)r0, (long long)r1);
+  else snprintf(bs, sizeof bs, "[%lld, %lld]", (long long)r0, (long long)r1);
+  if (zr) snprintf(rs, sizeof rs, "[%lld, %lld, %lld]", (long long)zr, (long long)M, (long long)N);
+  else snprintf(rs, sizeof rs, "[%lld, %lld]", (long long)M, (long long)N);
+  fprintf(fp, "smelt: 1\nname: wg\nseed: %u\ndtype: %s\ninputs:\n  x: {shape: %s}\n  w: {shape: %s}\n", seed, dt, as,
+          bs);
+  if (!strcmp(epi, "res")) fprintf(fp, "  r: {shape: %s}\n", rs);
+  fprintf(fp, "params:\n  bias: {shape: [%lld], init: {normal: 0.5}}\nnodes:\n", (long long)N);
+  fprintf(fp, "  - {out: y0, op: matmul, in: [x, w]%s}\n", tb ? ", transpose_b: true" : "");
+  const char *last = "y0";
+  if (!strcmp(epi, "bias_silu")) {
+    fprintf(fp, "  - {out: y1, op: add, in: [y0, bias]}\n  - {out: y2, op: silu, in: [y1]}\n");
+    last = "y2";
+  } else if (!strcmp(epi, "res")) {
+    fprintf(fp, "  - {out: y1, op: add, in: [y0, r]}\n");
+    last = "y1";
+  }
+  fprintf(fp, "outputs: [%s]\n", last);
+  fclose(fp);
+  return h_load_temp_model(path, "batched matmul model");
+}
+
 /* The index i of the matmul "mm<i>" kernel k computes, or -1. */
 static inline int h_matmul_index(const Graph *g, const Kernel *k) {
   int count;

@@ -193,20 +193,8 @@ static void run_matrix(Exec *e) {
 
 int main(void) {
   Exec e;
-  const char *skip = NULL;
-  smelt_status st = h_exec_cuda(&e, &skip);
-  if (st) {
-    fprintf(stderr, "test_cuda_attention: %s\n", st_message(st));
-    st_free(st);
-    return 1;
-  }
-  if (skip) {
-    printf("SKIP: %s\n", skip);
-    return 0;
-  }
-  const RtCudaInfo *info = rt_cuda_device_info(e.dev);
-  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
-         cg_cuda_nvrtc_version(e.nvrtc));
+  int rc = h_cuda_test_start(&e, "test_cuda_attention");
+  if (rc >= 0) return rc;
   char summary[2048] = "";
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 32, 2048, 2048, 128, true)}, "W3 prefill", false, summary, sizeof summary);
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 32, 1, 4096, 128, true)}, "W3 decode", true, summary, sizeof summary);

@@ -75,22 +75,7 @@ static Graph *mm_graph(const MmCase *c) {
   }
   fprintf(fp, "outputs: [%s]\n", last);
   fclose(fp);
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {0};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "%s: %s\n", path, st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    return NULL;
-  }
-  return g;
+  return h_load_temp_model(path, path);
 }
 
 static void test_heuristic(Exec *e) {

@@ -18,20 +18,8 @@
 
 int main(void) {
   Exec e;
-  const char *skip = NULL;
-  smelt_status st = h_exec_cuda(&e, &skip);
-  if (st) {
-    fprintf(stderr, "test_cuda_ops: %s\n", st_message(st));
-    st_free(st);
-    return 1;
-  }
-  if (skip) {
-    printf("SKIP: %s\n", skip);
-    return 0;
-  }
-  const RtCudaInfo *info = rt_cuda_device_info(e.dev);
-  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
-         cg_cuda_nvrtc_version(e.nvrtc));
+  int rc = h_cuda_test_start(&e, "test_cuda_ops");
+  if (rc >= 0) return rc;
   HStats stats = {0};
   DType dts[] = {DT_F32, DT_F16, DT_BF16, DT_F64};
   for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)

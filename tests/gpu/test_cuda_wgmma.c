@@ -45,33 +45,7 @@ typedef struct {
 
 /* x [za?, M, K] @ w [zb?, N, K]^T (both inputs), then the epilogue. */
 static Graph *wg_graph(const WgCase *c) {
-  char path[] = "/tmp/smelt-wgg-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NULL;
-  FILE *fp = fdopen(fd, "w");
-  char as[64], bs[64], rs[64];
-  int64_t zr = c->za > c->zb ? c->za : c->zb;
-  if (c->za) snprintf(as, sizeof as, "[%lld, %lld, %lld]", (long long)c->za, (long long)c->M, (long long)c->K);
-  else snprintf(as, sizeof as, "[%lld, %lld]", (long long)c->M, (long long)c->K);
-  if (c->zb) snprintf(bs, sizeof bs, "[%lld, %lld, %lld]", (long long)c->zb, (long long)c->N, (long long)c->K);
-  else snprintf(bs, sizeof bs, "[%lld, %lld]", (long long)c->N, (long long)c->K);
-  if (zr) snprintf(rs, sizeof rs, "[%lld, %lld, %lld]", (long long)zr, (long long)c->M, (long long)c->N);
-  else snprintf(rs, sizeof rs, "[%lld, %lld]", (long long)c->M, (long long)c->N);
-  fprintf(fp, "smelt: 1\nname: wg\nseed: 9\ndtype: %s\ninputs:\n  x: {shape: %s}\n  w: {shape: %s}\n", c->dt, as, bs);
-  if (!strcmp(c->epi, "res")) fprintf(fp, "  r: {shape: %s}\n", rs);
-  fprintf(fp, "params:\n  bias: {shape: [%lld], init: {normal: 0.5}}\nnodes:\n", (long long)c->N);
-  fprintf(fp, "  - {out: y0, op: matmul, in: [x, w], transpose_b: true}\n");
-  const char *last = "y0";
-  if (!strcmp(c->epi, "bias_silu")) {
-    fprintf(fp, "  - {out: y1, op: add, in: [y0, bias]}\n  - {out: y2, op: silu, in: [y1]}\n");
-    last = "y2";
-  } else if (!strcmp(c->epi, "res")) {
-    fprintf(fp, "  - {out: y1, op: add, in: [y0, r]}\n");
-    last = "y1";
-  }
-  fprintf(fp, "outputs: [%s]\n", last);
-  fclose(fp);
-  return h_load_temp_model(path, "wg_graph");
+  return h_batched_matmul_model(9, c->dt, c->za, c->zb, c->M, c->K, c->N, c->epi, true);
 }
 
 /* The variants of the graph's one kernel for arch whose token starts with
@@ -292,20 +266,9 @@ static int split_repeat(Exec *e, Graph *g, const char *tok, const char *what) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   Exec e;
-  const char *skip = NULL;
-  smelt_status st = h_exec_cuda(&e, &skip);
-  if (st) {
-    fprintf(stderr, "test_cuda_wgmma: %s\n", st_message(st));
-    st_free(st);
-    return 1;
-  }
-  if (skip) {
-    printf("SKIP: %s\n", skip);
-    return 0;
-  }
+  int rc = h_cuda_test_start(&e, "test_cuda_wgmma");
+  if (rc >= 0) return rc;
   const RtCudaInfo *info = rt_cuda_device_info(e.dev);
-  printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,
-         cg_cuda_nvrtc_version(e.nvrtc));
   if (info->cc != 90) {
     printf("SKIP: wgmma and TMA need a compute capability 9.0 GPU (this is %d.%d)\n", info->cc / 10, info->cc % 10);
     h_exec_close(&e);

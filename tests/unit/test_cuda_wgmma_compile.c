@@ -59,34 +59,7 @@ typedef struct {
 } WgCase;
 
 static Graph *wg_graph(const WgCase *c) {
-  char path[] = "/tmp/smelt-wg-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) return NULL;
-  FILE *fp = fdopen(fd, "w");
-  char as[64], bs[64], rs[64];
-  int64_t zr = c->za > c->zb ? c->za : c->zb;
-  if (c->za) snprintf(as, sizeof as, "[%lld, %lld, %lld]", (long long)c->za, (long long)c->M, (long long)c->K);
-  else snprintf(as, sizeof as, "[%lld, %lld]", (long long)c->M, (long long)c->K);
-  int64_t r0 = c->tb ? c->N : c->K, r1 = c->tb ? c->K : c->N;
-  if (c->zb) snprintf(bs, sizeof bs, "[%lld, %lld, %lld]", (long long)c->zb, (long long)r0, (long long)r1);
-  else snprintf(bs, sizeof bs, "[%lld, %lld]", (long long)r0, (long long)r1);
-  if (zr) snprintf(rs, sizeof rs, "[%lld, %lld, %lld]", (long long)zr, (long long)c->M, (long long)c->N);
-  else snprintf(rs, sizeof rs, "[%lld, %lld]", (long long)c->M, (long long)c->N);
-  fprintf(fp, "smelt: 1\nname: wg\nseed: 5\ndtype: %s\ninputs:\n  x: {shape: %s}\n  w: {shape: %s}\n", c->dt, as, bs);
-  if (!strcmp(c->epi, "res")) fprintf(fp, "  r: {shape: %s}\n", rs);
-  fprintf(fp, "params:\n  bias: {shape: [%lld], init: {normal: 0.5}}\nnodes:\n", (long long)c->N);
-  fprintf(fp, "  - {out: y0, op: matmul, in: [x, w]%s}\n", c->tb ? ", transpose_b: true" : "");
-  const char *last = "y0";
-  if (!strcmp(c->epi, "bias_silu")) {
-    fprintf(fp, "  - {out: y1, op: add, in: [y0, bias]}\n  - {out: y2, op: silu, in: [y1]}\n");
-    last = "y2";
-  } else if (!strcmp(c->epi, "res")) {
-    fprintf(fp, "  - {out: y1, op: add, in: [y0, r]}\n");
-    last = "y1";
-  }
-  fprintf(fp, "outputs: [%s]\n", last);
-  fclose(fp);
-  return h_load_temp_model(path, "wg_graph");
+  return h_batched_matmul_model(5, c->dt, c->za, c->zb, c->M, c->K, c->N, c->epi, c->tb);
 }
 
 static void case_name(const WgCase *c, char *buf, size_t n) {
