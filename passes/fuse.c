@@ -1018,8 +1018,9 @@ static void merge_siblings(Fuser *f) {
       int nm = cand_members(f, pair, 2);
       int64_t fp = fp_elemwise(f, f->tail[first], f->members, nm);
       if (fp > f->budget) continue;
-      note(f, "%s: merged with its sibling %s (both read %s; footprint %lld B)", gname(f, first), gname(f, H),
-           g->val[v].name, (long long)fp);
+      /* H's name is first's once merged: name H by its last node */
+      note(f, "%s: merged with its sibling ending in %s (both read %s; footprint %lld B)", gname(f, first),
+           nd(f, f->tail[H]), g->val[v].name, (long long)fp);
       group_absorb(f, first, H);
     }
   }
