@@ -49,4 +49,31 @@ const SafeTensor *fe_safetensors_at(const SafeTensors *st, int i);
 smelt_status fe_npy_read(const char *path, TensorType *out_type, void **out_data) SMELT_MUST_USE;
 smelt_status fe_npy_write(const char *path, const TensorType *type, const void *data) SMELT_MUST_USE;
 
+/* ---- ONNX (frontend/onnx.c) ---- */
+/* What the ONNX importer learned besides the graph, for `smelt import`. */
+typedef struct {
+  const FeDim *dims; /* the symbolic dims (dim_param) and the values used */
+  int ndims;
+  /* input_dims[i * IR_MAX_RANK + a]: the dim name of axis a of graph input i
+   * (g->inputs order), or NULL for a fixed size */
+  const char *const *input_dims;
+  int64_t opset; /* of the default domain */
+  const char *producer;
+} FeOnnxInfo;
+
+/* Imports an ONNX model (opsets 13 to 23 of the default domain) into a new
+ * graph owned by the caller.  Symbolic dims become dims of those names
+ * (value 1 unless opts sets them); shape arithmetic is evaluated at import.
+ * Built without protobuf-c it returns ST_UNSUPPORTED. */
+smelt_status fe_load_onnx(const char *path, const FeOptions *opts, Graph **out_graph) SMELT_MUST_USE;
+/* fe_load_onnx that also fills *out_info (its memory belongs to the graph). */
+smelt_status fe_load_onnx_info(const char *path, const FeOptions *opts, Graph **out_graph, FeOnnxInfo *out_info)
+    SMELT_MUST_USE;
+/* Whether this build can read ONNX files. */
+bool fe_onnx_available(void);
+
+/* Loads a model by its file name: .onnx with fe_load_onnx, anything else
+ * with fe_load_yaml. */
+smelt_status fe_load_model(const char *path, const FeOptions *opts, Graph **out_graph) SMELT_MUST_USE;
+
 #endif

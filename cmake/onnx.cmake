@@ -1,0 +1,69 @@
+# The ONNX frontend (frontend/onnx*.c): ONNX files are protobuf messages,
+# read with protobuf-c from code that protoc-c generates at build time from
+# the vendored schema third_party/onnx/onnx.proto.
+#
+# SMELT_ONNX = AUTO (default) builds it when protobuf-c and protoc-c are
+# found, ON requires them, OFF leaves it out.  Without it the importer still
+# links and answers ST_UNSUPPORTED ("built without ONNX support ...").
+#
+# The frontend lives in the compiler library, which is `smeltcore` today and
+# `smelt` (with the runtime in `smelt_runtime`) after the restructure; the
+# sources go to whichever of them holds frontend/.
+set(SMELT_ONNX AUTO CACHE STRING "Build the ONNX importer (AUTO: when protobuf-c is found)")
+set_property(CACHE SMELT_ONNX PROPERTY STRINGS AUTO ON OFF)
+
+if(TARGET smelt_compiler_objects)
+  set(SMELT_ONNX_TARGET smelt_compiler_objects)
+elseif(TARGET smeltcore)
+  set(SMELT_ONNX_TARGET smeltcore)
+elseif(TARGET smelt_compiler_lib)
+  set(SMELT_ONNX_TARGET smelt_compiler_lib)
+elseif(TARGET smelt)
+  get_target_property(_smelt_onnx_type smelt TYPE)
+  if(_smelt_onnx_type STREQUAL "EXECUTABLE")
+    message(FATAL_ERROR "cmake/onnx.cmake: no compiler library target (smeltcore or smelt) found")
+  endif()
+  set(SMELT_ONNX_TARGET smelt)
+else()
+  message(FATAL_ERROR "cmake/onnx.cmake: include it after the compiler library target is defined")
+endif()
+
+# The importer's sources always build (they compile to the ST_UNSUPPORTED
+# stub without protobuf-c); target_sources ignores a file a glob already added.
+file(GLOB SMELT_ONNX_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/frontend/onnx*.c ${CMAKE_SOURCE_DIR}/frontend/model.c)
+target_sources(${SMELT_ONNX_TARGET} PRIVATE ${SMELT_ONNX_SOURCES})
+
+set(SMELT_HAVE_ONNX OFF)
+if(NOT SMELT_ONNX STREQUAL "OFF")
+  find_program(PROTOC_C_EXECUTABLE NAMES protoc-c protoc-gen-c)
+  find_package(PkgConfig QUIET)
+  if(PkgConfig_FOUND)
+    pkg_check_modules(PROTOBUF_C IMPORTED_TARGET libprotobuf-c)
+  endif()
+  if(PROTOC_C_EXECUTABLE AND PROTOBUF_C_FOUND)
+    set(SMELT_HAVE_ONNX ON)
+  elseif(SMELT_ONNX STREQUAL "ON")
+    message(FATAL_ERROR "SMELT_ONNX=ON but protobuf-c was not found: install libprotobuf-c-dev protobuf-c-compiler")
+  else()
+    message(STATUS "smelt: ONNX importer off (install libprotobuf-c-dev protobuf-c-compiler to build it)")
+  endif()
+endif()
+
+if(SMELT_HAVE_ONNX)
+  set(_onnx_proto ${CMAKE_SOURCE_DIR}/third_party/onnx/onnx.proto)
+  set(_onnx_gen ${CMAKE_BINARY_DIR}/onnx_pb)
+  file(MAKE_DIRECTORY ${_onnx_gen})
+  add_custom_command(
+    OUTPUT ${_onnx_gen}/onnx.pb-c.c ${_onnx_gen}/onnx.pb-c.h
+    COMMAND ${PROTOC_C_EXECUTABLE} --c_out=${_onnx_gen} -I${CMAKE_SOURCE_DIR}/third_party/onnx ${_onnx_proto}
+    DEPENDS ${_onnx_proto}
+    COMMENT "protoc-c: generating the ONNX protobuf reader from third_party/onnx/onnx.proto"
+    VERBATIM)
+  target_sources(${SMELT_ONNX_TARGET} PRIVATE ${_onnx_gen}/onnx.pb-c.c)
+  # generated code: not held to smelt's warning set
+  set_source_files_properties(${_onnx_gen}/onnx.pb-c.c PROPERTIES COMPILE_OPTIONS "-w")
+  set_source_files_properties(${SMELT_ONNX_SOURCES} PROPERTIES INCLUDE_DIRECTORIES ${_onnx_gen})
+  target_compile_definitions(${SMELT_ONNX_TARGET} PUBLIC SMELT_HAVE_ONNX=1)
+  target_link_libraries(${SMELT_ONNX_TARGET} PUBLIC PkgConfig::PROTOBUF_C)
+  message(STATUS "smelt: ONNX importer on (protobuf-c ${PROTOBUF_C_VERSION}, ${PROTOC_C_EXECUTABLE})")
+endif()

@@ -1,0 +1,1565 @@
+/* ONNX operators onto smelt ops: one converter per ONNX op_type.
+ *
+ * Most ONNX ops have a smelt op of the same meaning (Add -> add, Conv ->
+ * conv2d, LayerNormalization over the last axis -> layer_norm).  Those that
+ * do not are written out in smelt ops, never as new IR ops:
+ *   - operands that ONNX passes as tensors but smelt takes as attributes
+ *     (Reshape's shape, Slice's starts, Unsqueeze's axes, Pad's pads) must
+ *     be constant by the time the node is reached, which they are for the
+ *     shape arithmetic exporters emit: onnx.c folds it as it goes;
+ *   - index computations with constant indices become gathers with index
+ *     tables computed here (Pad's edge/reflect modes, Resize, GatherElements,
+ *     ScatterND), with a `where` for the positions an update covers;
+ *   - the rest are short compositions: HardSwish = x * clip(x/6 + 1/2),
+ *     ArgMax = min over where(x == max(x), iota, n), Tile = reshape ->
+ *     expand -> reshape, Trilu = where(constant mask, x, 0), RotaryEmbedding
+ *     from its cos/sin caches with slices, muls and a concat.
+ * Ops that only exist to compute at import time (Shape, Size, Range,
+ * ConstantOfShape, Constant) produce constants directly.
+ *
+ * The table at the end lists each op_type with the attributes its converter
+ * understands; a node with any other attribute is refused by name, so an
+ * attribute that would change the result is never silently ignored.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "onnx_internal.h"
+
+#define MAXV 64 /* constant int lists (shapes, axes, pads) */
+
+static const char *out0(OnnxImporter *im) { return on_out_name(im, 0); }
+static int rank_of(OnnxImporter *im, int v) { return on_type(im, v)->rank; }
+
+static smelt_status norm_axis(OnnxImporter *im, int64_t axis, int rank, const char *what, int *out) {
+  *out = ir_norm_axis(axis, rank);
+  if (*out < 0) return on_err(im, "%s %lld is out of range for rank %d", what, (long long)axis, rank);
+  return NULL;
+}
+
+static smelt_status bind0(OnnxImporter *im, int v) { return on_bind(im, 0, v); }
+
+/* x of rank r reshaped so that axis `axis` has size n and every other axis 1:
+ * the shape a per-axis table broadcasts in. */
+static int axis_table(OnnxImporter *im, DType dt, int rank, int axis, const double *vals, int64_t n) {
+  TensorType t = {.dt = dt, .rank = rank};
+  for (int i = 0; i < rank; i++) t.dim[i] = i == axis ? n : 1;
+  int v = on_const(im, NULL, t, NULL);
+  for (int64_t i = 0; i < n; i++) dt_store(dt, im->g->val[v].data, (size_t)i, vals[i]);
+  return v;
+}
+
+static smelt_status idx_table(OnnxImporter *im, const int64_t *idx, int64_t n, int *out) {
+  TensorType t = {.dt = DT_I64, .rank = 1, .dim = {n}};
+  *out = on_const(im, NULL, t, idx);
+  return NULL;
+}
+
+static smelt_status expand_to(OnnxImporter *im, int x, const int64_t *shape, int rank, const char *name, int *out) {
+  int id = on_node(im, OP_EXPAND, 1, &x, name);
+  ir_set_attr_ints(im->g, id, "shape", shape, rank);
+  return on_done(im, id, out);
+}
+
+static smelt_status reduce(OnnxImporter *im, Op op, int x, const int64_t *axes, int naxes, bool keep,
+                           const char *name, int *out) {
+  int id = on_node(im, op, 1, &x, name);
+  if (axes) ir_set_attr_ints(im->g, id, "axes", axes, naxes);
+  ir_set_attr_bool(im->g, id, "keepdims", keep);
+  return on_done(im, id, out);
+}
+
+/* ---- elementwise ---- */
+
+static const struct {
+  const char *onnx;
+  Op op;
+} unary_ops[] = {
+    {"Neg", OP_NEG},   {"Abs", OP_ABS},   {"Exp", OP_EXP},         {"Log", OP_LOG},       {"Sqrt", OP_SQRT},
+    {"Tanh", OP_TANH}, {"Relu", OP_RELU}, {"Sigmoid", OP_SIGMOID}, {"Erf", OP_ERF},       {"Sin", OP_SIN},
+    {"Cos", OP_COS},   {"Reciprocal", OP_RECIPROCAL},
+}, binary_ops[] = {
+    {"Add", OP_ADD},     {"Sub", OP_SUB},   {"Mul", OP_MUL},         {"Div", OP_DIV}, {"Pow", OP_POW},
+    {"Equal", OP_EQUAL}, {"Less", OP_LESS}, {"Greater", OP_GREATER},
+};
+
+static smelt_status cv_unary(OnnxImporter *im) {
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  for (size_t i = 0; i < sizeof unary_ops / sizeof unary_ops[0]; i++)
+    if (!strcmp(unary_ops[i].onnx, im->node->op_type)) {
+      RETURN_IF_ERROR(on_op1(im, unary_ops[i].op, x, out0(im), &y));
+      return bind0(im, y);
+    }
+  return on_err(im, "internal: no unary op");
+}
+
+static smelt_status cv_binary(OnnxImporter *im) {
+  int a, b, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  bool pow = !strcmp(im->node->op_type, "Pow");
+  /* Pow alone lets the exponent have its own type */
+  if (pow && on_type(im, b)->dt != on_type(im, a)->dt) RETURN_IF_ERROR(on_cast(im, b, on_type(im, a)->dt, NULL, &b));
+  for (size_t i = 0; i < sizeof binary_ops / sizeof binary_ops[0]; i++)
+    if (!strcmp(binary_ops[i].onnx, im->node->op_type)) {
+      RETURN_IF_ERROR(on_op2(im, binary_ops[i].op, a, b, out0(im), &y));
+      return bind0(im, y);
+    }
+  return on_err(im, "internal: no binary op");
+}
+
+/* Max, Min, Sum, Mean: any number of operands, broadcasting. */
+static smelt_status cv_variadic(OnnxImporter *im) {
+  const char *t = im->node->op_type;
+  Op op = !strcmp(t, "Max") ? OP_MAXIMUM : !strcmp(t, "Min") ? OP_MINIMUM : OP_ADD;
+  bool mean = !strcmp(t, "Mean");
+  int n = on_nin(im), acc;
+  if (n < 1) return on_err(im, "needs at least one input");
+  RETURN_IF_ERROR(on_in_req(im, 0, &acc));
+  for (int i = 1; i < n; i++) {
+    int b;
+    RETURN_IF_ERROR(on_in_req(im, i, &b));
+    RETURN_IF_ERROR(on_op2(im, op, acc, b, i == n - 1 && !mean ? out0(im) : NULL, &acc));
+  }
+  if (mean && n > 1) RETURN_IF_ERROR(on_op2(im, OP_DIV, acc, on_scalar(im, on_type(im, acc)->dt, n), out0(im), &acc));
+  return bind0(im, acc);
+}
+
+static smelt_status cv_identity(OnnxImporter *im) {
+  int x;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  return bind0(im, x);
+}
+
+static smelt_status cv_dropout(OnnxImporter *im) {
+  int x, tm = on_in(im, 2);
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  if (tm >= 0) {
+    double v;
+    RETURN_IF_ERROR(on_const_scalar(im, tm, "training_mode", &v));
+    if (v != 0) return on_unsupported(im, "training_mode must be false (smelt runs inference)");
+  }
+  RETURN_IF_ERROR(on_no_extra_outputs(im, 1));
+  return bind0(im, x);
+}
+
+static smelt_status cast_to(OnnxImporter *im, int x, DType to) {
+  int y;
+  if (on_type(im, x)->dt == to) return bind0(im, x);
+  RETURN_IF_ERROR(on_cast(im, x, to, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_cast(OnnxImporter *im) {
+  int x;
+  int64_t to;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "to", -1, &to));
+  DType dt = onnx_dtype(im, to);
+  if (dt == DT_INVALID) return on_unsupported(im, "cast to %s: smelt has no such dtype", onnx_dtype_name(to));
+  return cast_to(im, x, dt);
+}
+
+static smelt_status cv_castlike(OnnxImporter *im) {
+  int x, like;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &like));
+  return cast_to(im, x, on_type(im, like)->dt);
+}
+
+static smelt_status not_of(OnnxImporter *im, int x, const char *name, int *out) {
+  return on_op2(im, OP_EQUAL, x, on_scalar(im, DT_BOOL, 0), name, out);
+}
+
+static smelt_status need_bool(OnnxImporter *im, int v) {
+  if (on_type(im, v)->dt != DT_BOOL) return on_err(im, "operands must be bool, got %s", dt_name(on_type(im, v)->dt));
+  return NULL;
+}
+
+/* Not, And, Or, Xor, LessOrEqual, GreaterOrEqual from where/equal/less/greater. */
+static smelt_status cv_logic(OnnxImporter *im) {
+  const char *t = im->node->op_type;
+  int a, b = -1, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  if (strcmp(t, "Not") != 0) RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  if (!strcmp(t, "Not")) {
+    RETURN_IF_ERROR(need_bool(im, a));
+    RETURN_IF_ERROR(not_of(im, a, out0(im), &y));
+  } else if (!strcmp(t, "And") || !strcmp(t, "Or")) {
+    RETURN_IF_ERROR(need_bool(im, a));
+    RETURN_IF_ERROR(need_bool(im, b));
+    bool and_ = !strcmp(t, "And");
+    int c = on_scalar(im, DT_BOOL, and_ ? 0 : 1);
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, a, and_ ? b : c, and_ ? c : b, out0(im), &y));
+  } else if (!strcmp(t, "Xor")) {
+    RETURN_IF_ERROR(need_bool(im, a));
+    RETURN_IF_ERROR(need_bool(im, b));
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, a, b, NULL, &y));
+    RETURN_IF_ERROR(not_of(im, y, out0(im), &y));
+  } else {
+    /* a <= b is not (a > b); NaN operands compare differently, as in no model's mask */
+    RETURN_IF_ERROR(on_op2(im, !strcmp(t, "LessOrEqual") ? OP_GREATER : OP_LESS, a, b, NULL, &y));
+    RETURN_IF_ERROR(not_of(im, y, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+static smelt_status cv_where(OnnxImporter *im) {
+  int c, a, b, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &c));
+  RETURN_IF_ERROR(on_in_req(im, 1, &a));
+  RETURN_IF_ERROR(on_in_req(im, 2, &b));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, a, b, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_gelu(OnnxImporter *im) {
+  int x, y;
+  const char *ap;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_string(im, "approximate", "none", &ap));
+  if (strcmp(ap, "none") && strcmp(ap, "tanh")) return on_unsupported(im, "approximate '%s' (supported: none, tanh)", ap);
+  int id = on_node(im, OP_GELU, 1, &x, out0(im));
+  ir_set_attr_enum(im->g, id, "approximate", ap);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_leaky_relu(OnnxImporter *im) {
+  int x, y, neg, scaled;
+  double alpha;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_float(im, "alpha", 0.01, &alpha));
+  DType dt = on_type(im, x)->dt;
+  RETURN_IF_ERROR(on_op2(im, OP_LESS, x, on_scalar(im, dt, 0), NULL, &neg));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x, on_scalar(im, dt, alpha), NULL, &scaled));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, neg, scaled, x, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_prelu(OnnxImporter *im) {
+  int x, slope, y, neg, scaled;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &slope));
+  RETURN_IF_ERROR(on_op2(im, OP_LESS, x, on_scalar(im, on_type(im, x)->dt, 0), NULL, &neg));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x, slope, NULL, &scaled));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, neg, scaled, x, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* max(min(alpha * x + beta, 1), 0) */
+static smelt_status hard_sigmoid(OnnxImporter *im, int x, double alpha, double beta, const char *name, int *out) {
+  DType dt = on_type(im, x)->dt;
+  int t;
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x, on_scalar(im, dt, alpha), NULL, &t));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, t, on_scalar(im, dt, beta), NULL, &t));
+  RETURN_IF_ERROR(on_op2(im, OP_MINIMUM, t, on_scalar(im, dt, 1), NULL, &t));
+  return on_op2(im, OP_MAXIMUM, t, on_scalar(im, dt, 0), name, out);
+}
+
+static smelt_status cv_hard_sigmoid(OnnxImporter *im) {
+  int x, y;
+  double alpha, beta;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_float(im, "alpha", 0.2, &alpha));
+  RETURN_IF_ERROR(on_attr_float(im, "beta", 0.5, &beta));
+  RETURN_IF_ERROR(hard_sigmoid(im, x, alpha, beta, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_hard_swish(OnnxImporter *im) {
+  int x, h, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(hard_sigmoid(im, x, 1.0 / 6, 0.5, NULL, &h));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x, h, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_softplus(OnnxImporter *im) {
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_op1(im, OP_EXP, x, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, on_type(im, x)->dt, 1), NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_clip(OnnxImporter *im) {
+  int x, lo = on_in(im, 1), hi = on_in(im, 2), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  y = x;
+  if (lo >= 0) RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, y, lo, hi >= 0 ? NULL : out0(im), &y));
+  if (hi >= 0) RETURN_IF_ERROR(on_op2(im, OP_MINIMUM, y, hi, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ---- reductions and norms ---- */
+
+static smelt_status cv_softmax(OnnxImporter *im) {
+  int x, y;
+  int64_t axis;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  int id = on_node(im, !strcmp(im->node->op_type, "Softmax") ? OP_SOFTMAX : OP_LOG_SOFTMAX, 1, &x, out0(im));
+  ir_set_attr_int(im->g, id, "axis", axis);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+/* The axes of a Reduce* node: the attribute (older opsets) or input 2;
+ * *n = -1 means all axes. */
+static smelt_status reduce_axes(OnnxImporter *im, int64_t *axes, int *n, bool *identity) {
+  int64_t noop;
+  *identity = false;
+  RETURN_IF_ERROR(on_attr_ints(im, "axes", axes, MAXV, n));
+  RETURN_IF_ERROR(on_attr_int(im, "noop_with_empty_axes", 0, &noop));
+  int av = on_in(im, 1);
+  if (*n < 0 && av >= 0) RETURN_IF_ERROR(on_const_ints(im, av, "axes", axes, MAXV, n));
+  if (*n <= 0) {
+    *identity = noop != 0;
+    *n = -1;
+  }
+  return NULL;
+}
+
+static smelt_status cv_reduce(OnnxImporter *im) {
+  const char *t = im->node->op_type;
+  int x, y, n;
+  int64_t axes[MAXV], keep;
+  bool identity;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
+  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  if (identity) return bind0(im, x);
+  bool sq = !strcmp(t, "ReduceSumSquare") || !strcmp(t, "ReduceL2");
+  if (sq) RETURN_IF_ERROR(on_op2(im, OP_MUL, x, x, NULL, &x));
+  Op op = !strcmp(t, "ReduceMean") ? OP_MEAN : !strcmp(t, "ReduceMax") ? OP_MAX : !strcmp(t, "ReduceMin") ? OP_MIN : OP_SUM;
+  bool l2 = !strcmp(t, "ReduceL2");
+  RETURN_IF_ERROR(reduce(im, op, x, n >= 0 ? axes : NULL, n, keep != 0, l2 ? NULL : out0(im), &y));
+  if (l2) RETURN_IF_ERROR(on_op1(im, OP_SQRT, y, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ArgMax/ArgMin: the first (or last) index where x equals its max (min). */
+static smelt_status cv_argmax(OnnxImporter *im) {
+  bool is_max = !strcmp(im->node->op_type, "ArgMax");
+  int x, m, eq, y;
+  int64_t axis, keep, last;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 0, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
+  RETURN_IF_ERROR(on_attr_int(im, "select_last_index", 0, &last));
+  const TensorType *xt = on_type(im, x);
+  int ax, r = xt->rank;
+  RETURN_IF_ERROR(norm_axis(im, axis, r, "axis", &ax));
+  int64_t len = xt->dim[ax], a64 = ax;
+  RETURN_IF_ERROR(reduce(im, is_max ? OP_MAX : OP_MIN, x, &a64, 1, true, NULL, &m));
+  RETURN_IF_ERROR(on_op2(im, OP_EQUAL, x, m, NULL, &eq));
+  double *iota = malloc(sizeof(double) * (size_t)(len ? len : 1));
+  if (!iota) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int64_t i = 0; i < len; i++) iota[i] = (double)i;
+  int io = axis_table(im, DT_I64, r, ax, iota, len);
+  free(iota);
+  int other = on_scalar(im, DT_I64, last ? -1 : (double)len);
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, eq, io, other, NULL, &y));
+  RETURN_IF_ERROR(reduce(im, last ? OP_MAX : OP_MIN, y, &a64, 1, keep != 0, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* layer_norm / rms_norm over axes [axis, rank): smelt's norms take one
+ * axis, so more trailing axes are flattened into one first. */
+static smelt_status norm_common(OnnxImporter *im, Op op, int x, int scale, int bias, int64_t axis, double eps) {
+  const TensorType *xt = on_type(im, x);
+  int r = xt->rank, ax, y;
+  RETURN_IF_ERROR(norm_axis(im, axis, r, "axis", &ax));
+  int64_t d = 1, flat[IR_MAX_RANK], orig[IR_MAX_RANK];
+  for (int i = 0; i < r; i++) orig[i] = xt->dim[i];
+  for (int i = ax; i < r; i++) d *= xt->dim[i];
+  int xin = x;
+  if (ax != r - 1) {
+    for (int i = 0; i < ax; i++) flat[i] = xt->dim[i];
+    flat[ax] = d;
+    RETURN_IF_ERROR(on_reshape(im, x, flat, ax + 1, NULL, &xin));
+  }
+  int params[2] = {scale, bias};
+  for (int k = 0; k < 2; k++) {
+    int p = params[k];
+    if (p < 0) continue;
+    if (ir_type_numel(on_type(im, p)) != d) {
+      /* a broadcasting scale ([1] or [1,D]): make it the normalized shape */
+      RETURN_IF_ERROR(expand_to(im, p, orig + ax, r - ax, NULL, &p));
+    }
+    if (on_type(im, p)->rank != 1) RETURN_IF_ERROR(on_reshape(im, p, &d, 1, NULL, &p));
+    params[k] = p;
+  }
+  int ins[3] = {xin, params[0], params[1]};
+  int id = on_node(im, op, params[1] >= 0 ? 3 : 2, ins, ax != r - 1 ? NULL : out0(im));
+  ir_set_attr_int(im->g, id, "axis", -1);
+  ir_set_attr_float(im->g, id, "eps", eps);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (ax != r - 1) RETURN_IF_ERROR(on_reshape(im, y, orig, r, out0(im), &y));
+  RETURN_IF_ERROR(on_no_extra_outputs(im, 1));
+  return bind0(im, y);
+}
+
+static smelt_status cv_layer_norm(OnnxImporter *im) {
+  int x, scale;
+  int64_t axis, stash;
+  double eps;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &scale));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  RETURN_IF_ERROR(on_attr_float(im, "epsilon", 1e-5, &eps));
+  RETURN_IF_ERROR(on_attr_int(im, "stash_type", 1, &stash)); /* smelt's norms accumulate in f32 or wider */
+  return norm_common(im, OP_LAYER_NORM, x, scale, on_in(im, 2), axis, eps);
+}
+
+static smelt_status cv_rms_norm(OnnxImporter *im) {
+  int x, scale;
+  int64_t axis, stash;
+  double eps;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &scale));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  RETURN_IF_ERROR(on_attr_float(im, "epsilon", 1e-5, &eps));
+  RETURN_IF_ERROR(on_attr_int(im, "stash_type", 1, &stash));
+  return norm_common(im, OP_RMS_NORM, x, scale, -1, axis, eps);
+}
+
+static smelt_status cv_batch_norm(OnnxImporter *im) {
+  int in[5], y;
+  double eps, mom;
+  int64_t train;
+  for (int i = 0; i < 5; i++) RETURN_IF_ERROR(on_in_req(im, i, &in[i]));
+  RETURN_IF_ERROR(on_attr_float(im, "epsilon", 1e-5, &eps));
+  RETURN_IF_ERROR(on_attr_float(im, "momentum", 0.9, &mom));
+  RETURN_IF_ERROR(on_attr_int(im, "training_mode", 0, &train));
+  if (train) return on_unsupported(im, "training_mode=1 (smelt runs inference)");
+  RETURN_IF_ERROR(on_no_extra_outputs(im, 1));
+  int id = on_node(im, OP_BATCH_NORM, 5, in, out0(im));
+  ir_set_attr_float(im->g, id, "eps", eps);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+/* ---- contractions ---- */
+
+static smelt_status cv_matmul(OnnxImporter *im) {
+  int a, b, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  RETURN_IF_ERROR(on_op2(im, OP_MATMUL, a, b, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_gemm(OnnxImporter *im) {
+  int a, b, c = on_in(im, 2), y;
+  int64_t ta, tb;
+  double alpha, beta;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  RETURN_IF_ERROR(on_attr_int(im, "transA", 0, &ta));
+  RETURN_IF_ERROR(on_attr_int(im, "transB", 0, &tb));
+  RETURN_IF_ERROR(on_attr_float(im, "alpha", 1, &alpha));
+  RETURN_IF_ERROR(on_attr_float(im, "beta", 1, &beta));
+  if (rank_of(im, a) != 2 || rank_of(im, b) != 2) return on_err(im, "A and B must be 2-D");
+  bool last = c < 0 && alpha == 1;
+  int id = on_node(im, OP_MATMUL, 2, (int[]){a, b}, last ? out0(im) : NULL);
+  ir_set_attr_bool(im->g, id, "transpose_a", ta != 0);
+  ir_set_attr_bool(im->g, id, "transpose_b", tb != 0);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  DType dt = on_type(im, y)->dt;
+  if (alpha != 1) RETURN_IF_ERROR(on_op2(im, OP_MUL, y, on_scalar(im, dt, alpha), c < 0 ? out0(im) : NULL, &y));
+  if (c >= 0) {
+    if (beta != 1) RETURN_IF_ERROR(on_op2(im, OP_MUL, c, on_scalar(im, dt, beta), NULL, &c));
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, y, c, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+/* Pads of a sliding window from auto_pad (SAME_UPPER, SAME_LOWER, VALID) or
+ * the pads attribute: pads[0..n) begins, pads[n..2n) ends. */
+static smelt_status window_pads(OnnxImporter *im, int n, const int64_t *in, const int64_t *k, const int64_t *s,
+                                const int64_t *d, int64_t *pads) {
+  const char *ap;
+  int np;
+  RETURN_IF_ERROR(on_attr_string(im, "auto_pad", "NOTSET", &ap));
+  RETURN_IF_ERROR(on_attr_ints(im, "pads", pads, 2 * n, &np));
+  if (np < 0) {
+    for (int i = 0; i < 2 * n; i++) pads[i] = 0;
+  } else if (np != 2 * n) {
+    return on_err(im, "pads has %d values, expected %d", np, 2 * n);
+  }
+  for (int i = 0; i < 2 * n; i++)
+    if (pads[i] < 0) return on_err(im, "pads must not be negative");
+  if (!strcmp(ap, "NOTSET")) return NULL;
+  if (!strcmp(ap, "VALID")) {
+    for (int i = 0; i < 2 * n; i++) pads[i] = 0;
+    return NULL;
+  }
+  bool upper = !strcmp(ap, "SAME_UPPER");
+  if (!upper && strcmp(ap, "SAME_LOWER") != 0)
+    return on_unsupported(im, "auto_pad '%s' (supported: NOTSET, VALID, SAME_UPPER, SAME_LOWER)", ap);
+  for (int i = 0; i < n; i++) {
+    int64_t out = (in[i] + s[i] - 1) / s[i];
+    int64_t total = (out - 1) * s[i] + (k[i] - 1) * d[i] + 1 - in[i];
+    if (total < 0) total = 0;
+    pads[i] = upper ? total / 2 : total - total / 2;
+    pads[n + i] = total - pads[i];
+  }
+  return NULL;
+}
+
+/* Spatial attribute lists of length n (strides, dilations) with default 1. */
+static smelt_status spatial_ints(OnnxImporter *im, const char *name, int n, int64_t *out) {
+  int got;
+  RETURN_IF_ERROR(on_attr_ints(im, name, out, n, &got));
+  if (got < 0)
+    for (int i = 0; i < n; i++) out[i] = 1;
+  else if (got != n) return on_err(im, "%s has %d values, expected %d", name, got, n);
+  for (int i = 0; i < n; i++)
+    if (out[i] < 1) return on_err(im, "%s must be positive", name);
+  return NULL;
+}
+
+static smelt_status cv_conv(OnnxImporter *im) {
+  int x, w, b = on_in(im, 2), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &w));
+  int r = rank_of(im, x);
+  if (r != 3 && r != 4) return on_unsupported(im, "%d-D convolution (supported: 1-D and 2-D)", r - 2);
+  if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
+  int n = r - 2;
+  int64_t st[2], dl[2], k[2], in[2], pads[4], grp;
+  int nk;
+  RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
+  RETURN_IF_ERROR(spatial_ints(im, "dilations", n, dl));
+  RETURN_IF_ERROR(on_attr_int(im, "group", 1, &grp));
+  RETURN_IF_ERROR(on_attr_ints(im, "kernel_shape", k, n, &nk));
+  for (int i = 0; i < n; i++) {
+    if (nk >= 0 && k[i] != on_type(im, w)->dim[2 + i]) return on_err(im, "kernel_shape differs from the weight's shape");
+    k[i] = on_type(im, w)->dim[2 + i];
+    in[i] = on_type(im, x)->dim[2 + i];
+  }
+  RETURN_IF_ERROR(window_pads(im, n, in, k, st, dl, pads));
+  int64_t p4[4];
+  if (n == 1) {
+    /* 1-D as 2-D with height 1 */
+    const TensorType *xt = on_type(im, x), *wt = on_type(im, w);
+    int64_t xs[4] = {xt->dim[0], xt->dim[1], 1, xt->dim[2]}, ws[4] = {wt->dim[0], wt->dim[1], 1, wt->dim[2]};
+    RETURN_IF_ERROR(on_reshape(im, x, xs, 4, NULL, &x));
+    RETURN_IF_ERROR(on_reshape(im, w, ws, 4, NULL, &w));
+    st[1] = st[0], st[0] = 1, dl[1] = dl[0], dl[0] = 1;
+    p4[0] = 0, p4[1] = pads[0], p4[2] = 0, p4[3] = pads[1];
+  } else {
+    memcpy(p4, pads, sizeof p4);
+  }
+  int ins[3] = {x, w, b};
+  int id = on_node(im, OP_CONV2D, b >= 0 ? 3 : 2, ins, n == 2 ? out0(im) : NULL);
+  ir_set_attr_ints(im->g, id, "strides", st, 2);
+  ir_set_attr_ints(im->g, id, "dilations", dl, 2);
+  ir_set_attr_ints(im->g, id, "pads", p4, 4);
+  ir_set_attr_int(im->g, id, "groups", grp);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (n == 1) {
+    const TensorType *yt = on_type(im, y);
+    int64_t ys[3] = {yt->dim[0], yt->dim[1], yt->dim[3]};
+    RETURN_IF_ERROR(on_reshape(im, y, ys, 3, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
+                             int cval, const char *name, int *out);
+
+static smelt_status cv_pool(OnnxImporter *im) {
+  bool is_max = !strcmp(im->node->op_type, "MaxPool");
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  if (rank_of(im, x) != 4) return on_unsupported(im, "pooling over rank %d (supported: 2-D, NCHW)", rank_of(im, x));
+  int64_t k[2], st[2], dl[2], in[2], pads[4], ceil_mode, cip = 0, order;
+  int nk;
+  RETURN_IF_ERROR(on_attr_ints(im, "kernel_shape", k, 2, &nk));
+  if (nk != 2) return on_err(im, "kernel_shape must have 2 values");
+  RETURN_IF_ERROR(spatial_ints(im, "strides", 2, st));
+  RETURN_IF_ERROR(spatial_ints(im, "dilations", 2, dl));
+  if (dl[0] != 1 || dl[1] != 1) return on_unsupported(im, "dilated pooling");
+  RETURN_IF_ERROR(on_attr_int(im, "ceil_mode", 0, &ceil_mode));
+  RETURN_IF_ERROR(on_attr_int(im, "storage_order", 0, &order));
+  if (!is_max) RETURN_IF_ERROR(on_attr_int(im, "count_include_pad", 0, &cip));
+  RETURN_IF_ERROR(on_no_extra_outputs(im, 1));
+  for (int i = 0; i < 2; i++) in[i] = on_type(im, x)->dim[2 + i];
+  RETURN_IF_ERROR(window_pads(im, 2, in, k, st, dl, pads));
+  if (cip && (pads[0] || pads[1] || pads[2] || pads[3])) {
+    /* padding counted in the average: pad with zeros explicitly */
+    int zero = on_scalar(im, on_type(im, x)->dt, 0);
+    for (int i = 0; i < 2; i++) {
+      RETURN_IF_ERROR(pad_axis(im, x, 2 + i, pads[i], pads[2 + i], "constant", zero, NULL, &x));
+      in[i] += pads[i] + pads[2 + i];
+      pads[i] = pads[2 + i] = 0;
+    }
+  }
+  int64_t p4[4] = {pads[0], pads[1], pads[2], pads[3]};
+  if (ceil_mode) {
+    /* ceil: extend the end padding so that floor gives the ceil size; the
+     * last window must still start inside the input or its begin padding */
+    for (int i = 0; i < 2; i++) {
+      int64_t span = in[i] + pads[i] + pads[2 + i] - k[i];
+      if (span < 0) return on_err(im, "kernel does not fit the padded input");
+      int64_t out = (span + st[i] - 1) / st[i] + 1;
+      if ((out - 1) * st[i] >= in[i] + pads[i]) out--;
+      int64_t extra = (out - 1) * st[i] + k[i] - (in[i] + pads[i] + pads[2 + i]);
+      if (extra > 0) p4[2 + i] += extra;
+    }
+  }
+  int id = on_node(im, is_max ? OP_MAX_POOL2D : OP_AVG_POOL2D, 1, &x, out0(im));
+  ir_set_attr_ints(im->g, id, "kernel", k, 2);
+  ir_set_attr_ints(im->g, id, "strides", st, 2);
+  ir_set_attr_ints(im->g, id, "pads", p4, 4);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_global_pool(OnnxImporter *im) {
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  if (!strcmp(im->node->op_type, "GlobalAveragePool")) {
+    RETURN_IF_ERROR(on_op1(im, OP_GLOBAL_AVG_POOL, x, out0(im), &y));
+  } else {
+    int r = rank_of(im, x);
+    int64_t axes[IR_MAX_RANK];
+    for (int i = 2; i < r; i++) axes[i - 2] = i;
+    if (r < 3) return on_err(im, "input must be [N,C,spatial...]");
+    RETURN_IF_ERROR(reduce(im, OP_MAX, x, axes, r - 2, true, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+/* ---- data movement ---- */
+
+static smelt_status cv_reshape(OnnxImporter *im) {
+  int x, s, n, y;
+  int64_t shape[MAXV], allowzero;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &s));
+  RETURN_IF_ERROR(on_attr_int(im, "allowzero", 0, &allowzero));
+  RETURN_IF_ERROR(on_const_ints(im, s, "shape", shape, MAXV, &n));
+  if (n > IR_MAX_RANK) return on_unsupported(im, "rank %d (at most %d)", n, IR_MAX_RANK);
+  const TensorType *xt = on_type(im, x);
+  for (int i = 0; i < n; i++)
+    if (shape[i] == 0 && !allowzero) {
+      if (i >= xt->rank) return on_err(im, "shape[%d] = 0 copies a dim the input does not have", i);
+      shape[i] = xt->dim[i];
+    }
+  RETURN_IF_ERROR(on_reshape(im, x, shape, n, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_flatten(OnnxImporter *im) {
+  int x, y, ax;
+  int64_t axis;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 1, &axis));
+  const TensorType *xt = on_type(im, x);
+  ax = axis < 0 ? (int)(axis + xt->rank) : (int)axis;
+  if (axis < -xt->rank || axis > xt->rank) return on_err(im, "axis %lld out of range for rank %d", (long long)axis, xt->rank);
+  int64_t s[2] = {1, 1};
+  for (int i = 0; i < xt->rank; i++) s[i < ax ? 0 : 1] *= xt->dim[i];
+  RETURN_IF_ERROR(on_reshape(im, x, s, 2, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_transpose(OnnxImporter *im) {
+  int x, y, n;
+  int64_t perm[IR_MAX_RANK];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_ints(im, "perm", perm, IR_MAX_RANK, &n));
+  int r = rank_of(im, x);
+  if (n < 0) {
+    for (int i = 0; i < r; i++) perm[i] = r - 1 - i;
+    n = r;
+  }
+  RETURN_IF_ERROR(on_transpose(im, x, perm, n, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Axes from the attribute or from input 2 (opset 13 on). */
+static smelt_status axes_of(OnnxImporter *im, int64_t *axes, int *n) {
+  RETURN_IF_ERROR(on_attr_ints(im, "axes", axes, MAXV, n));
+  int av = on_in(im, 1);
+  if (*n < 0 && av >= 0) RETURN_IF_ERROR(on_const_ints(im, av, "axes", axes, MAXV, n));
+  return NULL;
+}
+
+static smelt_status cv_squeeze(OnnxImporter *im) {
+  int x, y, n;
+  int64_t axes[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(axes_of(im, axes, &n));
+  int id = on_node(im, OP_SQUEEZE, 1, &x, out0(im));
+  if (n >= 0) ir_set_attr_ints(im->g, id, "axes", axes, n);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_unsqueeze(OnnxImporter *im) {
+  int x, y, n;
+  int64_t axes[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(axes_of(im, axes, &n));
+  if (n < 0) return on_err(im, "needs axes");
+  int id = on_node(im, OP_UNSQUEEZE, 1, &x, out0(im));
+  ir_set_attr_ints(im->g, id, "axes", axes, n);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_concat(OnnxImporter *im) {
+  int64_t axis;
+  int xs[64], n = 0, y;
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 0, &axis));
+  if (on_nin(im) > 64) return on_unsupported(im, "%d inputs (at most 64)", on_nin(im));
+  for (int i = 0; i < on_nin(im); i++) {
+    int v;
+    RETURN_IF_ERROR(on_in_req(im, i, &v));
+    /* exporters concatenate empty tensors (an empty shape list): drop them */
+    if (ir_type_numel(on_type(im, v)) == 0 && on_nin(im) > 1) continue;
+    xs[n++] = v;
+  }
+  if (!n) RETURN_IF_ERROR(on_in_req(im, 0, &xs[n++]));
+  if (n == 1) return bind0(im, xs[0]);
+  RETURN_IF_ERROR(on_concat(im, xs, n, (int)axis, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_split(OnnxImporter *im) {
+  int x, n = -1, ax;
+  int64_t axis, sizes[64], num;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 0, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "num_outputs", 0, &num));
+  RETURN_IF_ERROR(on_attr_ints(im, "split", sizes, 64, &n));
+  int sv = on_in(im, 1);
+  if (n < 0 && sv >= 0) RETURN_IF_ERROR(on_const_ints(im, sv, "split", sizes, 64, &n));
+  const TensorType *xt = on_type(im, x);
+  RETURN_IF_ERROR(norm_axis(im, axis, xt->rank, "axis", &ax));
+  int nout = on_nout(im);
+  if (nout < 1 || nout > 64) return on_unsupported(im, "%d outputs (1 to 64 supported)", nout);
+  int64_t len = xt->dim[ax];
+  if (n < 0) {
+    /* equal parts; opset 18's num_outputs lets the last one be smaller */
+    int64_t part = num > 0 ? (len + nout - 1) / nout : len / nout;
+    if (num <= 0 && len % nout) return on_err(im, "axis of size %lld does not split into %d parts", (long long)len, nout);
+    for (int i = 0; i < nout; i++) sizes[i] = i < nout - 1 ? part : len - part * (nout - 1);
+    n = nout;
+  }
+  if (n != nout) return on_err(im, "%d split sizes for %d outputs", n, nout);
+  const char *names[64];
+  for (int i = 0; i < nout; i++) names[i] = on_out_name(im, i);
+  int id = on_node_multi(im, OP_SPLIT, 1, &x, nout, names);
+  ir_set_attr_int(im->g, id, "axis", ax);
+  ir_set_attr_ints(im->g, id, "sizes", sizes, nout);
+  RETURN_IF_ERROR(on_done(im, id, NULL));
+  for (int i = 0; i < nout; i++) RETURN_IF_ERROR(on_bind(im, i, im->g->node[id].out[i]));
+  return NULL;
+}
+
+static smelt_status cv_slice(OnnxImporter *im) {
+  int x, sv, ev, n, ne, na = -1, nst = -1;
+  int64_t starts[MAXV], ends[MAXV], axes[MAXV], steps[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &sv));
+  RETURN_IF_ERROR(on_in_req(im, 2, &ev));
+  RETURN_IF_ERROR(on_const_ints(im, sv, "starts", starts, MAXV, &n));
+  RETURN_IF_ERROR(on_const_ints(im, ev, "ends", ends, MAXV, &ne));
+  if (on_in(im, 3) >= 0) RETURN_IF_ERROR(on_const_ints(im, on_in(im, 3), "axes", axes, MAXV, &na));
+  if (on_in(im, 4) >= 0) RETURN_IF_ERROR(on_const_ints(im, on_in(im, 4), "steps", steps, MAXV, &nst));
+  if (ne != n || (na >= 0 && na != n) || (nst >= 0 && nst != n))
+    return on_err(im, "starts, ends, axes and steps differ in length");
+  int r = rank_of(im, x), y = x, last = -1;
+  for (int i = 0; i < n; i++) {
+    if (na < 0) axes[i] = i;
+    if (nst < 0) steps[i] = 1;
+    if (steps[i] == 0) return on_err(im, "step must not be 0");
+  }
+  /* the last slice that changes anything carries the output's name */
+  for (int i = 0; i < n; i++) {
+    int ax;
+    RETURN_IF_ERROR(norm_axis(im, axes[i], r, "axis", &ax));
+    int64_t s, e, len;
+    ir_slice_bounds(on_type(im, x)->dim[ax], starts[i], ends[i], steps[i], &s, &e, &len);
+    if (!(steps[i] == 1 && len == on_type(im, x)->dim[ax])) last = i;
+  }
+  for (int i = 0; i <= last; i++) {
+    int ax = ir_norm_axis(axes[i], r);
+    int64_t s, e, len;
+    ir_slice_bounds(on_type(im, y)->dim[ax], starts[i], ends[i], steps[i], &s, &e, &len);
+    if (steps[i] == 1 && len == on_type(im, y)->dim[ax]) continue;
+    /* INT64_MAX is smelt's "to the end"; ONNX writes it too, or INT64_MIN for a negative step */
+    int64_t end = ends[i] < -((int64_t)1 << 62) || ends[i] > ((int64_t)1 << 62) ? INT64_MAX : ends[i];
+    RETURN_IF_ERROR(on_slice(im, y, ax, starts[i], end, steps[i], i == last ? out0(im) : NULL, &y));
+  }
+  return bind0(im, y);
+}
+
+static smelt_status cv_gather(OnnxImporter *im) {
+  int x, idx, y;
+  int64_t axis;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &idx));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 0, &axis));
+  RETURN_IF_ERROR(on_gather(im, x, idx, (int)axis, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Row-major strides of a shape. */
+static void strides_of(const TensorType *t, int64_t *st) {
+  int64_t s = 1;
+  for (int i = t->rank - 1; i >= 0; i--) st[i] = s, s *= t->dim[i];
+}
+
+/* GatherElements with constant indices: one gather from the flattened data
+ * with the linear index of every element. */
+static smelt_status cv_gather_elements(OnnxImporter *im) {
+  int x, iv, y, n;
+  int64_t axis;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &iv));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 0, &axis));
+  const TensorType *xt = on_type(im, x), *it = on_type(im, iv);
+  int ax;
+  RETURN_IF_ERROR(norm_axis(im, axis, xt->rank, "axis", &ax));
+  if (it->rank != xt->rank) return on_err(im, "indices must have the rank of the data");
+  int64_t cnt = ir_type_numel(it);
+  if (cnt > ONNX_FOLD_MAX_INT) return on_unsupported(im, "more than %lld indices", (long long)ONNX_FOLD_MAX_INT);
+  int64_t *idx = malloc(sizeof(int64_t) * (size_t)(cnt ? cnt : 1)), *lin = malloc(sizeof(int64_t) * (size_t)(cnt ? cnt : 1));
+  if (!idx || !lin) {
+    free(idx), free(lin);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  smelt_status st = on_const_ints(im, iv, "indices", idx, (int)cnt, &n);
+  int64_t xs[IR_MAX_RANK], is[IR_MAX_RANK];
+  strides_of(xt, xs);
+  strides_of(it, is);
+  for (int64_t e = 0; e < cnt && !st; e++) {
+    int64_t rem = e, off = 0;
+    for (int d = 0; d < it->rank; d++) {
+      int64_t c = rem / is[d];
+      rem %= is[d];
+      if (d == ax) {
+        c = idx[e] < 0 ? idx[e] + xt->dim[ax] : idx[e];
+        if (c < 0 || c >= xt->dim[ax]) st = on_err(im, "index %lld out of range", (long long)idx[e]);
+      } else if (c >= xt->dim[d]) {
+        st = on_err(im, "indices are larger than the data on axis %d", d);
+      }
+      off += c * xs[d];
+    }
+    lin[e] = off;
+  }
+  int flat, li;
+  int64_t total = ir_type_numel(xt);
+  if (!st) st = on_reshape(im, x, &total, 1, NULL, &flat);
+  if (!st) {
+    li = on_const(im, NULL, (TensorType){.dt = DT_I64, .rank = it->rank, .dim = {0}}, NULL);
+    TensorType *lt = &im->g->val[li].type;
+    *lt = *it;
+    lt->dt = DT_I64;
+    im->g->val[li].data = ir_graph_alloc(im->g, ir_type_bytes(lt));
+    memcpy(im->g->val[li].data, lin, sizeof(int64_t) * (size_t)cnt);
+    st = on_gather(im, flat, li, 0, out0(im), &y);
+  }
+  free(idx);
+  free(lin);
+  RETURN_IF_ERROR(st);
+  return bind0(im, y);
+}
+
+static smelt_status cv_expand(OnnxImporter *im) {
+  int x, s, n, y;
+  int64_t shape[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &s));
+  RETURN_IF_ERROR(on_const_ints(im, s, "shape", shape, MAXV, &n));
+  if (n > IR_MAX_RANK) return on_unsupported(im, "rank %d", n);
+  RETURN_IF_ERROR(expand_to(im, x, shape, n, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Tile: [d0, d1] -> reshape [1, d0, 1, d1] -> expand [r0, d0, r1, d1] ->
+ * reshape [r0*d0, r1*d1], with the axes that repeat once left out. */
+static smelt_status cv_tile(OnnxImporter *im) {
+  int x, rv, n, y;
+  int64_t rep[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &rv));
+  RETURN_IF_ERROR(on_const_ints(im, rv, "repeats", rep, MAXV, &n));
+  const TensorType *xt = on_type(im, x);
+  int r = xt->rank;
+  if (n != r) return on_err(im, "repeats has %d values for rank %d", n, r);
+  int64_t s1[IR_MAX_RANK * 2], s2[IR_MAX_RANK * 2], s3[IR_MAX_RANK];
+  int k = 0;
+  for (int i = 0; i < r; i++) {
+    if (rep[i] < 0) return on_err(im, "repeats must not be negative");
+    if (rep[i] != 1) s1[k] = 1, s2[k++] = rep[i];
+    s1[k] = xt->dim[i], s2[k++] = xt->dim[i];
+    s3[i] = xt->dim[i] * rep[i];
+  }
+  if (k > IR_MAX_RANK) return on_unsupported(im, "tiling %d axes of a rank-%d tensor", k - r, r);
+  if (k == r) return bind0(im, x);
+  RETURN_IF_ERROR(on_reshape(im, x, s1, k, NULL, &y));
+  RETURN_IF_ERROR(expand_to(im, y, s2, k, NULL, &y));
+  RETURN_IF_ERROR(on_reshape(im, y, s3, r, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status cv_range(OnnxImporter *im) {
+  int a, b, c;
+  double start, limit, delta;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  RETURN_IF_ERROR(on_in_req(im, 2, &c));
+  RETURN_IF_ERROR(on_const_scalar(im, a, "start", &start));
+  RETURN_IF_ERROR(on_const_scalar(im, b, "limit", &limit));
+  RETURN_IF_ERROR(on_const_scalar(im, c, "delta", &delta));
+  if (delta == 0) return on_err(im, "delta must not be 0");
+  double cnt = ceil((limit - start) / delta);
+  if (!(cnt < (double)ONNX_FOLD_MAX_INT)) return on_unsupported(im, "a range of %.0f elements", cnt);
+  int64_t n = cnt > 0 ? (int64_t)cnt : 0;
+  DType dt = on_type(im, a)->dt;
+  TensorType t = {.dt = dt, .rank = 1, .dim = {n}};
+  int v = on_const(im, out0(im), t, NULL);
+  for (int64_t i = 0; i < n; i++) dt_store(dt, im->g->val[v].data, (size_t)i, start + (double)i * delta);
+  return bind0(im, v);
+}
+
+static smelt_status cv_constant_of_shape(OnnxImporter *im) {
+  int s, n;
+  int64_t shape[MAXV];
+  RETURN_IF_ERROR(on_in_req(im, 0, &s));
+  RETURN_IF_ERROR(on_const_ints(im, s, "shape", shape, MAXV, &n));
+  if (n > IR_MAX_RANK) return on_unsupported(im, "rank %d", n);
+  DType dt = DT_F32;
+  double fill = 0;
+  const Onnx__AttributeProto *a = on_attr(im, "value");
+  if (a) {
+    if (!a->t) return on_err(im, "attribute 'value' must be a tensor");
+    int cv;
+    RETURN_IF_ERROR(onnx_tensor_const(im, a->t, on_tmp_name(im, "value"), &cv));
+    if (ir_type_numel(on_type(im, cv)) != 1) return on_err(im, "value must hold one element");
+    dt = on_type(im, cv)->dt;
+    fill = dt_load(dt, im->g->val[cv].data, 0);
+  } else {
+    dt = im->fdtype;
+  }
+  TensorType t = {.dt = dt, .rank = n};
+  for (int i = 0; i < n; i++) {
+    if (shape[i] < 0) return on_err(im, "negative size in shape");
+    t.dim[i] = shape[i];
+  }
+  int64_t numel = ir_type_numel(&t);
+  if (numel > ONNX_FOLD_MAX_INT * 16) return on_unsupported(im, "a constant of %lld elements", (long long)numel);
+  int v = on_const(im, out0(im), t, NULL);
+  if (fill != 0)
+    for (int64_t i = 0; i < numel; i++) dt_store(dt, im->g->val[v].data, (size_t)i, fill);
+  return bind0(im, v);
+}
+
+static smelt_status cv_constant(OnnxImporter *im) {
+  const Onnx__AttributeProto *a = im->node->n_attribute == 1 ? im->node->attribute[0] : NULL;
+  if (!a) return on_err(im, "needs exactly one attribute");
+  const char *name = a->name ? a->name : "";
+  int v;
+  if (!strcmp(name, "value")) {
+    if (!a->t) return on_err(im, "attribute 'value' must be a tensor");
+    RETURN_IF_ERROR(onnx_tensor_const(im, a->t, out0(im), &v));
+  } else if (!strcmp(name, "value_float") || !strcmp(name, "value_int")) {
+    bool f = name[6] == 'f';
+    TensorType t = {.dt = f ? im->fdtype : DT_I64, .rank = 0};
+    v = on_const(im, out0(im), t, NULL);
+    dt_store(t.dt, im->g->val[v].data, 0, f ? (double)a->f : (double)a->i);
+    if (!f) memcpy(im->g->val[v].data, &a->i, 8);
+  } else if (!strcmp(name, "value_floats") || !strcmp(name, "value_ints")) {
+    bool f = name[6] == 'f';
+    size_t n = f ? a->n_floats : a->n_ints;
+    TensorType t = {.dt = f ? im->fdtype : DT_I64, .rank = 1, .dim = {(int64_t)n}};
+    v = on_const(im, out0(im), t, f ? NULL : a->ints);
+    for (size_t i = 0; f && i < n; i++) dt_store(t.dt, im->g->val[v].data, i, a->floats[i]);
+  } else {
+    return on_unsupported(im, "attribute '%s' (supported: value, value_float(s), value_int(s))", name);
+  }
+  return bind0(im, v);
+}
+
+static smelt_status cv_shape(OnnxImporter *im) {
+  int x;
+  int64_t start, end;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "start", 0, &start));
+  RETURN_IF_ERROR(on_attr_int(im, "end", INT64_MAX, &end));
+  const TensorType *xt = on_type(im, x);
+  int64_t r = xt->rank;
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = start < 0 ? 0 : start > r ? r : start;
+  end = end < 0 ? 0 : end > r ? r : end;
+  int64_t n = end > start ? end - start : 0;
+  TensorType t = {.dt = DT_I64, .rank = 1, .dim = {n}};
+  int v = on_const(im, out0(im), t, xt->dim + start);
+  return bind0(im, v);
+}
+
+static smelt_status cv_size(OnnxImporter *im) {
+  int x;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  int64_t n = ir_type_numel(on_type(im, x));
+  TensorType t = {.dt = DT_I64, .rank = 0};
+  int v = on_const(im, out0(im), t, &n);
+  return bind0(im, v);
+}
+
+/* One axis of Pad. constant: concat with blocks of cval; edge, reflect and
+ * wrap: a gather with the source index of every output position.  Negative
+ * amounts crop. */
+static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
+                             int cval, const char *name, int *out) {
+  const TensorType *xt = on_type(im, x);
+  int64_t len = xt->dim[axis];
+  if (before < 0 || after < 0) {
+    int64_t s = before < 0 ? -before : 0, e = after < 0 ? len + after : len;
+    if (e < s) return on_err(im, "pads crop more than the axis holds");
+    RETURN_IF_ERROR(on_slice(im, x, axis, s, e, 1, before >= 0 && after >= 0 ? name : NULL, &x));
+    before = before < 0 ? 0 : before;
+    after = after < 0 ? 0 : after;
+    xt = on_type(im, x);
+    len = xt->dim[axis];
+  }
+  if (!before && !after) {
+    *out = x;
+    return NULL;
+  }
+  if (!strcmp(mode, "constant")) {
+    int parts[3], k = 0;
+    int64_t amount[2] = {before, after};
+    for (int side = 0; side < 2; side++) {
+      if (side == 1) parts[k++] = x;
+      if (!amount[side]) continue;
+      TensorType bt = *xt;
+      bt.dim[axis] = amount[side];
+      RETURN_IF_ERROR(expand_to(im, cval, bt.dim, bt.rank, NULL, &parts[k]));
+      k++;
+    }
+    return on_concat(im, parts, k, axis, name, out);
+  }
+  if (len == 0) return on_err(im, "cannot pad an empty axis in mode '%s'", mode);
+  int64_t n = before + len + after;
+  if (n > ONNX_FOLD_MAX_INT) return on_unsupported(im, "padding to %lld elements", (long long)n);
+  int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);
+  if (!idx) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int64_t i = 0; i < n; i++) {
+    int64_t j = i - before;
+    if (!strcmp(mode, "edge")) {
+      j = j < 0 ? 0 : j >= len ? len - 1 : j;
+    } else if (!strcmp(mode, "wrap")) {
+      j = ((j % len) + len) % len;
+    } else { /* reflect: ... 2 1 | 0 1 2 3 | 2 1 ... */
+      int64_t p = len > 1 ? 2 * (len - 1) : 1;
+      j = ((j % p) + p) % p;
+      if (j >= len) j = p - j;
+    }
+    idx[i] = j;
+  }
+  int iv;
+  smelt_status st = idx_table(im, idx, n, &iv);
+  free(idx);
+  RETURN_IF_ERROR(st);
+  return on_gather(im, x, iv, axis, name, out);
+}
+
+static smelt_status cv_pad(OnnxImporter *im) {
+  int x, pv, np, na = -1, y;
+  int64_t pads[MAXV], axes[MAXV];
+  const char *mode;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_string(im, "mode", "constant", &mode));
+  if (strcmp(mode, "constant") && strcmp(mode, "reflect") && strcmp(mode, "edge") && strcmp(mode, "wrap"))
+    return on_unsupported(im, "mode '%s' (supported: constant, reflect, edge, wrap)", mode);
+  RETURN_IF_ERROR(on_in_req(im, 1, &pv));
+  RETURN_IF_ERROR(on_const_ints(im, pv, "pads", pads, MAXV, &np));
+  int r = rank_of(im, x);
+  if (on_in(im, 3) >= 0) RETURN_IF_ERROR(on_const_ints(im, on_in(im, 3), "axes", axes, MAXV, &na));
+  if (na < 0) {
+    na = r;
+    for (int i = 0; i < r; i++) axes[i] = i;
+  }
+  if (np != 2 * na) return on_err(im, "pads has %d values for %d axes", np, na);
+  DType dt = on_type(im, x)->dt;
+  int cval = on_in(im, 2);
+  if (cval >= 0) {
+    double c;
+    RETURN_IF_ERROR(on_const_scalar(im, cval, "constant_value", &c));
+    cval = on_scalar(im, dt, c);
+  } else {
+    cval = on_scalar(im, dt, 0);
+  }
+  int last = -1;
+  for (int i = 0; i < na; i++)
+    if (pads[i] || pads[na + i]) last = i;
+  y = x;
+  for (int i = 0; i <= last; i++) {
+    int ax;
+    RETURN_IF_ERROR(norm_axis(im, axes[i], r, "axis", &ax));
+    if (!pads[i] && !pads[na + i]) continue;
+    RETURN_IF_ERROR(pad_axis(im, y, ax, pads[i], pads[na + i], mode, cval, i == last ? out0(im) : NULL, &y));
+  }
+  return bind0(im, y);
+}
+
+static smelt_status cv_trilu(OnnxImporter *im) {
+  int x, y;
+  int64_t upper, k = 0;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "upper", 1, &upper));
+  if (on_in(im, 1) >= 0) {
+    double kd;
+    RETURN_IF_ERROR(on_const_scalar(im, on_in(im, 1), "k", &kd));
+    k = (int64_t)kd;
+  }
+  const TensorType *xt = on_type(im, x);
+  if (xt->rank < 2) return on_err(im, "input must have rank >= 2");
+  int64_t m = xt->dim[xt->rank - 2], n = xt->dim[xt->rank - 1];
+  if (m * n > ONNX_FOLD_MAX_INT) return on_unsupported(im, "a %lldx%lld mask", (long long)m, (long long)n);
+  TensorType mt = {.dt = DT_BOOL, .rank = 2, .dim = {m, n}};
+  int mask = on_const(im, NULL, mt, NULL);
+  unsigned char *p = im->g->val[mask].data;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) p[i * n + j] = upper ? j - i >= k : j - i <= k;
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, mask, x, on_scalar(im, xt->dt, 0), out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ScatterND with constant indices: out = where(covered, gather(updates,
+ * source), data), both tables computed here. */
+static smelt_status cv_scatter_nd(OnnxImporter *im) {
+  int x, iv, u, y, n;
+  const char *red;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &iv));
+  RETURN_IF_ERROR(on_in_req(im, 2, &u));
+  RETURN_IF_ERROR(on_attr_string(im, "reduction", "none", &red));
+  if (strcmp(red, "none")) return on_unsupported(im, "reduction '%s' (supported: none)", red);
+  const TensorType *xt = on_type(im, x), *it = on_type(im, iv);
+  if (it->rank < 1) return on_err(im, "indices must have rank >= 1");
+  int q = (int)it->dim[it->rank - 1];
+  if (q < 1 || q > xt->rank) return on_err(im, "the last axis of indices must be in [1, %d]", xt->rank);
+  int64_t nidx = ir_type_numel(it), total = ir_type_numel(xt);
+  if (nidx > ONNX_FOLD_MAX_INT || total > ONNX_FOLD_MAX_INT) return on_unsupported(im, "a scatter this large");
+  int64_t *idx = malloc(sizeof(int64_t) * (size_t)(nidx ? nidx : 1)), *src = malloc(sizeof(int64_t) * (size_t)(total ? total : 1));
+  if (!idx || !src) {
+    free(idx), free(src);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  smelt_status st = on_const_ints(im, iv, "indices", idx, (int)nidx, &n);
+  int64_t xs[IR_MAX_RANK], slice = 1;
+  strides_of(xt, xs);
+  for (int d = q; d < xt->rank; d++) slice *= xt->dim[d];
+  for (int64_t e = 0; e < total; e++) src[e] = -1;
+  int64_t nupd = q ? nidx / q : 0;
+  for (int64_t j = 0; j < nupd && !st; j++) {
+    int64_t off = 0;
+    for (int d = 0; d < q; d++) {
+      int64_t c = idx[j * q + d];
+      if (c < 0) c += xt->dim[d];
+      if (c < 0 || c >= xt->dim[d]) st = on_err(im, "index %lld out of range", (long long)idx[j * q + d]);
+      off += c * xs[d];
+    }
+    for (int64_t s = 0; s < slice && !st; s++) src[off + s] = j * slice + s;
+  }
+  free(idx);
+  if (st) {
+    free(src);
+    return st;
+  }
+  TensorType bt = *xt, lt = *xt;
+  bt.dt = DT_BOOL;
+  lt.dt = DT_I64;
+  int cover = on_const(im, NULL, bt, NULL), lin = on_const(im, NULL, lt, NULL);
+  for (int64_t e = 0; e < total; e++) {
+    ((unsigned char *)im->g->val[cover].data)[e] = src[e] >= 0;
+    ((int64_t *)im->g->val[lin].data)[e] = src[e] >= 0 ? src[e] : 0;
+  }
+  free(src);
+  int64_t ut = ir_type_numel(on_type(im, u));
+  if (ut != nupd * slice) return on_err(im, "updates hold %lld elements, expected %lld", (long long)ut, (long long)(nupd * slice));
+  int flat, g;
+  RETURN_IF_ERROR(on_reshape(im, u, &ut, 1, NULL, &flat));
+  RETURN_IF_ERROR(on_gather(im, flat, lin, 0, NULL, &g));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, cover, g, x, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Resize, nearest and linear, one axis at a time with gathers: linear in
+ * several axes is separable, so this is exactly bilinear. */
+static smelt_status cv_resize(OnnxImporter *im) {
+  int x, y, ns = -1, nz = -1, na = -1;
+  const char *mode, *ctm, *nearest, *kar;
+  int64_t antialias, excl, sizes[MAXV], axes[MAXV];
+  double scales[MAXV], cubic, extrap;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_string(im, "mode", "nearest", &mode));
+  RETURN_IF_ERROR(on_attr_string(im, "coordinate_transformation_mode", "half_pixel", &ctm));
+  RETURN_IF_ERROR(on_attr_string(im, "nearest_mode", "round_prefer_floor", &nearest));
+  RETURN_IF_ERROR(on_attr_string(im, "keep_aspect_ratio_policy", "stretch", &kar));
+  RETURN_IF_ERROR(on_attr_int(im, "antialias", 0, &antialias));
+  RETURN_IF_ERROR(on_attr_int(im, "exclude_outside", 0, &excl));
+  RETURN_IF_ERROR(on_attr_float(im, "cubic_coeff_a", -0.75, &cubic));
+  RETURN_IF_ERROR(on_attr_float(im, "extrapolation_value", 0, &extrap));
+  RETURN_IF_ERROR(on_attr_ints(im, "axes", axes, MAXV, &na));
+  bool linear = !strcmp(mode, "linear");
+  if (!linear && strcmp(mode, "nearest")) return on_unsupported(im, "mode '%s' (supported: nearest, linear)", mode);
+  if (antialias) return on_unsupported(im, "antialias=1");
+  if (strcmp(kar, "stretch")) return on_unsupported(im, "keep_aspect_ratio_policy '%s' (supported: stretch)", kar);
+  static const char *const ctms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                     "asymmetric", NULL};
+  bool ok = false;
+  for (int i = 0; ctms[i]; i++) ok |= !strcmp(ctm, ctms[i]);
+  if (!ok) return on_unsupported(im, "coordinate_transformation_mode '%s' (supported: half_pixel, half_pixel_symmetric, "
+                                 "pytorch_half_pixel, align_corners, asymmetric)", ctm);
+  if (!linear && strcmp(nearest, "round_prefer_floor") && strcmp(nearest, "round_prefer_ceil") &&
+      strcmp(nearest, "floor") && strcmp(nearest, "ceil"))
+    return on_unsupported(im, "nearest_mode '%s'", nearest);
+  const TensorType *xt = on_type(im, x);
+  int r = xt->rank;
+  int sv = on_in(im, 2), zv = on_in(im, 3);
+  if (sv >= 0 && ir_type_numel(on_type(im, sv)) > 0) {
+    const Value *v = &im->g->val[sv];
+    if (v->kind != VK_CONST) return on_unsupported(im, "scales must be constant at import time");
+    ns = (int)ir_type_numel(&v->type);
+    if (ns > MAXV) return on_err(im, "too many scales");
+    for (int i = 0; i < ns; i++) scales[i] = dt_load(v->type.dt, v->data, (size_t)i);
+  }
+  if (zv >= 0 && ir_type_numel(on_type(im, zv)) > 0) RETURN_IF_ERROR(on_const_ints(im, zv, "sizes", sizes, MAXV, &nz));
+  if ((ns >= 0) == (nz >= 0)) return on_err(im, "needs exactly one of scales and sizes");
+  int cnt = ns >= 0 ? ns : nz;
+  if (na < 0) {
+    na = r;
+    for (int i = 0; i < r; i++) axes[i] = i;
+  }
+  if (cnt != na) return on_err(im, "%d scales/sizes for %d axes", cnt, na);
+  int order[MAXV], nchg = 0;
+  double sc[IR_MAX_RANK];
+  int64_t osz[IR_MAX_RANK];
+  for (int i = 0; i < r; i++) sc[i] = 1, osz[i] = xt->dim[i];
+  for (int i = 0; i < na; i++) {
+    int ax;
+    RETURN_IF_ERROR(norm_axis(im, axes[i], r, "axis", &ax));
+    if (ns >= 0) {
+      if (!(scales[i] > 0)) return on_err(im, "scales must be positive");
+      sc[ax] = scales[i];
+      osz[ax] = (int64_t)floor((double)xt->dim[ax] * scales[i]);
+    } else {
+      if (sizes[i] <= 0) return on_err(im, "sizes must be positive");
+      osz[ax] = sizes[i];
+      sc[ax] = (double)sizes[i] / (double)xt->dim[ax];
+    }
+    if (osz[ax] < 1) return on_err(im, "output size of axis %d is 0", ax);
+    if (osz[ax] != xt->dim[ax] || sc[ax] != 1) order[nchg++] = ax;
+  }
+  y = x;
+  for (int c = 0; c < nchg; c++) {
+    int ax = order[c];
+    int64_t in = xt->dim[ax], out = osz[ax];
+    if (out > ONNX_FOLD_MAX_INT) return on_unsupported(im, "output size %lld", (long long)out);
+    int64_t *i0 = malloc(sizeof(int64_t) * (size_t)out * 2);
+    double *w = malloc(sizeof(double) * (size_t)out);
+    if (!i0 || !w) {
+      free(i0), free(w);
+      return st_error(ST_NO_MEMORY, "out of memory");
+    }
+    int64_t *i1 = i0 + out;
+    double s = sc[ax];
+    for (int64_t o = 0; o < out; o++) {
+      double xo;
+      if (!strcmp(ctm, "half_pixel")) xo = ((double)o + 0.5) / s - 0.5;
+      else if (!strcmp(ctm, "pytorch_half_pixel")) xo = out > 1 ? ((double)o + 0.5) / s - 0.5 : 0;
+      else if (!strcmp(ctm, "align_corners")) xo = out == 1 ? 0 : (double)o * (double)(in - 1) / (double)(out - 1);
+      else if (!strcmp(ctm, "asymmetric")) xo = (double)o / s;
+      else {
+        double adj = (double)out / (s * (double)in), center = (double)in / 2;
+        xo = center * (1 - adj) + ((double)o + 0.5) / s - 0.5;
+      }
+      if (linear) {
+        xo = xo < 0 ? 0 : xo > (double)(in - 1) ? (double)(in - 1) : xo;
+        double f = floor(xo);
+        i0[o] = (int64_t)f;
+        i1[o] = i0[o] + 1 < in ? i0[o] + 1 : in - 1;
+        w[o] = xo - f;
+      } else {
+        double f;
+        if (!strcmp(nearest, "floor")) f = floor(xo);
+        else if (!strcmp(nearest, "ceil")) f = ceil(xo);
+        else if (xo - floor(xo) == 0.5) f = !strcmp(nearest, "round_prefer_ceil") ? ceil(xo) : floor(xo);
+        else f = round(xo);
+        int64_t k = (int64_t)f;
+        i0[o] = k < 0 ? 0 : k >= in ? in - 1 : k;
+      }
+    }
+    bool last = c == nchg - 1;
+    int g0, g1, t0, t1, d;
+    smelt_status st = idx_table(im, i0, out, &t0);
+    if (!st) st = on_gather(im, y, t0, ax, linear || !last ? NULL : out0(im), &g0);
+    if (!st && linear) {
+      int wt = axis_table(im, on_type(im, y)->dt, r, ax, w, out);
+      st = idx_table(im, i1, out, &t1);
+      if (!st) st = on_gather(im, y, t1, ax, NULL, &g1);
+      if (!st) st = on_op2(im, OP_SUB, g1, g0, NULL, &d);
+      if (!st) st = on_op2(im, OP_MUL, d, wt, NULL, &d);
+      if (!st) st = on_op2(im, OP_ADD, g0, d, last ? out0(im) : NULL, &g0);
+    }
+    free(i0);
+    free(w);
+    RETURN_IF_ERROR(st);
+    y = g0;
+  }
+  return bind0(im, y);
+}
+
+/* ---- attention (opset 23) ---- */
+
+/* [B, S, H*D] -> [B, H, S, D] */
+static smelt_status heads_first(OnnxImporter *im, int x, int64_t heads, int *out) {
+  const TensorType *t = on_type(im, x);
+  if (t->rank != 3 || heads <= 0 || t->dim[2] % heads)
+    return on_err(im, "3-D inputs need q_num_heads/kv_num_heads that divide the hidden size");
+  int64_t s[4] = {t->dim[0], t->dim[1], heads, t->dim[2] / heads}, perm[4] = {0, 2, 1, 3};
+  RETURN_IF_ERROR(on_reshape(im, x, s, 4, NULL, &x));
+  return on_transpose(im, x, perm, 4, NULL, out);
+}
+
+static smelt_status cv_attention(OnnxImporter *im) {
+  int q, k, v, mask = on_in(im, 3), pk = on_in(im, 4), pv = on_in(im, 5), y;
+  int64_t causal, hq, hkv, qkmode, prec;
+  double scale, softcap;
+  RETURN_IF_ERROR(on_in_req(im, 0, &q));
+  RETURN_IF_ERROR(on_in_req(im, 1, &k));
+  RETURN_IF_ERROR(on_in_req(im, 2, &v));
+  RETURN_IF_ERROR(on_attr_int(im, "is_causal", 0, &causal));
+  RETURN_IF_ERROR(on_attr_int(im, "q_num_heads", 0, &hq));
+  RETURN_IF_ERROR(on_attr_int(im, "kv_num_heads", 0, &hkv));
+  RETURN_IF_ERROR(on_attr_int(im, "qk_matmul_output_mode", 0, &qkmode));
+  RETURN_IF_ERROR(on_attr_int(im, "softmax_precision", 0, &prec));
+  RETURN_IF_ERROR(on_attr_float(im, "scale", NAN, &scale));
+  RETURN_IF_ERROR(on_attr_float(im, "softcap", 0, &softcap));
+  if (softcap != 0) return on_unsupported(im, "softcap");
+  if (on_in(im, 6) >= 0) return on_unsupported(im, "nonpad_kv_seqlen");
+  if (on_out_used(im, 3)) RETURN_IF_ERROR(on_no_extra_outputs(im, 3));
+  bool three = rank_of(im, q) == 3;
+  if (three) {
+    RETURN_IF_ERROR(heads_first(im, q, hq, &q));
+    RETURN_IF_ERROR(heads_first(im, k, hkv, &k));
+    RETURN_IF_ERROR(heads_first(im, v, hkv, &v));
+  }
+  if ((pk >= 0) != (pv >= 0)) return on_err(im, "past_key and past_value come together");
+  if (pk >= 0) {
+    RETURN_IF_ERROR(on_concat(im, (int[]){pk, k}, 2, 2, on_out_used(im, 1) ? on_out_name(im, 1) : NULL, &k));
+    RETURN_IF_ERROR(on_concat(im, (int[]){pv, v}, 2, 2, on_out_used(im, 2) ? on_out_name(im, 2) : NULL, &v));
+    RETURN_IF_ERROR(on_bind(im, 1, k));
+    RETURN_IF_ERROR(on_bind(im, 2, v));
+  } else if (on_out_used(im, 1) || on_out_used(im, 2)) {
+    RETURN_IF_ERROR(on_bind(im, 1, k));
+    RETURN_IF_ERROR(on_bind(im, 2, v));
+  }
+  if (causal && pk < 0 && on_type(im, q)->dim[2] != on_type(im, k)->dim[2])
+    return on_unsupported(im, "is_causal with query length %lld != key length %lld and no past_key",
+                          (long long)on_type(im, q)->dim[2], (long long)on_type(im, k)->dim[2]);
+  int ins[4] = {q, k, v, mask};
+  int id = on_node(im, OP_ATTENTION, mask >= 0 ? 4 : 3, ins, three ? NULL : out0(im));
+  if (!isnan(scale)) ir_set_attr_float(im->g, id, "scale", scale);
+  ir_set_attr_bool(im->g, id, "causal", causal != 0);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (three) {
+    const TensorType *t = on_type(im, y);
+    int64_t perm[4] = {0, 2, 1, 3}, s[3] = {t->dim[0], t->dim[2], t->dim[1] * t->dim[3]};
+    RETURN_IF_ERROR(on_transpose(im, y, perm, 4, NULL, &y));
+    RETURN_IF_ERROR(on_reshape(im, y, s, 3, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+static smelt_status cv_rotary(OnnxImporter *im) {
+  int x, cosv, sinv, pos = on_in(im, 3), y;
+  int64_t inter, heads, rd;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &cosv));
+  RETURN_IF_ERROR(on_in_req(im, 2, &sinv));
+  RETURN_IF_ERROR(on_attr_int(im, "interleaved", 0, &inter));
+  RETURN_IF_ERROR(on_attr_int(im, "num_heads", 0, &heads));
+  RETURN_IF_ERROR(on_attr_int(im, "rotary_embedding_dim", 0, &rd));
+  const TensorType *xt = on_type(im, x);
+  int r = xt->rank;
+  int64_t orig[4];
+  for (int i = 0; i < r; i++) orig[i] = xt->dim[i];
+  if (r == 3) {
+    RETURN_IF_ERROR(heads_first(im, x, heads, &x));
+  } else if (r != 4) {
+    return on_err(im, "input must be 3-D or 4-D");
+  }
+  xt = on_type(im, x); /* [B, H, S, D] */
+  int64_t D = xt->dim[3];
+  if (rd == 0) rd = D;
+  if (rd % 2 || rd > D) return on_err(im, "rotary_embedding_dim %lld must be even and at most %lld", (long long)rd, (long long)D);
+  if (pos >= 0) {
+    RETURN_IF_ERROR(on_gather(im, cosv, pos, 0, NULL, &cosv));
+    RETURN_IF_ERROR(on_gather(im, sinv, pos, 0, NULL, &sinv));
+  }
+  /* caches [B, S, rd/2] -> [B, 1, S, rd/2] to broadcast over heads */
+  int64_t one = 1;
+  int id = on_node(im, OP_UNSQUEEZE, 1, &cosv, NULL);
+  ir_set_attr_ints(im->g, id, "axes", &one, 1);
+  RETURN_IF_ERROR(on_done(im, id, &cosv));
+  id = on_node(im, OP_UNSQUEEZE, 1, &sinv, NULL);
+  ir_set_attr_ints(im->g, id, "axes", &one, 1);
+  RETURN_IF_ERROR(on_done(im, id, &sinv));
+  int x1, x2, rest = -1, a, b, re, imv;
+  if (inter) {
+    RETURN_IF_ERROR(on_slice(im, x, 3, 0, rd, 2, NULL, &x1));
+    RETURN_IF_ERROR(on_slice(im, x, 3, 1, rd, 2, NULL, &x2));
+  } else {
+    RETURN_IF_ERROR(on_slice(im, x, 3, 0, rd / 2, 1, NULL, &x1));
+    RETURN_IF_ERROR(on_slice(im, x, 3, rd / 2, rd, 1, NULL, &x2));
+  }
+  if (rd < D) RETURN_IF_ERROR(on_slice(im, x, 3, rd, D, 1, NULL, &rest));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x1, cosv, NULL, &a));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x2, sinv, NULL, &b));
+  RETURN_IF_ERROR(on_op2(im, OP_SUB, a, b, NULL, &re));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x1, sinv, NULL, &a));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x2, cosv, NULL, &b));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, a, b, NULL, &imv));
+  bool final4 = r == 4 && rest < 0;
+  if (inter) {
+    int64_t m1 = -1, s4[4] = {xt->dim[0], xt->dim[1], xt->dim[2], rd};
+    id = on_node(im, OP_UNSQUEEZE, 1, &re, NULL);
+    ir_set_attr_ints(im->g, id, "axes", &m1, 1);
+    RETURN_IF_ERROR(on_done(im, id, &re));
+    id = on_node(im, OP_UNSQUEEZE, 1, &imv, NULL);
+    ir_set_attr_ints(im->g, id, "axes", &m1, 1);
+    RETURN_IF_ERROR(on_done(im, id, &imv));
+    RETURN_IF_ERROR(on_concat(im, (int[]){re, imv}, 2, 4, NULL, &y));
+    RETURN_IF_ERROR(on_reshape(im, y, s4, 4, final4 ? out0(im) : NULL, &y));
+  } else {
+    RETURN_IF_ERROR(on_concat(im, (int[]){re, imv}, 2, 3, final4 ? out0(im) : NULL, &y));
+  }
+  if (rest >= 0) RETURN_IF_ERROR(on_concat(im, (int[]){y, rest}, 2, 3, r == 4 ? out0(im) : NULL, &y));
+  if (r == 3) {
+    int64_t perm[4] = {0, 2, 1, 3};
+    RETURN_IF_ERROR(on_transpose(im, y, perm, 4, NULL, &y));
+    RETURN_IF_ERROR(on_reshape(im, y, orig, 3, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
+/* ---- the table ---- */
+
+static const OnnxOpDef ops[] = {
+    {"Abs", cv_unary, ""},
+    {"Add", cv_binary, ""},
+    {"And", cv_logic, ""},
+    {"ArgMax", cv_argmax, "axis keepdims select_last_index"},
+    {"ArgMin", cv_argmax, "axis keepdims select_last_index"},
+    {"Attention", cv_attention, "is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision"},
+    {"AveragePool", cv_pool, "auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides"},
+    {"BatchNormalization", cv_batch_norm, "epsilon momentum training_mode"},
+    {"Cast", cv_cast, "to saturate"},
+    {"CastLike", cv_castlike, "saturate"},
+    {"Clip", cv_clip, ""},
+    {"Concat", cv_concat, "axis"},
+    {"Constant", cv_constant, "value value_float value_floats value_int value_ints"},
+    {"ConstantOfShape", cv_constant_of_shape, "value"},
+    {"Conv", cv_conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"Cos", cv_unary, ""},
+    {"Div", cv_binary, ""},
+    {"Dropout", cv_dropout, "seed"},
+    {"Equal", cv_binary, ""},
+    {"Erf", cv_unary, ""},
+    {"Exp", cv_unary, ""},
+    {"Expand", cv_expand, ""},
+    {"Flatten", cv_flatten, "axis"},
+    {"Gather", cv_gather, "axis"},
+    {"GatherElements", cv_gather_elements, "axis"},
+    {"Gelu", cv_gelu, "approximate"},
+    {"Gemm", cv_gemm, "alpha beta transA transB"},
+    {"GlobalAveragePool", cv_global_pool, ""},
+    {"GlobalMaxPool", cv_global_pool, ""},
+    {"Greater", cv_binary, ""},
+    {"GreaterOrEqual", cv_logic, ""},
+    {"HardSigmoid", cv_hard_sigmoid, "alpha beta"},
+    {"HardSwish", cv_hard_swish, ""},
+    {"Identity", cv_identity, ""},
+    {"LayerNormalization", cv_layer_norm, "axis epsilon stash_type"},
+    {"LeakyRelu", cv_leaky_relu, "alpha"},
+    {"Less", cv_binary, ""},
+    {"LessOrEqual", cv_logic, ""},
+    {"Log", cv_unary, ""},
+    {"LogSoftmax", cv_softmax, "axis"},
+    {"MatMul", cv_matmul, ""},
+    {"Max", cv_variadic, ""},
+    {"MaxPool", cv_pool, "auto_pad ceil_mode dilations kernel_shape pads storage_order strides"},
+    {"Mean", cv_variadic, ""},
+    {"Min", cv_variadic, ""},
+    {"Mul", cv_binary, ""},
+    {"Neg", cv_unary, ""},
+    {"Not", cv_logic, ""},
+    {"Or", cv_logic, ""},
+    {"Pad", cv_pad, "mode"},
+    {"Pow", cv_binary, ""},
+    {"PRelu", cv_prelu, ""},
+    {"RMSNormalization", cv_rms_norm, "axis epsilon stash_type"},
+    {"Range", cv_range, ""},
+    {"Reciprocal", cv_unary, ""},
+    {"ReduceL2", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceMax", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceMean", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceMin", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceSum", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceSumSquare", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"Relu", cv_unary, ""},
+    {"Reshape", cv_reshape, "allowzero"},
+    {"Resize", cv_resize, "antialias axes coordinate_transformation_mode cubic_coeff_a exclude_outside "
+                          "extrapolation_value keep_aspect_ratio_policy mode nearest_mode"},
+    {"RotaryEmbedding", cv_rotary, "interleaved num_heads rotary_embedding_dim"},
+    {"ScatterND", cv_scatter_nd, "reduction"},
+    {"Shape", cv_shape, "end start"},
+    {"Sigmoid", cv_unary, ""},
+    {"Sin", cv_unary, ""},
+    {"Size", cv_size, ""},
+    {"Slice", cv_slice, ""},
+    {"Softmax", cv_softmax, "axis"},
+    {"Softplus", cv_softplus, ""},
+    {"Split", cv_split, "axis num_outputs split"},
+    {"Sqrt", cv_unary, ""},
+    {"Squeeze", cv_squeeze, "axes"},
+    {"Sub", cv_binary, ""},
+    {"Sum", cv_variadic, ""},
+    {"Tanh", cv_unary, ""},
+    {"Tile", cv_tile, ""},
+    {"Transpose", cv_transpose, "perm"},
+    {"Trilu", cv_trilu, "upper"},
+    {"Unsqueeze", cv_unsqueeze, "axes"},
+    {"Where", cv_where, ""},
+    {"Xor", cv_logic, ""},
+};
+
+const OnnxOpDef *onnx_find_op(const char *op_type) {
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+    if (!strcmp(ops[i].op_type, op_type)) return &ops[i];
+  return NULL;
+}
+
+void onnx_supported_ops(char *buf, size_t cap) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0] && k + 40 < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", ops[i].op_type);
+}
