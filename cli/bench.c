@@ -44,7 +44,7 @@
 #include "cli.h"
 #include "codegen/cuda/cg_cuda.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/driver.h"
+#include "compiler/driver.h"
 #include "runtime/threadpool.h"
 
 static const char bench_help[] =
@@ -136,7 +136,7 @@ static smelt_status open_model(const char *path, const char *dims, const char *d
                              .allow_tf32 = allow_tf32};
   void *buf;
   size_t len;
-  RETURN_IF_ERROR(rt_compile_model_to_memory(path, &o, &buf, &len));
+  RETURN_IF_ERROR(sc_compile_model_to_memory(path, &o, &buf, &len));
   smelt_status st = rt_bundle_open_bytes(buf, len, path, out);
   free(buf);
   return st;
@@ -470,18 +470,18 @@ static void res_note(Report *rep, const char *what, smelt_status st) {
 /* Loads unit u of spec the way a session does (the cubin for the device's
  * arch, else NVRTC on the unit's source) and fills the driver's numbers of
  * each of its kernels into res. */
-static smelt_status unit_resources(const smelt_bundle *spec, RtCudaDevice *d, const CgCudaModule *m, int u,
+static smelt_status unit_resources(const smelt_bundle *spec, RtCudaDevice *d, const FmtCudaModule *m, int u,
                                    KernelRes *res) {
   const char *arch = rt_cuda_device_info(d)->arch;
   char name[48];
   const void *src, *bin;
   size_t src_len, bin_len;
   snprintf(name, sizeof name, "u%d", u);
-  if (!rt_bundle_spec_find(spec, RT_SEC_CUDA_SOURCE, name, &src, &src_len))
+  if (!rt_bundle_spec_find(spec, FMT_SEC_CUDA_SOURCE, name, &src, &src_len))
     return st_error(ST_INVALID_INPUT, "no CUDA source for unit %s", name);
   snprintf(name, sizeof name, "%s/u%d", arch, u);
   RtCudaImage img = {.arch = arch};
-  if (rt_bundle_spec_find(spec, RT_SEC_CUBIN, name, &bin, &bin_len) && bin_len > 0) {
+  if (rt_bundle_spec_find(spec, FMT_SEC_CUBIN, name, &bin, &bin_len) && bin_len > 0) {
     img.cubin = bin;
     img.cubin_len = bin_len;
   }
@@ -493,7 +493,7 @@ static smelt_status unit_resources(const smelt_bundle *spec, RtCudaDevice *d, co
   smelt_status st = rt_cuda_module_load(d, &img, img.cubin ? 1 : 0, source, name, &mod, &how);
   free(source);
   for (int k = 0; k < m->nkernels && !st; k++) {
-    const CgCudaLaunch *l = &m->kernels[k];
+    const FmtCudaLaunch *l = &m->kernels[k];
     if (l->unit != u) continue;
     RtCudaFunction fn;
     RtCudaResources r;
@@ -518,21 +518,21 @@ static void cuda_resources(const smelt_bundle *spec, RtCudaDevice *d, Report *re
   for (int k = 0; k < nk; k++) rep->res[k] = (KernelRes){.kind = "", .regs = -1, .local_bytes = -1, .smem_static = -1};
   const void *lt;
   size_t ll;
-  CgCudaModule *m = NULL;
-  if (!rt_bundle_spec_find(spec, RT_SEC_CUDA_LAUNCH, "", &lt, &ll)) {
+  FmtCudaModule *m = NULL;
+  if (!rt_bundle_spec_find(spec, FMT_SEC_CUDA_LAUNCH, "", &lt, &ll)) {
     res_note(rep, "bundle", st_error(ST_INVALID_INPUT, "no CUDA launch table"));
     return;
   }
-  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  smelt_status st = fmt_cuda_launch_decode(lt, ll, &m);
   if (!st && m->nkernels != nk)
     st = st_error(ST_INVALID_INPUT, "%d launches for %d kernels", m->nkernels, nk);
   if (st) {
     res_note(rep, "launch table", st);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     return;
   }
   for (int k = 0; k < nk; k++) {
-    const CgCudaLaunch *l = &m->kernels[k];
+    const FmtCudaLaunch *l = &m->kernels[k];
     KernelRes *r = &rep->res[k];
     r->kind = l->kind ? l->kind : "";
     snprintf(r->variant, sizeof r->variant, "%s", l->variant);
@@ -547,7 +547,7 @@ static void cuda_resources(const smelt_bundle *spec, RtCudaDevice *d, Report *re
       res_note(rep, what, st);
     }
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
 }
 
 static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Report *rep) {
@@ -664,7 +664,7 @@ int cli_bench(int argc, char **argv) {
   smelt_bundle *b = NULL;
   smelt_session *s = NULL;
   Buffers keep = {0};
-  smelt_session_options so = {.threads = threads};
+  smelt_session_options so = {.threads = threads, .cuda_compile = smelt_nvrtc_compile};
   Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
   smelt_status st = open_model(path, is_yaml(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
   /* of a bundle of several specialisations, the one --dim names */

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include "compiler/driver.h"
 #include "frontend/frontend.h"
 #include "ir/interp.h"
 #include "ir/ir.h"

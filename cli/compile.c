@@ -10,7 +10,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "runtime/driver.h"
+#include "compiler/cpu_target.h"
+#include "compiler/driver.h"
 
 static const char compile_help[] =
     "usage: smelt compile MODEL.yaml -o OUT [flags]\n"
@@ -37,7 +38,9 @@ static const char compile_help[] =
     "  --target cpu|cuda|cpu,cuda  kernel targets (default cpu)\n"
     "  --arch sm_90a,sm_80     CUDA archs to compile cubins for (default: the GPU present,\n"
     "                          else sm_90a); the CUDA source and PTX travel too\n"
-    "  --cpu NAME              LLVM CPU to generate code for (default: this machine's)\n"
+    "  --cpu NAME[,NAME]       CPU variants to build (default native: this machine's CPU); a portable\n"
+    "                          level (x86-64-v2, x86-64-v3, x86-64-v4) or a named CPU (znver3, ...);\n"
+    "                          several: the runtime loads the best one the machine has\n"
     "  --tune-table FILE       the tuning table matmul/attention kernels take their variant from\n"
     "                          (written by 'smelt tune'; default: $SMELT_TUNE_TABLE, else the\n"
     "                          source tree's tuning/cuda.table when it exists); misses are noted\n"
@@ -165,7 +168,7 @@ int cli_compile(int argc, char **argv) {
       ctx.onchip_bytes = nb;
     } else if ((v = cli_flag_value("--target", argc, argv, &i, &missing)) || missing) {
       bool has_cpu, has_cuda;
-      smelt_status bad = missing ? NULL : rt_parse_targets(v, &has_cpu, &has_cuda);
+      smelt_status bad = missing ? NULL : sc_parse_targets(v, &has_cpu, &has_cuda);
       if (missing || bad) {
         st_free(bad);
         return cli_usage("compile", "--target needs cpu, cuda or cpu,cuda%s%s%s", missing ? "" : " (got '",
@@ -173,7 +176,7 @@ int cli_compile(int argc, char **argv) {
       }
       target = v;
     } else if ((v = cli_flag_value("--arch", argc, argv, &i, &missing)) || missing) {
-      smelt_status bad = missing ? NULL : rt_check_archs(v);
+      smelt_status bad = missing ? NULL : sc_check_archs(v);
       if (missing || bad) {
         int rc = cli_usage("compile", "%s", bad ? st_message(bad) : "--arch needs a list like sm_90a,sm_80");
         st_free(bad);
@@ -188,7 +191,15 @@ int cli_compile(int argc, char **argv) {
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
     } else if ((v = cli_flag_value("--cpu", argc, argv, &i, &missing)) || missing) {
-      if (missing) return cli_usage("compile", "--cpu needs an LLVM CPU name");
+      if (missing) return cli_usage("compile", "--cpu needs a CPU name or list (%s)", sc_cpu_known_names());
+      ScCpuTargets t;
+      smelt_status bad = sc_cpu_targets_parse(v, &t);
+      sc_cpu_targets_free(&t);
+      if (bad) {
+        int rc = cli_usage("compile", "%s", smelt_status_message(bad));
+        smelt_status_free(bad);
+        return rc;
+      }
       cpu = v;
     } else if ((v = cli_flag_value("--emit", argc, argv, &i, &missing)) || missing) {
       if (missing || (strcmp(v, "ir") && strcmp(v, "bundle"))) return cli_usage("compile", "--emit takes bundle or ir");
@@ -208,7 +219,7 @@ int cli_compile(int argc, char **argv) {
   if (allow_tf32 && !for_cuda) return cli_usage("compile", "--allow-tf32 applies to --target cuda (or cpu,cuda)");
   if (for_cuda && !tune_table && !no_tune_table) tune_table = cli_default_tune_table();
   if (for_cuda && !arch) {
-    rt_cuda_default_arch(default_arch, sizeof default_arch);
+    sc_cuda_default_arch(default_arch, sizeof default_arch);
     arch = default_arch;
   }
   /* the fuse pass's budget is the target's on-chip memory */
@@ -227,8 +238,8 @@ int cli_compile(int argc, char **argv) {
 
   /* One pipeline run per combination of the --dim values (specialisations,
    * SPEC §2); with one value per dim, one run and a plain bundle. */
-  RtDimSpace space;
-  smelt_status st = rt_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);
+  ScDimSpace space;
+  smelt_status st = sc_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);
   if (st) {
     int rc = cli_usage("compile", "--dim: %s", st_message(st));
     st_free(st);
@@ -236,16 +247,16 @@ int cli_compile(int argc, char **argv) {
     for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
     return rc;
   }
-  RtSpecGraph specs[RT_MAX_SPECIALISATIONS];
-  char labels[RT_MAX_SPECIALISATIONS][256];
+  ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
+  char labels[FMT_MAX_SPECIALISATIONS][256];
   int n = 0;
   const char *dump_root = d.dump_dir;
   char dump_dir[4096];
   for (; n < space.ncombos && !st; n++) {
-    FeDim dims[RT_MAX_DIMS];
-    rt_dim_space_combo(&space, n, dims);
-    rt_dim_space_label(&space, n, labels[n], sizeof labels[n]);
-    specs[n] = (RtSpecGraph){.label = labels[n]};
+    FeDim dims[SC_MAX_DIMS];
+    sc_dim_space_combo(&space, n, dims);
+    sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
+    specs[n] = (ScSpecGraph){.label = labels[n]};
     if (space.ncombos > 1 && (d.after_all || d.nafter || d.nbefore || verbose || ctx.explain_fusion))
       fprintf(stderr, "// ===== specialisation s%d: %s =====\n", n, labels[n]);
     if (space.ncombos > 1 && dump_root) {
@@ -269,11 +280,11 @@ int cli_compile(int argc, char **argv) {
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
   if (!st && !emit_ir) {
-    RtCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
+    ScCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
                            .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                            .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
                            .allow_tf32 = allow_tf32, .log = print_note};
-    st = rt_compile_specs(specs, n, &co, out);
+    st = sc_compile_specs(specs, n, &co, out);
   } else if (!st) {
     FILE *f = fopen(out, "w");
     if (!f) {
@@ -289,7 +300,7 @@ int cli_compile(int argc, char **argv) {
   st_free(d.io_error);
   pass_ctx_free(&ctx);
   for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
-  rt_dim_space_free(&space);
+  sc_dim_space_free(&space);
   for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
   return st ? cli_fail(st) : 0;
 }

@@ -19,7 +19,7 @@
 
 #include "cli.h"
 #include "codegen/cuda/cg_cuda.h"
-#include "runtime/driver.h"
+#include "compiler/driver.h"
 
 static const char inspect_help[] =
     "usage: smelt inspect BUNDLE.smelt [flags]\n"
@@ -53,12 +53,12 @@ static void print_tensor_list(const char *what, const Graph *g, const int *vals,
 }
 
 static void print_summary(const smelt_bundle *b) {
-  const RtBundle *f = rt_bundle_file(b);
+  const FmtFile *f = rt_bundle_file(b);
   const Graph *g = rt_bundle_graph(b);
   const void *data;
   size_t len;
-  printf("bundle %s\n", rt_bundle_path(f));
-  if (rt_bundle_find(f, RT_SEC_MANIFEST, NULL, &data, &len)) {
+  printf("bundle %s\n", fmt_file_path(f));
+  if (fmt_file_find(f, FMT_SEC_MANIFEST, NULL, &data, &len)) {
     printf("manifest:\n");
     const char *s = data, *end = s + len;
     while (s < end) {
@@ -70,9 +70,9 @@ static void print_summary(const smelt_bundle *b) {
   }
   printf("sections:\n");
   size_t total = 0;
-  for (int i = 0; i < rt_bundle_section_count(f); i++) {
-    const RtSection *sec = rt_bundle_section_at(f, i);
-    const char *kind = rt_section_kind_name(sec->kind);
+  for (int i = 0; i < fmt_file_section_count(f); i++) {
+    const FmtSection *sec = fmt_file_section_at(f, i);
+    const char *kind = fmt_section_kind_name(sec->kind);
     printf("  %-12s %-32s %10zu bytes\n", kind ? kind : "?", sec->name, sec->size);
     total += sec->size;
   }
@@ -102,18 +102,18 @@ static void print_summary(const smelt_bundle *b) {
 static void print_ir(const smelt_bundle *b) {
   const void *data;
   size_t len;
-  if (rt_bundle_spec_find(b, RT_SEC_IR_TEXT, "", &data, &len)) fwrite(data, 1, len, stdout);
+  if (rt_bundle_spec_find(b, FMT_SEC_IR_TEXT, "", &data, &len)) fwrite(data, 1, len, stdout);
   else printf("(the bundle has no IR text)\n");
 }
 
 /* The CUDA launch table of b decoded, or NULL when b has none (or it does
  * not decode: the loader would have refused the bundle then). */
-static CgCudaModule *launch_table(const smelt_bundle *b) {
+static FmtCudaModule *launch_table(const smelt_bundle *b) {
   const void *lt;
   size_t ll;
-  CgCudaModule *m = NULL;
-  if (!rt_bundle_spec_find(b, RT_SEC_CUDA_LAUNCH, "", &lt, &ll)) return NULL;
-  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  FmtCudaModule *m = NULL;
+  if (!rt_bundle_spec_find(b, FMT_SEC_CUDA_LAUNCH, "", &lt, &ll)) return NULL;
+  smelt_status st = fmt_cuda_launch_decode(lt, ll, &m);
   if (st) {
     fprintf(stderr, "%s\n", st_message(st));
     st_free(st);
@@ -124,9 +124,9 @@ static CgCudaModule *launch_table(const smelt_bundle *b) {
 
 static void print_kernels(const smelt_bundle *b) {
   const Graph *g = rt_bundle_graph(b);
-  CgCudaModule *m = launch_table(b);
+  FmtCudaModule *m = launch_table(b);
   if (m && m->nkernels != rt_bundle_num_kernels(b)) {
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     m = NULL;
   }
   printf("%-4s %-44s %-12s %6s %10s %14s %14s %5s", "#", "kernel", "group", "nodes", "tasks", "bytes", "flops",
@@ -139,12 +139,12 @@ static void print_kernels(const smelt_bundle *b) {
     printf("%-4d %-44s %-12s %6d %10lld %14.0f %14.0f %5d", i, k->name, ir_group_kind_name(gr->kind), gr->nnodes,
            (long long)k->ntasks, k->bytes, k->flops, k->nargs);
     if (m) {
-      const CgCudaLaunch *l = &m->kernels[i];
+      const FmtCudaLaunch *l = &m->kernels[i];
       printf(" %10llu  %s", (unsigned long long)l->workspace, l->variant[0] ? l->variant : "-");
     }
     printf("\n");
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
 }
 
 /* ---- --dump-cubins ---- */
@@ -165,7 +165,7 @@ static int dump_cubins(const smelt_bundle *b, int first, int last, const char *d
   const char *archs = rt_bundle_manifest_get(b, "cuda_archs");
   if (!archs || !archs[0]) {
     fprintf(stderr, "smelt inspect: %s has no CUDA code (compile with --target cuda)\n",
-            rt_bundle_path(rt_bundle_file(b)));
+            fmt_file_path(rt_bundle_file(b)));
     return 1;
   }
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
@@ -183,7 +183,7 @@ static int dump_cubins(const smelt_bundle *b, int first, int last, const char *d
   int written = 0, rc = 0;
   for (int i = first; i <= last && !rc; i++) {
     const smelt_bundle *sp = rt_bundle_spec(b, i);
-    CgCudaModule *m = launch_table(sp);
+    FmtCudaModule *m = launch_table(sp);
     if (!m) continue;
     char tag[16] = "";
     if (rt_bundle_num_specs(b) > 1) snprintf(tag, sizeof tag, "s%d.", i);
@@ -195,7 +195,7 @@ static int dump_cubins(const smelt_bundle *b, int first, int last, const char *d
         snprintf(name, sizeof name, "%.*s/u%d", n < 16 ? n : 16, a, u);
         const void *data;
         size_t len;
-        if (rt_bundle_spec_find(sp, RT_SEC_CUBIN, name, &data, &len) && len > 0) {
+        if (rt_bundle_spec_find(sp, FMT_SEC_CUBIN, name, &data, &len) && len > 0) {
           snprintf(path, sizeof path, "%s/%su%d.%.*s.cubin", dir, tag, u, n < 16 ? n : 16, a);
           if (!write_file(path, data, len)) {
             fprintf(stderr, "smelt inspect: cannot write %s: %s\n", path, strerror(errno));
@@ -210,12 +210,12 @@ static int dump_cubins(const smelt_bundle *b, int first, int last, const char *d
       }
     }
     for (int k = 0; k < m->nkernels; k++) {
-      const CgCudaLaunch *l = &m->kernels[k];
+      const FmtCudaLaunch *l = &m->kernels[k];
       fprintf(idx, "%su%d\t%s\t%s\t%s\t%llu\t%u\t%u,%u,%u\t%u,%u,%u\t%s\n", tag, l->unit, l->symbol, l->kind,
               l->variant[0] ? l->variant : "-", (unsigned long long)l->workspace, l->smem, l->grid[0], l->grid[1],
               l->grid[2], l->block[0], l->block[1], l->block[2], l->name);
     }
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
   }
   if (fclose(idx) != 0 && !rc) {
     fprintf(stderr, "smelt inspect: cannot write %s/kernels.tsv\n", dir);
@@ -278,7 +278,7 @@ static void print_memory(const smelt_bundle *b) {
 static void print_group_block(const smelt_bundle *b, const char *kernel) {
   const void *data;
   size_t len;
-  if (!rt_bundle_spec_find(b, RT_SEC_IR_TEXT, "", &data, &len)) return;
+  if (!rt_bundle_spec_find(b, FMT_SEC_IR_TEXT, "", &data, &len)) return;
   char *text = strndup(data, len);
   if (!text) return;
   char head[160];
@@ -299,9 +299,9 @@ static void print_group_block(const smelt_bundle *b, const char *kernel) {
 static bool print_cuda_source(const smelt_bundle *b, int k) {
   const void *lt, *src;
   size_t ll, sl;
-  if (!rt_bundle_spec_find(b, RT_SEC_CUDA_LAUNCH, NULL, &lt, &ll)) return false;
-  CgCudaModule *m;
-  smelt_status st = cg_cuda_launch_decode(lt, ll, &m);
+  if (!rt_bundle_spec_find(b, FMT_SEC_CUDA_LAUNCH, NULL, &lt, &ll)) return false;
+  FmtCudaModule *m;
+  smelt_status st = fmt_cuda_launch_decode(lt, ll, &m);
   if (st) {
     fprintf(stderr, "%s\n", st_message(st));
     st_free(st);
@@ -309,10 +309,10 @@ static bool print_cuda_source(const smelt_bundle *b, int k) {
   }
   bool printed = false;
   if (k < m->nkernels) {
-    const CgCudaLaunch *l = &m->kernels[k];
+    const FmtCudaLaunch *l = &m->kernels[k];
     char unit[32];
     snprintf(unit, sizeof unit, "u%d", l->unit);
-    if (rt_bundle_spec_find(b, RT_SEC_CUDA_SOURCE, unit, &src, &sl)) {
+    if (rt_bundle_spec_find(b, FMT_SEC_CUDA_SOURCE, unit, &src, &sl)) {
       char *text = strndup(src, sl);
       char needle[160];
       snprintf(needle, sizeof needle, " %s(", l->symbol);
@@ -337,7 +337,7 @@ static bool print_cuda_source(const smelt_bundle *b, int k) {
       free(text);
     }
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   return printed;
 }
 
@@ -355,7 +355,7 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
   print_group_block(b, kernel);
   bool cuda = print_cuda_source(b, k);
   char *ir;
-  smelt_status st = rt_bundle_kernel_llvm_ir(b, k, &ir);
+  smelt_status st = sc_bundle_kernel_llvm_ir(b, k, &ir);
   if (st && cuda) {
     st_free(st); /* a CUDA-only bundle, or a build without LLVM: the CUDA C above is the source */
     return 0;

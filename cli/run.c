@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "runtime/check.h"
-#include "runtime/driver.h"
+#include "compiler/check.h"
+#include "compiler/driver.h"
 
 static const char run_help[] =
     "usage: smelt run MODEL.yaml|OUT.smelt [flags]\n"
@@ -156,27 +156,27 @@ static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile 
   return st;
 }
 
-static int print_output_check(const RtOutputReport *r) {
+static int print_output_check(const ScOutputReport *r) {
   printf("check against the reference interpreter:\n");
   printf("  %-24s %12s %12s %12s  %s\n", "output", "max abs", "max rel", "rel L2", "result");
   for (int i = 0; i < r->noutputs; i++) {
-    const RtOutputCheck *o = &r->outputs[i];
+    const ScOutputCheck *o = &r->outputs[i];
     printf("  %-24s %12.3g %12.3g %12.3g  %s\n", o->name, o->diff.max_abs, o->diff.max_rel, o->diff.rel_l2,
            o->diff.pass ? "pass" : "FAIL");
   }
   return r->pass ? 0 : 1;
 }
 
-static int print_group_check(const RtGroupReport *r) {
+static int print_group_check(const ScGroupReport *r) {
   printf("check of every fused group against the unfused reference:\n");
   printf("  %-28s %-24s %12s %10s  %s\n", "kernel", "value", "max abs", "cosine", "result");
   for (int i = 0; i < r->nchecks; i++) {
-    const RtValueCheck *c = &r->checks[i];
+    const ScValueCheck *c = &r->checks[i];
     printf("  %-28s %-24s %12.3g %10.6f  %s\n", c->kernel_name, c->value_name, c->diff.max_abs, c->diff.cosine,
            c->clobbered ? "CLOBBERED (memory plan)" : c->diff.pass ? "pass" : "FAIL");
   }
   if (r->first_bad >= 0) {
-    const RtValueCheck *c = &r->checks[r->first_bad];
+    const ScValueCheck *c = &r->checks[r->first_bad];
     printf("first divergence: kernel %s (group %d), value %s\n", c->kernel_name, c->group, c->value_name);
     return 1;
   }
@@ -197,20 +197,20 @@ static smelt_status run_device(smelt_bundle *b, int spec, const char *device, in
       return st_error(ST_INVALID_INPUT, "error: --output %s: not an output of the model (--device ref can write any value)",
                       outs[i].name);
   }
-  smelt_session_options so = {.threads = threads};
+  smelt_session_options so = {.threads = threads, .cuda_compile = smelt_nvrtc_compile};
   smelt_session *s;
   RETURN_IF_ERROR(smelt_session_create(b, device, &so, &s));
   /* the checks bind and run the session's specialisation: choose it first */
   smelt_status st = smelt_session_select(s, spec);
   if (st) {
   } else if (check == 1) {
-    RtOutputReport r;
-    st = rt_check_outputs(s, (const void *const *)inputs, &r);
-    if (!st) *check_rc = print_output_check(&r), rt_output_report_free(&r);
+    ScOutputReport r;
+    st = sc_check_outputs(s, (const void *const *)inputs, &r);
+    if (!st) *check_rc = print_output_check(&r), sc_output_report_free(&r);
   } else if (check == 2) {
-    RtGroupReport r;
-    st = rt_check_groups(s, (const void *const *)inputs, &r);
-    if (!st) *check_rc = print_group_check(&r), rt_group_report_free(&r);
+    ScGroupReport r;
+    st = sc_check_groups(s, (const void *const *)inputs, &r);
+    if (!st) *check_rc = print_group_check(&r), sc_group_report_free(&r);
   }
   void **res = calloc((size_t)g->noutputs + 1, sizeof(void *));
   if (!res) st = st ? st : st_error(ST_NO_MEMORY, "out of memory");
@@ -391,7 +391,7 @@ int cli_run(int argc, char **argv) {
                                 .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .allow_tf32 = allow_tf32};
     void *buf = NULL;
     size_t len = 0;
-    st = rt_compile_model_to_memory(model, &co, &buf, &len);
+    st = sc_compile_model_to_memory(model, &co, &buf, &len);
     if (!st) st = smelt_bundle_open_memory(buf, len, &b);
     free(buf);
     if (!st) g = rt_bundle_graph(b);

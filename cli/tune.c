@@ -24,7 +24,7 @@
  * outputs are compared with the heuristic's (largest error over the
  * largest magnitude, per-dtype tolerance; NaN and infinities must match),
  * and the shared workspace must be all zero again afterwards (the contract
- * of CgCudaLaunch.workspace).  A candidate that fails either check is
+ * of FmtCudaLaunch.workspace).  A candidate that fails either check is
  * REJECTED loudly and not timed; the run goes on.
  *
  * Timing: a kernel run right after itself finds its operands in L2, which
@@ -61,7 +61,7 @@
 #include "codegen/cuda/table.h"
 #include "codegen/lower.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/driver.h"
+#include "compiler/driver.h"
 
 #define TUNE_MAX_CANDS 64
 #define TUNE_ROUNDS 5
@@ -140,7 +140,7 @@ static void first_line(const char *msg, char *buf, size_t cap) {
 static bool arch_runs_on(const char *arch, int dev_cc) {
   int cc;
   bool specific;
-  if (!cg_cuda_parse_arch(arch, &cc, &specific)) return false;
+  if (!ir_cuda_parse_arch(arch, &cc, &specific)) return false;
   return cc / 10 == dev_cc / 10 && cc <= dev_cc && (!specific || cc == dev_cc);
 }
 
@@ -197,7 +197,7 @@ typedef struct {
 /* One candidate variant of the job's kernel. */
 typedef struct {
   char token[CG_VARIANT_LEN]; /* the variant forced */
-  char used[CG_VARIANT_LEN];  /* the variant the emitter says it generated (CgCudaLaunch.variant) */
+  char used[CG_VARIANT_LEN];  /* the variant the emitter says it generated (FmtCudaLaunch.variant) */
   char name[96];
   bool ok;                 /* still in the running */
   int mk;                  /* its kernel in the module, -1 before */
@@ -205,7 +205,7 @@ typedef struct {
   RtCudaFunction fn;
   RtCudaPtr *out;          /* per output of the kernel */
   RtCudaPtr vals[TUNE_MAX_ARGS + 1];
-  void *params[TUNE_MAX_ARGS + 1 + CG_MAX_TMAPS];
+  void *params[TUNE_MAX_ARGS + 1 + FMT_MAX_TMAPS];
   unsigned char *maps;     /* 64-byte aligned, 128 bytes per TMA descriptor */
   RtCudaLaunch launch;
   double ms;
@@ -389,7 +389,7 @@ static void cands_free(Tuner *tu, Cand *c, int n, int nout) {
 /* Generates each candidate alone (dropping those the backend cannot
  * generate), then all survivors as one module, one unit each; cand[i].mk
  * is its kernel there. */
-static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c, int n, CgCudaModule **out_m) {
+static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c, int n, FmtCudaModule **out_m) {
   *out_m = NULL;
   Kernel *copies = calloc((size_t)n, sizeof *copies);
   const char **force = calloc((size_t)n, sizeof *force);
@@ -407,7 +407,7 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
     snprintf(c[i].name, sizeof c[i].name, "%s", kc.name);
     const char *one[1] = {c[i].token};
     CgCudaOptions o = {.args_aligned = true, .arch = tu->arch, .force = one, .max_units = 1, .allow_tf32 = tu->allow_tf32};
-    CgCudaModule *m1 = NULL;
+    FmtCudaModule *m1 = NULL;
     smelt_status st = cg_cuda_generate(g, &kc, 1, &o, &m1);
     if (st) {
       char why[300];
@@ -420,7 +420,7 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
     /* the table records what was measured: the emitter's own name for it */
     snprintf(c[i].used, sizeof c[i].used, "%s", m1->kernels[0].variant[0] ? m1->kernels[0].variant : c[i].token);
     if (strcmp(c[i].used, c[i].token) != 0) cand_line(&c[i], "note: generated as '%s'", c[i].used);
-    cg_cuda_module_free(m1);
+    fmt_cuda_module_free(m1);
     c[i].ok = true;
     c[i].mk = nm;
     copies[nm] = kc;
@@ -440,7 +440,7 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
 
 /* Compiles the module's units for the arch; a unit NVRTC rejects drops its
  * candidate.  out_bins: one per unit (those of dropped units empty). */
-static smelt_status compile(Tuner *tu, const CgCudaModule *m, Cand *c, int n, CgCudaBinary **out_bins) {
+static smelt_status compile(Tuner *tu, const FmtCudaModule *m, Cand *c, int n, CgCudaBinary **out_bins) {
   const char *arch = tu->arch;
   double t0 = now_s();
   smelt_status st = cg_cuda_compile_module(tu->nv, m, &arch, 1, NULL, out_bins);
@@ -482,7 +482,7 @@ static smelt_status compile(Tuner *tu, const CgCudaModule *m, Cand *c, int n, Cg
 
 /* Device buffers shared by the candidates (inputs, workspace), each
  * candidate's outputs, parameters and TMA descriptors. */
-static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const CgCudaModule *m, Cand *c, int n,
+static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const FmtCudaModule *m, Cand *c, int n,
                             JobBuffers *b) {
   b->nin = k->nargs - k->nouts;
   b->nout = k->nouts;
@@ -510,7 +510,7 @@ static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const Cg
   for (int i = 0; i < n; i++) {
     Cand *ci = &c[i];
     if (!ci->ok) continue;
-    const CgCudaLaunch *l = &m->kernels[ci->mk];
+    const FmtCudaLaunch *l = &m->kernels[ci->mk];
     if (!(ci->out = calloc((size_t)(b->nout ? b->nout : 1), sizeof *ci->out))) return st_error(ST_NO_MEMORY, "out of memory");
     for (int o = 0; o < b->nout; o++) {
       size_t bytes = ir_type_bytes(&g->val[k->args[b->nin + o]].type);
@@ -523,7 +523,7 @@ static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const Cg
     if (l->ntmaps > 0) {
       if (!(ci->maps = aligned_alloc(64, (size_t)l->ntmaps * 128))) return st_error(ST_NO_MEMORY, "out of memory");
       for (int t = 0; t < l->ntmaps; t++) {
-        const CgCudaTmap *tm = &l->tmaps[t];
+        const FmtCudaTmap *tm = &l->tmaps[t];
         smelt_status st =
             tm->arg >= 0 && tm->arg < k->nargs
                 ? rt_cuda_tensor_map(tu->dev, tm->dtype, tm->rank, ci->vals[tm->arg], tm->dims, tm->strides, tm->box,
@@ -704,7 +704,7 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
   }
   for (int i = 0; i < n; i++) snprintf(c[i].token, sizeof c[i].token, "%s", tok[i]), c[i].mk = -1;
   free(tok);
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   CgCudaBinary *bins = NULL;
   JobBuffers b;
   memset(&b, 0, sizeof b);
@@ -714,7 +714,7 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
   if (!st && m && tu->dry_run) {
     for (int i = 0; i < n; i++) {
       if (!c[i].ok) continue;
-      const CgCudaLaunch *l = &m->kernels[c[i].mk];
+      const FmtCudaLaunch *l = &m->kernels[c[i].mk];
       cand_line(&c[i], "grid %ux%ux%u block %ux%ux%u smem %u ws %llu tmaps %d cubin %zu bytes", l->grid[0], l->grid[1],
                 l->grid[2], l->block[0], l->block[1], l->block[2], l->smem, (unsigned long long)l->workspace,
                 l->ntmaps, bins[l->unit].cubin_len);
@@ -723,7 +723,7 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
     /* load each survivor */
     for (int i = 0; i < n && !st; i++) {
       if (!c[i].ok) continue;
-      const CgCudaLaunch *l = &m->kernels[c[i].mk];
+      const FmtCudaLaunch *l = &m->kernels[c[i].mk];
       smelt_status lst = rt_cuda_module_load_image(tu->dev, bins[l->unit].cubin, c[i].name, &c[i].mod);
       if (!lst) lst = rt_cuda_module_function(c[i].mod, l->symbol, l->smem, &c[i].fn);
       if (lst) {
@@ -783,24 +783,24 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
   job_buffers_free(tu, &b);
   cands_free(tu, c, n, k->nouts);
   if (m && bins) cg_cuda_binaries_free(bins, m->nunits);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   return st;
 }
 
 /* ---- the command ---- */
 
 /* Loads and optimises every specialisation and lists the jobs. */
-static smelt_status collect_jobs(Tuner *tu, const RtDimSpace *space, DType dtype, Spec *specs, int *out_nspec,
+static smelt_status collect_jobs(Tuner *tu, const ScDimSpace *space, DType dtype, Spec *specs, int *out_nspec,
                                  Job **out_jobs, int *out_njobs) {
   *out_nspec = 0;
   smelt_status st = NULL;
   Job *jobs = NULL;
   int njobs = 0, cap = 0;
   for (int s = 0; s < space->ncombos && !st; s++) {
-    FeDim dims[RT_MAX_DIMS];
+    FeDim dims[SC_MAX_DIMS];
     char label[256];
-    rt_dim_space_combo(space, s, dims);
-    rt_dim_space_label(space, s, label, sizeof label);
+    sc_dim_space_combo(space, s, dims);
+    sc_dim_space_label(space, s, label, sizeof label);
     FeOptions fo = {.dims = dims, .ndims = space->ndims, .dtype = dtype};
     Spec *sp = &specs[(*out_nspec)++];
     st = fe_load_yaml(tu->model, &fo, &sp->g);
@@ -904,7 +904,7 @@ int cli_tune(int argc, char **argv) {
       int cc;
       bool specific;
       if (missing || strchr(v, ',') || strncmp(v, "sm_", 3) != 0 || strlen(v) >= sizeof tu.arch ||
-          !cg_cuda_parse_arch(v, &cc, &specific))
+          !ir_cuda_parse_arch(v, &cc, &specific))
         rc = cli_usage("tune", "--arch needs one real arch such as sm_90a or sm_80%s%s%s", missing ? "" : " (got '",
                        missing ? "" : v, missing ? "" : "')");
       arch_flag = v;
@@ -922,13 +922,13 @@ int cli_tune(int argc, char **argv) {
   }
   if (!rc && !tu.model) rc = cli_usage("tune", "no model given (smelt tune MODEL.yaml --target cuda)");
   /* every combination of the --dim values (specialisations, SPEC §2) */
-  RtDimSpace space;
-  smelt_status st = rc ? NULL : rt_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);
+  ScDimSpace space;
+  smelt_status st = rc ? NULL : sc_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);
   if (st) {
     rc = cli_usage("tune", "--dim: %s", st_message(st));
     st_free(st);
     st = NULL;
-    rt_dim_space_free(&space);
+    sc_dim_space_free(&space);
   }
   if (rc) {
     for (int d = 0; d < mo.ndims; d++) free((char *)mo.dims[d].name);
@@ -958,14 +958,14 @@ int cli_tune(int argc, char **argv) {
   if (!st) {
     if (arch_flag) snprintf(tu.arch, sizeof tu.arch, "%s", arch_flag);
     else if (tu.dev) snprintf(tu.arch, sizeof tu.arch, "%s", rt_cuda_device_info(tu.dev)->arch);
-    else rt_cuda_default_arch(tu.arch, sizeof tu.arch);
+    else sc_cuda_default_arch(tu.arch, sizeof tu.arch);
     if (tu.dev && !arch_runs_on(tu.arch, rt_cuda_device_info(tu.dev)->cc))
       st = st_error(ST_INVALID_INPUT, "smelt tune: --arch %s does not run on GPU %d (%s, %s): tuning measures on the GPU",
                     tu.arch, device, rt_cuda_device_info(tu.dev)->name, rt_cuda_device_info(tu.dev)->arch);
   }
   if (!st) st = cg_cuda_nvrtc_open(&tu.nv);
 
-  Spec specs[RT_MAX_SPECIALISATIONS];
+  Spec specs[FMT_MAX_SPECIALISATIONS];
   memset(specs, 0, sizeof specs);
   int nspec = 0, njobs = 0;
   Job *jobs = NULL;
@@ -1020,7 +1020,7 @@ int cli_tune(int argc, char **argv) {
              tu.tuned ? out_path : "");
   }
   free(jobs);
-  rt_dim_space_free(&space);
+  sc_dim_space_free(&space);
   for (int s = 0; s < nspec; s++) {
     cg_kernels_free(specs[s].k, specs[s].nk);
     ir_graph_destroy(specs[s].g);

@@ -17,7 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "codegen/kernel.h"
+#include "format/kernel.h"
 
 /* One kernel per group of g->groups, in execution order (the order of the
  * groups' first members in g->node, which the fuse pass keeps topological).

@@ -1,7 +1,10 @@
-/* smelt — public C API.
+/* smelt — the runtime's public C API (libsmelt_runtime).
  *
- * Compile a YAML model into a kernel bundle, open a bundle, create a session
- * on a device, bind inputs and outputs, run.
+ * Open a kernel bundle, create a session on a device, bind inputs and
+ * outputs, run.  This is all a deployed program needs: it links
+ * libsmelt_runtime alone (libc, libm, pthread and dl; libcuda is dlopen'ed
+ * when a CUDA session is made).  Compiling models is the compiler's API,
+ * include/smelt_compile.h (libsmelt).
  *
  * Conventions
  *  - Every function that can fail returns a smelt_status: NULL on success,
@@ -46,22 +49,6 @@ typedef enum {
   SMELT_F32 = 1, SMELT_F16, SMELT_BF16, SMELT_F64, SMELT_I64, SMELT_I32, SMELT_I8, SMELT_U8, SMELT_BOOL,
 } smelt_dtype;
 
-typedef struct {
-  const char *targets;   /* "cpu", "cuda" or "cpu,cuda"; NULL = "cpu" */
-  const char *dims;      /* "seq=1,128;hidden=64": dims overrides, several values = specialisations; NULL = none */
-  const char *dtype;     /* default element type override ("f16"); NULL = the model's */
-  const char *passes;    /* pass list; NULL = the default pipeline */
-  const char *cpu;       /* LLVM CPU name; NULL = the host's */
-  int64_t onchip_bytes;  /* fusion budget per tile; 0 = the target's */
-  int threads;           /* recorded default thread count; 0 = number of cores */
-  int allow_tf32;        /* non-zero: f32 matmuls may use the TF32 tensor cores (CUDA; operands
-                          * rounded to a 10-bit mantissa, f32 accumulation), like PyTorch's
-                          * torch.backends.cuda.matmul.allow_tf32; 0 = f32 throughout */
-} smelt_compile_options;
-
-/* Compiles the YAML model at model_path into the bundle file out_path.
- * options may be NULL (defaults). */
-smelt_status smelt_compile(const char *model_path, const smelt_compile_options *options, const char *out_path);
 
 /* Opens and validates a bundle (sizes, offsets, checksums, versions); a
  * truncated or corrupted file is an error, never a crash. */
@@ -71,8 +58,20 @@ smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle);
 smelt_status smelt_bundle_open_memory(const void *data, size_t len, smelt_bundle **out_bundle);
 void smelt_bundle_close(smelt_bundle *bundle);
 
+/* Compiles one CUDA C unit of a bundle for `arch` ("sm_90a") into a cubin
+ * (malloc'd, *out_len bytes; the runtime free()s it), for a GPU the bundle
+ * has no cubin for.  `what` names the unit in messages.  The runtime has no
+ * compiler of its own: smelt_compile.h offers NVRTC's (smelt_nvrtc_compile).
+ * SMELT_UNSUPPORTED (no compiler here) lets the runtime fall back to PTX. */
+typedef smelt_status (*smelt_cuda_compile_fn)(void *ctx, const char *source, const char *what, const char *arch,
+                                              void **out_cubin, size_t *out_len);
+
 typedef struct {
   int threads; /* CPU worker threads; 0 = number of cores */
+  /* CUDA: how to compile a unit the bundle has no cubin for; NULL = no
+   * compiler (the cubin, else the PTX through the driver's JIT). */
+  smelt_cuda_compile_fn cuda_compile;
+  void *cuda_compile_ctx;
 } smelt_session_options;
 
 /* Specialisations.  A model compiled with several values of a dim
@@ -139,6 +138,9 @@ smelt_status smelt_session_select(smelt_session *session, int i);
 /* The specialisation chosen (by smelt_session_select or by the last run);
  * -1 before any.  Always 0 on a bundle of one. */
 int smelt_session_specialisation(const smelt_session *session);
+
+/* The version of this library, "0.2.0". */
+const char *smelt_version(void);
 
 /* Runs the model once on the bound tensors (on a bundle of several
  * specialisations, the one that takes them; see above). */

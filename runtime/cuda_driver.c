@@ -18,6 +18,7 @@
  * once per device), else PTX through the driver's JIT.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE */
+#include "ir/target.h"
 #include "runtime/cuda_driver.h"
 
 #include <dlfcn.h>
@@ -25,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/cg_cuda.h"
 #include "ir/ir.h"
 
 typedef int CUresult; /* CUDA_SUCCESS = 0 */
@@ -112,8 +112,10 @@ struct RtCudaDevice {
   CUcontext ctx;
   CUstream stream;
   RtCudaInfo info;
-  CgNvrtc *nvrtc;        /* opened on the first load that needs it */
-  bool nvrtc_tried;
+  /* Compiles a unit's source for this GPU when the bundle has no cubin for
+   * it (the compiler library's NVRTC, smelt_compile.h); NULL: none. */
+  smelt_cuda_compile_fn compile;
+  void *compile_ctx;
 };
 
 struct RtCudaModule {
@@ -319,12 +321,16 @@ void rt_cuda_device_destroy(RtCudaDevice *d) {
     }
     d->api.DevicePrimaryCtxRelease(d->dev);
   }
-  cg_cuda_nvrtc_close(d->nvrtc);
   if (d->lib) dlclose(d->lib);
   free(d);
 }
 
 const RtCudaInfo *rt_cuda_device_info(const RtCudaDevice *d) { return &d->info; }
+
+void rt_cuda_device_set_compiler(RtCudaDevice *d, smelt_cuda_compile_fn fn, void *ctx) {
+  d->compile = fn;
+  d->compile_ctx = ctx;
+}
 
 /* ---- modules ---- */
 
@@ -358,7 +364,7 @@ smelt_status rt_cuda_module_load_image(RtCudaDevice *d, const void *image, const
 static bool cubin_runs(const char *arch, int cc) {
   int acc;
   bool specific;
-  if (!arch || !cg_cuda_parse_arch(arch, &acc, &specific)) return false;
+  if (!arch || !ir_cuda_parse_arch(arch, &acc, &specific)) return false;
   if (specific) return acc == cc;
   return acc / 10 == cc / 10 && acc <= cc;
 }
@@ -366,13 +372,13 @@ static bool cubin_runs(const char *arch, int cc) {
 static bool ptx_runs(const char *arch, int cc) {
   int acc;
   bool specific;
-  if (!arch || !cg_cuda_parse_arch(arch, &acc, &specific)) return false;
+  if (!arch || !ir_cuda_parse_arch(arch, &acc, &specific)) return false;
   return specific ? acc == cc : acc <= cc;
 }
 
 static int arch_cc(const char *arch) {
   int cc = 0;
-  cg_cuda_parse_arch(arch, &cc, NULL);
+  ir_cuda_parse_arch(arch, &cc, NULL);
   return cc;
 }
 
@@ -392,20 +398,18 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
   }
   /* 2. compile the source for this GPU */
   smelt_status nvrtc_st = NULL;
-  if (source) {
-    if (!d->nvrtc_tried) {
-      d->nvrtc_tried = true;
-      nvrtc_st = cg_cuda_nvrtc_open(&d->nvrtc);
-    }
-    if (d->nvrtc) {
-      CgCudaBinary bin;
-      RETURN_IF_ERROR(cg_cuda_compile_source(d->nvrtc, source, what, d->info.arch, NULL, &bin));
-      smelt_status st = rt_cuda_module_load_image(d, bin.cubin, what, out_module);
-      cg_cuda_binary_clear(&bin);
+  if (source && d->compile) {
+    void *cubin = NULL;
+    size_t len = 0;
+    nvrtc_st = d->compile(d->compile_ctx, source, what, d->info.arch, &cubin, &len);
+    if (!nvrtc_st) {
+      smelt_status st = rt_cuda_module_load_image(d, cubin, what, out_module);
+      free(cubin);
       if (out_kind) *out_kind = RT_CUDA_LOADED_NVRTC;
-      st_free(nvrtc_st);
       return st;
     }
+    /* NVRTC missing: fall through to the PTX; a compile error is final */
+    if (st_code(nvrtc_st) != ST_UNSUPPORTED) return nvrtc_st;
   }
   /* 3. PTX through the driver's JIT */
   best = -1;
@@ -427,6 +431,7 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
                                what ? what : "CUDA module", d->info.name, d->info.arch, archs,
                                !source ? "no CUDA source to compile"
                                : nvrtc_st ? st_message(nvrtc_st)
+                               : !d->compile ? "no CUDA compiler hook (smelt_session_options.cuda_compile)"
                                           : "NVRTC unavailable");
     st_free(nvrtc_st);
     return st;

@@ -39,6 +39,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "include/smelt.h"
 #include "ir/status.h"
 
 typedef struct RtCudaDevice RtCudaDevice;
@@ -68,6 +69,9 @@ smelt_status rt_cuda_device_count(int *out_count) SMELT_MUST_USE;
 smelt_status rt_cuda_device_create(int ordinal, RtCudaDevice **out_device) SMELT_MUST_USE;
 void rt_cuda_device_destroy(RtCudaDevice *d);
 const RtCudaInfo *rt_cuda_device_info(const RtCudaDevice *d);
+/* The compiler rt_cuda_module_load calls for a unit without a cubin for
+ * this GPU (include/smelt.h: smelt_cuda_compile_fn); NULL: none. */
+void rt_cuda_device_set_compiler(RtCudaDevice *d, smelt_cuda_compile_fn fn, void *ctx);
 
 /* ---- modules ---- */
 
@@ -85,8 +89,9 @@ typedef enum { RT_CUDA_LOADED_CUBIN, RT_CUDA_LOADED_NVRTC, RT_CUDA_LOADED_PTX } 
 /* Loads one compilation unit, in this order of preference:
  *   1. a cubin whose arch runs on this GPU (same major version, minor not
  *      above the GPU's; an 'a' arch only on exactly its GPU);
- *   2. `source` (may be NULL) compiled with NVRTC for the GPU's own arch
- *      (through the disk cache);
+ *   2. `source` (may be NULL) compiled for the GPU's own arch by the
+ *      device's compiler hook (the compiler library's NVRTC, through its
+ *      disk cache), when one is set;
  *   3. PTX of an arch the GPU can JIT (driver JIT, ~80 ms).
  * The error says what was tried.  `what` names the unit in messages. */
 smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int nimages, const char *source,

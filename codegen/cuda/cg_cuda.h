@@ -36,7 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "codegen/kernel.h"
+#include "format/cuda_launch.h"
+#include "format/kernel.h"
+#include "ir/target.h"
 
 /* ---- target facts ---- */
 
@@ -53,9 +55,6 @@ void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out);
 /* The fuse pass's on-chip budget for --target cuda: shared memory per block
  * of the arch (227 KiB on sm_90, 163 KiB on sm_80). */
 int64_t cg_cuda_onchip_budget(const char *arch);
-/* Parses "sm_90a" / "compute_80" into 90 / 80 (major*10+minor) and whether
- * it is an arch-specific ('a') target; false when it is not an arch name. */
-bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific);
 
 /* ---- generation ---- */
 
@@ -69,7 +68,7 @@ bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific);
  * Which variant a kernel gets: a forced one (smelt tune's candidates), else
  * the tuning table's row for its shape (codegen/cuda/table.h), else a
  * heuristic, logged as a miss.  The launch table records the variant. */
-#define CG_VARIANT_LEN 96
+#define CG_VARIANT_LEN FMT_VARIANT_LEN
 typedef struct CgTuneTable CgTuneTable;
 
 typedef struct {
@@ -98,56 +97,11 @@ typedef struct {
   void *log_ctx;
 } CgCudaOptions;
 
-/* A TMA descriptor a kernel needs (cuTensorMapEncodeTiled's arguments,
- * innermost dim first), built by the runtime from the argument's device
- * address once its buffers are known. */
-#define CG_MAX_TMAPS 4
-typedef struct {
-  int arg;              /* the kernel argument it maps */
-  int dtype;            /* DType of the elements (f16, bf16, f32) */
-  int rank;             /* 2..5 */
-  uint64_t dims[5];     /* elements per dim, innermost first */
-  uint64_t strides[4];  /* bytes between consecutive indices of dims 1..rank-1 */
-  uint32_t box[5];      /* elements per dim of one copy */
-  int swizzle;          /* 0, 32, 64 or 128 (bytes) */
-} CgCudaTmap;
-
-/* How one generated kernel is launched. */
-typedef struct {
-  char name[96];        /* the Kernel's name (YAML provenance) */
-  char symbol[112];     /* the __global__ function in the source (a C identifier) */
-  int unit;             /* the compilation unit that holds it */
-  int nargs;            /* parameters: the Kernel's args, in order */
-  unsigned grid[3], block[3];
-  unsigned smem;        /* dynamic shared memory in bytes */
-  const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool" */
-  bool vectorised;      /* some loop uses 16-byte vector loads/stores */
-  char variant[CG_VARIANT_LEN]; /* matmul/attention: the variant token; "" for other kernels */
-  /* Bytes of scratch the kernel needs, zero when the session starts and
-   * left zero by every launch (counters are reset by the block that uses
-   * them last).  Non-zero: one more parameter after the arguments,
-   * `unsigned char *__restrict__ ws`.  Kernels of a module run one after
-   * another, so one buffer of the largest size serves them all. */
-  uint64_t workspace;
-  /* Then, per TMA descriptor: a `const __grid_constant__ smelt_tmap`
-   * parameter (128 bytes, by value). */
-  int ntmaps;
-  CgCudaTmap tmaps[CG_MAX_TMAPS];
-} CgCudaLaunch;
-
-typedef struct {
-  int nkernels;
-  CgCudaLaunch *kernels; /* one per Kernel, in Kernel order */
-  int nunits;
-  char **units;          /* per unit: a complete CUDA C translation unit */
-} CgCudaModule;
-
 /* Generates CUDA C for kernels k[0..nk) of g (as cg_lower made them).
  * opt may be NULL (run-time alignment checks, 16 units).  A group shape the
  * backend cannot generate is ST_UNSUPPORTED naming the kernel. */
 smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgCudaOptions *opt,
-                              CgCudaModule **out_module) SMELT_MUST_USE;
-void cg_cuda_module_free(CgCudaModule *m);
+                              FmtCudaModule **out_module) SMELT_MUST_USE;
 
 /* ---- tuning (codegen/cuda/variants.c) ---- */
 
@@ -169,15 +123,6 @@ int cg_cuda_variants(const Graph *g, const Kernel *k, const char *arch, char (*o
 /* The same with TF32 allowed (CgCudaOptions.allow_tf32): an f32 matmul's
  * list then has the tf32 variants, the heuristic's (tf32) first (tf32.c). */
 int cg_cuda_variants_tf32(const Graph *g, const Kernel *k, const char *arch, char (*out)[CG_VARIANT_LEN], int max);
-/* Index of the kernel whose symbol or name is `name`, or -1. */
-int cg_cuda_module_find(const CgCudaModule *m, const char *name);
-
-/* The launch table and unit count as text ("smelt-cuda-launch 1" then one
- * line per kernel), for a bundle; the sources travel separately.  Decoding
- * treats the text as untrusted and checks every field; the decoded module
- * has no sources (units[i] == NULL) unless the caller sets them. */
-smelt_status cg_cuda_launch_encode(const CgCudaModule *m, char **out_text, size_t *out_len) SMELT_MUST_USE;
-smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **out_module) SMELT_MUST_USE;
 
 /* ---- NVRTC (codegen/cuda/nvrtc.c) ----
  * libnvrtc is loaded with dlopen ("libnvrtc.so", then .so.13, .so.12): smelt
@@ -228,7 +173,7 @@ smelt_status cg_cuda_compile_source(CgNvrtc *nv, const char *source, const char 
  * on o->threads threads.  out[u * narch + a] is unit u for archs[a]; the
  * array (nunits * narch entries) is owned by the caller: release with
  * cg_cuda_binaries_free.  Fails with the first error (in unit order). */
-smelt_status cg_cuda_compile_module(CgNvrtc *nv, const CgCudaModule *m, const char *const *archs, int narch,
+smelt_status cg_cuda_compile_module(CgNvrtc *nv, const FmtCudaModule *m, const char *const *archs, int narch,
                                     const CgCudaCompileOptions *o, CgCudaBinary **out) SMELT_MUST_USE;
 void cg_cuda_binaries_free(CgCudaBinary *b, int n);
 

@@ -195,11 +195,11 @@ const char *cu_vec_condition(CuFn *f);
 typedef struct {
   unsigned grid[3], block[3], smem;
   const char *kind;
-  /* matmul / attention: the variant token (CgCudaLaunch.variant) */
+  /* matmul / attention: the variant token (FmtCudaLaunch.variant) */
   char variant[CG_VARIANT_LEN];
-  uint64_t workspace;    /* > 0: the kernel has a `ws` parameter (CgCudaLaunch.workspace) */
+  uint64_t workspace;    /* > 0: the kernel has a `ws` parameter (FmtCudaLaunch.workspace) */
   int ntmaps;            /* TMA descriptors: parameters tm0, tm1, ... */
-  CgCudaTmap tmaps[CG_MAX_TMAPS];
+  FmtCudaTmap tmaps[FMT_MAX_TMAPS];
   int min_blocks;        /* > 0: __launch_bounds__(threads, min_blocks) */
 } CuLaunch;
 

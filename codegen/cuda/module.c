@@ -26,24 +26,9 @@
 
 /* ---- target facts ---- */
 
-bool cg_cuda_parse_arch(const char *arch, int *out_cc, bool *out_specific) {
-  const char *p = NULL;
-  if (strncmp(arch, "sm_", 3) == 0) p = arch + 3;
-  else if (strncmp(arch, "compute_", 8) == 0) p = arch + 8;
-  if (!p || !isdigit((unsigned char)p[0]) || !isdigit((unsigned char)p[1])) return false;
-  int cc = 0;
-  while (isdigit((unsigned char)*p)) cc = cc * 10 + (*p++ - '0');
-  bool specific = false;
-  if (*p == 'a' || *p == 'f') specific = true, p++;
-  if (*p || cc < 10 || cc > 1000) return false;
-  if (out_cc) *out_cc = cc;
-  if (out_specific) *out_specific = specific;
-  return true;
-}
-
 void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out) {
   int cc = 0;
-  if (!arch || !cg_cuda_parse_arch(arch, &cc, NULL)) cc = 0;
+  if (!arch || !ir_cuda_parse_arch(arch, &cc, NULL)) cc = 0;
   int64_t kib;
   switch (cc) {
   case 70: case 72: kib = 96; break;
@@ -326,7 +311,7 @@ static char *kernel_key(const CuFn *f, const CuLaunch *l, const CuBuf *body) {
   cu_buf_printf(&key, "%u %u %u %u %u %u %u %d %llu %d|", l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
                 l->block[2], l->smem, l->min_blocks, (unsigned long long)l->workspace, l->ntmaps);
   for (int t = 0; t < l->ntmaps; t++) {
-    const CgCudaTmap *m = &l->tmaps[t];
+    const FmtCudaTmap *m = &l->tmaps[t];
     cu_buf_printf(&key, "%d %d %d %d", m->arg, m->dtype, m->rank, m->swizzle);
     for (int d = 0; d < m->rank; d++) cu_buf_printf(&key, " %llu %u", (unsigned long long)m->dims[d], m->box[d]);
     cu_buf_printf(&key, "|");
@@ -354,7 +339,7 @@ static char *kernel_key(const CuFn *f, const CuLaunch *l, const CuBuf *body) {
 }
 
 static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force,
-                               const char *symbol, CuBuf *out, CgCudaLaunch *launch, char **out_key) {
+                               const char *symbol, CuBuf *out, FmtCudaLaunch *launch, char **out_key) {
   CuFn f;
   RETURN_IF_ERROR(cu_fn_init(&f, g, k, opt, force));
   int count = f.nanchors;
@@ -421,11 +406,11 @@ static void make_symbol(const char *name, char *out, size_t cap) {
 }
 
 smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgCudaOptions *opt,
-                              CgCudaModule **out_module) {
+                              FmtCudaModule **out_module) {
   *out_module = NULL;
   CgCudaOptions dflt = {0};
   if (!opt) opt = &dflt;
-  CgCudaModule *m = calloc(1, sizeof *m);
+  FmtCudaModule *m = calloc(1, sizeof *m);
   if (!m) return st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
   m->nkernels = nk;
   m->kernels = calloc((size_t)(nk ? nk : 1), sizeof *m->kernels);
@@ -437,7 +422,7 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
   for (int i = 0; dup_of && i < nk; i++) dup_of[i] = -1;
   if (!m->kernels || !texts || !f16 || !bf16 || !keys || !dup_of || !ndup || !uniq_idx) {
     free(texts), free(f16), free(bf16), free(keys), free(dup_of), free(ndup), free(uniq_idx);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     return st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
   }
   smelt_status st = NULL;
@@ -516,177 +501,10 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
   }
   free(texts), free(f16), free(bf16), free(keys), free(dup_of), free(ndup), free(uniq_idx);
   if (st) {
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     return st;
   }
   *out_module = m;
   return NULL;
 }
 
-void cg_cuda_module_free(CgCudaModule *m) {
-  if (!m) return;
-  for (int u = 0; u < m->nunits && m->units; u++) free(m->units[u]);
-  free(m->units);
-  free(m->kernels);
-  free(m);
-}
-
-int cg_cuda_module_find(const CgCudaModule *m, const char *name) {
-  for (int i = 0; i < m->nkernels; i++)
-    if (strcmp(m->kernels[i].symbol, name) == 0 || strcmp(m->kernels[i].name, name) == 0) return i;
-  return -1;
-}
-
-/* ---- the launch table ---- */
-
-static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2d", "attention", "pool"};
-
-smelt_status cg_cuda_launch_encode(const CgCudaModule *m, char **out_text, size_t *out_len) {
-  CuBuf b = {0};
-  cu_buf_printf(&b, "smelt-cuda-launch 2\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
-  for (int i = 0; i < m->nkernels; i++) {
-    const CgCudaLaunch *l = &m->kernels[i];
-    cu_buf_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s %llu %d %s\n", l->symbol, l->unit, l->nargs,
-                  l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem,
-                  l->kind ? l->kind : "elementwise", l->vectorised ? 1 : 0, l->variant[0] ? l->variant : "-",
-                  (unsigned long long)l->workspace, l->ntmaps, l->name);
-    /* a TMA descriptor: arg dtype rank, then dims, strides, box (rank, rank-1, rank numbers) and swizzle */
-    for (int t = 0; t < l->ntmaps; t++) {
-      const CgCudaTmap *tm = &l->tmaps[t];
-      cu_buf_printf(&b, "tmap %d %d %d", tm->arg, tm->dtype, tm->rank);
-      for (int d = 0; d < tm->rank; d++) cu_buf_printf(&b, " %llu", (unsigned long long)tm->dims[d]);
-      for (int d = 0; d + 1 < tm->rank; d++) cu_buf_printf(&b, " %llu", (unsigned long long)tm->strides[d]);
-      for (int d = 0; d < tm->rank; d++) cu_buf_printf(&b, " %u", tm->box[d]);
-      cu_buf_printf(&b, " %d\n", tm->swizzle);
-    }
-  }
-  *out_len = b.len;
-  *out_text = cu_buf_take(&b);
-  return NULL;
-}
-
-static bool is_ident(const char *s) {
-  if (!isalpha((unsigned char)s[0]) && s[0] != '_') return false;
-  for (; *s; s++)
-    if (!isalnum((unsigned char)*s) && *s != '_') return false;
-  return true;
-}
-
-/* "tmap ARG DTYPE RANK dims.. strides.. box.. SWIZZLE", every number checked. */
-static bool decode_tmap(const char *line, int nargs, CgCudaTmap *tm) {
-  const char *p = line;
-  if (strncmp(p, "tmap ", 5) != 0) return false;
-  p += 5;
-  long long v[3 + 5 + 4 + 5 + 1];
-  int nv = 0;
-  while (*p && nv < (int)(sizeof v / sizeof *v)) {
-    char *end;
-    v[nv] = strtoll(p, &end, 10);
-    if (end == p) return false;
-    nv++;
-    p = end;
-    while (*p == ' ') p++;
-  }
-  if (*p || nv < 3) return false;
-  int rank = (int)v[2];
-  if (rank < 1 || rank > 5 || nv != 3 + rank + (rank - 1) + rank + 1) return false;
-  tm->arg = (int)v[0], tm->dtype = (int)v[1], tm->rank = rank;
-  if (v[0] < 0 || v[0] >= nargs || v[1] < 0 || v[1] >= DT_COUNT) return false;
-  const long long *d = v + 3, *st = d + rank, *bx = st + rank - 1;
-  for (int i = 0; i < rank; i++) {
-    if (d[i] < 1 || d[i] > ((long long)1 << 32) || bx[i] < 1 || bx[i] > 256) return false;
-    tm->dims[i] = (uint64_t)d[i];
-    tm->box[i] = (uint32_t)bx[i];
-  }
-  for (int i = 0; i + 1 < rank; i++) {
-    if (st[i] < 16 || st[i] % 16 != 0 || st[i] >= ((long long)1 << 40)) return false;
-    tm->strides[i] = (uint64_t)st[i];
-  }
-  long long sw = bx[rank];
-  if (sw != 0 && sw != 32 && sw != 64 && sw != 128) return false;
-  tm->swizzle = (int)sw;
-  return true;
-}
-
-smelt_status cg_cuda_launch_decode(const void *text, size_t len, CgCudaModule **out_module) {
-  *out_module = NULL;
-  char *s = malloc(len + 1);
-  if (!s) return st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
-  memcpy(s, text, len);
-  s[len] = 0;
-  if (strlen(s) != len) {
-    free(s);
-    return st_error(ST_INVALID_INPUT, "CUDA launch table: contains a NUL byte");
-  }
-  CgCudaModule *m = calloc(1, sizeof *m);
-  smelt_status st = NULL;
-  char *save = NULL, *line = strtok_r(s, "\n", &save);
-  int nunits = -1, nk = -1, got = 0;
-  if (!m) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
-  else if (!line || strcmp(line, "smelt-cuda-launch 2") != 0) st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
-  if (!st) {
-    line = strtok_r(NULL, "\n", &save);
-    if (!line || sscanf(line, "units %d", &nunits) != 1 || nunits < 1 || nunits > 4096)
-      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad unit count");
-  }
-  if (!st) {
-    line = strtok_r(NULL, "\n", &save);
-    if (!line || sscanf(line, "kernels %d", &nk) != 1 || nk < 0 || nk > 1000000)
-      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad kernel count");
-  }
-  if (!st) {
-    m->nunits = nunits;
-    m->units = calloc((size_t)nunits, sizeof(char *));
-    m->nkernels = nk;
-    m->kernels = calloc((size_t)(nk ? nk : 1), sizeof *m->kernels);
-    if (!m->units || !m->kernels) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
-  }
-  while (!st && (line = strtok_r(NULL, "\n", &save)) != NULL) {
-    if (got >= nk) {
-      st = st_error(ST_INVALID_INPUT, "CUDA launch table: more kernels than announced");
-      break;
-    }
-    CgCudaLaunch *l = &m->kernels[got];
-    char sym[256], kind[32], name[256], variant[256];
-    int vec, consumed = 0;
-    unsigned long long ws = 0;
-    int n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %255s%n", sym, &l->unit, &l->nargs,
-                   &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec,
-                   variant, &ws, &l->ntmaps, name, &consumed);
-    if (n == 16) n = 13; /* the checks below count the fields of version 1 */
-    unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
-    const char *k = NULL;
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-      if (n == 13 && strcmp(kind, kinds[i]) == 0) k = kinds[i];
-    if (n != 13 || line[consumed] != 0 || strlen(sym) >= sizeof l->symbol || !is_ident(sym) ||
-        strlen(name) >= sizeof l->name || l->unit < 0 || l->unit >= nunits || l->nargs < 0 || l->nargs > 4096 ||
-        threads == 0 || threads > 1024 || l->grid[0] == 0 || l->grid[0] > 0x7fffffffu || l->grid[1] == 0 ||
-        l->grid[1] > 65535 || l->grid[2] == 0 || l->grid[2] > 65535 || l->smem > 256 * 1024 || !k ||
-        (vec != 0 && vec != 1) || strlen(variant) >= sizeof l->variant || ws > ((unsigned long long)1 << 40) ||
-        l->ntmaps < 0 || l->ntmaps > CG_MAX_TMAPS) {
-      st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad kernel line %d", got + 1);
-      break;
-    }
-    memcpy(l->symbol, sym, strlen(sym) + 1); /* lengths checked above */
-    memcpy(l->name, name, strlen(name) + 1);
-    if (strcmp(variant, "-") != 0) memcpy(l->variant, variant, strlen(variant) + 1);
-    l->workspace = ws;
-    l->kind = k;
-    l->vectorised = vec == 1;
-    for (int t = 0; t < l->ntmaps && !st; t++) {
-      line = strtok_r(NULL, "\n", &save);
-      if (!line || !decode_tmap(line, l->nargs, &l->tmaps[t]))
-        st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad TMA descriptor %d of kernel line %d", t, got + 1);
-    }
-    if (st) break;
-    got++;
-  }
-  if (!st && got != nk) st = st_error(ST_INVALID_INPUT, "CUDA launch table: %d kernels, announced %d", got, nk);
-  free(s);
-  if (st) {
-    cg_cuda_module_free(m);
-    return st;
-  }
-  *out_module = m;
-  return NULL;
-}

@@ -201,7 +201,7 @@ smelt_status cg_cuda_compile_source(CgNvrtc *nv, const char *source, const char 
                                     const CgCudaCompileOptions *o, CgCudaBinary *out) {
   memset(out, 0, sizeof *out);
   int cc;
-  if (!cg_cuda_parse_arch(arch, &cc, NULL) || strlen(arch) >= sizeof out->arch)
+  if (!ir_cuda_parse_arch(arch, &cc, NULL) || strlen(arch) >= sizeof out->arch)
     return st_error(ST_INVALID_INPUT, "'%s' is not a CUDA arch (expected sm_90a, sm_80, compute_80, ...)", arch);
   snprintf(out->arch, sizeof out->arch, "%s", arch);
   char archopt[64], incopt[1100];
@@ -274,7 +274,7 @@ smelt_status cg_cuda_compile_source(CgNvrtc *nv, const char *source, const char 
 
 typedef struct {
   CgNvrtc *nv;
-  const CgCudaModule *m;
+  const FmtCudaModule *m;
   const char *const *archs;
   int narch, njobs, next;
   const CgCudaCompileOptions *o;
@@ -302,7 +302,7 @@ static int cpu_count(void) {
   return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
-smelt_status cg_cuda_compile_module(CgNvrtc *nv, const CgCudaModule *m, const char *const *archs, int narch,
+smelt_status cg_cuda_compile_module(CgNvrtc *nv, const FmtCudaModule *m, const char *const *archs, int narch,
                                     const CgCudaCompileOptions *o, CgCudaBinary **out) {
   *out = NULL;
   for (int u = 0; u < m->nunits; u++)

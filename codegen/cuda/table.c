@@ -270,7 +270,7 @@ static smelt_status parse_line(const char *line, size_t len, const char *path, i
     return FAIL_AT(f[1].col, "unknown dtype '%.*s'", (int)f[1].n, f[1].s);
   int cc;
   bool specific;
-  if (!copy_field(&f[2], r->arch, sizeof r->arch) || !cg_cuda_parse_arch(r->arch, &cc, &specific))
+  if (!copy_field(&f[2], r->arch, sizeof r->arch) || !ir_cuda_parse_arch(r->arch, &cc, &specific))
     return FAIL_AT(f[2].col, "'%.*s' is not a CUDA arch (sm_90a, sm_80, ...)", (int)f[2].n, f[2].s);
 
   /* m=LO..HI */

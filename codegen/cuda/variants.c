@@ -23,7 +23,7 @@
 bool cu_hopper(const CuFn *f) {
   int cc;
   bool specific;
-  return f->opt && f->opt->arch && cg_cuda_parse_arch(f->opt->arch, &cc, &specific) && cc == 90 && specific;
+  return f->opt && f->opt->arch && ir_cuda_parse_arch(f->opt->arch, &cc, &specific) && cc == 90 && specific;
 }
 
 static const char *dtype_name(DType dt) { return dt_name(dt); }

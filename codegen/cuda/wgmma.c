@@ -875,7 +875,7 @@ static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   cu_close(f); /* t */
 }
 
-static void set_tmap(CgCudaTmap *tm, int arg, DType dt, bool is3, int64_t K, int64_t rows, int64_t Z, int box) {
+static void set_tmap(FmtCudaTmap *tm, int arg, DType dt, bool is3, int64_t K, int64_t rows, int64_t Z, int box) {
   memset(tm, 0, sizeof *tm);
   tm->arg = arg;
   tm->dtype = dt;

@@ -21,7 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "codegen/kernel.h"
+#include "format/kernel.h"
 
 typedef struct {
   const char *cpu;      /* LLVM CPU name ("znver3", "x86-64-v3"); NULL = the host's */
@@ -38,6 +38,10 @@ typedef struct {
  * shape the backend does not handle is ST_UNSUPPORTED naming the kernel. */
 smelt_status cg_llvm_compile(Graph *g, Kernel *k, int nk, const CgLlvmOptions *opt, void **out_obj,
                              size_t *out_len, char **out_desc) SMELT_MUST_USE;
+
+/* This machine's CPU name and feature string as LLVM sees them ("znver3",
+ * "+sse2,+avx2,-avx512f,..."), both malloc'd (free()). */
+smelt_status cg_llvm_host_target(char **out_cpu, char **out_features) SMELT_MUST_USE;
 
 /* The LLVM IR of the same module as text (malloc'd, owned by the caller),
  * before optimisation or after it: for `smelt inspect` and for debugging. */

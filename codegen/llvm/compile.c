@@ -92,6 +92,22 @@ static smelt_status target_create(const CgLlvmOptions *opt, Target *t) {
   return NULL;
 }
 
+smelt_status cg_llvm_host_target(char **out_cpu, char **out_features) {
+  *out_cpu = *out_features = NULL;
+  RETURN_IF_ERROR(cg_llvm_init());
+  char *cpu = LLVMGetHostCPUName(), *feats = LLVMGetHostCPUFeatures();
+  *out_cpu = strdup(cpu ? cpu : "generic");
+  *out_features = strdup(feats ? feats : "");
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(feats);
+  if (!*out_cpu || !*out_features) {
+    free(*out_cpu), free(*out_features);
+    *out_cpu = *out_features = NULL;
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  return NULL;
+}
+
 /* f16 <-> f32 in hardware: x86 with F16C, and every AArch64. */
 static bool target_has_f16(const Target *t) {
   if (strncmp(t->triple, "aarch64", 7) == 0 || strncmp(t->triple, "arm64", 5) == 0) return true;

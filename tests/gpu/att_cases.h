@@ -169,7 +169,7 @@ static inline Graph *att_graph(const AttCase *c) {
  * run `launches` times in a row with one workspace, and checked: every
  * stored value against the interpreter (h_compare's tolerances), the guard
  * bytes around every buffer, the recorded variant token, and that the
- * workspace is all zero again after each launch (CgCudaLaunch.workspace).
+ * workspace is all zero again after each launch (FmtCudaLaunch.workspace).
  * On a GPU the kernels are also timed. */
 
 typedef struct {
@@ -244,7 +244,7 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const cha
   const char **force = calloc((size_t)r->nk, sizeof *force);
   force[r->att] = tok;
   CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .arch = arch, .force = force};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, r->k, r->nk, &opt, &m);
   free(force);
   if (st) {
@@ -252,7 +252,7 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const cha
     st_free(st);
     return failures;
   }
-  const CgCudaLaunch *al = &m->kernels[r->att];
+  const FmtCudaLaunch *al = &m->kernels[r->att];
   if (out_tok) snprintf(out_tok, CG_VARIANT_LEN, "%s", al->variant);
   if (tok && strcmp(al->variant, tok) != 0) ATT_FAIL("the kernel recorded variant '%s'", al->variant);
   uint64_t *buf = calloc((size_t)g->nval, sizeof(uint64_t));
@@ -358,7 +358,7 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const cha
     if (buf[v]) e->free(e, buf[v]);
   if (ws) e->free(e, ws);
   free(buf), free(stored), free(wsh), free(args), free(nargs);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   return failures;
 #undef ATT_FAIL
 }

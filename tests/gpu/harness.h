@@ -1,6 +1,6 @@
 /* Running generated CUDA kernels against the reference interpreter.
  *
- * An executor (Exec) runs the kernels of a CgCudaModule: either on a real
+ * An executor (Exec) runs the kernels of a FmtCudaModule: either on a real
  * GPU through runtime/cuda_driver.h (NVRTC for the GPU's arch), or on the
  * CPU through the emulation in cuda_emu.hpp (the units compiled by the host
  * C++ compiler into shared objects).  h_check_graph then:
@@ -45,7 +45,7 @@
 typedef struct Exec Exec;
 struct Exec {
   const char *name;
-  smelt_status (*load)(Exec *e, const CgCudaModule *m);
+  smelt_status (*load)(Exec *e, const FmtCudaModule *m);
   void (*unload)(Exec *e);
   smelt_status (*alloc)(Exec *e, size_t bytes, uint64_t *out);
   void (*free)(Exec *e, uint64_t p);
@@ -54,7 +54,7 @@ struct Exec {
   smelt_status (*launch)(Exec *e, int kernel, const uint64_t *args, int nargs);
   smelt_status (*sync)(Exec *e);
   /* state */
-  const CgCudaModule *m;
+  const FmtCudaModule *m;
   RtCudaDevice *dev;
   CgNvrtc *nvrtc;
   RtCudaModule **mods;
@@ -66,7 +66,7 @@ struct Exec {
 
 /* ---- the real GPU ---- */
 
-static inline smelt_status hc_load(Exec *e, const CgCudaModule *m) {
+static inline smelt_status hc_load(Exec *e, const FmtCudaModule *m) {
   e->m = m;
   e->mods = calloc((size_t)m->nunits, sizeof *e->mods);
   e->fns = calloc((size_t)(m->nkernels ? m->nkernels : 1), sizeof *e->fns);
@@ -108,13 +108,13 @@ static inline smelt_status hc_download(Exec *e, void *dst, uint64_t src, size_t 
  * from the argument addresses. */
 static inline smelt_status hc_launch(Exec *e, int k, const uint64_t *args, int nargs) {
   RtCudaPtr vals[256];
-  void *params[256 + CG_MAX_TMAPS];
-  _Alignas(64) unsigned char maps[CG_MAX_TMAPS][128];
+  void *params[256 + FMT_MAX_TMAPS];
+  _Alignas(64) unsigned char maps[FMT_MAX_TMAPS][128];
   if (nargs > 256) return st_error(ST_INTERNAL, "too many arguments");
   for (int i = 0; i < nargs; i++) vals[i] = args[i], params[i] = &vals[i];
-  const CgCudaLaunch *l = &e->m->kernels[k];
+  const FmtCudaLaunch *l = &e->m->kernels[k];
   for (int t = 0; t < l->ntmaps; t++) {
-    const CgCudaTmap *tm = &l->tmaps[t];
+    const FmtCudaTmap *tm = &l->tmaps[t];
     RETURN_IF_ERROR(rt_cuda_tensor_map(e->dev, tm->dtype, tm->rank, args[tm->arg], tm->dims, tm->strides, tm->box,
                                        tm->swizzle, maps[t]));
     params[nargs + t] = maps[t];
@@ -153,7 +153,7 @@ static inline void h_exec_close(Exec *e) {
 
 /* ---- the CPU emulation ---- */
 
-static inline smelt_status he_load(Exec *e, const CgCudaModule *m) {
+static inline smelt_status he_load(Exec *e, const FmtCudaModule *m) {
   e->m = m;
   e->libs = calloc((size_t)m->nunits, sizeof *e->libs);
   if (!e->libs) return st_error(ST_NO_MEMORY, "out of memory");
@@ -235,7 +235,7 @@ static inline smelt_status he_download(Exec *e, void *dst, uint64_t src, size_t 
   return NULL;
 }
 static inline smelt_status he_launch(Exec *e, int k, const uint64_t *args, int nargs) {
-  const CgCudaLaunch *l = &e->m->kernels[k];
+  const FmtCudaLaunch *l = &e->m->kernels[k];
   void *lib = e->libs[l->unit];
   char sym[160];
   snprintf(sym, sizeof sym, "%s__emu", l->symbol);
@@ -539,7 +539,7 @@ static inline int h_generate_and_compile(CgNvrtc *nv, const CgCudaCompileOptions
                                          bool (*same)(const char *forced, const char *used, const char *arch)) {
   int failures = 0;
   const char *arch = opt->arch;
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, opt, &m);
   if (st) {
     fprintf(stderr, "%s (%s): %s\n", what, arch, st_message(st));
@@ -565,7 +565,7 @@ static inline int h_generate_and_compile(CgNvrtc *nv, const CgCudaCompileOptions
       cg_cuda_binaries_free(bins, m->nunits);
     }
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   return failures;
 }
 
@@ -681,7 +681,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   Kernel *k = NULL;
   int nk = 0;
   if (!st) st = cg_lower(g, &k, &nk);
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   if (!st) st = cg_cuda_generate(g, k, nk, opt, &m);
   if (st) {
     H_FAIL("%s", st_message(st));
@@ -704,7 +704,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   st = e->load(e, m);
   if (!st) st = h_upload_guarded(e, g, k, nk, data, offset, buf, stored);
   /* one zeroed workspace of the largest size serves every kernel: each
-   * leaves it zero (CgCudaLaunch.workspace) */
+   * leaves it zero (FmtCudaLaunch.workspace) */
   uint64_t ws = 0, ws_bytes = 0;
   for (int i = 0; i < nk; i++)
     if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
@@ -774,7 +774,7 @@ done:
   for (int v = 0; v < g->nval; v++) free(data[v]);
   free(data);
   ir_interp_destroy(it);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
   if (stats) stats->failures += failures;
   return failures;

@@ -42,7 +42,7 @@ static double att_pairs(const AttCase *c) {
  * them together, so that the runs that follow find them in the cache. */
 static void prewarm(Exec *e, AttRef *r, char (*toks)[CG_VARIANT_LEN], int n, const char *arch, bool args_aligned) {
   char **units = calloc((size_t)n, sizeof(char *));
-  CgCudaModule **mods = calloc((size_t)n, sizeof *mods);
+  FmtCudaModule **mods = calloc((size_t)n, sizeof *mods);
   int nu = 0;
   for (int i = 0; i < n; i++) {
     const char **force = calloc((size_t)r->nk, sizeof *force);
@@ -56,12 +56,12 @@ static void prewarm(Exec *e, AttRef *r, char (*toks)[CG_VARIANT_LEN], int n, con
     }
     for (int u = 0; u < mods[i]->nunits && nu < n; u++) units[nu++] = mods[i]->units[u];
   }
-  CgCudaModule all = {.nunits = nu, .units = units};
+  FmtCudaModule all = {.nunits = nu, .units = units};
   CgCudaBinary *bins = NULL;
   smelt_status st = nu ? cg_cuda_compile_module(e->nvrtc, &all, &arch, 1, NULL, &bins) : NULL;
   if (st) st_free(st); /* the runs report it */
   else if (nu) cg_cuda_binaries_free(bins, nu);
-  for (int i = 0; i < n; i++) cg_cuda_module_free(mods[i]);
+  for (int i = 0; i < n; i++) fmt_cuda_module_free(mods[i]);
   free(mods), free(units);
 }
 

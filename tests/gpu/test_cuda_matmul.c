@@ -393,7 +393,7 @@ static int perf_run(Exec *e, Perf *p, const Scrub *sc, const char *tok, double *
   const char **force = calloc((size_t)p->nk, sizeof *force);
   force[p->mm] = tok;
   CgCudaOptions opt = {.args_aligned = true, .max_units = 1, .force = force, .arch = rt_cuda_device_info(e->dev)->arch};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(p->g, p->k, p->nk, &opt, &m);
   free(force);
   int fails = 0;
@@ -441,7 +441,7 @@ static int perf_run(Exec *e, Perf *p, const Scrub *sc, const char *tok, double *
   }
   if (!st) fails += perf_check(p, out, tok);
   if (!st && !fails) {
-    const CgCudaLaunch *l = &m->kernels[p->mm];
+    const FmtCudaLaunch *l = &m->kernels[p->mm];
     na = k->nargs;
     for (int a = 0; a < na; a++) args[a] = p->buf[k->args[a]];
     if (l->workspace) args[na++] = ws;
@@ -463,7 +463,7 @@ static int perf_run(Exec *e, Perf *p, const Scrub *sc, const char *tok, double *
   if (loaded) e->unload(e);
   if (ws) e->free(e, ws);
   free(wsh), free(out);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   return fails;
 }
 
@@ -471,7 +471,7 @@ static int perf_run(Exec *e, Perf *p, const Scrub *sc, const char *tok, double *
  * runs that follow only load. */
 static void prewarm(Exec *e, Perf *p, char (*toks)[CG_VARIANT_LEN], int n) {
   const char *arch = rt_cuda_device_info(e->dev)->arch;
-  CgCudaModule **mods = calloc((size_t)n, sizeof *mods);
+  FmtCudaModule **mods = calloc((size_t)n, sizeof *mods);
   char **units = calloc((size_t)n, sizeof(char *));
   int nu = 0;
   for (int i = 0; i < n; i++) {
@@ -486,12 +486,12 @@ static void prewarm(Exec *e, Perf *p, char (*toks)[CG_VARIANT_LEN], int n) {
     }
     units[nu++] = mods[i]->units[0];
   }
-  CgCudaModule all = {.nunits = nu, .units = units};
+  FmtCudaModule all = {.nunits = nu, .units = units};
   CgCudaBinary *bins = NULL;
   smelt_status st = cg_cuda_compile_module(e->nvrtc, &all, &arch, 1, NULL, &bins);
   if (st) st_free(st); /* the runs report it */
   else cg_cuda_binaries_free(bins, nu);
-  for (int i = 0; i < n; i++) cg_cuda_module_free(mods[i]);
+  for (int i = 0; i < n; i++) fmt_cuda_module_free(mods[i]);
   free(mods), free(units);
 }
 

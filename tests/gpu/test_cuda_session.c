@@ -3,9 +3,9 @@
  * For each examples/NAME.yaml in f32 and f16: compile in memory for
  * --target cuda (the GPU's arch), open the bundle, create a session on
  * "cuda", and check the outputs against the reference interpreter
- * (rt_check_outputs) at relative L2 error <= 1e-5 in f32 and <= 2e-3 in f16,
+ * (sc_check_outputs) at relative L2 error <= 1e-5 in f32 and <= 2e-3 in f16,
  * with no NaN/inf that the reference does not have; then every fused group
- * (rt_check_groups); then the session's binding paths against the first
+ * (sc_check_groups); then the session's binding paths against the first
  * result, bit for bit (the kernels are deterministic):
  *   - a second run with fresh host buffers (the CUDA graph replayed),
  *   - inputs and outputs bound as device memory (used directly: the graph is
@@ -30,9 +30,9 @@
 #include <unistd.h>
 
 #include "include/smelt.h"
-#include "runtime/check.h"
+#include "compiler/check.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/driver.h"
+#include "compiler/driver.h"
 #include "tests/unit/check.h"
 
 static const double REL_L2_F32 = 1e-5, REL_L2_F16 = 2e-3;
@@ -124,7 +124,7 @@ static void test_model(RtCudaDevice *d, const char *path, const char *dtype) {
   size_t len = 0;
   smelt_bundle *b = NULL;
   smelt_session *s = NULL;
-  smelt_status st = rt_compile_model_to_memory(path, &co, &buf, &len);
+  smelt_status st = sc_compile_model_to_memory(path, &co, &buf, &len);
   if (!st) st = smelt_bundle_open_memory(buf, len, &b);
   free(buf);
   if (!st) st = smelt_session_create(b, "cuda", NULL, &s);
@@ -143,12 +143,12 @@ static void test_model(RtCudaDevice *d, const char *path, const char *dtype) {
     smelt_session_input_info(s, i, &ti);
     in[i] = make_input(&ti, &in_bytes[i], (uint64_t)i + 1);
   }
-  RtOutputReport rep = {0};
-  CHECK_OK(rt_check_outputs(s, (const void *const *)in, &rep));
+  ScOutputReport rep = {0};
+  CHECK_OK(sc_check_outputs(s, (const void *const *)in, &rep));
   double tol = strcmp(dtype, "f16") == 0 ? REL_L2_F16 : REL_L2_F32;
   void **want = calloc((size_t)no + 1, sizeof *want);
   for (int o = 0; o < rep.noutputs; o++) {
-    const RtOutputCheck *oc = &rep.outputs[o];
+    const ScOutputCheck *oc = &rep.outputs[o];
     bool ok = oc->diff.rel_l2 <= tol && oc->diff.nonfinite == 0;
     printf("%-44s %-6s rel L2 %.3g (<= %g), max abs %.3g  %s\n", what, oc->name, oc->diff.rel_l2, tol,
            oc->diff.max_abs, ok ? "ok" : "FAILED");
@@ -162,16 +162,16 @@ static void test_model(RtCudaDevice *d, const char *path, const char *dtype) {
     run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 16, what);
     run_on_host_memory(s, in, in_bytes, want, out_bytes, what);
   }
-  RtGroupReport gr = {0};
-  CHECK_OK(rt_check_groups(s, (const void *const *)in, &gr));
+  ScGroupReport gr = {0};
+  CHECK_OK(sc_check_groups(s, (const void *const *)in, &gr));
   if (gr.first_bad >= 0) {
-    const RtValueCheck *c = &gr.checks[gr.first_bad];
+    const ScValueCheck *c = &gr.checks[gr.first_bad];
     fprintf(stderr, "%s: --check=groups: kernel %s, value %s diverges (cosine %.6f)%s\n", what, c->kernel_name,
             c->value_name, c->diff.cosine, c->clobbered ? " (clobbered)" : "");
     CHECK(0);
   }
-  rt_group_report_free(&gr);
-  rt_output_report_free(&rep);
+  sc_group_report_free(&gr);
+  sc_output_report_free(&rep);
   for (int i = 0; i < ni; i++) free(in[i]);
   free(in), free(in_bytes), free(out_bytes), free(want);
   smelt_session_destroy(s);
@@ -233,7 +233,7 @@ int main(int argc, char **argv) {
     size_t len = 0;
     smelt_bundle *b = NULL;
     smelt_session *s = NULL;
-    smelt_status cst = rt_compile_model_to_memory("examples/mlp.yaml", &co, &buf, &len);
+    smelt_status cst = sc_compile_model_to_memory("examples/mlp.yaml", &co, &buf, &len);
     if (cst && smelt_status_code(cst) == SMELT_UNSUPPORTED) {
       printf("(no NVRTC either: %s)\n", smelt_status_message(cst));
     } else {

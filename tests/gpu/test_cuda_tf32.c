@@ -26,7 +26,7 @@
 
 #include "frontend/frontend.h"
 #include "passes/passes.h"
-#include "runtime/driver.h"
+#include "compiler/driver.h"
 #include "tests/gpu/harness.h"
 #include "tests/unit/check.h"
 
@@ -81,7 +81,7 @@ static void run_checked(Exec *e, Graph *g, const char **force, char (*toks)[CG_V
   CHECK_OK(cg_lower(g, &k, &nk));
   CgCudaOptions opt = {.args_aligned = true, .max_units = 4, .force = force,
                        .arch = rt_cuda_device_info(e->dev)->arch, .allow_tf32 = true};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   for (int i = 0; !st && i < nk; i++)
     if (force[i] && strcmp(m->kernels[i].variant, force[i]) != 0)
@@ -134,7 +134,7 @@ static void run_checked(Exec *e, Graph *g, const char **force, char (*toks)[CG_V
   if (loaded) e->unload(e);
   h_free_guarded(e, g, buf, stored, data);
   ir_interp_destroy(it);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
 }
 
@@ -258,7 +258,7 @@ static void test_big(Exec *e, const Case *c, bool use_interp) {
   for (int t = 0; t < n && !st; t++) {
     const char *force[1] = {toks[t]};
     CgCudaOptions opt = {.args_aligned = true, .max_units = 1, .force = force, .arch = arch, .allow_tf32 = true};
-    CgCudaModule *m = NULL;
+    FmtCudaModule *m = NULL;
     smelt_status ts = cg_cuda_generate(g, k, nk, &opt, &m);
     if (!ts) ts = e->load(e, m);
     bool loaded = !ts;
@@ -280,7 +280,7 @@ static void test_big(Exec *e, const Case *c, bool use_interp) {
     double ms = 0;
     RtCudaResources res = {0};
     if (!ts) {
-      const CgCudaLaunch *l = &m->kernels[0];
+      const FmtCudaLaunch *l = &m->kernels[0];
       RtCudaPtr vals[3];
       void *params[3];
       for (int a = 0; a < 3; a++) vals[a] = args[a], params[a] = &vals[a];
@@ -300,7 +300,7 @@ static void test_big(Exec *e, const Case *c, bool use_interp) {
       if (!ok) check_failures++;
     }
     if (loaded) e->unload(e);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
   }
   if (st) {
     fprintf(stderr, "big shape: %s\n", st_message(st));

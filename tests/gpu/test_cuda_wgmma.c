@@ -83,7 +83,7 @@ static double time_variant(Exec *e, Graph *g, const char *tok, const char *arch,
                            int64_t M, int64_t N, int64_t K) {
   Kernel *k = NULL;
   int nk = 0;
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   const char *force[1] = {tok};
   CgCudaOptions opt = {.args_aligned = true, .arch = arch, .force = force, .max_units = 1};
   smelt_status st = cg_lower(g, &k, &nk);
@@ -101,14 +101,14 @@ static double time_variant(Exec *e, Graph *g, const char *tok, const char *arch,
   double ms = -1;
   int bad = 0;
   if (!st) {
-    const CgCudaLaunch *l = &m->kernels[0];
+    const FmtCudaLaunch *l = &m->kernels[0];
     RtCudaPtr vals[4] = {buf[0], buf[1], buf[2], buf[3]};
     int na = wsb ? 4 : 3;
-    void *params[4 + CG_MAX_TMAPS];
-    _Alignas(64) unsigned char maps[CG_MAX_TMAPS][128];
+    void *params[4 + FMT_MAX_TMAPS];
+    _Alignas(64) unsigned char maps[FMT_MAX_TMAPS][128];
     for (int i = 0; i < na; i++) params[i] = &vals[i];
     for (int t = 0; t < l->ntmaps && !st; t++) {
-      const CgCudaTmap *tm = &l->tmaps[t];
+      const FmtCudaTmap *tm = &l->tmaps[t];
       st = rt_cuda_tensor_map(e->dev, tm->dtype, tm->rank, vals[tm->arg], tm->dims, tm->strides, tm->box, tm->swizzle,
                               maps[t]);
       params[na + t] = maps[t];
@@ -156,7 +156,7 @@ static double time_variant(Exec *e, Graph *g, const char *tok, const char *arch,
     if (buf[i]) e->free(e, buf[i]);
   free(wsh);
   if (m) e->unload(e);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
   return ms;
 }
@@ -198,7 +198,7 @@ static void timing(Exec *e, const char *label, int64_t M, int64_t N, int64_t K, 
 static int split_repeat(Exec *e, Graph *g, const char *tok, const char *what) {
   Kernel *k = NULL;
   int nk = 0;
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   const char *force[1] = {tok};
   CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
   smelt_status st = cg_lower(g, &k, &nk);
@@ -258,7 +258,7 @@ static int split_repeat(Exec *e, Graph *g, const char *tok, const char *what) {
     if (args[a]) e->free(e, args[a]);
   free(first), free(out), free(wsh);
   if (loaded) e->unload(e);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
   return fails;
 }

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/bundle.h"
+#include "format/bundle.h"
 #include "tests/unit/check.h"
 
 /* Field offsets, as documented in bundle.h. */
@@ -45,26 +45,26 @@ static uint64_t get_le(const unsigned char *p, int bytes) {
 }
 
 static void test_crc(void) {
-  CHECK(rt_crc32c(0, "123456789", 9) == 0xe3069283u);
-  CHECK(rt_crc32c_portable(0, "123456789", 9) == 0xe3069283u);
-  CHECK(rt_crc32c(0, "", 0) == 0);
+  CHECK(fmt_crc32c(0, "123456789", 9) == 0xe3069283u);
+  CHECK(fmt_crc32c_portable(0, "123456789", 9) == 0xe3069283u);
+  CHECK(fmt_crc32c(0, "", 0) == 0);
   unsigned char buf[1100];
   for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)rng();
   int bad = 0;
   /* every start alignment and many lengths, and chaining in two parts */
   for (size_t off = 0; off < 9; off++)
     for (size_t n = 0; n + off <= sizeof buf; n += 1 + n / 7) {
-      uint32_t want = rt_crc32c_portable(0, buf + off, n);
-      if (rt_crc32c(0, buf + off, n) != want) bad++;
+      uint32_t want = fmt_crc32c_portable(0, buf + off, n);
+      if (fmt_crc32c(0, buf + off, n) != want) bad++;
       size_t cut = n / 3;
-      if (rt_crc32c(rt_crc32c(0, buf + off, cut), buf + off + cut, n - cut) != want) bad++;
+      if (fmt_crc32c(fmt_crc32c(0, buf + off, cut), buf + off + cut, n - cut) != want) bad++;
     }
   CHECK(bad == 0);
 }
 
 /* The sections of the sample bundle. */
 typedef struct {
-  RtSectionKind kind;
+  FmtSectionKind kind;
   const char *name;
   unsigned char *data;
   size_t len;
@@ -77,8 +77,8 @@ static void make_sample(void) {
   static const char manifest[] = "smelt=0.1.0\noptions=--target cpu\nllvm=18.1.8\n";
   static const char ir[] = "graph tiny {\n  input x: f32[4]\n  output x\n}\n";
   size_t sizes[NSEC] = {sizeof manifest - 1, sizeof ir - 1, 700, 0, 1000, 333, 64};
-  RtSectionKind kinds[NSEC] = {RT_SEC_MANIFEST, RT_SEC_IR_TEXT,    RT_SEC_GRAPH, RT_SEC_PTX,
-                               RT_SEC_CUBIN,    RT_SEC_CPU_OBJECT, RT_SEC_CUBIN};
+  FmtSectionKind kinds[NSEC] = {FMT_SEC_MANIFEST, FMT_SEC_IR_TEXT,    FMT_SEC_GRAPH, FMT_SEC_PTX,
+                               FMT_SEC_CUBIN,    FMT_SEC_CPU_OBJECT, FMT_SEC_CUBIN};
   const char *names[NSEC] = {"", "", "model-graph", "empty", "sm_90a", "x86_64-unknown-linux-gnu/znver4", "sm_80"};
   for (int i = 0; i < NSEC; i++) {
     sample[i] = (Sec){kinds[i], names[i], malloc(sizes[i] + 1), sizes[i]};
@@ -88,31 +88,31 @@ static void make_sample(void) {
   memcpy(sample[1].data, ir, sizes[1]);
 }
 
-static RtBundleWriter *sample_writer(void) {
-  RtBundleWriter *w = NULL;
-  CHECK_OK(rt_bundle_writer_create(&w));
+static FmtWriter *sample_writer(void) {
+  FmtWriter *w = NULL;
+  CHECK_OK(fmt_writer_create(&w));
   for (int i = 0; w && i < NSEC; i++)
-    CHECK_OK(rt_bundle_writer_add(w, sample[i].kind, sample[i].name, sample[i].data, sample[i].len));
+    CHECK_OK(fmt_writer_add(w, sample[i].kind, sample[i].name, sample[i].data, sample[i].len));
   return w;
 }
 
 /* The bundle holds exactly the sample's sections, aligned. */
-static void check_contents(const RtBundle *b) {
-  CHECK(rt_bundle_section_count(b) == NSEC);
-  for (int i = 0; i < NSEC && i < rt_bundle_section_count(b); i++) {
-    const RtSection *s = rt_bundle_section_at(b, i);
+static void check_contents(const FmtFile *b) {
+  CHECK(fmt_file_section_count(b) == NSEC);
+  for (int i = 0; i < NSEC && i < fmt_file_section_count(b); i++) {
+    const FmtSection *s = fmt_file_section_at(b, i);
     CHECK(s->kind == sample[i].kind && strcmp(s->name, sample[i].name) == 0 && s->flags == 0);
     CHECK(s->size == sample[i].len && memcmp(s->data, sample[i].data, s->size) == 0);
-    CHECK((uintptr_t)s->data % RT_BUNDLE_ALIGN == 0);
+    CHECK((uintptr_t)s->data % FMT_BUNDLE_ALIGN == 0);
   }
-  CHECK(rt_bundle_section_at(b, NSEC) == NULL && rt_bundle_section_at(b, -1) == NULL);
+  CHECK(fmt_file_section_at(b, NSEC) == NULL && fmt_file_section_at(b, -1) == NULL);
   const void *p;
   size_t n;
-  CHECK(rt_bundle_find(b, RT_SEC_CUBIN, NULL, &p, &n) && n == sample[4].len); /* first of kind */
-  CHECK(rt_bundle_find(b, RT_SEC_CUBIN, "sm_80", &p, &n) && n == 64 && memcmp(p, sample[6].data, 64) == 0);
-  CHECK(rt_bundle_find(b, RT_SEC_PTX, "empty", &p, &n) && n == 0);
-  CHECK(!rt_bundle_find(b, RT_SEC_CUBIN, "sm_70", &p, &n) && p == NULL && n == 0);
-  CHECK(!rt_bundle_find(b, RT_SEC_TUNING, NULL, &p, &n));
+  CHECK(fmt_file_find(b, FMT_SEC_CUBIN, NULL, &p, &n) && n == sample[4].len); /* first of kind */
+  CHECK(fmt_file_find(b, FMT_SEC_CUBIN, "sm_80", &p, &n) && n == 64 && memcmp(p, sample[6].data, 64) == 0);
+  CHECK(fmt_file_find(b, FMT_SEC_PTX, "empty", &p, &n) && n == 0);
+  CHECK(!fmt_file_find(b, FMT_SEC_CUBIN, "sm_70", &p, &n) && p == NULL && n == 0);
+  CHECK(!fmt_file_find(b, FMT_SEC_TUNING, NULL, &p, &n));
 }
 
 static char tmpdir[64];
@@ -149,67 +149,67 @@ static void write_file(const char *p, const void *data, size_t len) {
 
 /* Writes the sample to disk, reads it back both ways; returns the image. */
 static unsigned char *test_write_read(size_t *out_len) {
-  RtBundleWriter *w = sample_writer();
+  FmtWriter *w = sample_writer();
   if (!w) return NULL;
   /* the writer refuses duplicates, long names and unknown kinds */
-  smelt_status st = rt_bundle_writer_add(w, RT_SEC_CUBIN, "sm_80", "x", 1);
+  smelt_status st = fmt_writer_add(w, FMT_SEC_CUBIN, "sm_80", "x", 1);
   CHECK(st && strstr(st_message(st), "two cubin sections named 'sm_80'"));
   st_free(st);
   char longname[80];
   memset(longname, 'n', sizeof longname - 1);
   longname[sizeof longname - 1] = 0;
-  st = rt_bundle_writer_add(w, RT_SEC_PTX, longname, "x", 1);
+  st = fmt_writer_add(w, FMT_SEC_PTX, longname, "x", 1);
   CHECK(st && strstr(st_message(st), "longer than 55 bytes"));
   st_free(st);
-  st = rt_bundle_writer_add(w, (RtSectionKind)99, "x", "x", 1);
+  st = fmt_writer_add(w, (FmtSectionKind)99, "x", "x", 1);
   CHECK(st && strstr(st_message(st), "unknown section kind 99"));
   st_free(st);
 
   write_file(path, "old contents", 12); /* replaced atomically */
-  CHECK_OK(rt_bundle_writer_write(w, path));
+  CHECK_OK(fmt_writer_write(w, path));
   CHECK(count_dir_entries() == 1); /* no temporary file left behind */
   void *mem = NULL;
   size_t len = 0;
-  CHECK_OK(rt_bundle_writer_to_memory(w, &mem, &len));
-  rt_bundle_writer_destroy(w);
+  CHECK_OK(fmt_writer_to_memory(w, &mem, &len));
+  fmt_writer_destroy(w);
   size_t flen = 0;
   unsigned char *file = read_file(path, &flen);
   CHECK(file && mem && flen == len && memcmp(file, mem, len) == 0);
   free(file);
 
-  RtBundle *b = NULL;
-  CHECK_OK(rt_bundle_open(path, &b));
+  FmtFile *b = NULL;
+  CHECK_OK(fmt_file_open(path, &b));
   if (b) {
     check_contents(b);
-    CHECK(strcmp(rt_bundle_path(b), path) == 0);
-    rt_bundle_close(b);
+    CHECK(strcmp(fmt_file_path(b), path) == 0);
+    fmt_file_close(b);
   }
   b = NULL;
-  CHECK_OK(rt_bundle_open_memory(mem, len, "model.smelt", &b));
+  CHECK_OK(fmt_file_open_memory(mem, len, "model.smelt", &b));
   if (b) check_contents(b);
-  rt_bundle_close(b);
+  fmt_file_close(b);
 
   /* a failed write leaves nothing behind */
-  RtBundleWriter *w2 = NULL;
-  CHECK_OK(rt_bundle_writer_create(&w2));
+  FmtWriter *w2 = NULL;
+  CHECK_OK(fmt_writer_create(&w2));
   char badpath[200];
   snprintf(badpath, sizeof badpath, "%s/no-such-dir/x.smelt", tmpdir);
-  st = w2 ? rt_bundle_writer_write(w2, badpath) : NULL;
+  st = w2 ? fmt_writer_write(w2, badpath) : NULL;
   CHECK(st && st_code(st) == ST_IO && strstr(st_message(st), "no-such-dir/x.smelt: error: "));
   st_free(st);
   /* an empty bundle is valid */
   void *emem = NULL;
   size_t elen = 0;
-  CHECK_OK(rt_bundle_writer_to_memory(w2, &emem, &elen));
-  CHECK(elen == RT_BUNDLE_HEADER_BYTES);
+  CHECK_OK(fmt_writer_to_memory(w2, &emem, &elen));
+  CHECK(elen == FMT_BUNDLE_HEADER_BYTES);
   b = NULL;
-  CHECK_OK(rt_bundle_open_memory(emem, elen, NULL, &b));
-  CHECK(b && rt_bundle_section_count(b) == 0);
-  rt_bundle_close(b);
+  CHECK_OK(fmt_file_open_memory(emem, elen, NULL, &b));
+  CHECK(b && fmt_file_section_count(b) == 0);
+  fmt_file_close(b);
   free(emem);
-  rt_bundle_writer_destroy(w2);
+  fmt_writer_destroy(w2);
 
-  st = rt_bundle_open("/nonexistent/model.smelt", &b);
+  st = fmt_file_open("/nonexistent/model.smelt", &b);
   CHECK(st && st_code(st) == ST_IO && strstr(st_message(st), "/nonexistent/model.smelt: error: cannot open"));
   CHECK(b == NULL);
   st_free(st);
@@ -219,12 +219,12 @@ static unsigned char *test_write_read(size_t *out_len) {
 
 /* Expects opening the image to fail with "model.smelt: error: ...want...". */
 static void expect_reject(const void *img, size_t len, const char *want, int line) {
-  RtBundle *b = (RtBundle *)1;
-  smelt_status st = rt_bundle_open_memory(img, len, "model.smelt", &b);
+  FmtFile *b = (FmtFile *)1;
+  smelt_status st = fmt_file_open_memory(img, len, "model.smelt", &b);
   if (!st) {
     fprintf(stderr, "%s:%d: bundle accepted, expected '%s'\n", __FILE__, line, want);
     check_failures++;
-    rt_bundle_close(b);
+    fmt_file_close(b);
     return;
   }
   CHECK(b == NULL && st_code(st) == ST_INVALID_INPUT);
@@ -239,9 +239,9 @@ static void expect_reject(const void *img, size_t len, const char *want, int lin
 
 static void test_corruptions(const unsigned char *good, size_t len) {
   unsigned char *b = malloc(len + 4096);
-  const unsigned char *tab = good + RT_BUNDLE_HEADER_BYTES;
+  const unsigned char *tab = good + FMT_BUNDLE_HEADER_BYTES;
 #define FRESH() memcpy(b, good, len)
-#define ENTRY(i) (b + RT_BUNDLE_HEADER_BYTES + (size_t)(i) * RT_BUNDLE_ENTRY_BYTES)
+#define ENTRY(i) (b + FMT_BUNDLE_HEADER_BYTES + (size_t)(i) * FMT_BUNDLE_ENTRY_BYTES)
   char want[400];
 
   EXPECT_REJECT(good, 0, "empty file (0 bytes)");
@@ -271,10 +271,10 @@ static void test_corruptions(const unsigned char *good, size_t len) {
   EXPECT_REJECT(b, len, "file checksum mismatch");
 
   /* table entries: section 2 is "model-graph", 4 is cubin sm_90a */
-  uint64_t off2 = get_le(tab + 2 * RT_BUNDLE_ENTRY_BYTES + E_OFFSET, 8);
-  uint64_t off4 = get_le(tab + 4 * RT_BUNDLE_ENTRY_BYTES + E_OFFSET, 8);
+  uint64_t off2 = get_le(tab + 2 * FMT_BUNDLE_ENTRY_BYTES + E_OFFSET, 8);
+  uint64_t off4 = get_le(tab + 4 * FMT_BUNDLE_ENTRY_BYTES + E_OFFSET, 8);
   FRESH();
-  put_le(ENTRY(2) + E_OFFSET, (len + 2 * RT_BUNDLE_ALIGN) & ~(uint64_t)63, 8);
+  put_le(ENTRY(2) + E_OFFSET, (len + 2 * FMT_BUNDLE_ALIGN) & ~(uint64_t)63, 8);
   EXPECT_REJECT(b, len, "section 2 (graph 'model-graph'): bytes ");
   EXPECT_REJECT(b, len, "lie beyond the end of the file");
   FRESH();
@@ -291,7 +291,7 @@ static void test_corruptions(const unsigned char *good, size_t len) {
   put_le(ENTRY(2) + E_OFFSET, 64, 8);
   EXPECT_REJECT(b, len, "lies inside the header or section table");
   FRESH();
-  memset(ENTRY(2) + E_NAME, 'a', RT_SECTION_NAME_BYTES);
+  memset(ENTRY(2) + E_NAME, 'a', FMT_SECTION_NAME_BYTES);
   EXPECT_REJECT(b, len, "section 2 (graph): name is not NUL-terminated");
   FRESH();
   ENTRY(2)[E_NAME + 40] = 'q';
@@ -328,19 +328,19 @@ static void test_corruptions(const unsigned char *good, size_t len) {
   memcpy(b, good, 16);
   put_le(b + H_SIZE, 4096, 8);
   put_le(b + H_COUNT, 7, 4);
-  RtBundle *bb = NULL;
-  smelt_status st = rt_bundle_open_memory(b, 4096, "model.smelt", &bb);
+  FmtFile *bb = NULL;
+  smelt_status st = fmt_file_open_memory(b, 4096, "model.smelt", &bb);
   CHECK(st && bb == NULL);
   st_free(st);
 
   /* on disk too: the path leads the message */
   write_file(path, good, len - 1);
-  st = rt_bundle_open(path, &bb);
+  st = fmt_file_open(path, &bb);
   snprintf(want, sizeof want, "%s: error: truncated: header says %zu bytes, file has %zu", path, len, len - 1);
   CHECK(st && st_code(st) == ST_INVALID_INPUT && strcmp(st_message(st), want) == 0);
   st_free(st);
   write_file(path, "", 0);
-  st = rt_bundle_open(path, &bb);
+  st = fmt_file_open(path, &bb);
   CHECK(st && strstr(st_message(st), "error: empty file"));
   st_free(st);
 #undef FRESH
@@ -356,13 +356,13 @@ static void test_every_byte(const unsigned char *good, size_t len) {
     unsigned char *b = malloc(len);
     memcpy(b, good, len);
     b[i] ^= (unsigned char)(1u << (i % 8));
-    RtBundle *bb = NULL;
-    smelt_status st = rt_bundle_open_memory(b, len, "model.smelt", &bb);
-    if (!st) accepted++, rt_bundle_close(bb);
+    FmtFile *bb = NULL;
+    smelt_status st = fmt_file_open_memory(b, len, "model.smelt", &bb);
+    if (!st) accepted++, fmt_file_close(bb);
     st_free(st);
     /* a truncation to i bytes, in a buffer of exactly that size */
-    st = rt_bundle_open_memory(good, i, "model.smelt", &bb);
-    if (!st) accepted++, rt_bundle_close(bb);
+    st = fmt_file_open_memory(good, i, "model.smelt", &bb);
+    if (!st) accepted++, fmt_file_close(bb);
     st_free(st);
     free(b);
   }

@@ -4,9 +4,9 @@
  * run on the bundle's graph; the same inputs on 1 and 3 threads must give
  * identical bits.  Then the API's refusals: unknown devices, wrong sizes,
  * unknown names, unbound tensors, corrupted files.  And the checkers: a
- * correct bundle passes rt_check_outputs and rt_check_groups, and a bundle
+ * correct bundle passes sc_check_outputs and sc_check_groups, and a bundle
  * with a memory plan that puts two live tensors on the same bytes is caught
- * by rt_check_groups, which names the overwritten value.
+ * by sc_check_groups, which names the overwritten value.
  *
  * Models whose files are missing (tiny_llama needs generated weights) are
  * skipped with a message, not failed. */
@@ -19,8 +19,8 @@
 #include "frontend/frontend.h"
 #include "include/smelt.h"
 #include "ir/interp.h"
-#include "runtime/check.h"
-#include "runtime/driver.h"
+#include "compiler/check.h"
+#include "compiler/driver.h"
 #include "tests/unit/check.h"
 
 /* Deterministic inputs: floats in [-1, 1) from a seeded LCG; integers
@@ -95,8 +95,8 @@ static int compare_with_reference(const smelt_bundle *b, const Tensors *t, const
       bad++;
       continue;
     }
-    RtDiff d;
-    rt_diff(v->type.dt, t->out[i], ref, (size_t)ir_type_numel(&v->type), &d);
+    ScDiff d;
+    sc_diff(v->type.dt, t->out[i], ref, (size_t)ir_type_numel(&v->type), &d);
     if (!d.pass) {
       fprintf(stderr, "%s: output '%s': max abs %.3g, rel L2 %.3g, cosine %.6f, %lld non-finite\n", what, v->name,
               d.max_abs, d.rel_l2, d.cosine, (long long)d.nonfinite);
@@ -248,22 +248,22 @@ static void test_checkers(smelt_bundle *b) {
   if (!s) return;
   Tensors t = {0};
   bind_tensors(s, 9, &t);
-  RtOutputReport r;
-  CHECK_OK(rt_check_outputs(s, (const void *const *)t.in, &r));
+  ScOutputReport r;
+  CHECK_OK(sc_check_outputs(s, (const void *const *)t.in, &r));
   CHECK(r.pass && r.noutputs == smelt_session_num_outputs(s));
   for (int i = 0; i < r.noutputs; i++) CHECK(r.outputs[i].data && r.outputs[i].diff.pass);
-  rt_output_report_free(&r);
-  RtGroupReport gr;
-  CHECK_OK(rt_check_groups(s, (const void *const *)t.in, &gr));
+  sc_output_report_free(&r);
+  ScGroupReport gr;
+  CHECK_OK(sc_check_groups(s, (const void *const *)t.in, &gr));
   int writes = 0;
   for (int k = 0; k < rt_bundle_num_kernels(b); k++) writes += rt_bundle_kernel(b, k)->nouts;
   CHECK(gr.first_bad == -1 && gr.nchecks == writes);
   if (gr.first_bad >= 0) {
-    const RtValueCheck *c = &gr.checks[gr.first_bad];
+    const ScValueCheck *c = &gr.checks[gr.first_bad];
     fprintf(stderr, "first bad: kernel %s value %s cos %.6f relL2 %.3g\n", c->kernel_name, c->value_name,
             c->diff.cosine, c->diff.rel_l2);
   }
-  rt_group_report_free(&gr);
+  sc_group_report_free(&gr);
   tensors_free(&t);
   smelt_session_destroy(s);
 }
@@ -291,7 +291,7 @@ static void test_bad_plan_is_caught(void) {
   g->val[b].mem_offset = 0;
   void *buf;
   size_t len;
-  CHECK_OK(rt_compile_graph_to_memory(g, NULL, &buf, &len));
+  CHECK_OK(sc_compile_graph_to_memory(g, NULL, &buf, &len));
   ir_graph_destroy(g);
   smelt_bundle *bun;
   CHECK_OK(rt_bundle_open_bytes(buf, len, "badplan", &bun));
@@ -301,18 +301,18 @@ static void test_bad_plan_is_caught(void) {
   CHECK_OK(smelt_session_create(bun, "cpu", NULL, &s));
   Tensors t = {0};
   bind_tensors(s, 4, &t);
-  RtGroupReport gr;
-  CHECK_OK(rt_check_groups(s, (const void *const *)t.in, &gr));
+  ScGroupReport gr;
+  CHECK_OK(sc_check_groups(s, (const void *const *)t.in, &gr));
   CHECK(gr.first_bad >= 0);
   if (gr.first_bad >= 0) {
-    const RtValueCheck *c = &gr.checks[gr.first_bad];
+    const ScValueCheck *c = &gr.checks[gr.first_bad];
     CHECK(c->clobbered && strcmp(c->value_name, "a") == 0);
   }
-  rt_group_report_free(&gr);
-  RtOutputReport r;
-  CHECK_OK(rt_check_outputs(s, (const void *const *)t.in, &r));
+  sc_group_report_free(&gr);
+  ScOutputReport r;
+  CHECK_OK(sc_check_outputs(s, (const void *const *)t.in, &r));
   CHECK(!r.pass && r.noutputs == 1 && !r.outputs[0].diff.pass);
-  rt_output_report_free(&r);
+  sc_output_report_free(&r);
   tensors_free(&t);
   smelt_session_destroy(s);
   smelt_bundle_close(bun);

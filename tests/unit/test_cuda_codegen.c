@@ -37,7 +37,7 @@ static const char *const archs[] = {"sm_90a", "sm_80"};
 static int units_compiled;
 
 /* Lowers g (single-node groups when it has none) and generates its module. */
-static CgCudaModule *generate(Graph *g, const CgCudaOptions *opt, const char *what) {
+static FmtCudaModule *generate(Graph *g, const CgCudaOptions *opt, const char *what) {
   if (g->ngroups == 0) CHECK_OK(cg_single_node_groups(g));
   Kernel *k = NULL;
   int nk = 0;
@@ -48,7 +48,7 @@ static CgCudaModule *generate(Graph *g, const CgCudaOptions *opt, const char *wh
     check_failures++;
     return NULL;
   }
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   st = cg_cuda_generate(g, k, nk, opt, &m);
   if (st) {
     fprintf(stderr, "%s: cg_cuda_generate: %s\n", what, st_message(st));
@@ -61,7 +61,7 @@ static CgCudaModule *generate(Graph *g, const CgCudaOptions *opt, const char *wh
 
 /* Compiles every unit for both archs; prints the first unit's error with
  * its source on failure. */
-static void compile_all(const CgCudaModule *m, const char *what) {
+static void compile_all(const FmtCudaModule *m, const char *what) {
   if (!nvrtc || !m) return;
   CgCudaBinary *bins = NULL;
   smelt_status st = cg_cuda_compile_module(nvrtc, m, archs, 2, &copts, &bins);
@@ -79,7 +79,7 @@ static void compile_all(const CgCudaModule *m, const char *what) {
   cg_cuda_binaries_free(bins, m->nunits * 2);
 }
 
-static bool source_has(const CgCudaModule *m, const char *needle) {
+static bool source_has(const FmtCudaModule *m, const char *needle) {
   for (int u = 0; u < m->nunits; u++)
     if (strstr(m->units[u], needle)) return true;
   return false;
@@ -102,7 +102,7 @@ static void check_example(const char *path, DType dtype) {
   pass_ctx_free(&ctx);
   char what[512];
   snprintf(what, sizeof what, "%s (%s)", path, dtype ? dt_name(dtype) : "model dtype");
-  CgCudaModule *m = generate(g, NULL, what);
+  FmtCudaModule *m = generate(g, NULL, what);
   if (m) {
     /* provenance: every stored result of every group appears by its YAML name */
     for (int i = 0; i < g->noutputs; i++) {
@@ -115,7 +115,7 @@ static void check_example(const char *path, DType dtype) {
     for (int i = 0; i < m->nkernels; i++) CHECK(source_has(m, m->kernels[i].symbol));
     compile_all(m, what);
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   ir_graph_destroy(g);
 }
 
@@ -153,9 +153,9 @@ static void test_suites(void) {
       }
       char what[64];
       snprintf(what, sizeof what, "%s suite %s", fused ? "fused" : "op", dt_name(dts[i]));
-      CgCudaModule *m = generate(g, NULL, what);
+      FmtCudaModule *m = generate(g, NULL, what);
       compile_all(m, what);
-      cg_cuda_module_free(m);
+      fmt_cuda_module_free(m);
       ir_graph_destroy(g);
     }
   }
@@ -192,7 +192,7 @@ static void test_vector_choice(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     Graph *g = one_op(cases[i].dt, OP_ADD, 2, cases[i].dims, "layer.2/sum_out");
-    CgCudaModule *m = generate(g, &aligned, "vector choice");
+    FmtCudaModule *m = generate(g, &aligned, "vector choice");
     if (m) {
       CHECK(source_has(m, cases[i].pack) == cases[i].vec);
       CHECK(m->kernels[0].vectorised == cases[i].vec);
@@ -200,25 +200,25 @@ static void test_vector_choice(void) {
       CHECK(source_has(m, "layer.2/sum_out"));
       CHECK(strstr(m->kernels[0].symbol, "layer_2_sum_out") != NULL);
     }
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     ir_graph_destroy(g);
     g = one_op(cases[i].dt, OP_ADD, 2, cases[i].dims, "y");
     m = generate(g, &checked, "vector choice (checked)");
     /* without the guarantee: a run-time test and a scalar fallback */
     if (m) CHECK(source_has(m, "smelt_aligned(a0, 16) && smelt_aligned(a1, 16) && smelt_aligned(a2, 16)") == cases[i].vec);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     ir_graph_destroy(g);
   }
   /* rows: short ones get a warp each, long ones a block */
   int64_t shortrow[2] = {64, 128}, longrow[2] = {4, 8192};
   Graph *g = one_op(DT_F16, OP_SOFTMAX, 2, shortrow, "p");
-  CgCudaModule *m = generate(g, &aligned, "short rows");
+  FmtCudaModule *m = generate(g, &aligned, "short rows");
   if (m) {
     CHECK(source_has(m, "smelt_warp_reduce(") && !source_has(m, "smelt_block_reduce(t"));
     CHECK(m->kernels[0].block[0] == 128 && m->kernels[0].grid[0] == 16);
     CHECK(strcmp(m->kernels[0].kind, "reduction") == 0);
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   ir_graph_destroy(g);
   g = one_op(DT_F16, OP_SOFTMAX, 2, longrow, "p");
   m = generate(g, &aligned, "long rows");
@@ -228,7 +228,7 @@ static void test_vector_choice(void) {
      * that the GPU gets enough threads (reduction.c, CU_ROW_TARGET_THREADS) */
     CHECK(m->kernels[0].grid[0] == 4 && m->kernels[0].block[0] == 1024);
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   ir_graph_destroy(g);
 }
 
@@ -238,7 +238,7 @@ static void test_units_and_launch_table(void) {
   CHECK(g != NULL);
   if (!g) return;
   CgCudaOptions o = {.max_units = 5};
-  CgCudaModule *m = generate(g, &o, "units");
+  FmtCudaModule *m = generate(g, &o, "units");
   if (m) {
     CHECK(m->nunits == 5);
     /* every kernel in exactly the unit the table says; kernels of the same
@@ -250,17 +250,17 @@ static void test_units_and_launch_table(void) {
       for (int u = 0; u < m->nunits; u++) CHECK((strstr(m->units[u], decl) != NULL) == (u == m->kernels[i].unit));
       const char *at = strstr(m->units[m->kernels[i].unit], decl);
       CHECK(at && !strstr(at + 1, decl));
-      int first = cg_cuda_module_find(m, m->kernels[i].symbol);
+      int first = fmt_cuda_module_find(m, m->kernels[i].symbol);
       CHECK(first >= 0 && first <= i && strcmp(m->kernels[first].symbol, m->kernels[i].symbol) == 0);
-      CHECK(cg_cuda_module_find(m, m->kernels[i].name) == i);
+      CHECK(fmt_cuda_module_find(m, m->kernels[i].name) == i);
       shared += first < i;
     }
     printf("units: %d kernels, %d of them launch an earlier kernel's function (the same code)\n", m->nkernels, shared);
     char *text = NULL;
     size_t len = 0;
-    CHECK_OK(cg_cuda_launch_encode(m, &text, &len));
-    CgCudaModule *d = NULL;
-    CHECK_OK(cg_cuda_launch_decode(text, len, &d));
+    CHECK_OK(fmt_cuda_launch_encode(m, &text, &len));
+    FmtCudaModule *d = NULL;
+    CHECK_OK(fmt_cuda_launch_decode(text, len, &d));
     if (d) {
       CHECK(d->nkernels == m->nkernels && d->nunits == m->nunits);
       for (int i = 0; i < m->nkernels && i < d->nkernels; i++) {
@@ -272,28 +272,28 @@ static void test_units_and_launch_table(void) {
         CHECK(strcmp(d->kernels[i].kind, m->kernels[i].kind) == 0);
       }
     }
-    cg_cuda_module_free(d);
+    fmt_cuda_module_free(d);
     {
       /* the variant, the workspace and TMA descriptors travel too */
       const char *t2 = "smelt-cuda-launch 2\nunits 1\nkernels 1\n"
                        "kernel k0 0 3 4 2 1 384 1 1 200000 matmul 0 wgmma:bm=128,bn=256,bk=64,st=4 4096 2 kname\n"
                        "tmap 0 1 2 4096 2048 8192 64 128 128\ntmap 1 1 2 4096 11008 8192 64 256 128\n";
-      CgCudaModule *x = NULL;
-      smelt_status st = cg_cuda_launch_decode(t2, strlen(t2), &x);
+      FmtCudaModule *x = NULL;
+      smelt_status st = fmt_cuda_launch_decode(t2, strlen(t2), &x);
       CHECK(st == NULL && x);
       st_free(st);
       if (x) {
-        const CgCudaLaunch *l = &x->kernels[0];
+        const FmtCudaLaunch *l = &x->kernels[0];
         CHECK(strcmp(l->variant, "wgmma:bm=128,bn=256,bk=64,st=4") == 0 && l->workspace == 4096 && l->ntmaps == 2);
         CHECK(l->tmaps[1].arg == 1 && l->tmaps[1].rank == 2 && l->tmaps[1].dims[1] == 11008 &&
               l->tmaps[1].strides[0] == 8192 && l->tmaps[1].box[1] == 256 && l->tmaps[1].swizzle == 128);
         char *again = NULL;
         size_t again_len = 0;
-        CHECK_OK(cg_cuda_launch_encode(x, &again, &again_len));
+        CHECK_OK(fmt_cuda_launch_encode(x, &again, &again_len));
         CHECK(again && strcmp(again, t2) == 0);
         free(again);
       }
-      cg_cuda_module_free(x);
+      fmt_cuda_module_free(x);
     }
     /* untrusted input: every corruption is an error, never a crash */
     const char *bad[] = {
@@ -316,24 +316,24 @@ static void test_units_and_launch_table(void) {
         "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 64\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-      CgCudaModule *x = NULL;
-      smelt_status st = cg_cuda_launch_decode(bad[i], strlen(bad[i]), &x);
+      FmtCudaModule *x = NULL;
+      smelt_status st = fmt_cuda_launch_decode(bad[i], strlen(bad[i]), &x);
       CHECK(st != NULL && x == NULL);
       if (st) CHECK(st_code(st) == ST_INVALID_INPUT);
       st_free(st);
     }
     if (len > 20) { /* every truncation of the good table fails cleanly or decodes fewer lines */
       for (size_t cut = 0; cut + 1 < len; cut += len / 17 + 1) {
-        CgCudaModule *x = NULL;
-        smelt_status st = cg_cuda_launch_decode(text, cut, &x);
+        FmtCudaModule *x = NULL;
+        smelt_status st = fmt_cuda_launch_decode(text, cut, &x);
         CHECK((st == NULL) != (x == NULL));
         st_free(st);
-        cg_cuda_module_free(x);
+        fmt_cuda_module_free(x);
       }
     }
     free(text);
   }
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   ir_graph_destroy(g);
 }
 
@@ -348,10 +348,10 @@ static void test_arch_table(void) {
   CHECK(l.regs_per_sm == 65536 && l.smem_default == 48 * 1024);
   int cc = 0;
   bool sp = false;
-  CHECK(cg_cuda_parse_arch("sm_90a", &cc, &sp) && cc == 90 && sp);
-  CHECK(cg_cuda_parse_arch("compute_80", &cc, &sp) && cc == 80 && !sp);
-  CHECK(cg_cuda_parse_arch("sm_120", &cc, &sp) && cc == 120);
-  CHECK(!cg_cuda_parse_arch("sm_", &cc, &sp) && !cg_cuda_parse_arch("gfx90a", &cc, &sp) && !cg_cuda_parse_arch("sm_90ax", &cc, &sp));
+  CHECK(ir_cuda_parse_arch("sm_90a", &cc, &sp) && cc == 90 && sp);
+  CHECK(ir_cuda_parse_arch("compute_80", &cc, &sp) && cc == 80 && !sp);
+  CHECK(ir_cuda_parse_arch("sm_120", &cc, &sp) && cc == 120);
+  CHECK(!ir_cuda_parse_arch("sm_", &cc, &sp) && !ir_cuda_parse_arch("gfx90a", &cc, &sp) && !ir_cuda_parse_arch("sm_90ax", &cc, &sp));
   char h[65];
   cg_cuda_sha256_hex("abc", 3, h);
   CHECK(strcmp(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
@@ -599,7 +599,7 @@ static void test_matmul_variants(void) {
     for (int al = 0; al < 2; al++) {
       CgCudaOptions opt = {.args_aligned = al == 1, .max_units = 1};
       Graph *cl = ir_graph_clone(g);
-      CgCudaModule *m = generate(cl, &opt, what);
+      FmtCudaModule *m = generate(cl, &opt, what);
       if (m) {
         char needle[64];
         snprintf(needle, sizeof needle, "// variant: %s", want);
@@ -608,7 +608,7 @@ static void test_matmul_variants(void) {
           check_failures++;
         }
         compile_all(m, what);
-        cg_cuda_module_free(m);
+        fmt_cuda_module_free(m);
       }
       ir_graph_destroy(cl);
     }

@@ -42,7 +42,7 @@
 /* Generates g's module with `tok` forced on its attention kernel (the only
  * kernel of these graphs); *out_err gets the error message (malloc'd) when
  * generation fails. */
-static CgCudaModule *gen(Graph *g, const char *tok, const CgCudaOptions *base, char **out_err) {
+static FmtCudaModule *gen(Graph *g, const char *tok, const CgCudaOptions *base, char **out_err) {
   *out_err = NULL;
   if (g->ngroups == 0) CHECK_OK(cg_single_node_groups(g));
   Kernel *k = NULL;
@@ -53,7 +53,7 @@ static CgCudaModule *gen(Graph *g, const char *tok, const CgCudaOptions *base, c
   CgCudaOptions opt = base ? *base : (CgCudaOptions){0};
   opt.max_units = 1;
   if (tok) opt.force = force;
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   if (st) {
     *out_err = strdup(st_message(st));
@@ -63,7 +63,7 @@ static CgCudaModule *gen(Graph *g, const char *tok, const CgCudaOptions *base, c
   return m;
 }
 
-static bool source_has(const CgCudaModule *m, const char *needle) {
+static bool source_has(const FmtCudaModule *m, const char *needle) {
   for (int u = 0; u < m->nunits; u++)
     if (strstr(m->units[u], needle)) return true;
   return false;
@@ -78,12 +78,12 @@ static void heuristic_of(const AttCase *c, char out[CG_VARIANT_LEN]) {
   out[0] = 0;
   Graph *g = att_graph(c);
   char *err = NULL;
-  CgCudaModule *m = g ? gen(g, NULL, NULL, &err) : NULL;
+  FmtCudaModule *m = g ? gen(g, NULL, NULL, &err) : NULL;
   if (m) snprintf(out, CG_VARIANT_LEN, "%s", m->kernels[0].variant);
   if (err) fprintf(stderr, "heuristic_of: %s\n", err);
   CHECK(m != NULL);
   free(err);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   ir_graph_destroy(g);
 }
 
@@ -154,7 +154,7 @@ static void test_plumbing(void) {
   for (size_t i = 0; i < sizeof forced / sizeof *forced; i++) {
     Graph *g = att_graph(forced[i].c);
     char *err = NULL;
-    CgCudaModule *m = gen(g, forced[i].tok, NULL, &err);
+    FmtCudaModule *m = gen(g, forced[i].tok, NULL, &err);
     if (forced[i].err) {
       bool ok = m == NULL && err && strstr(err, forced[i].err) && strstr(err, forced[i].tok) && strstr(err, "attention 'y'");
       if (!ok) fprintf(stderr, "forced '%s': expected an error with '%s', got: %s\n", forced[i].tok, forced[i].err, err ? err : "(none)");
@@ -173,7 +173,7 @@ static void test_plumbing(void) {
       }
     }
     free(err);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     ir_graph_destroy(g);
   }
 
@@ -190,7 +190,7 @@ static void test_plumbing(void) {
     logged[0] = 0;
     Graph *g = att_graph(&prefill);
     char *err = NULL;
-    CgCudaModule *m = gen(g, NULL, &opt, &err);
+    FmtCudaModule *m = gen(g, NULL, &opt, &err);
     CHECK(m != NULL);
     if (err) fprintf(stderr, "table row '%s': %s\n", rows[i], err);
     if (m) {
@@ -201,7 +201,7 @@ static void test_plumbing(void) {
       }
     }
     free(err);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     ir_graph_destroy(g);
     cg_tune_table_free(t);
   }
@@ -224,11 +224,11 @@ static void test_plumbing(void) {
       for (int l = 0; l < j; l++) CHECK(strcmp(toks[l], toks[j]) != 0);
       Graph *cl = ir_graph_clone(g);
       char *err = NULL;
-      CgCudaModule *m = gen(cl, toks[j], NULL, &err);
+      FmtCudaModule *m = gen(cl, toks[j], NULL, &err);
       if (!m) fprintf(stderr, "candidate '%s': %s\n", toks[j], err ? err : "?");
       CHECK(m != NULL);
       free(err);
-      cg_cuda_module_free(m);
+      fmt_cuda_module_free(m);
       ir_graph_destroy(cl);
     }
     CHECK(simple);
@@ -398,7 +398,7 @@ static void test_compile(const char *cache) {
       for (int j = 0; j < nk && j < 64; j++) force[j] = toks[j];
       /* several units: NVRTC compiles them on both threads */
       CgCudaOptions opt = {.args_aligned = true, .max_units = 4, .arch = a == 0 ? "sm_90a" : NULL, .force = force};
-      CgCudaModule *m = NULL;
+      FmtCudaModule *m = NULL;
       CHECK_OK(cg_cuda_generate(g, kk, nk, &opt, &m));
       if (m) {
         for (int j = 0; j < m->nkernels; j++) CHECK(strcmp(m->kernels[j].variant, toks[j]) == 0);
@@ -417,7 +417,7 @@ static void test_compile(const char *cache) {
         }
         printf("  %-56s %s: %d variants compiled\n", name, archs[a], n);
       }
-      cg_cuda_module_free(m);
+      fmt_cuda_module_free(m);
       cg_kernels_free(kk, nk);
       ir_graph_destroy(g);
     }
@@ -435,7 +435,7 @@ static void test_compile(const char *cache) {
       if (!g) continue;
       char *err = NULL;
       CgCudaOptions opt = {.args_aligned = a == 0, .arch = a == 0 ? "sm_90a" : NULL};
-      CgCudaModule *m = gen(g, w4toks[t], &opt, &err);
+      FmtCudaModule *m = gen(g, w4toks[t], &opt, &err);
       if (!m) fprintf(stderr, "W4 fused decode '%s': %s\n", w4toks[t] ? w4toks[t] : "heuristic", err ? err : "?");
       CHECK(m != NULL);
       if (m) {
@@ -454,7 +454,7 @@ static void test_compile(const char *cache) {
         }
       }
       free(err);
-      cg_cuda_module_free(m);
+      fmt_cuda_module_free(m);
       ir_graph_destroy(g);
     }
   printf("  W4 decode with rope and the cache concat: %d variants compiled per arch\n", (int)(sizeof w4toks / sizeof *w4toks));

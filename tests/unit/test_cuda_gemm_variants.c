@@ -110,14 +110,14 @@ static void generate_and_compile(Graph *g, const char **force, int nk, const cha
 
 /* Runs every kernel of g (forced) once, in order, on one zeroed workspace
  * of the largest size any of them asks for, and checks the workspace is all
- * zero afterwards (the contract of CgCudaLaunch.workspace: the next kernel,
+ * zero afterwards (the contract of FmtCudaLaunch.workspace: the next kernel,
  * whatever it keeps where, finds zeros). */
 static void check_workspace(Exec *e, Graph *g, const char **force, const char *what) {
   Kernel *k = NULL;
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   CgCudaOptions opt = {.max_units = 1, .force = force, .arch = "sm_90a"};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   uint64_t *buf = calloc((size_t)g->nval, sizeof *buf), ws = 0, wsb = 0;
   unsigned char *wsh = NULL;
@@ -166,7 +166,7 @@ static void check_workspace(Exec *e, Graph *g, const char **force, const char *w
     if (buf[v]) e->free(e, buf[v]);
   if (ws) e->free(e, ws);
   free(buf), free(wsh);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
 }
 

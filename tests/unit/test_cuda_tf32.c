@@ -73,11 +73,11 @@ static void chosen_variant(Graph *g, bool allow, const CgTuneTable *table, char 
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   CgCudaOptions opt = {.args_aligned = true, .max_units = 1, .arch = "sm_90a", .allow_tf32 = allow, .table = table};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   CHECK_OK(cg_cuda_generate(g, k, nk, &opt, &m));
   for (int i = 0; m && i < nk; i++)
     if (h_matmul_index(g, &k[i]) == 0) snprintf(out, CG_VARIANT_LEN, "%s", m->kernels[i].variant);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
 }
 
@@ -181,7 +181,7 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
   CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .force = force, .arch = "sm_90a", .allow_tf32 = true};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   Interp *it = NULL;
   void **data = calloc((size_t)g->nval, sizeof(void *));
@@ -255,7 +255,7 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
   if (loaded) e->unload(e);
   h_free_guarded(e, g, buf, stored, data);
   ir_interp_destroy(it);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   cg_kernels_free(k, nk);
 }
 
@@ -363,11 +363,11 @@ static void test_only_when_allowed(void) {
   const char **force = calloc((size_t)nk, sizeof *force);
   for (int i = 0; i < nk; i++) force[i] = h_matmul_index(g, &k[i]) == 0 ? "tf32:bm=64,bn=64,bk=32,wm=32,wn=32,st=3" : NULL;
   CgCudaOptions opt = {.args_aligned = true, .max_units = 1, .arch = "sm_90a", .force = force};
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   CHECK(st && st_code(st) == ST_INVALID_INPUT);
   st_free(st);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
   free(force);
   /* a table row for this shape naming tf32 */
   CgTuneKey key;

@@ -166,8 +166,8 @@ static const char *storage_type(DType dt) {
 
 /* Runs kernel 0 of m (the graph's only kernel) in the emulation and
  * compares every output with the interpreter; returns the failures. */
-static int emulate(Graph *g, const Kernel *k, const CgCudaModule *m, const char *what, const char *tmpdir) {
-  const CgCudaLaunch *l = &m->kernels[0];
+static int emulate(Graph *g, const Kernel *k, const FmtCudaModule *m, const char *what, const char *tmpdir) {
+  const FmtCudaLaunch *l = &m->kernels[0];
   char src[512], so[512], cmd[2048];
   static int serial;
   serial++;
@@ -341,7 +341,7 @@ static void check_ineligible(void) {
   }
 }
 
-static void check_launch(const CgCudaLaunch *l, const WgCase *c, const char *tok, const char *what) {
+static void check_launch(const FmtCudaLaunch *l, const WgCase *c, const char *tok, const char *what) {
   CuWgmmaParams p;
   if (!cu_wgmma_parse(tok, &p)) {
     CHECK(false);
@@ -364,7 +364,7 @@ static void check_launch(const CgCudaLaunch *l, const WgCase *c, const char *tok
   CHECK(l->workspace == ws);
   CHECK(l->ntmaps == 2);
   for (int t = 0; t < 2 && l->ntmaps == 2; t++) {
-    const CgCudaTmap *tm = &l->tmaps[t];
+    const FmtCudaTmap *tm = &l->tmaps[t];
     int64_t trows = t == 0 ? rows : c->N;
     bool is3 = !flat && (t == 0 ? za : zb);
     CHECK(tm->arg == t); /* x, then w */
@@ -397,7 +397,7 @@ typedef struct {
 static void check_candidate(Tools *T, Graph *g, const WgCase *c, const char *what, const char *tok, bool also_sm80, bool emu) {
   Kernel *k = NULL;
   int nk = 0;
-  CgCudaModule *m = NULL;
+  FmtCudaModule *m = NULL;
   const char *force[1] = {tok};
   CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
   smelt_status st = cg_lower(g, &k, &nk);
@@ -437,7 +437,7 @@ static void check_candidate(Tools *T, Graph *g, const WgCase *c, const char *wha
   }
   printf("%-44s %-44s %3d registers %s\n", what, tok, regs, emu ? (fails ? "FAILED" : "ok") : "");
   cg_kernels_free(k, nk);
-  cg_cuda_module_free(m);
+  fmt_cuda_module_free(m);
 }
 
 /* The heuristic's pick for the W4 prefill matmuls (512 tokens, f16,
@@ -485,7 +485,7 @@ static void check_too_many_slices(void) {
     snprintf(tok, sizeof tok, "wgmma:bm=64,bn=64,bk=64,st=4,c=1,sk=%d", sk);
     Kernel *k = NULL;
     int nk = 0;
-    CgCudaModule *m = NULL;
+    FmtCudaModule *m = NULL;
     const char *force[1] = {tok};
     CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
     smelt_status st = cg_lower(g, &k, &nk);
@@ -493,7 +493,7 @@ static void check_too_many_slices(void) {
     if ((st == NULL) != (sk == 4)) fprintf(stderr, "%s on 4 K tiles: %s\n", tok, st ? st_message(st) : "generated");
     CHECK((st == NULL) == (sk == 4));
     st_free(st);
-    cg_cuda_module_free(m);
+    fmt_cuda_module_free(m);
     cg_kernels_free(k, nk);
   }
   ir_graph_destroy(g);

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "runtime/check.h"
-#include "runtime/driver.h"
+#include "compiler/check.h"
+#include "compiler/driver.h"
+#include "format/kernel_table.h"
 #include "runtime/threadpool.h"
 #include "tests/unit/check.h"
 
@@ -108,10 +109,10 @@ static void set_kernel(Kernel *k, const char *name, int group, int nin, const in
 static smelt_status round_trip(const Graph *g, const Kernel *k, int n) {
   void *buf;
   size_t len;
-  CHECK_OK(rt_kernel_table_encode(k, n, &buf, &len));
+  CHECK_OK(fmt_kernel_table_encode(k, n, &buf, &len));
   Kernel *d;
   int nd;
-  smelt_status st = rt_kernel_table_decode(buf, len, g, &d, &nd);
+  smelt_status st = fmt_kernel_table_decode(buf, len, g, &d, &nd);
   if (!st) {
     CHECK(nd == n);
     for (int i = 0; i < n && i < nd; i++) {
@@ -120,7 +121,7 @@ static smelt_status round_trip(const Graph *g, const Kernel *k, int n) {
             d[i].flops == k[i].flops);
       CHECK(memcmp(d[i].args, k[i].args, (size_t)k[i].nargs * sizeof(int)) == 0);
     }
-    rt_kernel_table_free(d, nd);
+    fmt_kernel_table_free(d, nd);
   }
   free(buf);
   return st;
@@ -191,11 +192,11 @@ static void test_kernel_table(void) {
   /* Truncation and trailing bytes at every length. */
   void *buf;
   size_t len;
-  CHECK_OK(rt_kernel_table_encode(k, 3, &buf, &len));
+  CHECK_OK(fmt_kernel_table_encode(k, 3, &buf, &len));
   for (size_t cut = 0; cut < len; cut++) {
     Kernel *d;
     int nd;
-    smelt_status st = rt_kernel_table_decode(buf, cut, g, &d, &nd);
+    smelt_status st = fmt_kernel_table_decode(buf, cut, g, &d, &nd);
     CHECK(st && !d && nd == 0);
     st_free(st);
   }
@@ -204,14 +205,14 @@ static void test_kernel_table(void) {
   longer[len] = 0;
   Kernel *d;
   int nd;
-  smelt_status st = rt_kernel_table_decode(longer, len + 1, g, &d, &nd);
+  smelt_status st = fmt_kernel_table_decode(longer, len + 1, g, &d, &nd);
   CHECK(st && strstr(st_message(st), "after the last kernel"));
   st_free(st);
   /* A huge argument count in an otherwise short table. */
   memcpy(longer, buf, len);
   int32_t huge = 0x7fffffff;
   memcpy(longer + 16 + 4 + strlen(k[0].name) + 4, &huge, 4);
-  st = rt_kernel_table_decode(longer, len, g, &d, &nd);
+  st = fmt_kernel_table_decode(longer, len, g, &d, &nd);
   CHECK(st && strstr(st_message(st), "claims"));
   st_free(st);
   free(longer);
@@ -222,25 +223,25 @@ static void test_kernel_table(void) {
 
 static void test_diff(void) {
   float r[4] = {1, -2, 3, 0.5f}, x[4] = {1, -2, 3, 0.5f};
-  RtDiff d;
-  rt_diff(DT_F32, x, r, 4, &d);
+  ScDiff d;
+  sc_diff(DT_F32, x, r, 4, &d);
   CHECK(d.pass && d.max_abs == 0 && d.rel_l2 == 0 && fabs(d.cosine - 1) < 1e-12 && d.nonfinite == 0);
   x[2] = 3.001f;
-  rt_diff(DT_F32, x, r, 4, &d);
+  sc_diff(DT_F32, x, r, 4, &d);
   CHECK(!d.pass); /* rel L2 ~ 2.6e-4 > 1e-5 */
   CHECK_NEAR(d.max_abs, 0.001, 1e-6);
   CHECK_NEAR(d.max_rel, 0.001 / 3, 1e-6);
   x[2] = 3;
   x[3] = NAN;
-  rt_diff(DT_F32, x, r, 4, &d);
+  sc_diff(DT_F32, x, r, 4, &d);
   CHECK(!d.pass && d.nonfinite == 1);
   r[3] = NAN;
-  rt_diff(DT_F32, x, r, 4, &d);
+  sc_diff(DT_F32, x, r, 4, &d);
   CHECK(d.pass && d.nonfinite == 0); /* NaN where the reference has NaN */
   float zero[2] = {0, 0}, small[2] = {1e-9f, 0};
-  rt_diff(DT_F32, small, zero, 2, &d);
+  sc_diff(DT_F32, small, zero, 2, &d);
   CHECK(!d.pass && isinf(d.rel_l2));
-  rt_diff(DT_F32, zero, zero, 2, &d);
+  sc_diff(DT_F32, zero, zero, 2, &d);
   CHECK(d.pass && d.cosine == 1);
   /* f16: judged by cosine. 1% noise passes, a sign flip does not. */
   uint16_t h[3], hr[3];
@@ -249,16 +250,16 @@ static void test_diff(void) {
     hr[i] = dt_f32_to_f16(vals[i]);
     h[i] = dt_f32_to_f16(vals[i] * 1.01f);
   }
-  rt_diff(DT_F16, h, hr, 3, &d);
+  sc_diff(DT_F16, h, hr, 3, &d);
   CHECK(d.pass && d.cosine > 0.999);
   h[2] = dt_f32_to_f16(-3);
-  rt_diff(DT_F16, h, hr, 3, &d);
+  sc_diff(DT_F16, h, hr, 3, &d);
   CHECK(!d.pass);
   /* Integers: exact. */
   int64_t i1[2] = {1, 2}, i2[2] = {1, 3};
-  rt_diff(DT_I64, i1, i1, 2, &d);
+  sc_diff(DT_I64, i1, i1, 2, &d);
   CHECK(d.pass);
-  rt_diff(DT_I64, i1, i2, 2, &d);
+  sc_diff(DT_I64, i1, i2, 2, &d);
   CHECK(!d.pass && d.max_abs == 1);
 }
 

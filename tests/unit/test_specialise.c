@@ -22,8 +22,8 @@
 #include "frontend/frontend.h"
 #include "include/smelt.h"
 #include "ir/interp.h"
-#include "runtime/bundle.h"
-#include "runtime/driver.h"
+#include "format/bundle.h"
+#include "compiler/driver.h"
 #include "tests/unit/check.h"
 
 #define MODEL "examples/tiny_llama.yaml"
@@ -152,27 +152,27 @@ static void test_runs(smelt_bundle *b) {
 
 /* The bundle's sections rewritten by edit (which may change the index
  * text, drop or rename sections), with right checksums. */
-typedef bool (*EditFn)(const RtSection *sec, char *name, char *data, size_t *len, size_t cap);
+typedef bool (*EditFn)(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap);
 
 static smelt_status rewrite(const void *img, size_t n, EditFn edit, smelt_bundle **out) {
-  RtBundle *f;
-  CHECK_OK(rt_bundle_open_memory(img, n, "good", &f));
-  RtBundleWriter *w;
-  CHECK_OK(rt_bundle_writer_create(&w));
-  for (int i = 0; f && w && i < rt_bundle_section_count(f); i++) {
-    const RtSection *sec = rt_bundle_section_at(f, i);
+  FmtFile *f;
+  CHECK_OK(fmt_file_open_memory(img, n, "good", &f));
+  FmtWriter *w;
+  CHECK_OK(fmt_writer_create(&w));
+  for (int i = 0; f && w && i < fmt_file_section_count(f); i++) {
+    const FmtSection *sec = fmt_file_section_at(f, i);
     size_t cap = sec->size + 256, len = sec->size;
-    char *data = malloc(cap), name[RT_SECTION_NAME_BYTES];
+    char *data = malloc(cap), name[FMT_SECTION_NAME_BYTES];
     memcpy(data, sec->data, sec->size);
     snprintf(name, sizeof name, "%s", sec->name);
-    if (edit(sec, name, data, &len, cap)) CHECK_OK(rt_bundle_writer_add(w, sec->kind, name, data, len));
+    if (edit(sec, name, data, &len, cap)) CHECK_OK(fmt_writer_add(w, sec->kind, name, data, len));
     free(data);
   }
   void *buf = NULL;
   size_t len = 0;
-  CHECK_OK(rt_bundle_writer_to_memory(w, &buf, &len));
-  rt_bundle_writer_destroy(w);
-  rt_bundle_close(f);
+  CHECK_OK(fmt_writer_to_memory(w, &buf, &len));
+  fmt_writer_destroy(w);
+  fmt_file_close(f);
   smelt_status st = smelt_bundle_open_memory(buf, len, out);
   free(buf);
   return st;
@@ -189,32 +189,32 @@ static void replace(char *data, size_t *len, size_t cap, const char *a, const ch
   *len = *len - strlen(a) + strlen(b);
 }
 
-static bool keep(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+static bool keep(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
   (void)sec, (void)name, (void)data, (void)len, (void)cap;
   return true;
 }
-static bool count_four(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+static bool count_four(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
   (void)name;
-  if (sec->kind == RT_SEC_SPECIALISATION) replace(data, len, cap, " 1 3\n", " 1 4\n");
+  if (sec->kind == FMT_SEC_SPECIALISATION) replace(data, len, cap, " 1 3\n", " 1 4\n");
   return true;
 }
-static bool wrong_signature(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+static bool wrong_signature(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
   (void)name;
-  if (sec->kind == RT_SEC_SPECIALISATION) replace(data, len, cap, "x:f32[4,64]", "x:f32[5,64]");
+  if (sec->kind == FMT_SEC_SPECIALISATION) replace(data, len, cap, "x:f32[4,64]", "x:f32[5,64]");
   return true;
 }
-static bool no_graph(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+static bool no_graph(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
   (void)data, (void)len, (void)cap;
-  return !(sec->kind == RT_SEC_GRAPH && strcmp(name, "s2/") == 0);
+  return !(sec->kind == FMT_SEC_GRAPH && strcmp(name, "s2/") == 0);
 }
-static bool bad_header(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+static bool bad_header(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
   (void)name;
-  if (sec->kind == RT_SEC_SPECIALISATION) replace(data, len, cap, "smelt-specialisations 1", "smelt-specialisations x");
+  if (sec->kind == FMT_SEC_SPECIALISATION) replace(data, len, cap, "smelt-specialisations 1", "smelt-specialisations x");
   return true;
 }
 /* s1 becomes a copy of s0 under s1's name: two specialisations alike */
-static bool twins(const RtSection *sec, char *name, char *data, size_t *len, size_t cap) {
-  if (sec->kind == RT_SEC_SPECIALISATION) {
+static bool twins(const FmtSection *sec, char *name, char *data, size_t *len, size_t cap) {
+  if (sec->kind == FMT_SEC_SPECIALISATION) {
     replace(data, len, cap, "x:f32[4,64] pos:i32[4]", "x:f32[1,64] pos:i32[1]");
     return true;
   }
@@ -240,31 +240,31 @@ static void test_index(const char *path) {
   expect_error(rewrite(img, (size_t)n, no_graph, &b), SMELT_INVALID_INPUT, "specialisation s2/ (seq=16): no graph");
   expect_error(rewrite(img, (size_t)n, bad_header, &b), SMELT_INVALID_INPUT, "bad header");
   /* twins: s1's sections are dropped, then s0's copied under s1/ */
-  RtBundle *rf;
-  CHECK_OK(rt_bundle_open_memory(img, (size_t)n, "good", &rf));
-  RtBundleWriter *w;
-  CHECK_OK(rt_bundle_writer_create(&w));
-  for (int i = 0; rf && w && i < rt_bundle_section_count(rf); i++) {
-    const RtSection *sec = rt_bundle_section_at(rf, i);
-    char name[RT_SECTION_NAME_BYTES];
+  FmtFile *rf;
+  CHECK_OK(fmt_file_open_memory(img, (size_t)n, "good", &rf));
+  FmtWriter *w;
+  CHECK_OK(fmt_writer_create(&w));
+  for (int i = 0; rf && w && i < fmt_file_section_count(rf); i++) {
+    const FmtSection *sec = fmt_file_section_at(rf, i);
+    char name[FMT_SECTION_NAME_BYTES];
     size_t len = sec->size, cap = sec->size + 256;
     char *data = malloc(cap);
     memcpy(data, sec->data, sec->size);
     snprintf(name, sizeof name, "%s", sec->name);
-    if (twins(sec, name, data, &len, cap)) CHECK_OK(rt_bundle_writer_add(w, sec->kind, name, data, len));
+    if (twins(sec, name, data, &len, cap)) CHECK_OK(fmt_writer_add(w, sec->kind, name, data, len));
     if (strncmp(sec->name, "s0/", 3) == 0) {
       name[1] = '1';
-      CHECK_OK(rt_bundle_writer_add(w, sec->kind, name, sec->data, sec->size));
+      CHECK_OK(fmt_writer_add(w, sec->kind, name, sec->data, sec->size));
     }
     free(data);
   }
   void *buf = NULL;
   size_t len = 0;
-  CHECK_OK(rt_bundle_writer_to_memory(w, &buf, &len));
+  CHECK_OK(fmt_writer_to_memory(w, &buf, &len));
   expect_error(smelt_bundle_open_memory(buf, len, &b), SMELT_INVALID_INPUT, "are not distinct");
   free(buf);
-  rt_bundle_writer_destroy(w);
-  rt_bundle_close(rf);
+  fmt_writer_destroy(w);
+  fmt_file_close(rf);
   free(img);
 }
 
@@ -292,8 +292,8 @@ static void test_single(const char *path) {
   CHECK(strcmp(smelt_bundle_specialisation_dims(b, 0), "") == 0);
   const void *p;
   size_t n;
-  CHECK(!rt_bundle_find(rt_bundle_file(b), RT_SEC_SPECIALISATION, NULL, &p, &n));
-  CHECK(rt_bundle_find(rt_bundle_file(b), RT_SEC_GRAPH, "", &p, &n));
+  CHECK(!fmt_file_find(rt_bundle_file(b), FMT_SEC_SPECIALISATION, NULL, &p, &n));
+  CHECK(fmt_file_find(rt_bundle_file(b), FMT_SEC_GRAPH, "", &p, &n));
   int i = -1;
   CHECK_OK(rt_bundle_find_spec(b, "seq=4", &i));
   CHECK(i == 0);

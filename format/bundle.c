@@ -23,7 +23,7 @@
  * bits and runs at several GB/s with the SSE4.2 crc32 instruction, which
  * matters because a bundle carries its weights.  Elsewhere a byte-at-a-time
  * table does the work. */
-#include "bundle.h"
+#include "format/bundle.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -89,7 +89,7 @@ static const uint32_t crc_table[256] = {
     0xbe2da0a5u, 0x4c4623a6u, 0x5f16d052u, 0xad7d5351u,
 };
 
-uint32_t rt_crc32c_portable(uint32_t crc, const void *data, size_t n) {
+uint32_t fmt_crc32c_portable(uint32_t crc, const void *data, size_t n) {
   const unsigned char *p = data;
   uint32_t c = ~crc;
   for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
@@ -111,20 +111,20 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
 }
 #endif
 
-uint32_t rt_crc32c(uint32_t crc, const void *data, size_t n) {
+uint32_t fmt_crc32c(uint32_t crc, const void *data, size_t n) {
 #ifdef RT_HAVE_SSE42_PATH
   if (__builtin_cpu_supports("sse4.2")) return crc32c_sse42(crc, data, n);
 #endif
-  return rt_crc32c_portable(crc, data, n);
+  return fmt_crc32c_portable(crc, data, n);
 }
 
 /* ---------------------------------------------------------------- common */
 
-const char *rt_section_kind_name(uint32_t kind) {
+const char *fmt_section_kind_name(uint32_t kind) {
   switch (kind) {
 #define X(id, num, name) \
   case num: return name;
-    RT_SECTION_KINDS(X)
+    FMT_SECTION_KINDS(X)
 #undef X
   }
   return NULL;
@@ -140,37 +140,37 @@ static uint64_t get_le(const unsigned char *p, int bytes) {
   return v;
 }
 
-static uint64_t align_up(uint64_t x) { return (x + RT_BUNDLE_ALIGN - 1) & ~(uint64_t)(RT_BUNDLE_ALIGN - 1); }
+static uint64_t align_up(uint64_t x) { return (x + FMT_BUNDLE_ALIGN - 1) & ~(uint64_t)(FMT_BUNDLE_ALIGN - 1); }
 
 /* Field offsets inside the header and a table entry. */
 enum { H_MAGIC = 0, H_VERSION = 8, H_COUNT = 12, H_SIZE = 16, H_CHECKSUM = 24 };
 enum { E_KIND = 0, E_FLAGS = 4, E_NAME = 8, E_OFFSET = 64, E_SIZE = 72, E_CHECKSUM = 80 };
-_Static_assert(E_CHECKSUM + 8 == RT_BUNDLE_ENTRY_BYTES, "table entry layout");
-_Static_assert(H_CHECKSUM + 8 == RT_BUNDLE_HEADER_BYTES, "header layout");
-_Static_assert(E_OFFSET - E_NAME == RT_SECTION_NAME_BYTES, "name field size");
+_Static_assert(E_CHECKSUM + 8 == FMT_BUNDLE_ENTRY_BYTES, "table entry layout");
+_Static_assert(H_CHECKSUM + 8 == FMT_BUNDLE_HEADER_BYTES, "header layout");
+_Static_assert(E_OFFSET - E_NAME == FMT_SECTION_NAME_BYTES, "name field size");
 
 /* ---------------------------------------------------------------- writer */
 
 typedef struct {
-  RtSectionKind kind;
-  char name[RT_SECTION_NAME_BYTES];
+  FmtSectionKind kind;
+  char name[FMT_SECTION_NAME_BYTES];
   unsigned char *data;
   size_t size;
   uint32_t crc;
   uint64_t offset; /* set by layout() */
 } WSection;
 
-struct RtBundleWriter {
+struct FmtWriter {
   WSection *sec;
   int nsec, cap;
 };
 
-smelt_status rt_bundle_writer_create(RtBundleWriter **out_writer) {
+smelt_status fmt_writer_create(FmtWriter **out_writer) {
   *out_writer = calloc(1, sizeof **out_writer);
   return *out_writer ? NULL : st_error(ST_NO_MEMORY, "out of memory");
 }
 
-void rt_bundle_writer_destroy(RtBundleWriter *w) {
+void fmt_writer_destroy(FmtWriter *w) {
   if (!w) return;
   for (int i = 0; i < w->nsec; i++) free(w->sec[i].data);
   free(w->sec);
@@ -179,19 +179,19 @@ void rt_bundle_writer_destroy(RtBundleWriter *w) {
 
 /* Adds a section whose bytes are `data` (taken over when owned, else
  * copied). */
-static smelt_status add_section(RtBundleWriter *w, RtSectionKind kind, const char *name, void *data, size_t len,
+static smelt_status add_section(FmtWriter *w, FmtSectionKind kind, const char *name, void *data, size_t len,
                                 bool owned) {
   if (!name) name = "";
-  const char *kname = rt_section_kind_name((uint32_t)kind);
+  const char *kname = fmt_section_kind_name((uint32_t)kind);
   if (!kname) return st_error(ST_INTERNAL, "bundle writer: unknown section kind %d", (int)kind);
-  if (strlen(name) >= RT_SECTION_NAME_BYTES)
+  if (strlen(name) >= FMT_SECTION_NAME_BYTES)
     return st_error(ST_INVALID_INPUT, "bundle writer: %s section name '%s' is longer than %d bytes", kname, name,
-                    RT_SECTION_NAME_BYTES - 1);
+                    FMT_SECTION_NAME_BYTES - 1);
   for (int i = 0; i < w->nsec; i++)
     if (w->sec[i].kind == kind && strcmp(w->sec[i].name, name) == 0)
       return st_error(ST_INVALID_INPUT, "bundle writer: two %s sections named '%s'", kname, name);
-  if (w->nsec == RT_BUNDLE_MAX_SECTIONS)
-    return st_error(ST_INVALID_INPUT, "bundle writer: more than %d sections", RT_BUNDLE_MAX_SECTIONS);
+  if (w->nsec == FMT_BUNDLE_MAX_SECTIONS)
+    return st_error(ST_INVALID_INPUT, "bundle writer: more than %d sections", FMT_BUNDLE_MAX_SECTIONS);
   if (w->nsec == w->cap) {
     int cap = w->cap ? 2 * w->cap : 8;
     WSection *s = realloc(w->sec, sizeof *s * (size_t)cap);
@@ -208,24 +208,24 @@ static smelt_status add_section(RtBundleWriter *w, RtSectionKind kind, const cha
   strcpy(s->name, name); /* fits: checked above; the rest of the field stays zero */
   s->data = copy;
   s->size = len;
-  s->crc = rt_crc32c(0, copy, len);
+  s->crc = fmt_crc32c(0, copy, len);
   return NULL;
 }
 
-smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
+smelt_status fmt_writer_add(FmtWriter *w, FmtSectionKind kind, const char *name, const void *data,
                                   size_t len) {
   return add_section(w, kind, name, (void *)data, len, false);
 }
 
-smelt_status rt_bundle_writer_take(RtBundleWriter *w, RtSectionKind kind, const char *name, void **data, size_t len) {
+smelt_status fmt_writer_take(FmtWriter *w, FmtSectionKind kind, const char *name, void **data, size_t len) {
   smelt_status st = add_section(w, kind, name, *data, len, *data != NULL);
   if (!st) *data = NULL;
   return st;
 }
 
 /* Places the payloads after the table; returns the file size. */
-static uint64_t layout(const RtBundleWriter *w, WSection *sec) {
-  uint64_t end = RT_BUNDLE_HEADER_BYTES + (uint64_t)w->nsec * RT_BUNDLE_ENTRY_BYTES;
+static uint64_t layout(const FmtWriter *w, WSection *sec) {
+  uint64_t end = FMT_BUNDLE_HEADER_BYTES + (uint64_t)w->nsec * FMT_BUNDLE_ENTRY_BYTES;
   for (int i = 0; i < w->nsec; i++) {
     sec[i].offset = align_up(end);
     end = sec[i].offset + sec[i].size;
@@ -243,7 +243,7 @@ typedef struct {
 } Sink;
 
 static void emit(Sink *s, const void *data, size_t n) {
-  s->crc = rt_crc32c(s->crc, data, n);
+  s->crc = fmt_crc32c(s->crc, data, n);
   if (s->mem) {
     memcpy(s->mem + s->mem_pos, data, n);
     s->mem_pos += n;
@@ -262,23 +262,23 @@ static void emit(Sink *s, const void *data, size_t n) {
 }
 
 /* Everything after the header: table, then padding and payloads in order. */
-static smelt_status emit_body(const RtBundleWriter *w, const WSection *sec, Sink *s) {
-  size_t tbytes = (size_t)w->nsec * RT_BUNDLE_ENTRY_BYTES;
+static smelt_status emit_body(const FmtWriter *w, const WSection *sec, Sink *s) {
+  size_t tbytes = (size_t)w->nsec * FMT_BUNDLE_ENTRY_BYTES;
   unsigned char *table = calloc(1, tbytes ? tbytes : 1);
   if (!table) return st_error(ST_NO_MEMORY, "out of memory");
   for (int i = 0; i < w->nsec; i++) {
-    unsigned char *e = table + (size_t)i * RT_BUNDLE_ENTRY_BYTES;
+    unsigned char *e = table + (size_t)i * FMT_BUNDLE_ENTRY_BYTES;
     put_le(e + E_KIND, (uint64_t)sec[i].kind, 4);
     put_le(e + E_FLAGS, 0, 4);
-    memcpy(e + E_NAME, sec[i].name, RT_SECTION_NAME_BYTES);
+    memcpy(e + E_NAME, sec[i].name, FMT_SECTION_NAME_BYTES);
     put_le(e + E_OFFSET, sec[i].offset, 8);
     put_le(e + E_SIZE, sec[i].size, 8);
     put_le(e + E_CHECKSUM, sec[i].crc, 8);
   }
   emit(s, table, tbytes);
   free(table);
-  static const unsigned char zeros[RT_BUNDLE_ALIGN];
-  uint64_t pos = RT_BUNDLE_HEADER_BYTES + tbytes;
+  static const unsigned char zeros[FMT_BUNDLE_ALIGN];
+  uint64_t pos = FMT_BUNDLE_HEADER_BYTES + tbytes;
   for (int i = 0; i < w->nsec; i++) {
     emit(s, zeros, (size_t)(sec[i].offset - pos));
     emit(s, sec[i].data, sec[i].size);
@@ -288,18 +288,18 @@ static smelt_status emit_body(const RtBundleWriter *w, const WSection *sec, Sink
 }
 
 /* Lays the bundle out, checksums the body and fills the header. */
-static smelt_status prepare(const RtBundleWriter *w, WSection **out_sec, unsigned char header[RT_BUNDLE_HEADER_BYTES],
+static smelt_status prepare(const FmtWriter *w, WSection **out_sec, unsigned char header[FMT_BUNDLE_HEADER_BYTES],
                             uint64_t *out_size) {
   WSection *sec = malloc(sizeof *sec * (size_t)(w->nsec ? w->nsec : 1));
   if (!sec) return st_error(ST_NO_MEMORY, "out of memory");
   if (w->nsec) memcpy(sec, w->sec, sizeof *sec * (size_t)w->nsec);
   uint64_t size = layout(w, sec);
-  memset(header, 0, RT_BUNDLE_HEADER_BYTES);
-  memcpy(header + H_MAGIC, RT_BUNDLE_MAGIC, 8);
-  put_le(header + H_VERSION, RT_BUNDLE_VERSION, 4);
+  memset(header, 0, FMT_BUNDLE_HEADER_BYTES);
+  memcpy(header + H_MAGIC, FMT_BUNDLE_MAGIC, 8);
+  put_le(header + H_VERSION, FMT_BUNDLE_VERSION, 4);
   put_le(header + H_COUNT, (uint64_t)w->nsec, 4);
   put_le(header + H_SIZE, size, 8);
-  Sink crc = {.crc = rt_crc32c(0, header, H_CHECKSUM), .fd = -1};
+  Sink crc = {.crc = fmt_crc32c(0, header, H_CHECKSUM), .fd = -1};
   smelt_status st = emit_body(w, sec, &crc);
   if (st) {
     free(sec);
@@ -311,11 +311,11 @@ static smelt_status prepare(const RtBundleWriter *w, WSection **out_sec, unsigne
   return NULL;
 }
 
-smelt_status rt_bundle_writer_to_memory(const RtBundleWriter *w, void **out_buf, size_t *out_len) {
+smelt_status fmt_writer_to_memory(const FmtWriter *w, void **out_buf, size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
   WSection *sec;
-  unsigned char header[RT_BUNDLE_HEADER_BYTES];
+  unsigned char header[FMT_BUNDLE_HEADER_BYTES];
   uint64_t size;
   RETURN_IF_ERROR(prepare(w, &sec, header, &size));
   unsigned char *buf = size <= SIZE_MAX ? malloc((size_t)size) : NULL;
@@ -323,8 +323,8 @@ smelt_status rt_bundle_writer_to_memory(const RtBundleWriter *w, void **out_buf,
     free(sec);
     return st_error(ST_NO_MEMORY, "bundle writer: out of memory for %llu bytes", (unsigned long long)size);
   }
-  memcpy(buf, header, RT_BUNDLE_HEADER_BYTES);
-  Sink s = {.mem = buf, .mem_pos = RT_BUNDLE_HEADER_BYTES, .fd = -1};
+  memcpy(buf, header, FMT_BUNDLE_HEADER_BYTES);
+  Sink s = {.mem = buf, .mem_pos = FMT_BUNDLE_HEADER_BYTES, .fd = -1};
   smelt_status st = emit_body(w, sec, &s);
   free(sec);
   if (st) {
@@ -368,9 +368,9 @@ static int sync_and_close(int fd, const char **step) {
   return err;
 }
 
-smelt_status rt_bundle_writer_write(const RtBundleWriter *w, const char *path) {
+smelt_status fmt_writer_write(const FmtWriter *w, const char *path) {
   WSection *sec;
-  unsigned char header[RT_BUNDLE_HEADER_BYTES];
+  unsigned char header[FMT_BUNDLE_HEADER_BYTES];
   uint64_t size;
   RETURN_IF_ERROR(prepare(w, &sec, header, &size));
   size_t n = strlen(path);
@@ -416,15 +416,15 @@ smelt_status rt_bundle_writer_write(const RtBundleWriter *w, const char *path) {
 
 /* ---------------------------------------------------------------- reader */
 
-struct RtBundle {
+struct FmtFile {
   unsigned char *buf; /* the whole file, 64-byte aligned */
   size_t len;
   char *path;
-  RtSection *sec;
+  FmtSection *sec;
   int nsec;
 };
 
-void rt_bundle_close(RtBundle *b) {
+void fmt_file_close(FmtFile *b) {
   if (!b) return;
   free(b->buf);
   free(b->path);
@@ -432,15 +432,15 @@ void rt_bundle_close(RtBundle *b) {
   free(b);
 }
 
-int rt_bundle_section_count(const RtBundle *b) { return b->nsec; }
-const RtSection *rt_bundle_section_at(const RtBundle *b, int i) { return i >= 0 && i < b->nsec ? &b->sec[i] : NULL; }
-const char *rt_bundle_path(const RtBundle *b) { return b->path; }
+int fmt_file_section_count(const FmtFile *b) { return b->nsec; }
+const FmtSection *fmt_file_section_at(const FmtFile *b, int i) { return i >= 0 && i < b->nsec ? &b->sec[i] : NULL; }
+const char *fmt_file_path(const FmtFile *b) { return b->path; }
 
-bool rt_bundle_find(const RtBundle *b, RtSectionKind kind, const char *name, const void **out_data, size_t *out_len) {
+bool fmt_file_find(const FmtFile *b, FmtSectionKind kind, const char *name, const void **out_data, size_t *out_len) {
   *out_data = NULL;
   *out_len = 0;
   for (int i = 0; i < b->nsec; i++) {
-    const RtSection *s = &b->sec[i];
+    const FmtSection *s = &b->sec[i];
     if (s->kind == kind && (!name || strcmp(s->name, name) == 0)) {
       *out_data = s->data;
       *out_len = s->size;
@@ -473,7 +473,7 @@ static int cmp_extent(const void *a, const void *b) {
 }
 
 static int cmp_kind_name(const void *a, const void *b) {
-  const RtSection *x = *(const RtSection *const *)a, *y = *(const RtSection *const *)b;
+  const FmtSection *x = *(const FmtSection *const *)a, *y = *(const FmtSection *const *)b;
   if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
   return strcmp(x->name, y->name);
 }
@@ -481,51 +481,51 @@ static int cmp_kind_name(const void *a, const void *b) {
 /* Header checks; on success *out_count is the section count. */
 static smelt_status check_header(const unsigned char *buf, size_t len, uint32_t *out_count) {
   if (len == 0) return invalid("empty file (0 bytes), not a smelt bundle");
-  if (len < RT_BUNDLE_HEADER_BYTES)
-    return invalid("too short to be a smelt bundle: %zu bytes, the header alone is %d", len, RT_BUNDLE_HEADER_BYTES);
-  if (memcmp(buf + H_MAGIC, RT_BUNDLE_MAGIC, 8) != 0) return invalid("not a smelt bundle (bad magic)");
+  if (len < FMT_BUNDLE_HEADER_BYTES)
+    return invalid("too short to be a smelt bundle: %zu bytes, the header alone is %d", len, FMT_BUNDLE_HEADER_BYTES);
+  if (memcmp(buf + H_MAGIC, FMT_BUNDLE_MAGIC, 8) != 0) return invalid("not a smelt bundle (bad magic)");
   uint32_t version = (uint32_t)get_le(buf + H_VERSION, 4);
-  if (version != RT_BUNDLE_VERSION)
-    return invalid("unsupported bundle format version %u (this smelt reads version %d)", version, RT_BUNDLE_VERSION);
+  if (version != FMT_BUNDLE_VERSION)
+    return invalid("unsupported bundle format version %u (this smelt reads version %d)", version, FMT_BUNDLE_VERSION);
   uint64_t declared = get_le(buf + H_SIZE, 8);
   if (declared > len) return invalid("truncated: header says %llu bytes, file has %zu", (unsigned long long)declared, len);
   if (declared < len)
     return invalid("trailing data: header says %llu bytes, file has %zu", (unsigned long long)declared, len);
   uint32_t count = (uint32_t)get_le(buf + H_COUNT, 4);
-  uint64_t table = (uint64_t)count * RT_BUNDLE_ENTRY_BYTES;
-  if (count > RT_BUNDLE_MAX_SECTIONS || table > len - RT_BUNDLE_HEADER_BYTES)
+  uint64_t table = (uint64_t)count * FMT_BUNDLE_ENTRY_BYTES;
+  if (count > FMT_BUNDLE_MAX_SECTIONS || table > len - FMT_BUNDLE_HEADER_BYTES)
     return invalid("section count %u is absurd: its table needs %llu bytes, the file has %zu after the header", count,
-                   (unsigned long long)table, len - RT_BUNDLE_HEADER_BYTES);
+                   (unsigned long long)table, len - FMT_BUNDLE_HEADER_BYTES);
   *out_count = count;
   return NULL;
 }
 
 /* Decodes and checks table entry i into *s (data still pointing into buf). */
-static smelt_status check_entry(const unsigned char *buf, size_t len, uint32_t count, int i, RtSection *s,
+static smelt_status check_entry(const unsigned char *buf, size_t len, uint32_t count, int i, FmtSection *s,
                                 uint64_t *out_offset) {
-  const unsigned char *e = buf + RT_BUNDLE_HEADER_BYTES + (size_t)i * RT_BUNDLE_ENTRY_BYTES;
+  const unsigned char *e = buf + FMT_BUNDLE_HEADER_BYTES + (size_t)i * FMT_BUNDLE_ENTRY_BYTES;
   uint32_t kind = (uint32_t)get_le(e + E_KIND, 4);
-  const char *kname = rt_section_kind_name(kind);
+  const char *kname = fmt_section_kind_name(kind);
   if (!kname) return invalid("section %d: unknown kind %u", i, kind);
   const char *name = (const char *)e + E_NAME;
-  size_t nlen = strnlen(name, RT_SECTION_NAME_BYTES);
-  if (nlen == RT_SECTION_NAME_BYTES) return invalid("section %d (%s): name is not NUL-terminated", i, kname);
-  for (size_t k = nlen; k < RT_SECTION_NAME_BYTES; k++)
+  size_t nlen = strnlen(name, FMT_SECTION_NAME_BYTES);
+  if (nlen == FMT_SECTION_NAME_BYTES) return invalid("section %d (%s): name is not NUL-terminated", i, kname);
+  for (size_t k = nlen; k < FMT_SECTION_NAME_BYTES; k++)
     if (name[k]) return invalid("section %d (%s '%s'): bytes after the name's NUL are not zero", i, kname, name);
   uint32_t flags = (uint32_t)get_le(e + E_FLAGS, 4);
   if (flags) return invalid("section %d (%s '%s'): unknown flags 0x%x", i, kname, name, flags);
   uint64_t off = get_le(e + E_OFFSET, 8), size = get_le(e + E_SIZE, 8);
-  uint64_t table_end = RT_BUNDLE_HEADER_BYTES + (uint64_t)count * RT_BUNDLE_ENTRY_BYTES;
-  if (off % RT_BUNDLE_ALIGN)
+  uint64_t table_end = FMT_BUNDLE_HEADER_BYTES + (uint64_t)count * FMT_BUNDLE_ENTRY_BYTES;
+  if (off % FMT_BUNDLE_ALIGN)
     return invalid("section %d (%s '%s'): offset %llu is not a multiple of %d", i, kname, name, (unsigned long long)off,
-                   RT_BUNDLE_ALIGN);
+                   FMT_BUNDLE_ALIGN);
   if (off < table_end)
     return invalid("section %d (%s '%s'): offset %llu lies inside the header or section table (they end at %llu)", i,
                    kname, name, (unsigned long long)off, (unsigned long long)table_end);
   if (off > len || size > len - off)
     return invalid("section %d (%s '%s'): bytes %llu..%llu lie beyond the end of the file (%zu bytes)", i, kname, name,
                    (unsigned long long)off, (unsigned long long)off + size, len);
-  s->kind = (RtSectionKind)kind;
+  s->kind = (FmtSectionKind)kind;
   s->flags = flags;
   s->name = name;
   s->data = buf + off;
@@ -535,9 +535,9 @@ static smelt_status check_entry(const unsigned char *buf, size_t len, uint32_t c
 }
 
 /* No two sections share bytes, and no two share kind and name. */
-static smelt_status check_overlaps(const RtSection *sec, const uint64_t *offset, int n) {
+static smelt_status check_overlaps(const FmtSection *sec, const uint64_t *offset, int n) {
   Extent *ext = malloc(sizeof *ext * (size_t)(n ? n : 1));
-  const RtSection **by_name = malloc(sizeof *by_name * (size_t)(n ? n : 1));
+  const FmtSection **by_name = malloc(sizeof *by_name * (size_t)(n ? n : 1));
   if (!ext || !by_name) {
     free(ext), free(by_name);
     return st_error(ST_NO_MEMORY, "out of memory");
@@ -558,24 +558,24 @@ static smelt_status check_overlaps(const RtSection *sec, const uint64_t *offset,
   }
   for (int i = 1; i < n && !st; i++)
     if (cmp_kind_name(&by_name[i - 1], &by_name[i]) == 0)
-      st = invalid("two %s sections are named '%s'", rt_section_kind_name(by_name[i]->kind), by_name[i]->name);
+      st = invalid("two %s sections are named '%s'", fmt_section_kind_name(by_name[i]->kind), by_name[i]->name);
   free(ext);
   free(by_name);
   return st;
 }
 
-static smelt_status check_checksums(const unsigned char *buf, size_t len, const RtSection *sec, int n) {
+static smelt_status check_checksums(const unsigned char *buf, size_t len, const FmtSection *sec, int n) {
   for (int i = 0; i < n; i++) {
-    const unsigned char *e = buf + RT_BUNDLE_HEADER_BYTES + (size_t)i * RT_BUNDLE_ENTRY_BYTES;
+    const unsigned char *e = buf + FMT_BUNDLE_HEADER_BYTES + (size_t)i * FMT_BUNDLE_ENTRY_BYTES;
     uint64_t stored = get_le(e + E_CHECKSUM, 8);
-    uint32_t got = rt_crc32c(0, sec[i].data, sec[i].size);
+    uint32_t got = fmt_crc32c(0, sec[i].data, sec[i].size);
     if (stored != got)
       return invalid("section %d (%s '%s'): checksum mismatch (stored 0x%llx, computed 0x%08x): the section is corrupted",
-                     i, rt_section_kind_name(sec[i].kind), sec[i].name, (unsigned long long)stored, got);
+                     i, fmt_section_kind_name(sec[i].kind), sec[i].name, (unsigned long long)stored, got);
   }
   uint64_t stored = get_le(buf + H_CHECKSUM, 8);
-  uint32_t got = rt_crc32c(0, buf, H_CHECKSUM);
-  got = rt_crc32c(got, buf + RT_BUNDLE_HEADER_BYTES, len - RT_BUNDLE_HEADER_BYTES);
+  uint32_t got = fmt_crc32c(0, buf, H_CHECKSUM);
+  got = fmt_crc32c(got, buf + FMT_BUNDLE_HEADER_BYTES, len - FMT_BUNDLE_HEADER_BYTES);
   if (stored != got)
     return invalid("file checksum mismatch (stored 0x%llx, computed 0x%08x): the file is corrupted",
                    (unsigned long long)stored, got);
@@ -583,7 +583,7 @@ static smelt_status check_checksums(const unsigned char *buf, size_t len, const 
 }
 
 /* Validates b->buf and fills b->sec. */
-static smelt_status parse(RtBundle *b) {
+static smelt_status parse(FmtFile *b) {
   uint32_t count = 0;
   RETURN_IF_ERROR(check_header(b->buf, b->len, &count));
   b->sec = calloc(count ? count : 1, sizeof *b->sec);
@@ -602,8 +602,8 @@ static smelt_status parse(RtBundle *b) {
 }
 
 /* A bundle around buf (taken over), with the given name for messages. */
-static smelt_status finish_open(unsigned char *buf, size_t len, const char *name, RtBundle **out_bundle) {
-  RtBundle *b = calloc(1, sizeof *b);
+static smelt_status finish_open(unsigned char *buf, size_t len, const char *name, FmtFile **out_bundle) {
+  FmtFile *b = calloc(1, sizeof *b);
   char *path = strdup(name);
   if (!b || !path) {
     free(b), free(path), free(buf);
@@ -614,7 +614,7 @@ static smelt_status finish_open(unsigned char *buf, size_t len, const char *name
   b->path = path;
   smelt_status st = parse(b);
   if (st) {
-    rt_bundle_close(b);
+    fmt_file_close(b);
     return st_prefix(st, "%s: error", name);
   }
   *out_bundle = b;
@@ -623,11 +623,11 @@ static smelt_status finish_open(unsigned char *buf, size_t len, const char *name
 
 /* aligned_alloc wants a size that is a multiple of the alignment. */
 static unsigned char *alloc_aligned(size_t len) {
-  size_t cap = len > SIZE_MAX - RT_BUNDLE_ALIGN ? 0 : (size_t)align_up(len ? len : 1);
-  return cap ? aligned_alloc(RT_BUNDLE_ALIGN, cap) : NULL;
+  size_t cap = len > SIZE_MAX - FMT_BUNDLE_ALIGN ? 0 : (size_t)align_up(len ? len : 1);
+  return cap ? aligned_alloc(FMT_BUNDLE_ALIGN, cap) : NULL;
 }
 
-smelt_status rt_bundle_open_memory(const void *data, size_t len, const char *name, RtBundle **out_bundle) {
+smelt_status fmt_file_open_memory(const void *data, size_t len, const char *name, FmtFile **out_bundle) {
   *out_bundle = NULL;
   if (!name) name = "<memory>";
   unsigned char *buf = alloc_aligned(len);
@@ -636,7 +636,7 @@ smelt_status rt_bundle_open_memory(const void *data, size_t len, const char *nam
   return finish_open(buf, len, name, out_bundle);
 }
 
-smelt_status rt_bundle_open(const char *path, RtBundle **out_bundle) {
+smelt_status fmt_file_open(const char *path, FmtFile **out_bundle) {
   *out_bundle = NULL;
   int fd = open(path, O_RDONLY);
   if (fd < 0) return st_error(ST_IO, "%s: error: cannot open: %s", path, strerror(errno));
@@ -650,7 +650,7 @@ smelt_status rt_bundle_open(const char *path, RtBundle **out_bundle) {
     close(fd);
     return st_error(ST_IO, "%s: error: not a regular file", path);
   }
-  if ((uintmax_t)sb.st_size > SIZE_MAX - RT_BUNDLE_ALIGN) {
+  if ((uintmax_t)sb.st_size > SIZE_MAX - FMT_BUNDLE_ALIGN) {
     close(fd);
     return st_error(ST_IO, "%s: error: file too large", path);
   }

@@ -1,6 +1,6 @@
 /* The compile driver: optimised graph → kernels → machine code → bundle.
  *
- * rt_compile_graph is the whole back half of the compiler written out step
+ * sc_compile_graph is the whole back half of the compiler written out step
  * by step: make sure every live node is in a group (one per node when the
  * fuse pass formed none), lower the groups to Kernels (codegen/lower.c),
  * then for each target: compile them all into one object for the CPU
@@ -15,17 +15,6 @@
  * the pass context carries the targets, because the fuse pass's budget is
  * the target's on-chip memory.
  *
- * The kernel table is this file's own little-endian encoding:
- *   header  u8[4] "SKTB", u32 version, u32 count, u32 reserved (0)
- *   kernel  u32 name_len, name bytes (no NUL), i32 group, i32 nargs,
- *           i32 nouts, i64 ntasks, f64 bytes, f64 flops, i32 args[nargs]
- * and nothing after the last kernel.  The decoder reads it as untrusted
- * input and then checks it against the graph it is to run on: a kernel may
- * read a graph input, a constant or a result some earlier kernel wrote; it
- * may write only results of nodes of its own group, each written once; every
- * graph output must be written.  Those are exactly the facts the session
- * relies on to never read uninitialised memory nor write the (shared,
- * read-only) constants of a bundle.
  */
 #include "ir/bytes.h"
 #include <ctype.h>
@@ -44,7 +33,10 @@
 #include "ir/serialize.h"
 #include "passes/passes.h"
 #include "runtime/cuda_driver.h"
-#include "runtime/driver.h"
+#include "compiler/cpu_target.h"
+#include "compiler/driver.h"
+#include "format/cuda_launch.h"
+#include "format/kernel_table.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernel table is written in host order, which must be little-endian"
@@ -53,204 +45,6 @@
 #ifndef SMELT_LLVM_VERSION
 #define SMELT_LLVM_VERSION "none"
 #endif
-
-static const unsigned char KT_MAGIC[4] = {'S', 'K', 'T', 'B'};
-#define KT_HEADER_BYTES 16
-/* name_len 4, a name of 1, group, nargs, nouts 4 each, ntasks, bytes, flops 8
- * each, at least one argument 4 */
-#define KT_MIN_KERNEL_BYTES 45
-
-
-/* ---- the kernel table ---- */
-
-smelt_status rt_kernel_table_encode(const Kernel *k, int n, void **out_buf, size_t *out_len) {
-  *out_buf = NULL;
-  *out_len = 0;
-  ByteBuf b = {0};
-  bb_put(&b, KT_MAGIC, 4);
-  bb_u32(&b, RT_KERNEL_TABLE_VERSION);
-  bb_u32(&b, (uint32_t)n);
-  bb_u32(&b, 0);
-  for (int i = 0; i < n; i++) {
-    size_t nl = strlen(k[i].name);
-    bb_u32(&b, (uint32_t)nl);
-    bb_put(&b, k[i].name, nl);
-    bb_i32(&b, k[i].group);
-    bb_i32(&b, k[i].nargs);
-    bb_i32(&b, k[i].nouts);
-    bb_i64(&b, k[i].ntasks);
-    bb_f64(&b, k[i].bytes);
-    bb_f64(&b, k[i].flops);
-    for (int a = 0; a < k[i].nargs; a++) bb_i32(&b, k[i].args[a]);
-  }
-  if (b.oom) {
-    free(b.p);
-    return st_error(ST_NO_MEMORY, "out of memory encoding the kernel table");
-  }
-  *out_buf = b.p;
-  *out_len = b.len;
-  return NULL;
-}
-
-void rt_kernel_table_free(Kernel *k, int n) {
-  if (!k) return;
-  for (int i = 0; i < n; i++) free(k[i].args);
-  free(k);
-}
-
-/* A bounds-checked reader.  The table is written little-endian (ir/bytes.h)
- * and read with memcpy into native integers: smelt's hosts are
- * little-endian, and the build says so if one is not. */
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the kernel table reader assumes a little-endian host"
-#endif
-typedef struct {
-  const unsigned char *p;
-  size_t len, at;
-} Rd;
-
-static bool rd(Rd *r, void *dst, size_t n) {
-  if (r->len - r->at < n) return false;
-  memcpy(dst, r->p + r->at, n);
-  r->at += n;
-  return true;
-}
-
-static bool name_ok(const char *s) {
-  if (!*s) return false;
-  for (; *s; s++)
-    if (!isalnum((unsigned char)*s) && *s != '_' && *s != '.') return false;
-  return true;
-}
-
-/* Checks kernel i against the graph, given which values hold data before
- * it runs (`ready`); marks its outputs ready. */
-static smelt_status check_kernel(const Graph *g, const Kernel *k, int i, bool *ready) {
-  if (k->group < 0 || k->group >= g->ngroups)
-    return st_error(ST_INVALID_INPUT, "kernel table: kernel %d '%s' belongs to group %d, the graph has %d", i, k->name,
-                    k->group, g->ngroups);
-  if (k->nouts < 1 || k->nargs < k->nouts)
-    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' has %d arguments of which %d outputs", k->name,
-                    k->nargs, k->nouts);
-  if (k->ntasks < 0 || !isfinite(k->bytes) || k->bytes < 0 || !isfinite(k->flops) || k->flops < 0)
-    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' has invalid task count or cost estimates", k->name);
-  for (int a = 0; a < k->nargs; a++) {
-    int v = k->args[a];
-    if (v < 0 || v >= g->nval || g->val[v].kind == VK_DEAD)
-      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' argument %d is value %d, which does not exist",
-                      k->name, a, v);
-    const Value *val = &g->val[v];
-    if (a < k->nargs - k->nouts) {
-      if (val->kind == VK_NODE && !ready[v])
-        return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' reads '%s' before any kernel writes it", k->name,
-                        val->name);
-      continue;
-    }
-    if (val->kind != VK_NODE)
-      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' writes '%s', which is not a node result", k->name,
-                      val->name);
-    if (g->node[val->node].group != k->group)
-      return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' writes '%s', computed by another group", k->name,
-                      val->name);
-    if (ready[v])
-      return st_error(ST_INVALID_INPUT, "kernel table: '%s' is written twice (by kernel '%s')", val->name, k->name);
-    ready[v] = true;
-  }
-  /* An output that is also an input of the same kernel would alias
-   * arguments the code was told do not alias (cg_llvm.h). */
-  for (int a = 0; a < k->nargs - k->nouts; a++)
-    for (int o = k->nargs - k->nouts; o < k->nargs; o++)
-      if (k->args[a] == k->args[o])
-        return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' reads and writes '%s'", k->name,
-                        g->val[k->args[a]].name);
-  return NULL;
-}
-
-static smelt_status decode_kernel(Rd *r, const Graph *g, Kernel *k) {
-  uint32_t nl = 0;
-  if (!rd(r, &nl, 4) || nl == 0 || nl >= sizeof k->name || r->len - r->at < nl)
-    return st_error(ST_INVALID_INPUT, "kernel table: bad kernel name length");
-  memcpy(k->name, r->p + r->at, nl);
-  k->name[nl] = 0;
-  r->at += nl;
-  if (strlen(k->name) != nl || !name_ok(k->name)) return st_error(ST_INVALID_INPUT, "kernel table: bad kernel name");
-  int32_t head[3] = {0, 0, 0}; /* group, nargs, nouts */
-  if (!rd(r, head, sizeof head) || !rd(r, &k->ntasks, 8) || !rd(r, &k->bytes, 8) || !rd(r, &k->flops, 8))
-    return st_error(ST_INVALID_INPUT, "kernel table: truncated in kernel '%s'", k->name);
-  k->group = head[0];
-  k->nargs = head[1];
-  k->nouts = head[2];
-  /* Bound the count by the bytes left before allocating for it. */
-  if (k->nargs < 1 || (size_t)k->nargs > (r->len - r->at) / 4 || k->nargs > g->nval)
-    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' claims %d arguments", k->name, k->nargs);
-  k->args = malloc((size_t)k->nargs * sizeof *k->args);
-  if (!k->args) return st_error(ST_NO_MEMORY, "out of memory reading the kernel table");
-  /* int and int32_t are the same on every target smelt builds for. */
-  _Static_assert(sizeof(int) == 4, "kernel arguments are stored as 32-bit ints");
-  rd(r, k->args, (size_t)k->nargs * 4);
-  return NULL;
-}
-
-smelt_status rt_kernel_table_decode(const void *buf, size_t len, const Graph *g, Kernel **out_kernels, int *out_n) {
-  *out_kernels = NULL;
-  *out_n = 0;
-  Rd r = {.p = buf, .len = len};
-  unsigned char magic[4];
-  uint32_t version, count, reserved;
-  if (!rd(&r, magic, 4) || !rd(&r, &version, 4) || !rd(&r, &count, 4) || !rd(&r, &reserved, 4))
-    return st_error(ST_INVALID_INPUT, "kernel table: truncated header");
-  if (memcmp(magic, KT_MAGIC, 4) != 0) return st_error(ST_INVALID_INPUT, "kernel table: bad magic");
-  if (version != RT_KERNEL_TABLE_VERSION)
-    return st_error(ST_INVALID_INPUT, "kernel table: version %u (this smelt reads version %d)", version,
-                    RT_KERNEL_TABLE_VERSION);
-  if (reserved != 0) return st_error(ST_INVALID_INPUT, "kernel table: reserved field is not zero");
-  if (count > (len - KT_HEADER_BYTES) / KT_MIN_KERNEL_BYTES)
-    return st_error(ST_INVALID_INPUT, "kernel table: %u kernels cannot fit in %zu bytes", count, len);
-  Kernel *k = calloc(count ? count : 1, sizeof *k);
-  bool *ready = calloc(g->nval ? (size_t)g->nval : 1, sizeof *ready);
-  smelt_status st = NULL;
-  int n = 0;
-  if (!k || !ready) {
-    st = st_error(ST_NO_MEMORY, "out of memory reading the kernel table");
-    goto done;
-  }
-  for (; n < (int)count; n++) {
-    if ((st = decode_kernel(&r, g, &k[n]))) {
-      n++; /* its args, if any, are freed with the rest */
-      goto done;
-    }
-    for (int j = 0; j < n; j++)
-      if (strcmp(k[j].name, k[n].name) == 0) {
-        st = st_error(ST_INVALID_INPUT, "kernel table: two kernels named '%s'", k[n].name);
-        n++;
-        goto done;
-      }
-    if ((st = check_kernel(g, &k[n], n, ready))) {
-      n++;
-      goto done;
-    }
-  }
-  if (r.at != len) {
-    st = st_error(ST_INVALID_INPUT, "kernel table: %zu bytes after the last kernel", len - r.at);
-    goto done;
-  }
-  for (int i = 0; i < g->noutputs; i++) {
-    int v = g->outputs[i];
-    if (g->val[v].kind == VK_NODE && !ready[v]) {
-      st = st_error(ST_INVALID_INPUT, "kernel table: no kernel writes the output '%s'", g->val[v].name);
-      goto done;
-    }
-  }
-done:
-  free(ready);
-  if (st) {
-    rt_kernel_table_free(k, n);
-    return st;
-  }
-  *out_kernels = k;
-  *out_n = n;
-  return NULL;
-}
 
 /* ---- compiling ---- */
 
@@ -285,7 +79,7 @@ static void parse_desc(const char *desc, char *triple, size_t tcap, char *cpu, s
   }
 }
 
-smelt_status rt_parse_targets(const char *targets, bool *out_cpu, bool *out_cuda) {
+smelt_status sc_parse_targets(const char *targets, bool *out_cpu, bool *out_cuda) {
   *out_cpu = *out_cuda = false;
   if (!targets || strcmp(targets, "cpu") == 0) *out_cpu = true;
   else if (strcmp(targets, "cuda") == 0) *out_cuda = true;
@@ -294,9 +88,9 @@ smelt_status rt_parse_targets(const char *targets, bool *out_cpu, bool *out_cuda
   return NULL;
 }
 
-/* Splits an arch list into at most RT_MAX_CUDA_ARCHS names; returns the
+/* Splits an arch list into at most FMT_MAX_CUDA_ARCHS names; returns the
  * count, or -1 when the list is bad (*why says how). */
-static int split_archs(const char *archs, char out[RT_MAX_CUDA_ARCHS][16], const char **why) {
+static int split_archs(const char *archs, char out[FMT_MAX_CUDA_ARCHS][16], const char **why) {
   int n = 0;
   *why = NULL;
   if (!archs || !*archs) {
@@ -307,7 +101,7 @@ static int split_archs(const char *archs, char out[RT_MAX_CUDA_ARCHS][16], const
     size_t len = strcspn(p, ",");
     int cc;
     bool specific;
-    if (n == RT_MAX_CUDA_ARCHS) {
+    if (n == FMT_MAX_CUDA_ARCHS) {
       *why = "too many archs";
       return -1;
     }
@@ -317,7 +111,7 @@ static int split_archs(const char *archs, char out[RT_MAX_CUDA_ARCHS][16], const
     }
     snprintf(out[n], 16, "%.*s", (int)len, p);
     /* cubins are for real archs: "compute_XY" names only a PTX target */
-    if (strncmp(out[n], "sm_", 3) != 0 || !cg_cuda_parse_arch(out[n], &cc, &specific) || cc < 50) {
+    if (strncmp(out[n], "sm_", 3) != 0 || !ir_cuda_parse_arch(out[n], &cc, &specific) || cc < 50) {
       *why = "not an arch name like sm_90a or sm_80";
       return -1;
     }
@@ -333,15 +127,15 @@ static int split_archs(const char *archs, char out[RT_MAX_CUDA_ARCHS][16], const
   return n;
 }
 
-smelt_status rt_check_archs(const char *archs) {
-  char list[RT_MAX_CUDA_ARCHS][16];
+smelt_status sc_check_archs(const char *archs) {
+  char list[FMT_MAX_CUDA_ARCHS][16];
   const char *why;
   if (split_archs(archs, list, &why) < 0)
     return st_error(ST_INVALID_INPUT, "--arch '%s': %s (expected a list like sm_90a,sm_80)", archs ? archs : "", why);
   return NULL;
 }
 
-void rt_cuda_default_arch(char *out, size_t cap) {
+void sc_cuda_default_arch(char *out, size_t cap) {
   snprintf(out, cap, "sm_90a");
   RtCudaDevice *d;
   smelt_status st = rt_cuda_device_create(0, &d);
@@ -362,10 +156,10 @@ static void name_groups(Graph *g, const Kernel *k, int nk) {
 
 /* What the CUDA target adds to a bundle. */
 typedef struct {
-  CgCudaModule *m;
+  FmtCudaModule *m;
   CgCudaBinary *bins; /* m->nunits * narch: unit u for arch a at u * narch + a */
   int narch;
-  char arch[RT_MAX_CUDA_ARCHS][16];
+  char arch[FMT_MAX_CUDA_ARCHS][16];
   char *launch;       /* the launch table */
   size_t launch_len;
   char nvrtc[32];     /* NVRTC's version */
@@ -373,7 +167,7 @@ typedef struct {
 
 static void cuda_build_free(CudaBuild *c) {
   if (c->m) cg_cuda_binaries_free(c->bins, c->m->nunits * c->narch);
-  cg_cuda_module_free(c->m);
+  fmt_cuda_module_free(c->m);
   free(c->launch);
   memset(c, 0, sizeof *c);
 }
@@ -381,7 +175,7 @@ static void cuda_build_free(CudaBuild *c) {
 /* Generates the CUDA C of every kernel and compiles each unit for each
  * arch with NVRTC (in parallel, through the disk cache). */
 static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const char *archs, const CgTuneTable *table,
-                               const RtCompileOptions *o, CudaBuild *c) {
+                               const ScCompileOptions *o, CudaBuild *c) {
   const char *why;
   c->narch = split_archs(archs, c->arch, &why);
   if (c->narch < 0) {
@@ -401,7 +195,7 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   smelt_status st = cg_cuda_nvrtc_open(&nv);
   if (st) return st_prefix(st, "--target cuda: NVRTC compiles the kernels");
   snprintf(c->nvrtc, sizeof c->nvrtc, "%s", cg_cuda_nvrtc_version(nv));
-  const char *av[RT_MAX_CUDA_ARCHS];
+  const char *av[FMT_MAX_CUDA_ARCHS];
   for (int a = 0; a < c->narch; a++) av[a] = c->arch[a];
   st = cg_cuda_compile_module(nv, c->m, av, c->narch, NULL, &c->bins);
   cg_cuda_nvrtc_close(nv);
@@ -409,27 +203,12 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
     c->bins = NULL;
     return st;
   }
-  return cg_cuda_launch_encode(c->m, &c->launch, &c->launch_len);
+  return fmt_cuda_launch_encode(c->m, &c->launch, &c->launch_len);
 }
 
 /* ---- specialisations ---- */
 
-char *rt_input_signature(const Graph *g) {
-  ByteBuf b = {0};
-  for (int i = 0; i < g->ninputs; i++) {
-    char ty[160];
-    const Value *v = &g->val[g->inputs[i]];
-    bb_printf(&b, "%s%s:%s", i ? " " : "", v->name, ir_type_str(&v->type, ty, sizeof ty));
-  }
-  bb_put(&b, "", 1);
-  if (b.oom) {
-    free(b.p);
-    return NULL;
-  }
-  return (char *)b.p;
-}
-
-void rt_dim_space_free(RtDimSpace *d) {
+void sc_dim_space_free(ScDimSpace *d) {
   for (int i = 0; i < d->ndims; i++) {
     free(d->name[i]);
     free(d->value[i]);
@@ -438,7 +217,7 @@ void rt_dim_space_free(RtDimSpace *d) {
 }
 
 /* One "NAME=V[,V...]" item of a dims text into d. */
-static smelt_status parse_dim_item(char *item, RtDimSpace *d) {
+static smelt_status parse_dim_item(char *item, ScDimSpace *d) {
   char *eq = strchr(item, '=');
   if (!eq || eq == item) return st_error(ST_INVALID_INPUT, "dims '%s': expected NAME=VALUE[,VALUE...]", item);
   *eq = 0;
@@ -446,12 +225,12 @@ static smelt_status parse_dim_item(char *item, RtDimSpace *d) {
   for (int i = 0; i < d->ndims; i++)
     if (strcmp(d->name[i], name) == 0)
       return st_error(ST_INVALID_INPUT, "dims: '%s' is given twice (list its values in one: %s=A,B,...)", name, name);
-  if (d->ndims == RT_MAX_DIMS) return st_error(ST_INVALID_INPUT, "dims: more than %d names", RT_MAX_DIMS);
+  if (d->ndims == SC_MAX_DIMS) return st_error(ST_INVALID_INPUT, "dims: more than %d names", SC_MAX_DIMS);
   int n = 1;
   for (const char *s = list; *s; s++) n += *s == ',';
-  if (n > RT_MAX_SPECIALISATIONS)
+  if (n > FMT_MAX_SPECIALISATIONS)
     return st_error(ST_INVALID_INPUT, "dims '%s=%s': %d values; a bundle holds at most %d specialisations", name, list,
-                    n, RT_MAX_SPECIALISATIONS);
+                    n, FMT_MAX_SPECIALISATIONS);
   int64_t *vals = calloc((size_t)n, sizeof *vals);
   char *nm = strdup(name);
   if (!vals || !nm) {
@@ -483,7 +262,7 @@ static smelt_status parse_dim_item(char *item, RtDimSpace *d) {
   return NULL;
 }
 
-smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) {
+smelt_status sc_dim_space_parse(const char *text, ScDimSpace *out) {
   memset(out, 0, sizeof *out);
   out->ncombos = 1;
   if (!text || !*text) return NULL;
@@ -498,18 +277,18 @@ smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) {
   int64_t combos = 1;
   for (int i = 0; i < out->ndims && !st; i++) {
     combos *= out->nvalues[i];
-    if (combos > RT_MAX_SPECIALISATIONS) {
+    if (combos > FMT_MAX_SPECIALISATIONS) {
       ByteBuf why = {0};
       for (int j = 0; j < out->ndims; j++)
         if (out->nvalues[j] > 1) bb_printf(&why, "%s%d values of %s", why.len ? " x " : "", out->nvalues[j], out->name[j]);
       bb_put(&why, "", 1);
       st = st_error(ST_INVALID_INPUT, "dims '%s': %s make more than %d specialisations, the most a bundle holds", text,
-                    why.oom ? "the values" : (const char *)why.p, RT_MAX_SPECIALISATIONS);
+                    why.oom ? "the values" : (const char *)why.p, FMT_MAX_SPECIALISATIONS);
       free(why.p);
     }
   }
   if (st) {
-    rt_dim_space_free(out);
+    sc_dim_space_free(out);
     return st;
   }
   out->ncombos = (int)combos;
@@ -518,19 +297,19 @@ smelt_status rt_dim_space_parse(const char *text, RtDimSpace *out) {
 
 /* Combination i counts like a number whose digits are the dims' value
  * indices, the first dim the most significant. */
-static int combo_digit(const RtDimSpace *d, int i, int dim) {
+static int combo_digit(const ScDimSpace *d, int i, int dim) {
   for (int j = d->ndims - 1; j > dim; j--) i /= d->nvalues[j];
   return i % d->nvalues[dim];
 }
 
-void rt_dim_space_combo(const RtDimSpace *d, int i, FeDim *out_dims) {
+void sc_dim_space_combo(const ScDimSpace *d, int i, FeDim *out_dims) {
   for (int k = 0; k < d->ndims; k++) {
     out_dims[k].name = d->name[k];
     out_dims[k].value = d->value[k][combo_digit(d, i, k)];
   }
 }
 
-void rt_dim_space_label(const RtDimSpace *d, int i, char *buf, size_t cap) {
+void sc_dim_space_label(const ScDimSpace *d, int i, char *buf, size_t cap) {
   size_t len = 0;
   buf[0] = 0;
   for (int k = 0; k < d->ndims && len < cap; k++) {
@@ -544,16 +323,17 @@ void rt_dim_space_label(const RtDimSpace *d, int i, char *buf, size_t cap) {
 
 /* ---- building a bundle ---- */
 
-static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const RtCompileOptions *o, const char *desc,
-                                   const char *triple, const char *cpu, const CudaBuild *cu, const int *nk, ByteBuf *m) {
+static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const ScCompileOptions *o, const char *desc,
+                                   const char *triple, const ScCpuTargets *cpu, const CudaBuild *cu, const int *nk,
+                                   ByteBuf *m) {
   const Graph *g = specs[0].g;
   char num[32];
   put_kv(m, "smelt_version", SMELT_LIB_VERSION);
-  snprintf(num, sizeof num, "%d", RT_BUNDLE_VERSION);
+  snprintf(num, sizeof num, "%d", FMT_BUNDLE_VERSION);
   put_kv(m, "bundle_format", num);
   snprintf(num, sizeof num, "%d", IR_SERIAL_VERSION);
   put_kv(m, "graph_format", num);
-  snprintf(num, sizeof num, "%d", RT_KERNEL_TABLE_VERSION);
+  snprintf(num, sizeof num, "%d", FMT_KERNEL_TABLE_VERSION);
   put_kv(m, "kernel_table_format", num);
   put_kv(m, "model", o->model ? o->model : g->file);
   put_kv(m, "graph", g->name);
@@ -568,8 +348,18 @@ static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const R
   put_kv(m, "llvm_version", SMELT_LLVM_VERSION);
   if (desc) {
     put_kv(m, "cpu_triple", triple);
-    put_kv(m, "cpu", cpu);
+    ByteBuf names = {0};
+    for (int i = 0; i < cpu->n; i++) bb_printf(&names, "%s%s", i ? "," : "", cpu->v[i].name);
+    bb_put(&names, "", 1);
+    put_kv(m, "cpu", names.oom ? "" : (const char *)names.p);
+    free(names.p);
     put_kv(m, "cpu_codegen", desc);
+    /* what each variant's code may use: the runtime checks it before loading */
+    for (int i = 0; i < cpu->n; i++) {
+      char key[96];
+      snprintf(key, sizeof key, "cpu_features:%s", cpu->v[i].name);
+      put_kv(m, key, cpu->v[i].needs);
+    }
   }
   if (cu && cu->m) {
     ByteBuf archs = {0};
@@ -609,10 +399,10 @@ static smelt_status build_manifest(const RtSpecGraph *specs, int nspecs, const R
 typedef struct {
   Kernel *k;
   int nk;
-  void *obj, *graph_bytes, *table;
-  size_t obj_len, graph_len, table_len;
-  char *desc, *ir_text;
-  char triple[40], cpu_name[40];
+  void *obj[SC_MAX_CPU_VARIANTS], *graph_bytes, *table;
+  size_t obj_len[SC_MAX_CPU_VARIANTS], graph_len, table_len;
+  char *desc, *ir_text; /* desc: of the first CPU variant */
+  char triple[40];
   CudaBuild cu;
 } SpecBuild;
 
@@ -622,33 +412,35 @@ static void spec_build_free(SpecBuild *s) {
   free(s->graph_bytes);
   free(s->ir_text);
   free(s->desc);
-  free(s->obj);
+  for (int i = 0; i < SC_MAX_CPU_VARIANTS; i++) free(s->obj[i]);
   cg_kernels_free(s->k, s->nk);
   memset(s, 0, sizeof *s);
 }
 
 /* Lowers g and generates code for the targets: the back half of the
  * compiler for one specialisation. */
-static smelt_status build_spec(Graph *g, const RtCompileOptions *o, bool cpu, bool cuda, const char *archs,
-                               const CgTuneTable *table, SpecBuild *s) {
+static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuTargets *cpu, bool cuda,
+                               const char *archs, const CgTuneTable *table, SpecBuild *s) {
   if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
   RETURN_IF_ERROR(cg_lower(g, &s->k, &s->nk));
   name_groups(g, s->k, s->nk);
-  if (cpu) {
+  for (int i = 0; i < cpu->n; i++) {
 #ifdef SMELT_HAVE_LLVM
-    CgLlvmOptions lo = {.cpu = o->cpu};
-    RETURN_IF_ERROR(cg_llvm_compile(g, s->k, s->nk, &lo, &s->obj, &s->obj_len, &s->desc));
-#else
-    (void)o;
+    CgLlvmOptions lo = {.cpu = cpu->v[i].llvm_cpu, .features = cpu->v[i].features};
+    char *desc = NULL;
+    RETURN_IF_ERROR(cg_llvm_compile(g, s->k, s->nk, &lo, &s->obj[i], &s->obj_len[i], &desc));
+    if (i == 0) s->desc = desc;
+    else free(desc);
 #endif
-    parse_desc(s->desc ? s->desc : "", s->triple, sizeof s->triple, s->cpu_name, sizeof s->cpu_name);
   }
+  char cpu_name[40];
+  if (cpu->n) parse_desc(s->desc ? s->desc : "", s->triple, sizeof s->triple, cpu_name, sizeof cpu_name);
   /* A model without kernels (its outputs are inputs or constants) has no
    * CUDA code; sessions need none. */
   if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, table, o, &s->cu));
   if (!(s->ir_text = ir_print_str(g))) return st_error(ST_NO_MEMORY, "out of memory printing the IR");
   RETURN_IF_ERROR(ir_graph_serialize(g, &s->graph_bytes, &s->graph_len));
-  return rt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
+  return fmt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
 }
 
 /* A section name under a specialisation's prefix ("" or "s3/"). */
@@ -657,35 +449,35 @@ static const char *prefixed(char *buf, size_t cap, const char *prefix, const cha
   return buf;
 }
 
-static smelt_status add_cuda_sections(RtBundleWriter *w, const CudaBuild *c, const char *prefix) {
-  char name[RT_SECTION_NAME_BYTES], rel[RT_SECTION_NAME_BYTES];
-  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_LAUNCH, prefix, c->launch, c->launch_len));
+static smelt_status add_cuda_sections(FmtWriter *w, const CudaBuild *c, const char *prefix) {
+  char name[FMT_SECTION_NAME_BYTES], rel[FMT_SECTION_NAME_BYTES];
+  RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_CUDA_LAUNCH, prefix, c->launch, c->launch_len));
   for (int u = 0; u < c->m->nunits; u++) {
     snprintf(rel, sizeof rel, "u%d", u);
-    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUDA_SOURCE, prefixed(name, sizeof name, prefix, rel),
+    RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_CUDA_SOURCE, prefixed(name, sizeof name, prefix, rel),
                                          c->m->units[u], strlen(c->m->units[u])));
     for (int a = 0; a < c->narch; a++) {
       const CgCudaBinary *bin = &c->bins[u * c->narch + a];
       snprintf(rel, sizeof rel, "%s/u%d", c->arch[a], u);
       prefixed(name, sizeof name, prefix, rel);
-      RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CUBIN, name, bin->cubin, bin->cubin_len));
+      RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_CUBIN, name, bin->cubin, bin->cubin_len));
       /* with its NUL: the driver's JIT takes PTX as a C string */
-      if (bin->ptx) RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_PTX, name, bin->ptx, bin->ptx_len + 1));
+      if (bin->ptx) RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_PTX, name, bin->ptx, bin->ptx_len + 1));
     }
   }
   return NULL;
 }
 
-static smelt_status add_spec_sections(RtBundleWriter *w, SpecBuild *s, const char *prefix, bool cpu) {
-  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_IR_TEXT, prefix, s->ir_text, strlen(s->ir_text)));
-  RETURN_IF_ERROR(rt_bundle_writer_take(w, RT_SEC_GRAPH, prefix, &s->graph_bytes, s->graph_len));
-  RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_KERNELS, prefix, s->table, s->table_len));
-  if (cpu) {
-    /* "TRIPLE/CPU", cut to the name field of the bundle's section table */
-    char name[RT_SECTION_NAME_BYTES + 96];
-    snprintf(name, sizeof name, "%s%s/%s", prefix, s->triple, s->cpu_name);
-    name[RT_SECTION_NAME_BYTES - 1] = 0;
-    RETURN_IF_ERROR(rt_bundle_writer_add(w, RT_SEC_CPU_OBJECT, name, s->obj, s->obj_len));
+static smelt_status add_spec_sections(FmtWriter *w, SpecBuild *s, const char *prefix, const ScCpuTargets *cpu) {
+  RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_IR_TEXT, prefix, s->ir_text, strlen(s->ir_text)));
+  RETURN_IF_ERROR(fmt_writer_take(w, FMT_SEC_GRAPH, prefix, &s->graph_bytes, s->graph_len));
+  RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_KERNELS, prefix, s->table, s->table_len));
+  for (int i = 0; i < cpu->n; i++) {
+    /* "TRIPLE/CPU", most capable variant first (the loader takes the first
+     * that runs); the names fit the section table (checked in build_bundle) */
+    char name[FMT_SECTION_NAME_BYTES + 96];
+    snprintf(name, sizeof name, "%s%s/%s", prefix, s->triple, cpu->v[i].name);
+    RETURN_IF_ERROR(fmt_writer_add(w, FMT_SEC_CPU_OBJECT, name, s->obj[i], s->obj_len[i]));
   }
   if (s->cu.m) RETURN_IF_ERROR(add_cuda_sections(w, &s->cu, prefix));
   return NULL;
@@ -695,16 +487,16 @@ static smelt_status add_spec_sections(RtBundleWriter *w, SpecBuild *s, const cha
  * specialisation its prefix, label and input signature, tab-separated.
  * Two specialisations that take the same inputs could not be told apart
  * when running, so that is an error here already. */
-static smelt_status build_index(const RtSpecGraph *specs, int n, ByteBuf *out) {
+static smelt_status build_index(const ScSpecGraph *specs, int n, ByteBuf *out) {
   char **sig = calloc((size_t)n, sizeof *sig);
   if (!sig) return st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
   smelt_status st = NULL;
-  bb_printf(out, "%s %d %d\n", RT_SPEC_INDEX_MAGIC, RT_SPEC_INDEX_VERSION, n);
+  bb_printf(out, "%s %d %d\n", FMT_SPEC_INDEX_MAGIC, FMT_SPEC_INDEX_VERSION, n);
   for (int i = 0; i < n && !st; i++) {
     const char *label = specs[i].label ? specs[i].label : "";
     if (!*label || strchr(label, '\t') || strchr(label, '\n'))
       st = st_error(ST_INTERNAL, "specialisation %d has a bad label '%s'", i, label);
-    else if (!(sig[i] = rt_input_signature(specs[i].g)))
+    else if (!(sig[i] = fmt_input_signature(specs[i].g)))
       st = st_error(ST_NO_MEMORY, "out of memory writing the specialisation index");
     for (int j = 0; j < i && !st; j++)
       if (strcmp(sig[i], sig[j]) == 0)
@@ -728,32 +520,38 @@ static smelt_status build_index(const RtSpecGraph *specs, int n, ByteBuf *out) {
 /* Everything that goes into a bundle, made into a writer.  One
  * specialisation keeps the unprefixed layout of driver.h; several get
  * their sections under "s0/", "s1/", ... and an index. */
-static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompileOptions *o,
-                                 RtBundleWriter **out_writer) {
+static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompileOptions *o,
+                                 FmtWriter **out_writer) {
   *out_writer = NULL;
-  static const RtCompileOptions no_options = {0};
+  static const ScCompileOptions no_options = {0};
   if (!o) o = &no_options;
-  if (nspecs < 1 || nspecs > RT_MAX_SPECIALISATIONS)
-    return st_error(ST_INVALID_INPUT, "%d specialisations (a bundle holds 1 to %d)", nspecs, RT_MAX_SPECIALISATIONS);
-  bool cpu, cuda;
-  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
+  if (nspecs < 1 || nspecs > FMT_MAX_SPECIALISATIONS)
+    return st_error(ST_INVALID_INPUT, "%d specialisations (a bundle holds 1 to %d)", nspecs, FMT_MAX_SPECIALISATIONS);
+  bool for_cpu, cuda;
+  RETURN_IF_ERROR(sc_parse_targets(o->targets, &for_cpu, &cuda));
 #ifndef SMELT_HAVE_LLVM
-  if (cpu)
+  if (for_cpu)
     return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
                     "generate CPU code; use --target cuda");
 #endif
-  char archs[RT_MAX_CUDA_ARCHS * 16];
+  ScCpuTargets cpu_storage = {0}, *cpu = &cpu_storage;
+  if (for_cpu) RETURN_IF_ERROR(sc_cpu_targets_parse(o->cpu, cpu));
+  char archs[FMT_MAX_CUDA_ARCHS * 16];
   if (cuda) {
     if (o->archs) snprintf(archs, sizeof archs, "%s", o->archs);
-    else rt_cuda_default_arch(archs, sizeof archs);
-    RETURN_IF_ERROR(rt_check_archs(archs));
+    else sc_cuda_default_arch(archs, sizeof archs);
+    smelt_status bad = sc_check_archs(archs);
+    if (bad) {
+      sc_cpu_targets_free(cpu);
+      return bad;
+    }
   }
-  SpecBuild sb[RT_MAX_SPECIALISATIONS];
-  CudaBuild cus[RT_MAX_SPECIALISATIONS];
-  int nk[RT_MAX_SPECIALISATIONS];
+  SpecBuild sb[FMT_MAX_SPECIALISATIONS];
+  CudaBuild cus[FMT_MAX_SPECIALISATIONS];
+  int nk[FMT_MAX_SPECIALISATIONS];
   memset(sb, 0, sizeof sb);
   ByteBuf manifest = {0}, index = {0};
-  RtBundleWriter *w = NULL;
+  FmtWriter *w = NULL;
   smelt_status st = NULL;
   /* the index first: specialisations alike are refused before any code is made */
   if (nspecs > 1) st = build_index(specs, nspecs, &index);
@@ -766,10 +564,10 @@ static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompile
     nk[i] = sb[i].nk;
   }
   if (!st)
-    st = build_manifest(specs, nspecs, o, sb[0].desc, sb[0].triple, sb[0].cpu_name, cus, nk, &manifest);
-  if (!st) st = rt_bundle_writer_create(&w);
-  if (!st) st = rt_bundle_writer_add(w, RT_SEC_MANIFEST, NULL, manifest.p, manifest.len);
-  if (!st && nspecs > 1) st = rt_bundle_writer_add(w, RT_SEC_SPECIALISATION, NULL, index.p, index.len);
+    st = build_manifest(specs, nspecs, o, sb[0].desc, sb[0].triple, cpu, cus, nk, &manifest);
+  if (!st) st = fmt_writer_create(&w);
+  if (!st) st = fmt_writer_add(w, FMT_SEC_MANIFEST, NULL, manifest.p, manifest.len);
+  if (!st && nspecs > 1) st = fmt_writer_add(w, FMT_SEC_SPECIALISATION, NULL, index.p, index.len);
   for (int i = 0; i < nspecs && !st; i++) {
     char prefix[16] = "";
     if (nspecs > 1) snprintf(prefix, sizeof prefix, "s%d/", i);
@@ -779,118 +577,54 @@ static smelt_status build_bundle(RtSpecGraph *specs, int nspecs, const RtCompile
     *out_writer = w;
     w = NULL;
   }
-  rt_bundle_writer_destroy(w);
+  fmt_writer_destroy(w);
   for (int i = 0; i < nspecs; i++) spec_build_free(&sb[i]);
   cg_tune_table_free(table);
+  sc_cpu_targets_free(cpu);
   free(manifest.p);
   free(index.p);
   return st;
 }
 
-smelt_status rt_compile_specs(RtSpecGraph *specs, int n, const RtCompileOptions *o, const char *out_path) {
-  RtBundleWriter *w;
+smelt_status sc_compile_specs(ScSpecGraph *specs, int n, const ScCompileOptions *o, const char *out_path) {
+  FmtWriter *w;
   RETURN_IF_ERROR(build_bundle(specs, n, o, &w));
-  smelt_status st = rt_bundle_writer_write(w, out_path);
-  rt_bundle_writer_destroy(w);
+  smelt_status st = fmt_writer_write(w, out_path);
+  fmt_writer_destroy(w);
   return st;
 }
 
-smelt_status rt_compile_specs_to_memory(RtSpecGraph *specs, int n, const RtCompileOptions *o, void **out_buf,
+smelt_status sc_compile_specs_to_memory(ScSpecGraph *specs, int n, const ScCompileOptions *o, void **out_buf,
                                         size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
-  RtBundleWriter *w;
+  FmtWriter *w;
   RETURN_IF_ERROR(build_bundle(specs, n, o, &w));
-  smelt_status st = rt_bundle_writer_to_memory(w, out_buf, out_len);
-  rt_bundle_writer_destroy(w);
+  smelt_status st = fmt_writer_to_memory(w, out_buf, out_len);
+  fmt_writer_destroy(w);
   return st;
 }
 
-smelt_status rt_compile_graph(Graph *g, const RtCompileOptions *o, const char *out_path) {
-  RtSpecGraph one = {.g = g};
-  return rt_compile_specs(&one, 1, o, out_path);
+smelt_status sc_compile_graph(Graph *g, const ScCompileOptions *o, const char *out_path) {
+  ScSpecGraph one = {.g = g};
+  return sc_compile_specs(&one, 1, o, out_path);
 }
 
-smelt_status rt_compile_graph_to_memory(Graph *g, const RtCompileOptions *o, void **out_buf, size_t *out_len) {
-  RtSpecGraph one = {.g = g};
-  return rt_compile_specs_to_memory(&one, 1, o, out_buf, out_len);
+smelt_status sc_compile_graph_to_memory(Graph *g, const ScCompileOptions *o, void **out_buf, size_t *out_len) {
+  ScSpecGraph one = {.g = g};
+  return sc_compile_specs_to_memory(&one, 1, o, out_buf, out_len);
 }
 
-smelt_status rt_bundle_from_graph(Graph *g, const RtCompileOptions *o, smelt_bundle **out_bundle) {
+smelt_status sc_bundle_from_graph(Graph *g, const ScCompileOptions *o, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   void *buf;
   size_t len;
-  RETURN_IF_ERROR(rt_compile_graph_to_memory(g, o, &buf, &len));
+  RETURN_IF_ERROR(sc_compile_graph_to_memory(g, o, &buf, &len));
   smelt_status st = rt_bundle_open_bytes(buf, len, o && o->model ? o->model : g->file, out_bundle);
   free(buf);
   return st;
 }
 /* ---- a kernel's LLVM IR, for smelt inspect ---- */
-
-/* Whether a "define" line defines @name or one of its helpers @name.xyz
- * (quoted or not). */
-static bool defines(const char *line, size_t n, const char *name) {
-  size_t nl = strlen(name);
-  for (const char *at = memchr(line, '@', n); at; at = memchr(at + 1, '@', n - (size_t)(at + 1 - line))) {
-    const char *p = at + 1;
-    if (*p == '"') p++;
-    if ((size_t)(line + n - p) > nl && strncmp(p, name, nl) == 0 &&
-        (p[nl] == '(' || p[nl] == '.' || (p[nl] == '"' && p[nl + 1] == '(')))
-      return true;
-  }
-  return false;
-}
-
-/* Every function of a module's text that belongs to the kernel called
- * name, "define" to its closing "}", or NULL when there is none. */
-static char *extract_functions(const char *module, const char *name) {
-  ByteBuf out = {0};
-  for (const char *line = module; *line;) {
-    const char *nl = strchr(line, '\n');
-    size_t n = nl ? (size_t)(nl - line) : strlen(line);
-    if (strncmp(line, "define ", 7) == 0 && defines(line, n, name)) {
-      const char *end = strstr(line, "\n}\n");
-      size_t len = end ? (size_t)(end - line) + 3 : strlen(line);
-      bb_put(&out, line, len);
-      bb_put(&out, "\n", 1);
-      line += len;
-      continue;
-    }
-    line += n + (nl ? 1 : 0);
-  }
-  if (out.oom || !out.len) {
-    free(out.p);
-    return NULL;
-  }
-  bb_put(&out, "", 1);
-  if (out.oom) {
-    free(out.p);
-    return NULL;
-  }
-  return (char *)out.p;
-}
-
-smelt_status rt_bundle_kernel_llvm_ir(const smelt_bundle *b, int kernel, char **out_text) {
-  *out_text = NULL;
-  /* cg_llvm_ir_text reads the graph and the kernels; it takes them
-   * non-const only because the compile path shares its signature. */
-  Graph *g = (Graph *)rt_bundle_graph(b);
-  Kernel *k = (Kernel *)rt_bundle_kernel(b, 0);
-  const char *cpu = rt_bundle_manifest_get(b, "cpu");
-  CgLlvmOptions lo = {.cpu = cpu && strcmp(cpu, "unknown") != 0 ? cpu : NULL};
-  char *module;
-#ifdef SMELT_HAVE_LLVM
-  RETURN_IF_ERROR(cg_llvm_ir_text(g, k, rt_bundle_num_kernels(b), &lo, false, &module));
-#else
-  (void)g, (void)lo;
-  return st_error(ST_UNSUPPORTED, "this smelt was built without LLVM (SMELT_LLVM=OFF)");
-#endif
-  char *fn = extract_functions(module, k[kernel].name);
-  free(module);
-  if (!fn) return st_error(ST_INTERNAL, "kernel '%s' is missing from the regenerated LLVM module", k[kernel].name);
-  *out_text = fn;
-  return NULL;
-}
 
 /* ---- smelt_compile ---- */
 
@@ -920,12 +654,12 @@ static smelt_status load_and_optimise(const char *model_path, const smelt_compil
  * a target), into buf; NULL when cuda is not. */
 static const char *default_archs(const smelt_compile_options *o, char *buf, size_t cap) {
   if (!o->targets || !strstr(o->targets, "cuda")) return NULL;
-  rt_cuda_default_arch(buf, cap);
+  sc_cuda_default_arch(buf, cap);
   return buf;
 }
 
-static RtCompileOptions driver_options(const char *model_path, const smelt_compile_options *o, const char *archs) {
-  return (RtCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
+static ScCompileOptions driver_options(const char *model_path, const smelt_compile_options *o, const char *archs) {
+  return (ScCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
                             .model = model_path, .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
                             .onchip_bytes = o->onchip_bytes, .allow_tf32 = o->allow_tf32 != 0};
 }
@@ -940,34 +674,34 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
   if (!model_path) return st_error(ST_INVALID_INPUT, "smelt_compile: no model path");
   if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
   bool cpu, cuda;
-  RETURN_IF_ERROR(rt_parse_targets(o->targets, &cpu, &cuda));
+  RETURN_IF_ERROR(sc_parse_targets(o->targets, &cpu, &cuda));
 #ifndef SMELT_HAVE_LLVM
   if (cpu)
     return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
                     "generate CPU code; use --target cuda");
 #endif
-  RtDimSpace space;
-  RETURN_IF_ERROR(rt_dim_space_parse(o->dims, &space));
+  ScDimSpace space;
+  RETURN_IF_ERROR(sc_dim_space_parse(o->dims, &space));
   char buf[32];
   const char *archs = default_archs(o, buf, sizeof buf);
-  RtSpecGraph specs[RT_MAX_SPECIALISATIONS];
-  char labels[RT_MAX_SPECIALISATIONS][256];
+  ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
+  char labels[FMT_MAX_SPECIALISATIONS][256];
   int n = 0;
   smelt_status st = NULL;
   for (; n < space.ncombos && !st; n++) {
-    FeDim dims[RT_MAX_DIMS];
-    rt_dim_space_combo(&space, n, dims);
-    rt_dim_space_label(&space, n, labels[n], sizeof labels[n]);
+    FeDim dims[SC_MAX_DIMS];
+    sc_dim_space_combo(&space, n, dims);
+    sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
     specs[n].label = labels[n];
     st = load_and_optimise(model_path, o, dims, space.ndims, archs, &specs[n].g);
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
   if (!st) {
-    RtCompileOptions ro = driver_options(model_path, o, archs);
-    st = out_path ? rt_compile_specs(specs, n, &ro, out_path) : rt_compile_specs_to_memory(specs, n, &ro, out_buf, out_len);
+    ScCompileOptions ro = driver_options(model_path, o, archs);
+    st = out_path ? sc_compile_specs(specs, n, &ro, out_path) : sc_compile_specs_to_memory(specs, n, &ro, out_buf, out_len);
   }
   for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
-  rt_dim_space_free(&space);
+  sc_dim_space_free(&space);
   return st;
 }
 
@@ -976,9 +710,29 @@ smelt_status smelt_compile(const char *model_path, const smelt_compile_options *
   return compile_model(model_path, options, out_path, NULL, NULL);
 }
 
-smelt_status rt_compile_model_to_memory(const char *model_path, const smelt_compile_options *options, void **out_buf,
+smelt_status sc_compile_model_to_memory(const char *model_path, const smelt_compile_options *options, void **out_buf,
                                         size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
   return compile_model(model_path, options, NULL, out_buf, out_len);
+}
+
+/* ---- NVRTC as the runtime's CUDA compiler hook ---- */
+
+smelt_status smelt_nvrtc_compile(void *ctx, const char *source, const char *what, const char *arch, void **out_cubin,
+                                 size_t *out_len) {
+  (void)ctx;
+  *out_cubin = NULL;
+  *out_len = 0;
+  CgNvrtc *nv = NULL;
+  RETURN_IF_ERROR(cg_cuda_nvrtc_open(&nv));
+  CgCudaBinary bin;
+  smelt_status st = cg_cuda_compile_source(nv, source, what, arch, NULL, &bin);
+  cg_cuda_nvrtc_close(nv);
+  if (st) return st;
+  *out_cubin = bin.cubin;
+  *out_len = bin.cubin_len;
+  bin.cubin = NULL;
+  cg_cuda_binary_clear(&bin);
+  return NULL;
 }

@@ -1,9 +1,9 @@
 /* Checking a compiled model against the reference interpreter.
  *
- * rt_check_outputs runs a session and the reference interpreter (ir/interp.h)
+ * sc_check_outputs runs a session and the reference interpreter (ir/interp.h)
  * on the bundle's own graph, the one the kernels were generated from, with
  * the same inputs, and measures the difference of every output.
- * rt_check_groups does the same after every kernel, for every value the
+ * sc_check_groups does the same after every kernel, for every value the
  * kernel writes, and names the first kernel (fusion group) whose results
  * diverge: a fusion or code-generation bug is found without guessing.
  *
@@ -12,8 +12,8 @@
  * return their findings in a report owned by the caller; nothing is printed.
  *
  * Pass criteria (SPEC §6), per value, by dtype:
- *   f32, f64     relative L2 error <= RT_CHECK_REL_L2
- *   f16, bf16    cosine similarity >= RT_CHECK_COSINE
+ *   f32, f64     relative L2 error <= SC_CHECK_REL_L2
+ *   f16, bf16    cosine similarity >= SC_CHECK_COSINE
  *   integer, bool  exact
  * and in every case no element that is NaN or infinite in one result and not
  * the same in the other.
@@ -27,8 +27,8 @@
 #include "include/smelt.h"
 #include "ir/ir.h"
 
-#define RT_CHECK_REL_L2 1e-5
-#define RT_CHECK_COSINE 0.999
+#define SC_CHECK_REL_L2 1e-5
+#define SC_CHECK_COSINE 0.999
 
 /* How one tensor compares with its reference.  Over the elements finite in
  * both: max_abs = max |x - r|; max_rel = max |x - r| / max(|r|, 1e-6);
@@ -38,31 +38,31 @@ typedef struct {
   double max_abs, max_rel, rel_l2, cosine;
   int64_t nonfinite; /* elements NaN/inf in one result and not equally so in the other */
   bool pass;
-} RtDiff;
+} ScDiff;
 
 /* Compares n elements of dtype dt (x: the result, ref: the reference). */
-void rt_diff(DType dt, const void *x, const void *ref, size_t n, RtDiff *out);
+void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out);
 
 typedef struct {
   const char *name; /* the output's name (owned by the bundle) */
   int value;        /* its value id in the bundle's graph */
   TensorType type;
-  RtDiff diff;
+  ScDiff diff;
   void *data;       /* the session's result (owned by the report) */
-} RtOutputCheck;
+} ScOutputCheck;
 
 typedef struct {
-  RtOutputCheck *outputs; /* one per graph output, in order */
+  ScOutputCheck *outputs; /* one per graph output, in order */
   int noutputs;
   bool pass;              /* every output passed */
-} RtOutputReport;
+} ScOutputReport;
 
 /* inputs[i] holds the data of session input i (smelt_session_input_info
  * order) in its dtype and shape.  Runs the session once and the reference
  * once.  A failed run is an error status; a numerical mismatch is not (it is
- * in the report).  Release the report with rt_output_report_free. */
-smelt_status rt_check_outputs(smelt_session *s, const void *const *inputs, RtOutputReport *out_report) SMELT_MUST_USE;
-void rt_output_report_free(RtOutputReport *r);
+ * in the report).  Release the report with sc_output_report_free. */
+smelt_status sc_check_outputs(smelt_session *s, const void *const *inputs, ScOutputReport *out_report) SMELT_MUST_USE;
+void sc_output_report_free(ScOutputReport *r);
 
 typedef struct {
   int kernel;              /* index in the bundle's kernel table */
@@ -71,25 +71,25 @@ typedef struct {
   int value;               /* a value the kernel writes (or, when clobbered, reads) */
   const char *value_name;  /* owned by the bundle */
   TensorType type;
-  RtDiff diff;
+  ScDiff diff;
   /* The value was right when written but had been overwritten before this
    * kernel read it: two tensors share memory while both live (a memory
    * plan bug), not a bug of this kernel. */
   bool clobbered;
-} RtValueCheck;
+} ScValueCheck;
 
 typedef struct {
-  RtValueCheck *checks; /* in execution order */
+  ScValueCheck *checks; /* in execution order */
   int nchecks;
   int first_bad;        /* index into checks of the first failure; -1 when all passed */
-} RtGroupReport;
+} ScGroupReport;
 
-/* Runs the session kernel by kernel on `inputs` (as for rt_check_outputs),
+/* Runs the session kernel by kernel on `inputs` (as for sc_check_outputs),
  * comparing after each kernel every value it wrote with the reference's
  * value of the same id, and before each kernel every intermediate it reads
  * (which finds a value overwritten too early).  Errors accumulate along the
- * graph as in a normal run.  Release the report with rt_group_report_free. */
-smelt_status rt_check_groups(smelt_session *s, const void *const *inputs, RtGroupReport *out_report) SMELT_MUST_USE;
-void rt_group_report_free(RtGroupReport *r);
+ * graph as in a normal run.  Release the report with sc_group_report_free. */
+smelt_status sc_check_groups(smelt_session *s, const void *const *inputs, ScGroupReport *out_report) SMELT_MUST_USE;
+void sc_group_report_free(ScGroupReport *r);
 
 #endif

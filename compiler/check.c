@@ -2,8 +2,8 @@
  *
  * Both checkers evaluate the bundle's graph with the interpreter first (it
  * keeps every value, so any value can be compared afterwards), then run the
- * session on the same inputs into buffers of their own.  rt_check_outputs
- * compares the graph outputs after a whole run.  rt_check_groups drives the
+ * session on the same inputs into buffers of their own.  sc_check_outputs
+ * compares the graph outputs after a whole run.  sc_check_groups drives the
  * session one kernel at a time through rt_session_run_kernel (reading values
  * through rt_session_read_value, which downloads them from a GPU) and compares
  * each value a kernel writes right after it ran, before a later kernel can
@@ -19,10 +19,10 @@
 #include <string.h>
 
 #include "ir/interp.h"
-#include "runtime/check.h"
-#include "runtime/driver.h"
+#include "compiler/check.h"
+#include "compiler/driver.h"
 
-void rt_diff(DType dt, const void *x, const void *ref, size_t n, RtDiff *out) {
+void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
   double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0;
   int64_t nonfinite = 0;
   for (size_t i = 0; i < n; i++) {
@@ -48,8 +48,8 @@ void rt_diff(DType dt, const void *x, const void *ref, size_t n, RtDiff *out) {
   if (sxx > 0 && srr > 0) out->cosine = sxr / (sqrt(sxx) * sqrt(srr));
   else out->cosine = sxx == 0 && srr == 0 ? 1 : 0;
   bool close;
-  if (dt == DT_F16 || dt == DT_BF16) close = out->cosine >= RT_CHECK_COSINE;
-  else if (dt_is_float(dt)) close = out->rel_l2 <= RT_CHECK_REL_L2;
+  if (dt == DT_F16 || dt == DT_BF16) close = out->cosine >= SC_CHECK_COSINE;
+  else if (dt_is_float(dt)) close = out->rel_l2 <= SC_CHECK_REL_L2;
   else close = max_abs == 0;
   out->pass = close && nonfinite == 0;
 }
@@ -108,7 +108,7 @@ static smelt_status run_reference(const Graph *g, const void *const *inputs, Int
   return NULL;
 }
 
-smelt_status rt_check_outputs(smelt_session *s, const void *const *inputs, RtOutputReport *out_report) {
+smelt_status sc_check_outputs(smelt_session *s, const void *const *inputs, ScOutputReport *out_report) {
   memset(out_report, 0, sizeof *out_report);
   const Graph *g = rt_bundle_graph(rt_session_bundle(s));
   OutBufs ob = {0};
@@ -116,7 +116,7 @@ smelt_status rt_check_outputs(smelt_session *s, const void *const *inputs, RtOut
   smelt_status st = bind_all(s, inputs, &ob);
   if (!st) st = smelt_session_run(s);
   if (!st) st = run_reference(g, inputs, &it);
-  RtOutputCheck *oc = NULL;
+  ScOutputCheck *oc = NULL;
   if (!st && !(oc = calloc(g->noutputs ? (size_t)g->noutputs : 1, sizeof *oc)))
     st = st_error(ST_NO_MEMORY, "out of memory for the report");
   if (st) {
@@ -128,20 +128,20 @@ smelt_status rt_check_outputs(smelt_session *s, const void *const *inputs, RtOut
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
     const Value *val = &g->val[v];
-    oc[i] = (RtOutputCheck){.name = val->name, .value = v, .type = val->type, .data = ob.buf[i]};
+    oc[i] = (ScOutputCheck){.name = val->name, .value = v, .type = val->type, .data = ob.buf[i]};
     /* Duplicate slots were bound to the first slot's buffer. */
     for (int j = 0; j < i; j++)
       if (g->outputs[j] == v) memcpy(ob.buf[i], ob.buf[j], ir_type_bytes(&val->type));
-    rt_diff(val->type.dt, ob.buf[i], ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &oc[i].diff);
+    sc_diff(val->type.dt, ob.buf[i], ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &oc[i].diff);
     pass = pass && oc[i].diff.pass;
   }
   free(ob.buf); /* the buffers now belong to the report */
   ir_interp_destroy(it);
-  *out_report = (RtOutputReport){.outputs = oc, .noutputs = g->noutputs, .pass = pass};
+  *out_report = (ScOutputReport){.outputs = oc, .noutputs = g->noutputs, .pass = pass};
   return NULL;
 }
 
-void rt_output_report_free(RtOutputReport *r) {
+void sc_output_report_free(ScOutputReport *r) {
   if (!r || !r->outputs) return;
   for (int i = 0; i < r->noutputs; i++) free(r->outputs[i].data);
   free(r->outputs);
@@ -149,14 +149,14 @@ void rt_output_report_free(RtOutputReport *r) {
 }
 
 typedef struct {
-  RtValueCheck *v;
+  ScValueCheck *v;
   int n, cap;
 } Checks;
 
-static smelt_status add_check(Checks *c, const RtValueCheck *x) {
+static smelt_status add_check(Checks *c, const ScValueCheck *x) {
   if (c->n == c->cap) {
     int cap = c->cap ? 2 * c->cap : 32;
-    RtValueCheck *p = realloc(c->v, (size_t)cap * sizeof *p);
+    ScValueCheck *p = realloc(c->v, (size_t)cap * sizeof *p);
     if (!p) return st_error(ST_NO_MEMORY, "out of memory for the report");
     c->v = p;
     c->cap = cap;
@@ -166,17 +166,17 @@ static smelt_status add_check(Checks *c, const RtValueCheck *x) {
 }
 
 /* Compares value v as the session holds it now with the reference. */
-static smelt_status compare_value(smelt_session *s, const Interp *it, int k, int v, RtValueCheck *out) {
+static smelt_status compare_value(smelt_session *s, const Interp *it, int k, int v, ScValueCheck *out) {
   const smelt_bundle *b = rt_session_bundle(s);
   const Graph *g = rt_bundle_graph(b);
   const Kernel *kn = rt_bundle_kernel(b, k);
   const Value *val = &g->val[v];
-  *out = (RtValueCheck){.kernel = k, .group = kn->group, .kernel_name = kn->name, .value = v,
+  *out = (ScValueCheck){.kernel = k, .group = kn->group, .kernel_name = kn->name, .value = v,
                         .value_name = val->name, .type = val->type};
   const void *data;
   RETURN_IF_ERROR(rt_session_read_value(s, v, &data));
   if (!data) return st_error(ST_INTERNAL, "value '%s' of kernel '%s' has no memory", val->name, kn->name);
-  rt_diff(val->type.dt, data, ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &out->diff);
+  sc_diff(val->type.dt, data, ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &out->diff);
   return NULL;
 }
 
@@ -186,7 +186,7 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
   const Graph *g = rt_bundle_graph(b);
   for (int k = 0; k < rt_bundle_num_kernels(b); k++) {
     const Kernel *kn = rt_bundle_kernel(b, k);
-    RtValueCheck x;
+    ScValueCheck x;
     for (int a = 0; a < kn->nargs - kn->nouts; a++) {
       int v = kn->args[a];
       if (g->val[v].kind != VK_NODE || !good[v]) continue;
@@ -206,7 +206,7 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
   return rt_session_finish(s);
 }
 
-smelt_status rt_check_groups(smelt_session *s, const void *const *inputs, RtGroupReport *out_report) {
+smelt_status sc_check_groups(smelt_session *s, const void *const *inputs, ScGroupReport *out_report) {
   memset(out_report, 0, sizeof *out_report);
   out_report->first_bad = -1;
   const Graph *g = rt_bundle_graph(rt_session_bundle(s));
@@ -237,7 +237,7 @@ smelt_status rt_check_groups(smelt_session *s, const void *const *inputs, RtGrou
   return NULL;
 }
 
-void rt_group_report_free(RtGroupReport *r) {
+void sc_group_report_free(ScGroupReport *r) {
   if (!r) return;
   free(r->checks);
   memset(r, 0, sizeof *r);

@@ -27,10 +27,10 @@
  *
  * Ownership: objects returned through out_ parameters of *_create and
  * *_open* are owned by the caller and released with the matching
- * *_destroy / rt_bundle_close.  Section data returned by a bundle lives as
+ * *_destroy / fmt_file_close.  Section data returned by a bundle lives as
  * long as the bundle.  Nothing here prints, exits or keeps global state. */
-#ifndef SMELT_RT_BUNDLE_H
-#define SMELT_RT_BUNDLE_H
+#ifndef SMELT_FMT_BUNDLE_H
+#define SMELT_FMT_BUNDLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,16 +38,16 @@
 
 #include "ir/status.h"
 
-#define RT_BUNDLE_MAGIC "SMELT\0BN" /* 8 bytes, the NUL included */
-#define RT_BUNDLE_VERSION 1
-#define RT_BUNDLE_ALIGN 64         /* payload alignment, in the file and in memory */
-#define RT_BUNDLE_HEADER_BYTES 32
-#define RT_BUNDLE_ENTRY_BYTES 88
-#define RT_SECTION_NAME_BYTES 56   /* the name field, its NUL included */
-#define RT_BUNDLE_MAX_SECTIONS 65536
+#define FMT_BUNDLE_MAGIC "SMELT\0BN" /* 8 bytes, the NUL included */
+#define FMT_BUNDLE_VERSION 1
+#define FMT_BUNDLE_ALIGN 64         /* payload alignment, in the file and in memory */
+#define FMT_BUNDLE_HEADER_BYTES 32
+#define FMT_BUNDLE_ENTRY_BYTES 88
+#define FMT_SECTION_NAME_BYTES 56   /* the name field, its NUL included */
+#define FMT_BUNDLE_MAX_SECTIONS 65536
 
 /* Section kinds; the numbers are part of the file format. */
-#define RT_SECTION_KINDS(X)                                                          \
+#define FMT_SECTION_KINDS(X)                                                          \
   X(MANIFEST, 1, "manifest")             /* text, key=value lines: versions, options */ \
   X(IR_TEXT, 2, "ir-text")               /* the final IR as ir_print writes it */      \
   X(GRAPH, 3, "graph")                   /* ir_graph_serialize: plan, groups, consts */ \
@@ -59,75 +59,75 @@
   X(PTX, 9, "ptx")                       /* name = "ARCH/UNIT", NUL-terminated text */ \
   X(TUNING, 10, "tuning")                                                              \
   X(SPECIALISATION, 11, "specialisation")                                              \
-  X(CUDA_LAUNCH, 12, "cuda-launch")      /* cg_cuda_launch_encode's launch table */
+  X(CUDA_LAUNCH, 12, "cuda-launch")      /* fmt_cuda_launch_encode's launch table */
 
 typedef enum {
-#define X(id, num, name) RT_SEC_##id = num,
-  RT_SECTION_KINDS(X)
+#define X(id, num, name) FMT_SEC_##id = num,
+  FMT_SECTION_KINDS(X)
 #undef X
-} RtSectionKind;
+} FmtSectionKind;
 
-/* "graph" for RT_SEC_GRAPH; NULL for a number that is no section kind. */
-const char *rt_section_kind_name(uint32_t kind);
+/* "graph" for FMT_SEC_GRAPH; NULL for a number that is no section kind. */
+const char *fmt_section_kind_name(uint32_t kind);
 
 /* CRC-32C of n bytes, continuing from crc (0 to start), zlib-style:
- * rt_crc32c(rt_crc32c(0, a, n), b, m) is the CRC of a followed by b.
- * rt_crc32c(0, "123456789", 9) == 0xe3069283. */
-uint32_t rt_crc32c(uint32_t crc, const void *data, size_t n);
+ * fmt_crc32c(fmt_crc32c(0, a, n), b, m) is the CRC of a followed by b.
+ * fmt_crc32c(0, "123456789", 9) == 0xe3069283. */
+uint32_t fmt_crc32c(uint32_t crc, const void *data, size_t n);
 /* The same without the hardware path, so tests can compare the two. */
-uint32_t rt_crc32c_portable(uint32_t crc, const void *data, size_t n);
+uint32_t fmt_crc32c_portable(uint32_t crc, const void *data, size_t n);
 
 /* ---- writing ---- */
 
-typedef struct RtBundleWriter RtBundleWriter;
+typedef struct FmtWriter FmtWriter;
 
-smelt_status rt_bundle_writer_create(RtBundleWriter **out_writer) SMELT_MUST_USE;
+smelt_status fmt_writer_create(FmtWriter **out_writer) SMELT_MUST_USE;
 /* Appends a section; data (len bytes) is copied.  name may be NULL (stored
- * as ""); it must be shorter than RT_SECTION_NAME_BYTES, and no two sections
+ * as ""); it must be shorter than FMT_SECTION_NAME_BYTES, and no two sections
  * may share kind and name. */
-smelt_status rt_bundle_writer_add(RtBundleWriter *w, RtSectionKind kind, const char *name, const void *data,
+smelt_status fmt_writer_add(FmtWriter *w, FmtSectionKind kind, const char *name, const void *data,
                                   size_t len) SMELT_MUST_USE;
 /* The same for a malloc'd buffer the writer takes over instead of copying
  * (a model's serialized graph holds its weights: hundreds of MB): *data
  * becomes NULL when the section was added, and stays the caller's when it
  * was not. */
-smelt_status rt_bundle_writer_take(RtBundleWriter *w, RtSectionKind kind, const char *name, void **data,
+smelt_status fmt_writer_take(FmtWriter *w, FmtSectionKind kind, const char *name, void **data,
                                    size_t len) SMELT_MUST_USE;
 /* Writes the bundle to path atomically: a temporary file in the same
  * directory, fsync, rename over path, fsync of the directory.  On failure
  * path is untouched and no temporary file is left.  The file gets mode 0644. */
-smelt_status rt_bundle_writer_write(const RtBundleWriter *w, const char *path) SMELT_MUST_USE;
+smelt_status fmt_writer_write(const FmtWriter *w, const char *path) SMELT_MUST_USE;
 /* The same bytes in a malloc'd buffer owned by the caller (free()). */
-smelt_status rt_bundle_writer_to_memory(const RtBundleWriter *w, void **out_buf, size_t *out_len) SMELT_MUST_USE;
-void rt_bundle_writer_destroy(RtBundleWriter *w);
+smelt_status fmt_writer_to_memory(const FmtWriter *w, void **out_buf, size_t *out_len) SMELT_MUST_USE;
+void fmt_writer_destroy(FmtWriter *w);
 
 /* ---- reading ---- */
 
-typedef struct RtBundle RtBundle;
+typedef struct FmtFile FmtFile;
 
 typedef struct {
-  RtSectionKind kind;
+  FmtSectionKind kind;
   uint32_t flags;
   const char *name;  /* NUL-terminated, inside the bundle */
   const void *data;  /* 64-byte aligned */
   size_t size;
-} RtSection;
+} FmtSection;
 
 /* Reads the whole file at path into a 64-byte-aligned buffer and validates
  * it.  Messages start with "PATH: error: ". */
-smelt_status rt_bundle_open(const char *path, RtBundle **out_bundle) SMELT_MUST_USE;
+smelt_status fmt_file_open(const char *path, FmtFile **out_bundle) SMELT_MUST_USE;
 /* The same for len bytes in memory (copied; data may be freed after).
  * name is used in messages in place of a path (NULL: "<memory>"). */
-smelt_status rt_bundle_open_memory(const void *data, size_t len, const char *name,
-                                   RtBundle **out_bundle) SMELT_MUST_USE;
+smelt_status fmt_file_open_memory(const void *data, size_t len, const char *name,
+                                   FmtFile **out_bundle) SMELT_MUST_USE;
 /* Finds the section of that kind and name (NULL name: the first of the
  * kind).  Returns false, leaving the outputs NULL/0, when there is none. */
-bool rt_bundle_find(const RtBundle *b, RtSectionKind kind, const char *name, const void **out_data, size_t *out_len);
-int rt_bundle_section_count(const RtBundle *b);
-/* The i-th section in table order, 0 <= i < rt_bundle_section_count(b). */
-const RtSection *rt_bundle_section_at(const RtBundle *b, int i);
+bool fmt_file_find(const FmtFile *b, FmtSectionKind kind, const char *name, const void **out_data, size_t *out_len);
+int fmt_file_section_count(const FmtFile *b);
+/* The i-th section in table order, 0 <= i < fmt_file_section_count(b). */
+const FmtSection *fmt_file_section_at(const FmtFile *b, int i);
 /* The path or name the bundle was opened with, for messages. */
-const char *rt_bundle_path(const RtBundle *b);
-void rt_bundle_close(RtBundle *b);
+const char *fmt_file_path(const FmtFile *b);
+void fmt_file_close(FmtFile *b);
 
 #endif

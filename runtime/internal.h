@@ -1,0 +1,131 @@
+/* What the runtime's files share: an opened bundle (runtime/loader.c) and
+ * a session (runtime/session.c on the CPU and for every device,
+ * runtime/cuda_session.c for what a CUDA session owns).  Not installed. */
+#ifndef SMELT_RT_INTERNAL_H
+#define SMELT_RT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/cuda_launch.h"
+#include "format/kernel_table.h"
+#include "include/smelt.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/elf_loader.h"
+#include "runtime/runtime.h"
+#include "runtime/threadpool.h"
+
+typedef void (*RtKernelFn)(void *const *args, int64_t task_begin, int64_t task_end);
+
+typedef struct {
+  char *key, *value;
+} ManifestEntry;
+
+/* An opened bundle is its first specialisation; the others are bundles
+ * of their own (specs[1..]) that share the root's file and manifest, so
+ * that everything that works on one specialisation (sessions, check.c,
+ * inspect) takes a smelt_bundle either way. */
+struct smelt_bundle {
+  FmtFile *file;      /* owned by the root */
+  smelt_bundle *root;  /* itself for the bundle smelt_bundle_open returns */
+  char prefix[16];     /* of its sections' names: "" in a bundle of one, else "sI/" */
+  char *label;         /* "seq=16"; "" in a bundle of one (malloc'd) */
+  char *signature;     /* fmt_input_signature of g (malloc'd) */
+  smelt_bundle **specs; /* the root's: every specialisation, specs[0] == root */
+  int nspecs;
+  Graph *g;
+  Kernel *kernels;
+  int nkernels;
+  ManifestEntry *manifest;
+  int nmanifest;
+  RtElfImage *code_image; /* the loaded CPU object; NULL when opened without machine code */
+  char *cpu_variant;   /* the CPU variant loaded ("x86-64-v3"; malloc'd) */
+  RtKernelFn *fns;     /* per kernel */
+  char *no_cpu;        /* why CPU sessions cannot run it (malloc'd); NULL when they can */
+  FmtCudaModule *cuda;  /* the CUDA launch table with the units' sources; NULL: no CUDA code */
+  bool code;           /* opened with its code (not rt_bundle_open_nojit) */
+};
+
+/* What a CUDA session owns.  Device addresses are 0 when unset. */
+typedef struct {
+  RtCudaDevice *dev;
+  RtCudaModule **mods;     /* per unit */
+  RtCudaLoadKind *loaded;  /* per unit: how it was loaded */
+  RtCudaFunction *fns;     /* per kernel */
+  RtCudaPtr const_block;   /* every constant (rt_cuda_upload_constants) */
+  RtCudaPtr *const_ptr;    /* per value: its constant's address */
+  RtCudaPtr arena;
+  RtCudaPtr *own;          /* per value: a buffer of its own (off-plan intermediate, staging) */
+  RtCudaPtr *dptr;         /* per value: its device address in this run */
+  bool *staged;            /* per value: an input/output copied through own[v] */
+  RtCudaPtr *argval;       /* every kernel's argument values, back to back (argv_at) */
+  RtCudaPtr *captured;     /* argval as the graph was captured with */
+  void **params;           /* per kernel, back to back: &argval[..] of its arguments, then &ws when
+                            * it has a workspace, then its TMA descriptors (cuLaunchKernel's kernelParams) */
+  RtCudaPtr ws;            /* the workspace every kernel that needs one shares (zeroed once) */
+  unsigned char *tmaps;    /* every kernel's TMA descriptors, 128 bytes each, 64-byte aligned */
+  RtCudaPtr *tmap_base;    /* per descriptor: the address it was encoded for (0: not yet) */
+  int *tmap_at;            /* per kernel: its first descriptor in tmaps */
+  RtCudaLaunch *launches;  /* per kernel */
+  RtCudaGraph *graph;      /* NULL: capture on the next run */
+  void **mirror;           /* per value: host copy for rt_session_read_value */
+} CudaState;
+
+/* What a session keeps for one specialisation it has run: the memory and
+ * argument arrays of that graph's runs. */
+typedef struct {
+  void *arena;
+  void **own;          /* per value: its own buffer, or NULL */
+  void **vptr;         /* per value: where it lives during a run */
+  void **argv;         /* every kernel's argument pointers, back to back */
+  int *argv_at;        /* per kernel: its first entry in argv */
+  CudaState *cu;       /* NULL on the CPU */
+} RtRun;
+
+/* What was bound to one input or output slot. */
+typedef struct {
+  size_t bytes;
+  bool bound;
+  bool shaped;         /* bound with its shape (inputs only) */
+  TensorType shape;    /* its shape, when shaped (dtype: the slot's) */
+} Binding;
+
+struct smelt_session {
+  smelt_bundle *root;
+  smelt_bundle *b;     /* the active specialisation; the root before one is chosen */
+  RtRun *r;            /* its run state; NULL before one is chosen */
+  RtRun *runs;         /* per specialisation, made when it is first chosen */
+  bool *made;          /* per specialisation: runs[i] is made */
+  int active, pinned;  /* specialisations; -1: none */
+  bool cuda;
+  int ordinal;
+  RtCudaDevice *dev;   /* CUDA sessions: the device, shared by every run */
+  RtPool *pool;        /* CPU sessions: the threads, shared by every run */
+  const void **in_ptr; /* per graph input slot: bound memory */
+  void **out_ptr;      /* per graph output slot: bound memory */
+  Binding *in_bind, *out_bind;
+};
+
+/* ---- shared helpers ---- */
+
+/* A zeroed buffer of at least `bytes`, 64-byte aligned (free()). */
+void *rt_aligned_buffer(size_t bytes);
+bool rt_is_graph_output(const Graph *g, int v);
+
+/* ---- CUDA sessions (runtime/cuda_session.c) ---- */
+
+/* Creates the CUDA state of the session's active run: modules, constants,
+ * device memory, argument arrays; nargs is the total argument count. */
+smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) SMELT_MUST_USE;
+/* Frees it (nothing when the run is on the CPU). */
+void rt_cuda_session_destroy(smelt_session *s);
+/* Binds inputs and outputs to device addresses, copies staged inputs in
+ * and encodes TMA descriptors. */
+smelt_status rt_cuda_session_prepare(smelt_session *s) SMELT_MUST_USE;
+/* Copies staged outputs back and waits. */
+smelt_status rt_cuda_session_finish(smelt_session *s) SMELT_MUST_USE;
+/* One run as a CUDA graph (captured on the first run). */
+smelt_status rt_cuda_session_run(smelt_session *s) SMELT_MUST_USE;
+
+#endif
