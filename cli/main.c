@@ -22,12 +22,16 @@ static void print_main_help(FILE *f) {
         "  bench OUT.smelt|MODEL.yaml  time every kernel against the machine's limits\n"
         "  tune MODEL.yaml             measure kernel variants on the GPU, keep the fastest\n"
         "                              in a tuning table (--target cuda)\n"
+        "  import MODEL.onnx -o Y.yaml write an ONNX model as smelt YAML plus safetensors\n"
+        "                              (compile, run and bench also take MODEL.onnx directly)\n"
         "  passes                      list the passes of the default pipeline\n"
         "  ops                         list the operators and their attributes\n"
         "\n"
         "Run 'smelt COMMAND --help' for the flags of a command.\n",
         f);
 }
+
+int cli_import(int argc, char **argv); /* cli/import.c */
 
 static int cmd_passes(int argc, char **argv) {
   if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
@@ -79,6 +83,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "inspect") == 0) return cli_inspect(argc - 1, argv + 1);
   if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
+  if (strcmp(cmd, "import") == 0) return cli_import(argc - 1, argv + 1);
   if (strcmp(cmd, "passes") == 0) return cmd_passes(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   fprintf(stderr, "smelt: unknown command '%s'\n", cmd);

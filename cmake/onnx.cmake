@@ -6,13 +6,15 @@
 # found, ON requires them, OFF leaves it out.  Without it the importer still
 # links and answers ST_UNSUPPORTED ("built without ONNX support ...").
 #
-# The frontend lives in the compiler library, which is `smeltcore` today and
-# `smelt` (with the runtime in `smelt_runtime`) after the restructure; the
-# sources go to whichever of them holds frontend/.
+# The frontend lives in the compiler library: the object library
+# `smelt_compiler_objects` (under libsmelt) since the layout change,
+# `smeltcore` before it; the sources go to whichever of them exists.
 set(SMELT_ONNX AUTO CACHE STRING "Build the ONNX importer (AUTO: when protobuf-c is found)")
 set_property(CACHE SMELT_ONNX PROPERTY STRINGS AUTO ON OFF)
 
 if(TARGET smelt_compiler_objects)
+  set(SMELT_ONNX_TARGET smelt_compiler_objects)
+elseif(TARGET smelt_compiler_objects)
   set(SMELT_ONNX_TARGET smelt_compiler_objects)
 elseif(TARGET smeltcore)
   set(SMELT_ONNX_TARGET smeltcore)
