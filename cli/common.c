@@ -83,7 +83,7 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo)
 
 smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out) {
   FeOptions fo = {.dims = mo->dims, .ndims = mo->ndims, .dtype = mo->dtype};
-  return fe_load_yaml(path, &fo, out);
+  return fe_load_model(path, &fo, out);
 }
 
 const char *cli_default_tune_table(void) {

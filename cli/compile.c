@@ -269,7 +269,7 @@ int cli_compile(int argc, char **argv) {
       d.dump_dir = dump_dir;
     }
     FeOptions fo = {.dims = dims, .ndims = space.ndims, .dtype = mo.dtype};
-    st = fe_load_yaml(model, &fo, &specs[n].g);
+    st = fe_load_model(model, &fo, &specs[n].g);
     if (!st && d.dump_dir) write_dump(&d, "00-input.ir", "IR from the frontend", specs[n].g);
     PassCtx pc = {.onchip_bytes = ctx.onchip_bytes, .target = ctx.target, .arch = ctx.arch,
                   .explain_fusion = ctx.explain_fusion};

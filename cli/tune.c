@@ -803,7 +803,7 @@ static smelt_status collect_jobs(Tuner *tu, const ScDimSpace *space, DType dtype
     sc_dim_space_label(space, s, label, sizeof label);
     FeOptions fo = {.dims = dims, .ndims = space->ndims, .dtype = dtype};
     Spec *sp = &specs[(*out_nspec)++];
-    st = fe_load_yaml(tu->model, &fo, &sp->g);
+    st = fe_load_model(tu->model, &fo, &sp->g);
     /* the pipeline `smelt compile --target cuda --arch ARCH` runs */
     PassCtx pc = {.target = "cuda", .arch = tu->arch};
     if (!st) st = pass_run_pipeline(sp->g, &pc, NULL, NULL, NULL);

@@ -638,7 +638,7 @@ static smelt_status load_and_optimise(const char *model_path, const smelt_compil
   if (o->dtype && (fo.dtype = dt_from_name(o->dtype)) == DT_INVALID)
     return st_error(ST_INVALID_INPUT, "unknown dtype '%s'", o->dtype);
   Graph *g = NULL;
-  RETURN_IF_ERROR(fe_load_yaml(model_path, &fo, &g));
+  RETURN_IF_ERROR(fe_load_model(model_path, &fo, &g));
   PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = archs};
   smelt_status st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
   pass_ctx_free(&ctx);
