@@ -1460,6 +1460,105 @@ static smelt_status cv_rotary(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* CumSum: evaluated here when x is constant (position ids from a mask of
+ * ones); for a float x, a matmul with a triangular matrix of ones on the
+ * last axis (the axis moved there and back). */
+static smelt_status cv_cumsum(OnnxImporter *im) {
+  int x, av, y, n;
+  int64_t excl, rev, axis;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &av));
+  RETURN_IF_ERROR(on_attr_int(im, "exclusive", 0, &excl));
+  RETURN_IF_ERROR(on_attr_int(im, "reverse", 0, &rev));
+  RETURN_IF_ERROR(on_const_ints(im, av, "axis", &axis, 1, &n));
+  if (n != 1) return on_err(im, "axis must hold one value");
+  const TensorType *xt = on_type(im, x);
+  int r = xt->rank, ax;
+  RETURN_IF_ERROR(norm_axis(im, axis, r, "axis", &ax));
+  int64_t outer, len = xt->dim[ax], inner = 1;
+  for (int i = ax + 1; i < r; i++) inner *= xt->dim[i];
+  outer = len && inner ? ir_type_numel(xt) / (len * inner) : 0;
+  if (on_is_const(im, x)) {
+    int v = on_const(im, out0(im), *xt, NULL);
+    const void *src = im->g->val[x].data;
+    void *dst = im->g->val[v].data;
+    for (int64_t o = 0; o < outer; o++)
+      for (int64_t i = 0; i < inner; i++) {
+        double acc = 0;
+        for (int64_t k = 0; k < len; k++) {
+          int64_t j = rev ? len - 1 - k : k;
+          size_t at = (size_t)((o * len + j) * inner + i);
+          double xv = dt_load(xt->dt, src, at);
+          if (!excl) acc += xv;
+          dt_store(xt->dt, dst, at, acc);
+          if (excl) acc += xv;
+        }
+      }
+    return bind0(im, v);
+  }
+  if (!dt_is_float(xt->dt)) return on_unsupported(im, "CumSum of a non-constant %s tensor", dt_name(xt->dt));
+  if (len > 4096) return on_unsupported(im, "CumSum over %lld elements", (long long)len);
+  int64_t perm[IR_MAX_RANK];
+  for (int i = 0; i < r; i++) perm[i] = i;
+  perm[ax] = r - 1, perm[r - 1] = ax;
+  if (ax != r - 1) RETURN_IF_ERROR(on_transpose(im, x, perm, r, NULL, &x));
+  TensorType tt = {.dt = xt->dt, .rank = 2, .dim = {len, len}};
+  int tri = on_const(im, NULL, tt, NULL);
+  for (int64_t j = 0; j < len; j++) /* y[i] = sum_j x[j] * T[j][i] */
+    for (int64_t i = 0; i < len; i++) {
+      bool on = rev ? (excl ? j > i : j >= i) : (excl ? j < i : j <= i);
+      dt_store(xt->dt, im->g->val[tri].data, (size_t)(j * len + i), on ? 1 : 0);
+    }
+  RETURN_IF_ERROR(on_op2(im, OP_MATMUL, x, tri, ax != r - 1 ? NULL : out0(im), &y));
+  if (ax != r - 1) RETURN_IF_ERROR(on_transpose(im, y, perm, r, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* GatherND with constant indices: one gather of slices from the data
+ * flattened over its first q axes. */
+static smelt_status cv_gather_nd(OnnxImporter *im) {
+  int x, iv, y, n;
+  int64_t bd;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &iv));
+  RETURN_IF_ERROR(on_attr_int(im, "batch_dims", 0, &bd));
+  if (bd != 0) return on_unsupported(im, "batch_dims=%lld (supported: 0)", (long long)bd);
+  const TensorType *xt = on_type(im, x), *it = on_type(im, iv);
+  if (it->rank < 1) return on_err(im, "indices must have rank >= 1");
+  int q = (int)it->dim[it->rank - 1];
+  if (q < 1 || q > xt->rank) return on_err(im, "the last axis of indices must be in [1, %d]", xt->rank);
+  if (it->rank - 1 + xt->rank - q > IR_MAX_RANK) return on_unsupported(im, "result rank above %d", IR_MAX_RANK);
+  int64_t nidx = ir_type_numel(it);
+  if (nidx > ONNX_FOLD_MAX_INT) return on_unsupported(im, "more than %lld indices", (long long)ONNX_FOLD_MAX_INT);
+  int64_t *idx = malloc(sizeof(int64_t) * (size_t)(nidx ? nidx : 1));
+  if (!idx) return st_error(ST_NO_MEMORY, "out of memory");
+  smelt_status st = on_const_ints(im, iv, "indices", idx, (int)nidx, &n);
+  int64_t rows = 1, nsel = q ? nidx / q : 0;
+  for (int d = 0; d < q; d++) rows *= xt->dim[d];
+  TensorType lt = {.dt = DT_I64, .rank = it->rank - 1};
+  for (int d = 0; d < it->rank - 1; d++) lt.dim[d] = it->dim[d];
+  int lin = st ? -1 : on_const(im, NULL, lt, NULL);
+  for (int64_t j = 0; j < nsel && !st; j++) {
+    int64_t off = 0;
+    for (int d = 0; d < q; d++) {
+      int64_t c = idx[j * q + d];
+      if (c < 0) c += xt->dim[d];
+      if (c < 0 || c >= xt->dim[d]) st = on_err(im, "index %lld out of range", (long long)idx[j * q + d]);
+      off = off * xt->dim[d] + c;
+    }
+    ((int64_t *)im->g->val[lin].data)[j] = off;
+  }
+  free(idx);
+  RETURN_IF_ERROR(st);
+  int64_t fs[IR_MAX_RANK];
+  int fr = 0;
+  fs[fr++] = rows;
+  for (int d = q; d < xt->rank; d++) fs[fr++] = xt->dim[d];
+  RETURN_IF_ERROR(on_reshape(im, x, fs, fr, NULL, &x));
+  RETURN_IF_ERROR(on_gather(im, x, lin, 0, out0(im), &y));
+  return bind0(im, y);
+}
+
 /* ---- the table ---- */
 
 static const OnnxOpDef ops[] = {
@@ -1479,6 +1578,7 @@ static const OnnxOpDef ops[] = {
     {"ConstantOfShape", cv_constant_of_shape, "value"},
     {"Conv", cv_conv, "auto_pad dilations group kernel_shape pads strides"},
     {"Cos", cv_unary, ""},
+    {"CumSum", cv_cumsum, "exclusive reverse"},
     {"Div", cv_binary, ""},
     {"Dropout", cv_dropout, "seed"},
     {"Equal", cv_binary, ""},
@@ -1488,6 +1588,7 @@ static const OnnxOpDef ops[] = {
     {"Flatten", cv_flatten, "axis"},
     {"Gather", cv_gather, "axis"},
     {"GatherElements", cv_gather_elements, "axis"},
+    {"GatherND", cv_gather_nd, "batch_dims"},
     {"Gelu", cv_gelu, "approximate"},
     {"Gemm", cv_gemm, "alpha beta transA transB"},
     {"GlobalAveragePool", cv_global_pool, ""},

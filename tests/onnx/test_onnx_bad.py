@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Bad ONNX input: every case must exit 1 with a located message, never
+crash (the suite also runs under ASan+UBSan).  The files are made here
+from a committed model by byte surgery and, where the onnx package is
+present, from small graphs built with onnx.helper (an unsupported op, an
+unsupported opset, an attribute value smelt refuses)."""
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = os.path.join(HERE, "models", "mlp.ts17.onnx")
+
+
+def run(smelt, path, extra=()):
+    return subprocess.run([smelt, "compile", path, "-o", os.devnull] + list(extra), capture_output=True, text=True, errors="replace",
+                          timeout=120)
+
+
+def crashed(r):
+    return r.returncode < 0 or "AddressSanitizer" in r.stderr or "runtime error" in r.stderr
+
+
+def helper_cases(tmp):
+    try:
+        import onnx
+        from onnx import TensorProto, helper
+    except ImportError:
+        print("SKIP: onnx not installed: the onnx.helper cases are skipped (byte-level cases still run)")
+        return []
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+
+    def save(name, nodes, opset=17, domain_opsets=()):
+        g = helper.make_graph(nodes, "g", [x], [y])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
+                              [helper.make_opsetid(d, v) for d, v in domain_opsets])
+        p = os.path.join(tmp, name + ".onnx")
+        onnx.save(m, p)
+        return p
+
+    return [
+        ("unsupported op", save("op", [helper.make_node("Einsum", ["x", "x"], ["y"], name="my_einsum",
+                                                        equation="ij,ij->ij")]),
+         ["node 0 'my_einsum'", "Einsum", "not supported", "opset 17"]),
+        ("old opset", save("opset", [helper.make_node("Relu", ["x"], ["y"])], opset=11), ["opset 11", "13 to 23"]),
+        ("custom domain", save("dom", [helper.make_node("FusedMatMul", ["x", "x"], ["y"], name="fm",
+                                                        domain="com.microsoft")],
+                               domain_opsets=[("com.microsoft", 1)]), ["node 0 'fm'", "com.microsoft"]),
+        ("bad attribute value", save("attr", [helper.make_node("Gelu", ["x"], ["y"], name="g0", approximate="fast")],
+                                     opset=20), ["node 0 'g0'", "approximate 'fast'"]),
+        ("unknown attribute", save("attr2", [helper.make_node("Relu", ["x"], ["y"], name="r0", frobnicate=1)]),
+         ["node 0 'r0'", "attribute 'frobnicate'"]),
+        ("undefined input", save("undef", [helper.make_node("Add", ["x", "nope"], ["y"], name="a0")]),
+         ["node 0 'a0'", "'nope' is not defined"]),
+        ("dynamic reshape", save("dyn", [helper.make_node("Cast", ["x"], ["s"], to=TensorProto.INT64),
+                                         helper.make_node("Reshape", ["x", "s"], ["y"], name="rs")]),
+         ["node 1 'rs'", "constant at import time"]),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--smelt", required=True)
+    a = ap.parse_args()
+    r = run(a.smelt, MODEL)
+    if "built without ONNX support" in r.stderr:
+        print("SKIP: smelt was built without ONNX support")
+        return 0
+    data = open(MODEL, "rb").read()
+    failures, n = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = []
+        for cut in (1, 7, len(data) // 3, len(data) // 2, len(data) - 3):
+            p = os.path.join(tmp, f"trunc{cut}.onnx")
+            open(p, "wb").write(data[:cut])
+            cases.append((f"truncated at {cut}", p, ["error"]))
+        p = os.path.join(tmp, "garbage.onnx")
+        open(p, "wb").write(bytes(random.Random(1).randrange(256) for _ in range(4096)))
+        cases.append(("garbage", p, ["not a valid ONNX file"]))
+        p = os.path.join(tmp, "empty.onnx")
+        open(p, "wb").write(b"")
+        cases.append(("empty", p, ["error"]))
+        rng = random.Random(7)
+        for k in range(40):  # byte flips: any outcome but a crash; errors must say so
+            b = bytearray(data)
+            for _ in range(8):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            p = os.path.join(tmp, f"flip{k}.onnx")
+            open(p, "wb").write(bytes(b))
+            cases.append((f"byte flips {k}", p, None))
+        cases += helper_cases(tmp)
+        cases.append(("unknown --dim", MODEL, ["no dim 'zzz'"]))
+        for name, path, want in cases:
+            n += 1
+            extra = ["--dim", "zzz=3"] if name == "unknown --dim" else []
+            r = run(a.smelt, path, extra)
+            if crashed(r):
+                failures.append(f"{name}: crashed (rc {r.returncode}): {r.stderr[-600:]}")
+            elif want is None:
+                if r.returncode not in (0, 1) or (r.returncode == 1 and "error" not in r.stderr):
+                    failures.append(f"{name}: rc {r.returncode}: {r.stderr[-300:]}")
+            elif r.returncode != 1 or not all(w in r.stderr for w in want):
+                failures.append(f"{name}: rc {r.returncode}, expected 1 and {want}: {r.stderr[-400:]}")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{n - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
