@@ -153,7 +153,7 @@ step "build (the smelt binary, the GPU tests, test_cuda_codegen)"
 JOBS=$(nproc)
 [ "$JOBS" -gt 16 ] && JOBS=16
 BUILD_NOTE="GPU targets built"
-TARGETS=(smelt test_cuda_codegen)
+TARGETS=(smelt test_cuda_codegen run_bundle smelt_runtime_shared)
 for src in tests/gpu/test_*.c; do TARGETS+=("gpu_$(basename "$src" .c)"); done
 echo "   targets: ${TARGETS[*]}"
 if ! cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" > "$BUILD/build.log" 2>&1; then
@@ -209,6 +209,13 @@ if [ "${SMELT_GPU_TESTS:-1}" != 0 ]; then
   done
   # the CPU emulation and NVRTC compiles it adds also run in CI
   if [ "${SMELT_GPU_CODEGEN_TEST:-1}" != 0 ]; then run_test "unit/test_cuda_codegen" "$BUILD/test_cuda_codegen"; fi
+  # CUDA bundles through the runtime library alone: every example compiled
+  # for --target cuda, run by tests/install/consumer/run_bundle.c (linked
+  # against libsmelt_runtime.so only) and by `smelt run`, outputs compared
+  printf '#!/bin/sh\nexec python3 "%s/tests/install/test_runtime_alone.py" --smelt "%s/%s/smelt" --device cuda\n' \
+    "$ROOT_DIR" "$ROOT_DIR" "$BUILD" > "$BUILD/runtime_alone_cuda.sh"
+  chmod +x "$BUILD/runtime_alone_cuda.sh"
+  run_test "install/runtime_alone_cuda" "$BUILD/runtime_alone_cuda.sh"
 else
   echo "   SMELT_GPU_TESTS=0: tests skipped (benchmark only)"
 fi

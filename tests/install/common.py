@@ -29,15 +29,16 @@ def read_tensors(listing, outdir):
     return tensors
 
 
-def compare_with_smelt_run(smelt, bundle, consumer, workdir, env=None):
+def compare_with_smelt_run(smelt, bundle, consumer, workdir, env=None, device="cpu"):
     """Runs the bundle through the consumer (runtime library alone) and
     through `smelt run` on the same inputs; returns the number of outputs,
-    which must be bitwise equal (the same kernels on one thread)."""
+    which must be bitwise equal (the same kernels: on the CPU on one thread,
+    on CUDA the same cubins)."""
     outdir = os.path.join(workdir, "out")
     os.makedirs(outdir, exist_ok=True)
-    listing = run([consumer, bundle, outdir, "--threads", "1"], env=env)
+    listing = run([consumer, bundle, outdir, "--threads", "1", "--device", device], env=env)
     tensors = read_tensors(listing, outdir)
-    cmd = [smelt, "run", bundle, "--device", "cpu", "--threads", "1"]
+    cmd = [smelt, "run", bundle, "--device", device, "--threads", "1"]
     for kind, name, a in tensors:
         f = os.path.join(workdir, f"{kind}_{name.replace('/', '~')}.npy")
         if kind == "input":

@@ -26,6 +26,8 @@ from common import ROOT, check_ldd, compare_with_smelt_run, run  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smelt", required=True)
+    ap.add_argument("--device", default="cpu", help="cuda: the examples compiled for --target cuda, on the GPU "
+                    "(scripts/gpu-check.sh); cpu also checks CPU features and --cpu")
     args = ap.parse_args()
     smelt = os.path.abspath(args.smelt)
     build = os.path.dirname(smelt)
@@ -42,9 +44,12 @@ def main():
             work = os.path.join(tmp, name)
             os.makedirs(work)
             bundle = os.path.join(work, name + ".smelt")
-            run([smelt, "compile", model, "-o", bundle])
-            n = compare_with_smelt_run(smelt, bundle, consumer, work)
-            print(f"ok: {name}: {n} output(s) bitwise equal to smelt run")
+            run([smelt, "compile", model, "-o", bundle, "--target", args.device])
+            n = compare_with_smelt_run(smelt, bundle, consumer, work, device=args.device)
+            print(f"ok: {name} on {args.device}: {n} output(s) bitwise equal to smelt run")
+        if args.device != "cpu":
+            print(f"all runtime-alone checks on {args.device} passed")
+            return
 
         # CPU features: a bundle for x86-64-v3 on a host that says it has only SSE2
         mlp = os.path.join(ROOT, "examples", "mlp.yaml")
