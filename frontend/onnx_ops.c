@@ -21,6 +21,10 @@
  * understands; a node with any other attribute is refused by name, so an
  * attribute that would change the result is never silently ignored.
  */
+#ifndef SMELT_HAVE_ONNX
+typedef int onnx_ops_not_built; /* built without protobuf-c: onnx.c answers ST_UNSUPPORTED */
+#else
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1664,3 +1668,5 @@ void onnx_supported_ops(char *buf, size_t cap) {
   for (size_t i = 0; i < sizeof ops / sizeof ops[0] && k + 40 < cap; i++)
     k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", ops[i].op_type);
 }
+
+#endif
