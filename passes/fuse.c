@@ -61,9 +61,9 @@
  * A node alone is never refused: one op cannot be split further, and its
  * kernel tiles itself; the log says when it is over budget on its own.
  * Budget: ctx->onchip_bytes (--onchip-bytes), else the target's: for the
- * CPU the L2 of cpu0 read from /sys/devices/system/cpu/cpu0/cache (else
+ * CPU the L2 of cpu0 (ir_cpu_l2_bytes: sysfs; else
  * 256 KiB); for CUDA the shared memory one block may use on each arch of
- * ctx->arch (cg_cuda_onchip_budget; sm_90a when none is named).  Kernels
+ * ctx->arch (ir_cuda_onchip_budget; sm_90a when none is named).  Kernels
  * built for several targets or archs come from one graph, so they get the
  * smallest of those budgets.
  *
@@ -78,7 +78,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/cg_cuda.h"
+#include "ir/target.h"
 #include "passes.h"
 
 enum {
@@ -187,31 +187,6 @@ static Role node_role(const Graph *g, const Node *n) {
   case FC_OPAQUE: break;
   }
   return ROLE_OPAQUE;
-}
-
-/* The on-chip budget and where it came from. */
-static int64_t cpu_l2_bytes(void) {
-  for (int i = 0; i < 16; i++) {
-    char path[96], buf[64];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-    FILE *fl = fopen(path, "r");
-    if (!fl) continue;
-    int level = 0;
-    if (fscanf(fl, "%d", &level) != 1) level = 0;
-    fclose(fl);
-    if (level != 2) continue;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    FILE *fs = fopen(path, "r");
-    if (!fs) continue;
-    bool ok = fgets(buf, sizeof buf, fs) != NULL;
-    fclose(fs);
-    if (!ok) continue;
-    char *end;
-    long long n = strtoll(buf, &end, 10);
-    int64_t unit = *end == 'K' ? 1024 : *end == 'M' ? 1024 * 1024 : *end == 'G' ? 1024 * 1024 * 1024 : 1;
-    if (n > 0) return (int64_t)n * unit;
-  }
-  return 0;
 }
 
 /* ---- the explain log ---- */
@@ -1288,7 +1263,7 @@ static int64_t cuda_budget(const char *archs, char *source, size_t cap) {
     size_t n = strcspn(p, ",");
     char arch[32];
     snprintf(arch, sizeof arch, "%.*s", (int)(n < sizeof arch ? n : sizeof arch - 1), p);
-    int64_t b = cg_cuda_onchip_budget(arch);
+    int64_t b = ir_cuda_onchip_budget(arch);
     if (b > 0 && (best <= 0 || b < best)) {
       best = b;
       snprintf(source, cap, "shared memory per block of %s", arch);
@@ -1327,7 +1302,7 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
   }
   bool cpu = !ctx->target || strstr(ctx->target, "cpu");
   if (cpu && (ctx->onchip_bytes <= 0)) {
-    int64_t l2 = cpu_l2_bytes();
+    int64_t l2 = ir_cpu_l2_bytes();
     if (l2 > 0 && (f.budget <= 0 || l2 < f.budget)) {
       f.budget = l2;
       source = "the L2 cache of cpu0";

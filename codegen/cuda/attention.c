@@ -181,8 +181,8 @@ static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 /* Shared memory one block may use for the archs the module is built for:
  * the one named, else every sm_80+ GPU (sm_80's limit). */
 static int64_t smem_limit(const CuFn *f) {
-  CgCudaArchLimits lim;
-  cg_cuda_arch_limits(f->opt && f->opt->arch ? f->opt->arch : "sm_80", &lim);
+  IrCudaArchLimits lim;
+  ir_cuda_arch_limits(f->opt && f->opt->arch ? f->opt->arch : "sm_80", &lim);
   return lim.smem_per_block;
 }
 

@@ -40,21 +40,18 @@
 #include "format/kernel.h"
 #include "ir/target.h"
 
-/* ---- target facts ---- */
+/* ---- target facts ----
+ * They live in the leaf ir/target.h (the passes need them too); these
+ * names stay for the backend's callers. */
 
-typedef struct {
-  int64_t smem_per_block;   /* bytes of shared memory one block may use (opt-in maximum) */
-  int64_t smem_default;     /* without the opt-in attribute: 48 KiB everywhere */
-  int64_t regs_per_sm;      /* 32-bit registers */
-  int64_t regs_per_thread;  /* the most one thread may use */
-} CgCudaArchLimits;
+typedef IrCudaArchLimits CgCudaArchLimits;
 
-/* Limits of "sm_90a", "sm_90", "sm_80", "compute_86", ... (the number is
- * what matters); an unknown arch gets conservative values (48 KiB). */
-void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out);
-/* The fuse pass's on-chip budget for --target cuda: shared memory per block
- * of the arch (227 KiB on sm_90, 163 KiB on sm_80). */
-int64_t cg_cuda_onchip_budget(const char *arch);
+/* ir_cuda_arch_limits: limits of "sm_90a", "sm_80", "compute_86", ...; an
+ * unknown arch gets conservative values (48 KiB). */
+static inline void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out) { ir_cuda_arch_limits(arch, out); }
+/* ir_cuda_onchip_budget: the fuse pass's on-chip budget for --target cuda
+ * (227 KiB on sm_90, 163 KiB on sm_80). */
+static inline int64_t cg_cuda_onchip_budget(const char *arch) { return ir_cuda_onchip_budget(arch); }
 
 /* ---- generation ---- */
 

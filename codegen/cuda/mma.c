@@ -337,8 +337,8 @@ static int64_t stage_bytes(const CuGemm *gm, const CuMmaParams *p) {
  * 99 KiB (sm_86/89/120, the least of any sm_80+ GPU) without an arch. */
 int64_t cu_tc_smem_limit(const CuFn *f) {
   if (!f->opt || !f->opt->arch) return 99 * 1024;
-  CgCudaArchLimits lim;
-  cg_cuda_arch_limits(f->opt->arch, &lim);
+  IrCudaArchLimits lim;
+  ir_cuda_arch_limits(f->opt->arch, &lim);
   return lim.smem_per_block;
 }
 

@@ -24,32 +24,6 @@
 
 #include "codegen/cuda/cu_internal.h"
 
-/* ---- target facts ---- */
-
-void cg_cuda_arch_limits(const char *arch, CgCudaArchLimits *out) {
-  int cc = 0;
-  if (!arch || !ir_cuda_parse_arch(arch, &cc, NULL)) cc = 0;
-  int64_t kib;
-  switch (cc) {
-  case 70: case 72: kib = 96; break;
-  case 75: kib = 64; break;
-  case 80: case 87: kib = 163; break;
-  case 86: case 89: case 120: case 121: kib = 99; break;
-  case 90: case 100: case 101: case 103: case 110: kib = 227; break;
-  default: kib = 48; break;
-  }
-  out->smem_per_block = kib * 1024;
-  out->smem_default = 48 * 1024;
-  out->regs_per_sm = 65536;
-  out->regs_per_thread = 255;
-}
-
-int64_t cg_cuda_onchip_budget(const char *arch) {
-  CgCudaArchLimits l;
-  cg_cuda_arch_limits(arch, &l);
-  return l.smem_per_block;
-}
-
 /* ---- the prelude ---- */
 
 static const char prelude_common[] =

@@ -162,8 +162,8 @@ static bool params_valid(const CuWgmmaParams *p) {
   if (p->BN < 8 || p->BN > 256 || p->BN % 8 != 0) return false;
   if (p->stages < 2 || p->stages > 8) return false;
   if (p->BM / p->consumers / 64 * p->BN / 2 > WG_MAX_ACC) return false;
-  CgCudaArchLimits lim;
-  cg_cuda_arch_limits("sm_90a", &lim);
+  IrCudaArchLimits lim;
+  ir_cuda_arch_limits("sm_90a", &lim);
   return smem_bytes(p) <= lim.smem_per_block;
 }
 
