@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_cache.h"
 
 /* ---- SHA-256 (FIPS 180-4) ---- */
 

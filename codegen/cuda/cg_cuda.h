@@ -24,6 +24,24 @@
  * cached on its own: one changed kernel recompiles one unit.  At run time
  * each unit's cubin is one CUmodule.
  *
+ * Layers, bottom-up: each file includes and
+ * calls only the headers of the layers below it.
+ *   cu_emit.h     text.c scalar.c emit.c: the per-kernel state, C text,
+ *                 emission at coordinates                    (bottom)
+ *   table.h       table.c: the tuning table
+ *   cu_fn.h       fn.c: setting up a kernel's state, choosing its variant
+ *   cu_gemm.h     gemm.c: a contraction as a batch of GEMMs
+ *   cu_tc.h       tc.c: tensor-core helpers and the tiled GEMM skeleton
+ *   cu_families.h mma.c tf32.c gemv.c wgmma.c: the GEMM families, each one
+ *                 CuGemmFamily entry
+ *   cu_attention.h attention.c (shared) < flash.c, flashdec.c < attention_emit.c
+ *   cu_kernels.h  elemwise.c reduction.c pool.c contraction.c (the family
+ *                 table) attention_emit.c: one emitter per kind of anchor
+ *   this header   module.c (the driver, the prelude), variants.c (the
+ *                 tuner's candidates)                        (top)
+ *   cu_cache.h    cache.c < nvrtc.c, apart from generation
+ * Target facts (arch limits) come from the leaf ir/target.h.
+ *
  * Objects returned through out_ parameters are owned by the caller and
  * released with the matching _free/_close function.  Nothing here prints or
  * exits; allocation failure while generating text aborts, as in the IR

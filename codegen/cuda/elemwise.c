@@ -5,7 +5,7 @@
  * dim allows (emit.c: cu_store_loops).  Results of one shape share a loop,
  * so a value two of them need is computed once per element.
  */
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_kernels.h"
 
 void cu_emit_elemwise(CuFn *f, CuLaunch *l) {
   const int *outs = f->k->args + f->nin;

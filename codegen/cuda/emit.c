@@ -1,5 +1,5 @@
 /* Emission at coordinates: the value of any tensor of a group at a
- * coordinate vector, as CUDA C statements (see cu_internal.h for the idea
+ * coordinate vector, as CUDA C statements (see cu_emit.h for the idea
  * and for lanes).
  *
  * Each operator maps the coordinates of its result to the coordinates of
@@ -29,7 +29,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_emit.h"
 
 bool cu_is_output(const CuFn *f, int v) { return f->arg_of[v] >= f->nin; }
 

@@ -52,7 +52,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 
 /* Warps the whole grid should have in flight before split-K stops paying
  * (132 SMs x 16 warps on an H200). */
@@ -670,3 +670,24 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *e
   if (gm->tb) emit_tb(f, &v, l);
   else emit_kn(f, &v, l);
 }
+
+/* ---- the family's entry (cu_families.h) ---- */
+
+static void family_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
+  CuGemvParams p;
+  cu_gemv_default_params(f, gm, &p);
+  cu_gemv_format(&p, out);
+}
+
+static int family_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  return cu_gemv_candidates(f, gm, out, max);
+}
+
+static bool family_emit(CuFn *f, const CuGemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  CuGemvParams p;
+  if (!cu_gemv_parse(tok, &p)) return false;
+  cu_emit_gemv(f, gm, &p, epi, nepi, l);
+  return true;
+}
+
+const CuGemmFamily cu_family_gemv = {"gemv", cu_gemv_eligible, family_default, family_candidates, family_emit};

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_kernels.h"
 
 /* ---- the prelude ---- */
 
@@ -216,67 +216,6 @@ static bool is_row_reduction(Op op) {
   }
 }
 
-/* Sets up the generation state of kernel k (module.c's gen_kernel and the
- * tuner's queries share it); release with cu_fn_fini. */
-smelt_status cu_fn_init(CuFn *f, const Graph *g, const Kernel *k, const CgCudaOptions *opt, const char *force) {
-  memset(f, 0, sizeof *f);
-  if (k->group < 0 || k->group >= g->ngroups)
-    return st_error(ST_INTERNAL, "CUDA kernel %s: group %d does not exist", k->name, k->group);
-  f->g = g;
-  f->k = k;
-  f->grp = &g->groups[k->group];
-  f->opt = opt;
-  f->ov_value = -1;
-  f->nin = k->nargs - k->nouts;
-  f->force = force;
-  f->arg_of = malloc(sizeof(int) * (size_t)(g->nval ? g->nval : 1));
-  f->member = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
-  f->dep = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
-  f->vec_bytes = calloc((size_t)(k->nargs ? k->nargs : 1), sizeof(int));
-  if (!f->arg_of || !f->member || !f->dep || !f->vec_bytes) {
-    cu_fn_fini(f);
-    return st_error(ST_NO_MEMORY, "out of memory generating CUDA kernel %s", k->name);
-  }
-  for (int v = 0; v < g->nval; v++) f->arg_of[v] = -1;
-  int64_t biggest = 0;
-  for (int a = 0; a < k->nargs; a++) {
-    f->arg_of[k->args[a]] = a;
-    int64_t n = ir_type_numel(&g->val[k->args[a]].type);
-    if (n > biggest) biggest = n;
-  }
-  f->anchor = cg_group_anchor(g, f->grp, &f->nanchors);
-  for (int i = 0; i < f->grp->nnodes; i++) {
-    int id = f->grp->nodes[i];
-    const Node *n = &g->node[id];
-    f->member[id] = true;
-    for (int o = 0; o < n->nout; o++) {
-      int64_t c = ir_type_numel(&g->val[n->out[o]].type);
-      if (c > biggest) biggest = c;
-    }
-  }
-  /* members are in topological order: one sweep finds what reads the anchor */
-  for (int i = 0; i < f->grp->nnodes; i++) {
-    int id = f->grp->nodes[i];
-    const Node *n = &g->node[id];
-    bool d = id == f->anchor;
-    for (int j = 0; j < n->nin && !d; j++) {
-      const Value *v = &g->val[n->in[j]];
-      d = v->kind == VK_NODE && f->member[v->node] && f->dep[v->node];
-    }
-    f->dep[id] = d;
-  }
-  f->idx = biggest >= ((int64_t)1 << 31) - 1024 ? "long long" : "int";
-  return NULL;
-}
-
-void cu_fn_fini(CuFn *f) {
-  arena_free_all(&f->arena);
-  free(f->arg_of), free(f->member), free(f->dep), free(f->vec_bytes);
-  f->arg_of = NULL, f->member = f->dep = NULL, f->vec_bytes = NULL, f->memo = NULL; /* memo lives in the arena */
-  st_free(f->err);
-  f->err = NULL;
-}
-
 /* What makes two generated kernels the same machine code: the launch
  * shape, the parameter types and the body without its comments (which
  * name the model's nodes, different in every layer). */
@@ -357,18 +296,6 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
   cu_buf_free(&body);
   cu_fn_fini(&f);
   return st;
-}
-
-const char *cu_forced_variant(const CuFn *f) { return f->force && f->force[0] ? f->force : NULL; }
-
-void cu_log(CuFn *f, const char *fmt, ...) {
-  if (!f->opt->log) return;
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  f->opt->log(f->opt->log_ctx, msg);
 }
 
 /* A C identifier from a kernel name: [A-Za-z0-9_], not starting with a digit. */

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_cache.h"
 
 typedef int nvrtcResult; /* NVRTC_SUCCESS = 0 */
 typedef struct _nvrtcProgram *nvrtcProgram;

@@ -10,7 +10,7 @@
  */
 #include <math.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_kernels.h"
 
 void cu_emit_pool(CuFn *f, CuLaunch *l) {
   const Graph *g = f->g;

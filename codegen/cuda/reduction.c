@@ -29,7 +29,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_kernels.h"
 
 /* Most X values one thread keeps in registers. */
 #define CU_ROW_REGS 64

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_emit.h"
 
 const char *cu_ctype(DType dt) {
   switch (dt) {

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_emit.h"
 #include "codegen/cuda/table.h"
 #include "ir/ir.h"
 

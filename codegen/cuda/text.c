@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_emit.h"
 
 static void oom(void) {
   fprintf(stderr, "smelt: out of memory generating CUDA code\n");

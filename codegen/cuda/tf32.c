@@ -54,7 +54,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 
 static bool is_arg_value(const CuFn *f, int v) {
   const Value *val = &f->g->val[v];
@@ -142,22 +142,6 @@ int cu_tf32_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
     if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
   }
   return got;
-}
-
-int cg_cuda_variants_tf32(const Graph *g, const Kernel *k, const char *arch, char (*out)[CG_VARIANT_LEN], int max) {
-  CgTuneKey key;
-  if (max <= 0 || !cg_cuda_tune_key(g, k, &key)) return 0;
-  if (strcmp(key.op, "matmul") != 0) return cg_cuda_variants(g, k, arch, out, max);
-  CgCudaOptions opt = {.args_aligned = true, .arch = arch, .allow_tf32 = true};
-  CuFn f;
-  smelt_status st = cu_fn_init(&f, g, k, &opt, NULL);
-  if (st) {
-    st_free(st);
-    return 0;
-  }
-  int n = cu_contraction_candidates(&f, out, max);
-  cu_fn_fini(&f);
-  return n;
 }
 
 /* Padded row strides (floats) of the shared tiles: k-contiguous rows get
@@ -430,3 +414,26 @@ void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *params, const i
   cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
   cu_close(f); /* z */
 }
+
+/* ---- the family's entry (cu_families.h) ---- */
+
+static void family_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
+  CuTf32Params p;
+  cu_tf32_default_params(gm, &p);
+  cu_tf32_format(&p, out);
+  (void)f;
+}
+
+static int family_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  (void)f;
+  return cu_tf32_candidates(gm, out, max);
+}
+
+static bool family_emit(CuFn *f, const CuGemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  CuTf32Params p;
+  if (!cu_tf32_parse(tok, &p)) return false;
+  cu_emit_tf32(f, gm, &p, epi, nepi, l);
+  return true;
+}
+
+const CuGemmFamily cu_family_tf32 = {"tf32", cu_tf32_eligible, family_default, family_candidates, family_emit};

@@ -64,7 +64,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 
 /* Persistent grid: the SMs of an H100 SXM / H200 (one block per SM: the
  * stages fill shared memory); an H100 PCIe (114) gets a second, short
@@ -996,3 +996,29 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
   cu_close(f);
   cu_line(f, "#endif");
 }
+
+/* ---- the family's entry (cu_families.h) ---- */
+
+/* wgmma needs sm_90a (cu_hopper), on top of the shapes it takes. */
+static bool family_eligible(const CuFn *f, const CuGemm *gm) { return cu_hopper(f) && cu_wgmma_eligible(f, gm); }
+
+static void family_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
+  CuWgmmaParams p;
+  cu_wgmma_default_params(gm, &p);
+  cu_wgmma_format(&p, out);
+  (void)f;
+}
+
+static int family_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  (void)f;
+  return cu_wgmma_candidates(gm, out, max);
+}
+
+static bool family_emit(CuFn *f, const CuGemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  CuWgmmaParams p;
+  if (!cu_wgmma_parse(tok, &p)) return false;
+  cu_emit_wgmma(f, gm, &p, epi, nepi, l);
+  return true;
+}
+
+const CuGemmFamily cu_family_wgmma = {"wgmma", family_eligible, family_default, family_candidates, family_emit};

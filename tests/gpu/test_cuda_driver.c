@@ -14,6 +14,7 @@
 
 #include "codegen/cuda/cg_cuda.h"
 #include "frontend/frontend.h"
+#include "include/smelt_compile.h"
 #include "runtime/cuda_driver.h"
 #include "tests/unit/check.h"
 
@@ -134,8 +135,14 @@ int main(void) {
     if (m) run_probe(d, m, "cubin");
     rt_cuda_module_unload(m);
 
-    /* only an sm_80 cubin: usable on 8.x; elsewhere the source is compiled */
+    /* only an sm_80 cubin: usable on 8.x; elsewhere the source is compiled
+     * by the device's compiler hook, and without one the PTX is JIT-ed */
     bool sm80_runs = in->cc >= 80 && in->cc < 90;
+    CHECK_OK(rt_cuda_module_load(d, both, 1, probe_src, "sm_80 only, no compiler", &m, &kind));
+    CHECK(kind == (sm80_runs ? RT_CUDA_LOADED_CUBIN : RT_CUDA_LOADED_PTX));
+    if (m) run_probe(d, m, "sm_80 cubin or PTX");
+    rt_cuda_module_unload(m);
+    rt_cuda_device_set_compiler(d, smelt_nvrtc_compile, NULL);
     CHECK_OK(rt_cuda_module_load(d, both, 1, probe_src, "sm_80 only", &m, &kind));
     CHECK(kind == (sm80_runs ? RT_CUDA_LOADED_CUBIN : RT_CUDA_LOADED_NVRTC));
     if (m) run_probe(d, m, "sm_80 cubin or NVRTC");

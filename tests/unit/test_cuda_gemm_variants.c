@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/cg_cuda.h"
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "codegen/cuda/cg_cuda.h"
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 #include "codegen/cuda/table.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"

@@ -46,7 +46,7 @@
 #include "tests/unit/check.h"
 
 /* The private declarations under test (parse/format/eligibility). */
-#include "codegen/cuda/cu_internal.h"
+#include "codegen/cuda/cu_families.h"
 
 /* ---- models ---- */
 

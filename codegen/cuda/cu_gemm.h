@@ -1,0 +1,36 @@
+/* One contraction (matmul or conv2d) as a batch of GEMMs (gemm.c): what
+ * every GEMM kernel family, the simple kernel and the tensor-core helpers
+ * read.  Above cu_emit.h. */
+#ifndef SMELT_CU_GEMM_H
+#define SMELT_CU_GEMM_H
+
+#include "codegen/cuda/cu_emit.h"
+
+/* One contraction as a batch of GEMMs C[M,N] = A[M,K] B[K,N] over z (the
+ * broadcast batch for matmul, the group for conv2d).  load_a / load_b emit
+ * an operand element through cu_emit (so fused producers are computed in
+ * the load); result gives the anchor's coordinates and value for C[m,n]. */
+typedef struct CuGemm CuGemm;
+struct CuGemm {
+  int64_t M, N, K, Z;
+  bool a_m_fast, b_n_fast; /* which tile index runs fastest when loading (coalescing) */
+  void (*load_a)(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *k, CuVal *out);
+  void (*load_b)(CuFn *f, const CuGemm *gm, const char *z, const char *k, const char *n, CuVal *out);
+  void (*result)(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc,
+                 CuCoords *out_co, CuVal *out_val);
+  const Node *an;
+  const TensorType *at, *bt, *yt;
+  /* matmul */
+  bool ta, tb, a1, b1;
+  int nbatch;              /* batch dims of the result */
+  /* conv2d */
+  int64_t C, H, W, O, Cg, KH, KW, OH, OW, Og, sh, sw, pt, pl, dh, dw;
+};
+
+/* Sets up the CuGemm of the kernel's matmul / conv2d anchor. */
+void cu_gemm_setup(const CuFn *f, CuGemm *out);
+/* The C expression of the element offset of batch z's matrix in operand t
+ * (rank-2 batch dims broadcast against the result's), as a long long. */
+const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t);
+
+#endif
