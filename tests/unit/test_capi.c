@@ -348,6 +348,11 @@ static void test_compile_errors(void) {
   o = (smelt_compile_options){.dtype = "f13"};
   expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_INVALID_INPUT, "f13");
   expect_error(smelt_compile("examples/no_such_model.yaml", NULL, "/tmp/never.smelt"), SMELT_IO, "no_such_model");
+  /* an unknown CPU is refused with the known names (LLVM itself aborts on one) */
+  o = (smelt_compile_options){.cpu = "znver9"};
+  expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_INVALID_INPUT, "x86-64-v3");
+  o = (smelt_compile_options){.cpu = "x86-64-v3,x86-64-v3"};
+  expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_INVALID_INPUT, "twice");
   CHECK(access("/tmp/never.smelt", F_OK) != 0);
 }
 
