@@ -7,15 +7,21 @@
  *   run_bundle BUNDLE OUTDIR [--device cpu|cuda] [--threads N]
  *   -> "input x f32 4x64" / "output y f32 4x10" lines, OUTDIR/in_x.bin,
  *      OUTDIR/out_y.bin
+ *   run_bundle BUNDLE --time-open
+ *   -> "open_ms 12.3": how long smelt_bundle_open took (the median of 5)
  *
  * tests/install/test_runtime_alone.py compares those outputs with the
  * compiler-side `smelt run` on the same inputs, and test_install.py builds
  * this file against an installed prefix with pkg-config and with CMake.
  */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <smelt.h>
 
@@ -80,7 +86,35 @@ static int fail(smelt_status st, const char *what) {
   return 1;
 }
 
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Opens the bundle five times and prints the median time. */
+static int time_open(const char *path) {
+  double ms[5];
+  for (int i = 0; i < 5; i++) {
+    smelt_bundle *b = NULL;
+    double t0 = now_ms();
+    smelt_status st = smelt_bundle_open(path, &b);
+    ms[i] = now_ms() - t0;
+    if (st) return fail(st, path);
+    smelt_bundle_close(b);
+  }
+  for (int i = 1; i < 5; i++)
+    for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+      double t = ms[j];
+      ms[j] = ms[j - 1];
+      ms[j - 1] = t;
+    }
+  printf("open_ms %.2f\n", ms[2]);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[2], "--time-open") == 0) return time_open(argv[1]);
   if (argc < 3) {
     fprintf(stderr, "usage: run_bundle BUNDLE OUTDIR [--device cpu|cuda] [--threads N]\n");
     return 2;
