@@ -16,6 +16,7 @@
  * the target's on-chip memory.
  *
  */
+#define _DEFAULT_SOURCE /* MAP_POPULATE, realpath */
 #include "ir/bytes.h"
 #include <ctype.h>
 #include <errno.h>
@@ -33,10 +34,19 @@
 #include "ir/serialize.h"
 #include "passes/passes.h"
 #include "runtime/cuda_driver.h"
+#include "compiler/cache.h"
 #include "compiler/cpu_target.h"
 #include "compiler/driver.h"
+#include "format/constants.h"
 #include "format/cuda_launch.h"
 #include "format/kernel_table.h"
+#include "format/weights.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the kernel table is written in host order, which must be little-endian"
@@ -341,6 +351,7 @@ static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const S
   put_kv(m, "dims", o->dims);
   put_kv(m, "dtype", o->dtype);
   put_kv(m, "passes", o->passes ? o->passes : pass_default_pipeline());
+  put_kv(m, "external_weights", o->external_weights ? "1" : "0");
   snprintf(num, sizeof num, "%lld", (long long)o->onchip_bytes);
   put_kv(m, "onchip_bytes", num);
   snprintf(num, sizeof num, "%d", o->threads);
@@ -395,6 +406,213 @@ static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const S
   return oom || m->oom ? st_error(ST_NO_MEMORY, "out of memory writing the manifest") : NULL;
 }
 
+/* ---- constants: the shared blob and external weights ---- */
+
+/* A weights file that external constants come from, mapped while the
+ * bundle is built: to hash it and to confirm each constant's provenance. */
+typedef struct {
+  char *opened;  /* the path the frontend opened (IrCopy.file) */
+  char *name;    /* as the model names it */
+  char *abs;     /* realpath */
+  unsigned char *map;
+  size_t size;
+  uint32_t crc;
+} WFile;
+
+/* What every specialisation's constants go into. */
+typedef struct {
+  FmtConstPool *pool;
+  bool external;     /* --external-weights */
+  WFile *files;
+  int nfiles;
+  FmtWeights w;      /* the table being built (files filled at the end) */
+  int cap_t, cap_c;
+  const IrSource **tsrc; /* per external tensor: the provenance it was made from (dedup) */
+  uint64_t embedded_bytes, external_bytes; /* what the constants of all specialisations add up to */
+} ConstCtx;
+
+static void const_ctx_free(ConstCtx *c) {
+  fmt_const_pool_destroy(c->pool);
+  for (int i = 0; i < c->nfiles; i++) {
+    if (c->files[i].map && c->files[i].size) munmap(c->files[i].map, c->files[i].size);
+    free(c->files[i].opened);
+    free(c->files[i].name);
+    free(c->files[i].abs);
+  }
+  free(c->files);
+  for (int i = 0; i < c->w.nfiles; i++) c->w.files[i].name = c->w.files[i].path = NULL; /* c->files' strings */
+  free(c->w.files);
+  free(c->w.tensors);
+  free(c->w.copies);
+  free(c->tsrc);
+  memset(c, 0, sizeof *c);
+}
+
+/* The weights file the frontend opened at `opened`, mapped and hashed on
+ * first use; -1 (with *out_st) when it cannot be read. */
+static int weights_file(ConstCtx *c, const char *opened, const char *name, smelt_status *out_st) {
+  *out_st = NULL;
+  for (int i = 0; i < c->nfiles; i++)
+    if (strcmp(c->files[i].opened, opened) == 0) return i;
+  WFile *f = realloc(c->files, sizeof *f * (size_t)(c->nfiles + 1));
+  if (!f) {
+    *out_st = st_error(ST_NO_MEMORY, "out of memory");
+    return -1;
+  }
+  c->files = f;
+  f = &c->files[c->nfiles];
+  memset(f, 0, sizeof *f);
+  char abs[PATH_MAX];
+  int fd = open(opened, O_RDONLY);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) < 0 || !realpath(opened, abs)) {
+    *out_st = st_error(ST_IO, "%s: error: cannot read the weights file again: %s", opened, strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  f->size = (size_t)sb.st_size;
+  if (f->size) {
+    void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (p == MAP_FAILED) {
+      *out_st = st_error(ST_IO, "%s: error: cannot map: %s", opened, strerror(errno));
+      close(fd);
+      return -1;
+    }
+    f->map = p;
+  }
+  close(fd);
+  f->opened = strdup(opened);
+  f->name = strdup(name ? name : opened);
+  f->abs = strdup(abs);
+  f->crc = fmt_crc32c(0, f->map, f->size);
+  c->nfiles++;
+  if (!f->opened || !f->name || !f->abs) *out_st = st_error(ST_NO_MEMORY, "out of memory");
+  return *out_st ? -1 : c->nfiles - 1;
+}
+
+/* Whether v's bytes really are what its provenance says: every copy inside
+ * its file and the constant, the copies adding up to the constant's size,
+ * and each copied byte equal.  A pass that rewrote the constant in place
+ * (layout's transpose) without dropping the provenance fails here, and the
+ * constant is stored in the bundle instead. */
+static bool source_confirmed(ConstCtx *c, const Value *v, int *fidx, smelt_status *out_st) {
+  *out_st = NULL;
+  const IrSource *src = v->source;
+  uint64_t nbytes = ir_type_bytes(&v->type), total = 0;
+  const unsigned char *data = v->data;
+  for (int k = 0; k < src->ncopies; k++) {
+    const IrCopy *cp = &src->copies[k];
+    int fi = weights_file(c, cp->file, cp->name, out_st);
+    if (fi < 0) return false;
+    fidx[k] = fi;
+    const WFile *f = &c->files[fi];
+    if (!cp->rows || !cp->cols || !cp->elem) continue;
+    uint64_t bytes = cp->rows * cp->cols * cp->elem;
+    uint64_t src_end = cp->src + (cp->rows - 1) * cp->src_row + (cp->cols - 1) * cp->src_col + cp->elem;
+    uint64_t dst_end = cp->dst + (cp->rows - 1) * cp->dst_row + (cp->cols - 1) * cp->dst_col + cp->elem;
+    if (src_end > f->size || dst_end > nbytes) return false;
+    total += bytes;
+    for (uint64_t r = 0; r < cp->rows; r++) {
+      const unsigned char *fs = f->map + cp->src + r * cp->src_row;
+      const unsigned char *ds = data + cp->dst + r * cp->dst_row;
+      if (cp->cols == 1 || (cp->src_col == cp->elem && cp->dst_col == cp->elem)) {
+        if (memcmp(fs, ds, (size_t)(cp->cols * cp->elem)) != 0) return false;
+        continue;
+      }
+      for (uint64_t q = 0; q < cp->cols; q++)
+        if (memcmp(fs + q * cp->src_col, ds + q * cp->dst_col, (size_t)cp->elem) != 0) return false;
+    }
+  }
+  return total == nbytes;
+}
+
+static bool same_source(const IrSource *a, const IrSource *b) {
+  if (a->ncopies != b->ncopies) return false;
+  for (int k = 0; k < a->ncopies; k++) {
+    const IrCopy *x = &a->copies[k], *y = &b->copies[k];
+    if (strcmp(x->file, y->file) || x->src != y->src || x->dst != y->dst || x->rows != y->rows || x->cols != y->cols ||
+        x->elem != y->elem || x->src_row != y->src_row || x->src_col != y->src_col || x->dst_row != y->dst_row ||
+        x->dst_col != y->dst_col)
+      return false;
+  }
+  return true;
+}
+
+/* Adds v as an external tensor (or finds it among those added). */
+static smelt_status add_external(ConstCtx *c, const Value *v, const int *fidx, uint64_t *out_index) {
+  for (int i = 0; i < c->w.ntensors; i++)
+    if (c->w.tensors[i].nbytes == ir_type_bytes(&v->type) && same_source(c->tsrc[i], v->source)) {
+      *out_index = (uint64_t)i;
+      return NULL;
+    }
+  if (c->w.ntensors == c->cap_t) {
+    int cap = c->cap_t ? 2 * c->cap_t : 64;
+    FmtWeightsTensor *t = realloc(c->w.tensors, sizeof *t * (size_t)cap);
+    if (t) c->w.tensors = t;
+    const IrSource **ts = realloc(c->tsrc, sizeof *ts * (size_t)cap);
+    if (ts) c->tsrc = ts;
+    if (!t || !ts) return st_error(ST_NO_MEMORY, "out of memory");
+    c->cap_t = cap;
+  }
+  int nc = v->source->ncopies;
+  if (c->w.ncopies + nc > c->cap_c) {
+    int cap = c->cap_c ? 2 * c->cap_c : 64;
+    while (cap < c->w.ncopies + nc) cap *= 2;
+    FmtWeightsCopy *cp = realloc(c->w.copies, sizeof *cp * (size_t)cap);
+    if (!cp) return st_error(ST_NO_MEMORY, "out of memory");
+    c->w.copies = cp;
+    c->cap_c = cap;
+  }
+  for (int k = 0; k < nc; k++) {
+    const IrCopy *x = &v->source->copies[k];
+    c->w.copies[c->w.ncopies + k] = (FmtWeightsCopy){(uint32_t)fidx[k], x->src, x->dst, x->rows, x->cols, x->elem,
+                                                     x->src_row, x->src_col, x->dst_row, x->dst_col};
+  }
+  c->w.tensors[c->w.ntensors] = (FmtWeightsTensor){ir_type_bytes(&v->type), (uint32_t)c->w.ncopies, (uint32_t)nc};
+  c->tsrc[c->w.ntensors] = v->source;
+  c->w.ncopies += nc;
+  *out_index = (uint64_t)c->w.ntensors++;
+  return NULL;
+}
+
+/* The graph serialiser's sink (ir/serialize.h): external when asked for
+ * and the provenance holds, else into the shared blob. */
+static smelt_status put_constant(void *ctx, const Graph *g, int v, IrConstRef *out_ref) {
+  ConstCtx *c = ctx;
+  const Value *val = &g->val[v];
+  size_t n = ir_type_bytes(&val->type);
+  if (c->external && val->source && val->source->ncopies > 0 && val->source->ncopies <= 64) {
+    int fidx[64];
+    smelt_status st;
+    bool ok = source_confirmed(c, val, fidx, &st);
+    if (st) return st;
+    if (ok) {
+      out_ref->where = IR_CONST_EXTERN;
+      c->external_bytes += n;
+      return add_external(c, val, fidx, &out_ref->index);
+    }
+  }
+  out_ref->where = IR_CONST_BLOB;
+  c->embedded_bytes += n;
+  return fmt_const_pool_add(c->pool, val->data, n, &out_ref->index);
+}
+
+/* The weights section, when any constant is external. */
+static smelt_status add_weights_section(ConstCtx *c, FmtWriter *w) {
+  if (c->w.ntensors == 0) return NULL;
+  c->w.files = calloc((size_t)c->nfiles, sizeof *c->w.files);
+  if (!c->w.files) return st_error(ST_NO_MEMORY, "out of memory");
+  c->w.nfiles = c->nfiles;
+  for (int i = 0; i < c->nfiles; i++)
+    c->w.files[i] = (FmtWeightsFile){c->files[i].name, c->files[i].abs, c->files[i].size, c->files[i].crc};
+  void *buf;
+  size_t len;
+  RETURN_IF_ERROR(fmt_weights_encode(&c->w, &buf, &len));
+  smelt_status st = fmt_writer_take(w, FMT_SEC_WEIGHTS, NULL, &buf, len);
+  free(buf);
+  return st;
+}
+
 /* One specialisation's compiled form, before it is written. */
 typedef struct {
   Kernel *k;
@@ -420,7 +638,7 @@ static void spec_build_free(SpecBuild *s) {
 /* Lowers g and generates code for the targets: the back half of the
  * compiler for one specialisation. */
 static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuTargets *cpu, bool cuda,
-                               const char *archs, const CgTuneTable *table, SpecBuild *s) {
+                               const char *archs, const CgTuneTable *table, ConstCtx *cc, SpecBuild *s) {
   if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
   RETURN_IF_ERROR(cg_lower(g, &s->k, &s->nk));
   name_groups(g, s->k, s->nk);
@@ -439,7 +657,17 @@ static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuT
    * CUDA code; sessions need none. */
   if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, table, o, &s->cu));
   if (!(s->ir_text = ir_print_str(g))) return st_error(ST_NO_MEMORY, "out of memory printing the IR");
-  RETURN_IF_ERROR(ir_graph_serialize(g, &s->graph_bytes, &s->graph_len));
+  /* the kernels' arguments are kept whatever the graph says (they are live
+   * nodes' operands, but the bundle must not depend on that) */
+  bool *keep = calloc((size_t)(g->nval ? g->nval : 1), sizeof *keep);
+  if (!keep) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int i = 0; i < s->nk; i++)
+    for (int a = 0; a < s->k[i].nargs; a++)
+      if (s->k[i].args[a] >= 0 && s->k[i].args[a] < g->nval) keep[s->k[i].args[a]] = true;
+  IrConstSink sink = {.put = put_constant, .ctx = cc, .keep = keep};
+  smelt_status st = ir_graph_serialize(g, &sink, &s->graph_bytes, &s->graph_len);
+  free(keep);
+  RETURN_IF_ERROR(st);
   return fmt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
 }
 
@@ -557,8 +785,10 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
   if (nspecs > 1) st = build_index(specs, nspecs, &index);
   CgTuneTable *table = NULL;
   if (!st && cuda && o->tune_table) st = cg_tune_table_load(o->tune_table, &table);
+  ConstCtx cc = {.external = o->external_weights};
+  if (!st) st = fmt_const_pool_create(&cc.pool);
   for (int i = 0; i < nspecs && !st; i++) {
-    st = build_spec(specs[i].g, o, cpu, cuda, archs, table, &sb[i]);
+    st = build_spec(specs[i].g, o, cpu, cuda, archs, table, &cc, &sb[i]);
     if (st && nspecs > 1) st = st_prefix(st, "specialisation %s", specs[i].label ? specs[i].label : "?");
     cus[i] = sb[i].cu;
     nk[i] = sb[i].nk;
@@ -573,12 +803,16 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
     if (nspecs > 1) snprintf(prefix, sizeof prefix, "s%d/", i);
     st = add_spec_sections(w, &sb[i], prefix, cpu);
   }
+  /* one constants section for every specialisation, after their sections */
+  if (!st) st = fmt_const_pool_add_section(cc.pool, w, NULL);
+  if (!st) st = add_weights_section(&cc, w);
   if (!st) {
     *out_writer = w;
     w = NULL;
   }
   fmt_writer_destroy(w);
   for (int i = 0; i < nspecs; i++) spec_build_free(&sb[i]);
+  const_ctx_free(&cc);
   cg_tune_table_free(table);
   sc_cpu_targets_free(cpu);
   free(manifest.p);
@@ -661,7 +895,8 @@ static const char *default_archs(const smelt_compile_options *o, char *buf, size
 static ScCompileOptions driver_options(const char *model_path, const smelt_compile_options *o, const char *archs) {
   return (ScCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
                             .model = model_path, .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
-                            .onchip_bytes = o->onchip_bytes, .allow_tf32 = o->allow_tf32 != 0};
+                            .onchip_bytes = o->onchip_bytes, .allow_tf32 = o->allow_tf32 != 0,
+                            .external_weights = o->external_weights != 0};
 }
 
 /* The whole compiler: one pipeline run per combination of the dims'
@@ -684,6 +919,18 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
   RETURN_IF_ERROR(sc_dim_space_parse(o->dims, &space));
   char buf[32];
   const char *archs = default_archs(o, buf, sizeof buf);
+  /* the compile cache (compiler/cache.h), for a bundle written to a file */
+  char key[65] = "";
+  if (out_path && !o->no_cache) {
+    ScCompileOptions ko = driver_options(model_path, o, archs);
+    smelt_status kst = sc_cache_key(model_path, &ko, key);
+    if (kst) key[0] = 0;
+    st_free(kst);
+    if (key[0] && sc_cache_fetch(key, out_path)) {
+      sc_dim_space_free(&space);
+      return NULL;
+    }
+  }
   ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
   char labels[FMT_MAX_SPECIALISATIONS][256];
   int n = 0;
@@ -699,6 +946,7 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
   if (!st) {
     ScCompileOptions ro = driver_options(model_path, o, archs);
     st = out_path ? sc_compile_specs(specs, n, &ro, out_path) : sc_compile_specs_to_memory(specs, n, &ro, out_buf, out_len);
+    if (!st && out_path && key[0]) sc_cache_store(key, out_path);
   }
   for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
   sc_dim_space_free(&space);

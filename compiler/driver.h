@@ -4,7 +4,12 @@
  *   manifest    "key=value" lines: smelt version, compile options, LLVM
  *               version, target triple and CPU, default thread count
  *   ir-text     the final IR, as ir_print writes it
- *   graph       ir_graph_serialize: groups, memory plan, every constant
+ *   graph       ir_graph_serialize: groups, memory plan, constants by
+ *               reference (offset, size) into the constants section
+ *   constants   every used constant of every specialisation, once per
+ *               distinct content, 64-byte aligned (format/constants.h)
+ *   weights     with external_weights: the safetensors files and the
+ *               recipes of the constants taken from them (format/weights.h)
  *   kernels     the kernel table (encoding in driver.c), validated on load
  *               against the graph
  *   cpu-object  one ELF object with every kernel; named "TRIPLE/CPU"
@@ -50,6 +55,11 @@ typedef struct {
   /* f32 matmuls may use the TF32 tensor cores (CgCudaOptions.allow_tf32);
    * recorded in the manifest. */
   bool allow_tf32;
+  /* Constants whose bytes are tensors of the model's safetensors files (or
+   * merge-matmuls' strided copies of them: Value.source) are not stored;
+   * the bundle's weights section names the files by path and content hash
+   * (format/weights.h) and the runtime maps them at load. */
+  bool external_weights;
   /* Notes while compiling (tuning-table misses); NULL = none. */
   void (*log)(void *ctx, const char *msg);
   void *log_ctx;

@@ -51,7 +51,7 @@
   X(MANIFEST, 1, "manifest")             /* text, key=value lines: versions, options */ \
   X(IR_TEXT, 2, "ir-text")               /* the final IR as ir_print writes it */      \
   X(GRAPH, 3, "graph")                   /* ir_graph_serialize: plan, groups, consts */ \
-  X(CONSTANTS, 4, "constants")           /* reserved */                                \
+  X(CONSTANTS, 4, "constants")           /* every constant's bytes, 64-byte aligned     */ \
   X(KERNELS, 5, "kernels")               /* the kernel table */                        \
   X(CPU_OBJECT, 6, "cpu-object")         /* machine code; name = target triple/cpu */  \
   X(CUDA_SOURCE, 7, "cuda-source")       /* one CUDA C unit; name = "u0", "u1", ... */ \
@@ -59,7 +59,8 @@
   X(PTX, 9, "ptx")                       /* name = "ARCH/UNIT", NUL-terminated text */ \
   X(TUNING, 10, "tuning")                                                              \
   X(SPECIALISATION, 11, "specialisation")                                              \
-  X(CUDA_LAUNCH, 12, "cuda-launch")      /* fmt_cuda_launch_encode's launch table */
+  X(CUDA_LAUNCH, 12, "cuda-launch")      /* fmt_cuda_launch_encode's launch table */   \
+  X(WEIGHTS, 13, "weights")              /* format/weights.h: external weights files */
 
 typedef enum {
 #define X(id, num, name) FMT_SEC_##id = num,
@@ -76,6 +77,10 @@ const char *fmt_section_kind_name(uint32_t kind);
 uint32_t fmt_crc32c(uint32_t crc, const void *data, size_t n);
 /* The same without the hardware path, so tests can compare the two. */
 uint32_t fmt_crc32c_portable(uint32_t crc, const void *data, size_t n);
+/* The CRC of A followed by B from crc1 = fmt_crc32c(0, A, |A|) and
+ * crc2 = fmt_crc32c(0, B, len2), without reading either (zlib's
+ * crc32_combine; O(log len2)). */
+uint32_t fmt_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /* ---- writing ---- */
 
@@ -93,6 +98,18 @@ smelt_status fmt_writer_add(FmtWriter *w, FmtSectionKind kind, const char *name,
  * was not. */
 smelt_status fmt_writer_take(FmtWriter *w, FmtSectionKind kind, const char *name, void **data,
                                    size_t len) SMELT_MUST_USE;
+/* A part of a section's payload that stays the caller's: len bytes at data,
+ * or len zero bytes when data is NULL. */
+typedef struct {
+  const void *data;
+  size_t len;
+} FmtPiece;
+/* Appends a section made of the pieces in order, without copying their
+ * bytes (the array itself is copied): they must stay valid and unchanged
+ * until the writer is destroyed.  For the constants section, whose bytes
+ * are the graphs' (hundreds of MB). */
+smelt_status fmt_writer_add_pieces(FmtWriter *w, FmtSectionKind kind, const char *name, const FmtPiece *pieces,
+                                   int npieces) SMELT_MUST_USE;
 /* Writes the bundle to path atomically: a temporary file in the same
  * directory, fsync, rename over path, fsync of the directory.  On failure
  * path is untouched and no temporary file is left.  The file gets mode 0644. */
@@ -113,9 +130,22 @@ typedef struct {
   size_t size;
 } FmtSection;
 
-/* Reads the whole file at path into a 64-byte-aligned buffer and validates
- * it.  Messages start with "PATH: error: ". */
+/* Maps the file at path read-only (page-aligned, so payloads are 64-byte
+ * aligned) and validates it, every checksum included.  The file must not
+ * be modified in place while it is open (fmt_writer_write replaces files
+ * by rename, which is safe).  Messages start with "PATH: error: ". */
 smelt_status fmt_file_open(const char *path, FmtFile **out_bundle) SMELT_MUST_USE;
+/* The same, except that the checksums of the sections of kind defer_kind
+ * (0: none) are not verified now but by fmt_file_check_deferred; their
+ * stored checksums still enter the file checksum, so the header and table
+ * are verified.  For the constants section: checksumming a 700 MB model's
+ * weights costs ~50 ms, more than everything else in opening it, and
+ * nothing reads them before a session starts. */
+smelt_status fmt_file_open_deferred(const char *path, FmtSectionKind defer_kind, FmtFile **out_bundle) SMELT_MUST_USE;
+/* Verifies the deferred sections' checksums, once (later calls return the
+ * first answer); safe to call from several threads.  NULL when there are
+ * none, or they are intact. */
+smelt_status fmt_file_check_deferred(FmtFile *b) SMELT_MUST_USE;
 /* The same for len bytes in memory (copied; data may be freed after).
  * name is used in messages in place of a path (NULL: "<memory>"). */
 smelt_status fmt_file_open_memory(const void *data, size_t len, const char *name,

@@ -22,6 +22,12 @@ typedef struct {
  * filled in, and shapes inferred. */
 smelt_status fe_load_yaml(const char *path, const FeOptions *opts, Graph **out_graph) SMELT_MUST_USE;
 
+/* The weights file the YAML model at path names (its top-level `weights`,
+ * resolved against the model's directory as the loader does), malloc'd, or
+ * NULL when it names none; reads only the model text.  For the compile
+ * cache, which must hash the weights before compiling. */
+smelt_status fe_yaml_weights_file(const char *path, char **out_path) SMELT_MUST_USE;
+
 /* ---- safetensors ---- */
 typedef struct SafeTensors SafeTensors;
 typedef struct {
@@ -31,6 +37,7 @@ typedef struct {
   int rank;
   int64_t dim[IR_MAX_RANK];
   const void *data;
+  uint64_t offset;      /* of data in the file */
   size_t nbytes;
 } SafeTensor;
 

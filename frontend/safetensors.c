@@ -5,7 +5,9 @@
  *    ..., "__metadata__": {"key": "value", ...}}
  * and then the data buffer; offsets are relative to the start of that buffer.
  *
- * The file is untrusted input, so the reader loads it whole and checks every
+ * The file is mapped read-only, not read (a model's weights are hundreds of
+ * MB, and the YAML frontend copies each tensor once into its graph from
+ * the mapping).  It is untrusted input, so the reader checks every
  * fact the header states before anyone can use it: the header fits in the
  * file, is a JSON object without duplicate names, each entry has exactly the
  * three known keys, a known dtype, a shape of non-negative sizes whose byte
@@ -21,8 +23,14 @@
  * Tensors are kept sorted by name, so lookups are a binary search and
  * fe_safetensors_at() enumerates in a stable order.
  */
+#define _DEFAULT_SOURCE /* MAP_POPULATE, realpath */
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,11 +39,11 @@
 /* The reference implementation refuses headers above 100 MB; so do we, so
  * that a corrupt length cannot make us parse gigabytes of data as JSON. */
 #define ST_MAX_HEADER (100u * 1000 * 1000)
-/* Weights files are loaded whole; this bounds what a corrupt path can ask. */
+/* The largest weights file accepted. */
 #define ST_MAX_FILE ((size_t)1 << 40)
 
 struct SafeTensors {
-  unsigned char *buf; /* the whole file */
+  unsigned char *buf; /* the whole file, mapped read-only (NULL when empty) */
   size_t size;
   Arena arena; /* names and dtype strings */
   SafeTensor *t;
@@ -124,6 +132,7 @@ static smelt_status parse_entry(SafeTensors *s, const char *name, json_t *e, con
   t->st_dtype = st_dtypes[di].name;
   t->dt = st_dtypes[di].dt;
   t->data = data + begin;
+  t->offset = (uint64_t)(data + begin - s->buf);
   t->nbytes = (size_t)bytes;
   *begin_out = begin;
   if (!t->name) return st_error(ST_NO_MEMORY, "out of memory");
@@ -217,11 +226,39 @@ done:
   return st;
 }
 
+/* Maps the file at path into s->buf, s->size. */
+static smelt_status map_whole(const char *path, SafeTensors *s) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return st_error(ST_IO, "cannot open: %s", strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return st_error(ST_IO, "cannot read: not a regular file");
+  }
+  if ((unsigned long long)sb.st_size > ST_MAX_FILE) {
+    close(fd);
+    return st_error(ST_IO, "file is too large (%lld bytes, at most %zu)", (long long)sb.st_size, ST_MAX_FILE);
+  }
+  s->size = (size_t)sb.st_size;
+  if (s->size) {
+    void *p = mmap(NULL, s->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      close(fd);
+      s->size = 0;
+      return st_error(ST_IO, "cannot map: %s", strerror(err));
+    }
+    s->buf = p;
+  }
+  close(fd);
+  return NULL;
+}
+
 smelt_status fe_safetensors_open_bare(const char *path, SafeTensors **out) {
   *out = NULL;
   SafeTensors *s = calloc(1, sizeof *s);
   if (!s) return st_error(ST_NO_MEMORY, "out of memory");
-  smelt_status st = fe_read_file(path, ST_MAX_FILE, &s->buf, &s->size);
+  smelt_status st = map_whole(path, s);
   if (!st) st = parse_header(s);
   if (st) {
     fe_safetensors_close(s);
@@ -248,7 +285,7 @@ smelt_status fe_safetensors_open(const char *path, SafeTensors **out) {
 
 void fe_safetensors_close(SafeTensors *s) {
   if (!s) return;
-  free(s->buf);
+  if (s->buf) munmap(s->buf, s->size);
   free(s->t);
   arena_free_all(&s->arena);
   free(s);

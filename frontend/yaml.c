@@ -102,6 +102,7 @@ typedef struct {
   int ndims;
   SafeTensors *weights;
   const char *weights_name; /* as written in the YAML */
+  const char *weights_path; /* as opened (in the graph's arena): provenance of the params read from it */
   yaml_node_t *blocks;      /* mapping, or NULL */
   const char *active[FE_MAX_DEPTH];
   int depth;
@@ -786,8 +787,10 @@ static smelt_status subst_index(Loader *L, const Scope *s, yaml_node_t *at, cons
   return NULL;
 }
 
+/* A param read from the weights file: its bytes are the file's, and its
+ * provenance (Value.source) says where (--external-weights). */
 static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const char *pname, const TensorType *t,
-                               bool dtype_explicit, void *data, const char **desc) {
+                               bool dtype_explicit, void *data, const char **desc, const IrSource **out_src) {
   const char *raw = NULL, *tname = NULL;
   char what[200];
   snprintf(what, sizeof what, "param '%s': from", pname);
@@ -813,6 +816,14 @@ static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const 
                 dt_name(t->dt), want);
   if (!convert) {
     memcpy(data, w->data, w->nbytes);
+    IrSource *src = arena_alloc(&L->g->arena, sizeof *src);
+    IrCopy *cp = arena_alloc(&L->g->arena, sizeof *cp);
+    if (!src || !cp) return st_error(ST_NO_MEMORY, "out of memory");
+    *cp = (IrCopy){.file = L->weights_path, .name = L->weights_name, .src = w->offset, .rows = 1, .cols = 1,
+                   .elem = w->nbytes};
+    src->ncopies = 1;
+    src->copies = cp;
+    *out_src = src;
   } else {
     /* the file's data may be unaligned: copy before typed access */
     void *tmp = malloc(w->nbytes ? w->nbytes : 1);
@@ -856,7 +867,7 @@ static smelt_status load_param(Loader *L, Scope *s, yaml_node_t *k, yaml_node_t 
   const char *desc = "value";
   if (src[0]) RETURN_IF_ERROR(param_init(L, src[0], full, &t, data, &desc));
   else if (src[1]) RETURN_IF_ERROR(param_value(L, src[1], full, &t, data));
-  else RETURN_IF_ERROR(param_from(L, s, src[2], full, &t, ndt != NULL, data, &desc));
+  else RETURN_IF_ERROR(param_from(L, s, src[2], full, &t, ndt != NULL, data, &desc, &L->g->val[id].source));
   L->g->val[id].init = desc;
   return scope_bind(L, s, name, id, k);
 }
@@ -1286,13 +1297,14 @@ static smelt_status load_weights(Loader *L, yaml_node_t *v) {
   }
   if (!path) return st_error(ST_NO_MEMORY, "out of memory");
   smelt_status st = fe_safetensors_open_bare(path, &L->weights);
+  if (!st && !(L->weights_path = ir_graph_strdup(L->g, path))) st = st_error(ST_NO_MEMORY, "out of memory");
   free(path);
   if (st) {
     smelt_status located = errf(L, v, "weights file '%s': %s", wname, st_message(st));
     st_free(st);
     return located;
   }
-  L->weights_name = wname;
+  L->weights_name = ir_graph_strdup(L->g, wname); /* outlives the YAML document: provenance names it */
   return NULL;
 }
 
@@ -1360,6 +1372,44 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
   if (!st) st = load_nodes(L, &s, map_find(L, root, "nodes"));
   if (!st) st = load_outputs(L, &s, root);
   scope_free(&s);
+  return st;
+}
+
+/* What the compile cache needs before compiling: the model's text is
+ * parsed (small) and only its top-level `weights` key read; the path is
+ * resolved as load_weights resolves it. */
+smelt_status fe_yaml_weights_file(const char *path, char **out_path) {
+  *out_path = NULL;
+  Loader L;
+  memset(&L, 0, sizeof L);
+  L.file = path;
+  smelt_status st = fe_read_file(path, FE_MAX_MODEL_BYTES, &L.text, &L.text_size);
+  if (!st) st = parse_yaml(&L);
+  yaml_node_t *root = !st ? yaml_document_get_root_node(&L.doc) : NULL;
+  if (!st && root && root->type == YAML_MAPPING_NODE) {
+    for (int i = 0; i < map_len(root) && !st; i++) {
+      yaml_node_t *k = map_key(&L, root, i), *v = map_val(&L, root, i);
+      if (!is_scalar(k) || strcmp(sval(k), "weights") != 0) continue;
+      if (!is_scalar(v) || !sval(v)[0]) {
+        st = st_error(ST_INVALID_INPUT, "%s: 'weights' is not a file name", path);
+        break;
+      }
+      const char *w = sval(v), *slash = strrchr(path, '/');
+      size_t n = strlen(path) + strlen(w) + 2;
+      char *full = malloc(n);
+      if (!full) st = st_error(ST_NO_MEMORY, "out of memory");
+      else if (w[0] == '/' || !slash) snprintf(full, n, "%s", w);
+      else snprintf(full, n, "%.*s/%s", (int)(slash - path), path, w);
+      free(*out_path);
+      *out_path = full;
+    }
+  }
+  if (L.have_doc) yaml_document_delete(&L.doc);
+  free(L.text);
+  if (st) {
+    free(*out_path);
+    *out_path = NULL;
+  }
   return st;
 }
 

@@ -25,6 +25,11 @@ typedef struct {
   int allow_tf32;        /* non-zero: f32 matmuls may use the TF32 tensor cores (CUDA; operands
                           * rounded to a 10-bit mantissa, f32 accumulation), like PyTorch's
                           * torch.backends.cuda.matmul.allow_tf32; 0 = f32 throughout */
+  int external_weights;  /* non-zero: weights read from the model's safetensors files stay there; the
+                          * bundle names the files (path and content hash) and the runtime maps them
+                          * at load, refusing a file that changed */
+  int no_cache;          /* non-zero: neither look in nor fill the compile cache
+                          * ($SMELT_CACHE_DIR/bundles, as the CUDA kernel cache) */
 } smelt_compile_options;
 
 /* Compiles the YAML model at model_path into the bundle file out_path.

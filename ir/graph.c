@@ -403,6 +403,18 @@ Graph *ir_graph_clone(const Graph *g) {
       d->data = xarena(&c->arena, n ? n : 1);
       memcpy(d->data, s->data, n);
     }
+    if (s->source) { /* into the clone's arena, like everything else */
+      IrSource *src = xarena(&c->arena, sizeof *src);
+      IrCopy *cp = xarena(&c->arena, sizeof *cp * (size_t)(s->source->ncopies ? s->source->ncopies : 1));
+      for (int k = 0; k < s->source->ncopies; k++) {
+        cp[k] = s->source->copies[k];
+        cp[k].file = xstrdup(c, cp[k].file);
+        cp[k].name = xstrdup(c, cp[k].name);
+      }
+      src->ncopies = s->source->ncopies;
+      src->copies = cp;
+      d->source = src;
+    }
   }
   for (int i = 0; i < g->nnode; i++) {
     const Node *s = &g->node[i];

@@ -99,6 +99,26 @@ void ir_op_attr_spec(Op op, int i, AttrSpec *out);
  * its id so that ids stay stable, but nothing may refer to it. */
 typedef enum { VK_INPUT, VK_CONST, VK_NODE, VK_DEAD } ValueKind;
 
+/* Provenance of a constant whose bytes are a copy of tensors in weights
+ * files (format/weights.h): the YAML frontend sets it for a param read from
+ * safetensors as it is, merge-matmuls composes it when it concatenates or
+ * interleaves such weights; a constant computed any other way has none.
+ * It lets `--external-weights` leave the bytes out of the bundle.  The
+ * compiler confirms it against the file before relying on it (a pass that
+ * rewrites a constant in place without dropping it is caught there).
+ * Copy k: for r < rows, c < cols, elem bytes from file offset
+ * src + r*src_row + c*src_col to constant offset dst + r*dst_row + c*dst_col. */
+typedef struct {
+  const char *file; /* the weights file as the frontend opened it */
+  const char *name; /* as the model names it ("w4.safetensors") */
+  uint64_t src, dst, rows, cols, elem, src_row, src_col, dst_row, dst_col;
+} IrCopy;
+
+typedef struct {
+  int ncopies;
+  const IrCopy *copies; /* in the graph's arena */
+} IrSource;
+
 typedef struct {
   const char *name;
   TensorType type;
@@ -109,6 +129,7 @@ typedef struct {
   const char *init; /* VK_CONST: how it was made ("ones", "normal(0.02)", "folded"), for printing */
   SrcLoc loc;
   int64_t mem_offset; /* plan-memory: byte offset in the activation arena; -1 = not in the arena */
+  const IrSource *source; /* VK_CONST: where its bytes come from, NULL = computed (see IrSource) */
 } Value;
 
 typedef struct {

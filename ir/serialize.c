@@ -10,7 +10,9 @@
  *   value    str name, u8 kind (W_VK_*), str dtype name ("" = not inferred),
  *            u8 rank, i64 dim[rank], i32 node, i32 out_index, str init
  *            (nullable), i32 line, i32 col, i64 mem_offset,
- *            u8 has_data, and when has_data: u64 nbytes, nbytes of data
+ *            u8 store (W_CS_*: 0 none, 1 constants blob, 2 external
+ *            tensor), and unless 0: u64 index (blob offset, a multiple
+ *            of 64, or external tensor number), u64 nbytes
  *   node     str op name, u8 dead, i32 group, i32 line, i32 col,
  *            u32 nin, i32 in[nin], u32 nout, i32 out[nout], u32 nattr, then
  *            per attribute: str name, u8 type (W_AT_*), payload:
@@ -30,6 +32,14 @@
  * anything is allocated for it: each record has a minimum encoded size, and
  * the counts must fit in the bytes that are left.
  *
+ * Constant bytes are not in the graph section: the sink (serialize.h) puts
+ * them in the bundle's constants blob, deduplicated across
+ * specialisations, or names an external tensor, and the value records
+ * where.  A constant that nothing uses (no live node, graph output or
+ * kernel argument reads it: what a pass left behind) is written as a dead
+ * value, so its bytes never reach the bundle.  The decoder points constants
+ * at the blob it is given, after checking the range, size and alignment.
+ *
  * Decoding reads each field through a bounds-checked cursor whose first error
  * sticks; records are checked as they are read (ranks, dims, sizes, dtypes,
  * op names, attribute schema), then the graph as a whole (every id in range,
@@ -46,7 +56,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Constant data is copied byte for byte between the graph and the bundle,
+/* Constant data is used byte for byte between the graph and the bundle,
  * and the bundle is little-endian: a big-endian host would need swapping
  * that nothing in smelt does. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -60,9 +70,10 @@ static const unsigned char MAGIC[4] = {'S', 'G', 'R', 'F'};
 enum { W_VK_INPUT = 0, W_VK_CONST = 1, W_VK_NODE = 2, W_VK_DEAD = 3 };
 enum { W_AT_INT = 0, W_AT_FLOAT = 1, W_AT_BOOL = 2, W_AT_INTS = 3, W_AT_DTYPE = 4, W_AT_ENUM = 5 };
 enum { W_GK_ELEMWISE = 0, W_GK_REDUCTION = 1, W_GK_CONTRACTION = 2, W_GK_OPAQUE = 3 };
+enum { W_CS_NONE = 0, W_CS_BLOB = 1, W_CS_EXTERN = 2 };
 
 /* Minimum encoded sizes of the records, for bounding counts. */
-#define MIN_VALUE_BYTES 39 /* name 4, kind 1, dtype 4, rank 1, node 4, out_index 4, init 4, loc 8, mem 8, has_data 1 */
+#define MIN_VALUE_BYTES 39 /* name 4, kind 1, dtype 4, rank 1, node 4, out_index 4, init 4, loc 8, mem 8, store 1 */
 #define MIN_NODE_BYTES 29  /* op 4, dead 1, group 4, loc 8, nin 4, nout 4, nattr 4 */
 #define MIN_GROUP_BYTES 29 /* kind 1, anchor 4, footprint 8, budget 8, kernel 4, nnodes 4 */
 
@@ -135,16 +146,27 @@ static unsigned wire_group_kind(GroupKind k) {
 
 static const char *dtype_wire_name(DType dt) { return dt == DT_INVALID ? "" : dt_name(dt); }
 
-static smelt_status put_value(ByteBuf *b, const Value *v, int id) {
+static smelt_status put_value(ByteBuf *b, const Graph *g, int id, bool used, const IrConstSink *sink) {
+  const Value *v = &g->val[id];
   /* the rank bounds the dims read below; a constant's whole type bounds the
-   * data copied.  Other faults are left for the decoder to report. */
+   * data stored.  Other faults are left for the decoder to report. */
   bool has_data = v->kind == VK_CONST && v->data;
   const char *fault = v->type.rank < 0 || v->type.rank > IR_MAX_RANK ? "rank out of range"
                       : has_data                                     ? type_fault(&v->type)
                                                                      : NULL;
   if (fault) return st_error(ST_INTERNAL, "serialize: value %d ('%s'): %s", id, v->name, fault);
+  /* an unused constant goes as a dead value: it keeps its id, not its bytes */
+  ValueKind kind = v->kind == VK_CONST && !used ? VK_DEAD : v->kind;
+  has_data = has_data && kind == VK_CONST;
+  IrConstRef ref = {0};
+  if (has_data) {
+    if (!sink) return st_error(ST_INTERNAL, "serialize: constant '%s' but no place for its bytes", v->name);
+    RETURN_IF_ERROR(sink->put(sink->ctx, g, id, &ref));
+    if (ref.where != IR_CONST_BLOB && ref.where != IR_CONST_EXTERN)
+      return st_error(ST_INTERNAL, "serialize: constant '%s' stored nowhere", v->name);
+  }
   put_str(b, v->name);
-  bb_u8(b, wire_value_kind(v->kind));
+  bb_u8(b, wire_value_kind(kind));
   put_str(b, dtype_wire_name(v->type.dt));
   bb_u8(b, (unsigned)v->type.rank);
   for (int i = 0; i < v->type.rank; i++) bb_i64(b, v->type.dim[i]);
@@ -156,12 +178,13 @@ static smelt_status put_value(ByteBuf *b, const Value *v, int id) {
   bb_i64(b, v->mem_offset);
   /* only a constant's data means anything; a dead value may still point at
    * the data of a constant that failed to fold, and that is dropped */
-  bb_u8(b, has_data);
-  if (has_data) {
-    size_t n = ir_type_bytes(&v->type);
-    bb_u64(b, n);
-    bb_put(b, v->data, n);
+  if (!has_data) {
+    bb_u8(b, W_CS_NONE);
+    return NULL;
   }
+  bb_u8(b, ref.where == IR_CONST_BLOB ? W_CS_BLOB : W_CS_EXTERN);
+  bb_u64(b, ref.index);
+  bb_u64(b, ir_type_bytes(&v->type));
   return NULL;
 }
 
@@ -206,10 +229,29 @@ static void put_group(ByteBuf *b, const Group *gr) {
   for (int i = 0; i < gr->nnodes; i++) bb_i32(b, gr->nodes[i]);
 }
 
-smelt_status ir_graph_serialize(const Graph *g, void **out_buf, size_t *out_len) {
+/* used[v]: something reads constant v (a live node, a graph output, the
+ * sink's keep list).  NULL when out of memory. */
+static bool *constants_used(const Graph *g, const IrConstSink *sink) {
+  bool *used = calloc((size_t)(g->nval ? g->nval : 1), sizeof *used);
+  if (!used) return NULL;
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    for (int j = 0; j < n->nin; j++)
+      if (n->in[j] >= 0 && n->in[j] < g->nval) used[n->in[j]] = true;
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] >= 0 && g->outputs[i] < g->nval) used[g->outputs[i]] = true;
+  for (int v = 0; sink && sink->keep && v < g->nval; v++) used[v] |= sink->keep[v];
+  return used;
+}
+
+smelt_status ir_graph_serialize(const Graph *g, const IrConstSink *sink, void **out_buf, size_t *out_len) {
   *out_buf = NULL;
   *out_len = 0;
   ByteBuf b = {0};
+  bool *used = constants_used(g, sink);
+  if (!used) return st_error(ST_NO_MEMORY, "serialize: out of memory");
   smelt_status st = NULL;
   bb_put(&b, MAGIC, 4);
   bb_u32(&b, IR_SERIAL_VERSION);
@@ -222,7 +264,8 @@ smelt_status ir_graph_serialize(const Graph *g, void **out_buf, size_t *out_len)
   bb_u32(&b, (uint32_t)g->ngroups);
   bb_u32(&b, (uint32_t)g->ninputs);
   bb_u32(&b, (uint32_t)g->noutputs);
-  for (int v = 0; v < g->nval && !st; v++) st = put_value(&b, &g->val[v], v);
+  for (int v = 0; v < g->nval && !st; v++) st = put_value(&b, g, v, used[v], sink);
+  free(used);
   for (int i = 0; i < g->nnode && !st; i++) st = put_node(&b, &g->node[i], i);
   for (int k = 0; k < g->ngroups && !st; k++) put_group(&b, &g->groups[k]);
   for (int i = 0; i < g->ninputs && !st; i++) bb_i32(&b, g->inputs[i]);
@@ -244,6 +287,7 @@ typedef struct {
   size_t len, pos;
   char ctx[96]; /* what is being read, for messages: "value 12", "node 3 (add)" */
   smelt_status st; /* the first error; later reads return zeros */
+  const IrConstSpace *cs; /* where constants point */
 } Reader;
 
 static void fail(Reader *r, const char *fmt, ...) SMELT_PRINTF(2, 3);
@@ -446,13 +490,14 @@ static void rd_value(Reader *r, Graph *g, int id) {
   v->loc.line = rd_i32(r, "line");
   v->loc.col = rd_i32(r, "column");
   v->mem_offset = rd_i64(r, "memory offset");
-  unsigned has_data = rd_u8(r, "data flag");
+  unsigned store = rd_u8(r, "constant store");
   if (r->st) return;
   if (v->mem_offset < -1) fail(r, "memory offset %lld is negative", (long long)v->mem_offset);
-  if (has_data > 1) fail(r, "data flag is %u, not 0 or 1", has_data);
-  if (has_data && v->kind != VK_CONST) fail(r, "carries data but is not a constant");
-  if (!has_data && v->kind == VK_CONST) fail(r, "is a constant without data");
-  if (r->st || !has_data) return;
+  if (store > W_CS_EXTERN) fail(r, "constant store is %u, not 0, 1 or 2", store);
+  if (store && v->kind != VK_CONST) fail(r, "carries data but is not a constant");
+  if (!store && v->kind == VK_CONST) fail(r, "is a constant without data");
+  if (r->st || !store) return;
+  uint64_t index = rd_u64(r, "constant offset");
   uint64_t nbytes = rd_u64(r, "data size");
   size_t want = ir_type_bytes(&v->type); /* bounded by type_fault */
   if (!r->st && nbytes != want) {
@@ -461,10 +506,23 @@ static void rd_value(Reader *r, Graph *g, int id) {
          ir_type_str(&v->type, buf, sizeof buf), want);
     return;
   }
-  const unsigned char *data = take(r, want, "constant data");
-  if (!data) return;
-  v->data = ir_graph_alloc(g, want); /* 64-byte aligned: the arena's promise */
-  memcpy(v->data, data, want);
+  if (r->st) return;
+  /* a constant of no bytes still has an address (the verifier wants one) */
+  static _Alignas(64) unsigned char empty[64];
+  if (store == W_CS_BLOB) {
+    if (index % 64) fail(r, "constant offset %llu is not a multiple of 64", (unsigned long long)index);
+    else if (index > r->cs->blob_len || want > r->cs->blob_len - index)
+      fail(r, "constant bytes %llu..%llu lie outside the constants section (%zu bytes)", (unsigned long long)index,
+           (unsigned long long)index + want, r->cs->blob_len);
+    else v->data = want ? (unsigned char *)r->cs->blob + index : empty; /* read-only: see serialize.h */
+  } else {
+    if (index >= (uint64_t)r->cs->next)
+      fail(r, "external tensor %llu of %d", (unsigned long long)index, r->cs->next);
+    else if (r->cs->ext_len[index] != want)
+      fail(r, "external tensor %llu has %zu bytes, the constant needs %zu", (unsigned long long)index,
+           r->cs->ext_len[index], want);
+    else v->data = want ? r->cs->ext[index] : empty;
+  }
 }
 
 /* Finds the schema entry of attribute `name` of op; false when absent. */
@@ -719,9 +777,10 @@ static void check_links(Reader *r, Graph *g) {
   }
 }
 
-smelt_status ir_graph_deserialize(const void *buf, size_t len, Graph **out_graph) {
+smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpace *cs, Graph **out_graph) {
   *out_graph = NULL;
-  Reader r = {.p = buf, .len = len};
+  static const IrConstSpace none = {0};
+  Reader r = {.p = buf, .len = len, .cs = cs ? cs : &none};
   rd_magic_version(&r);
   if (r.st) return r.st;
   Graph *g = ir_graph_create(NULL);

@@ -31,6 +31,11 @@
  * (one result per lane) does the product better in a kernel of its own,
  * and the halves stay side by side.
  *
+ * The merged weight is pure data movement of the old ones, so when each of
+ * them came straight from a weights file (Value.source, one contiguous
+ * copy) the merged one gets the strided copies that build it from those
+ * files: --external-weights keeps it out of the bundle too.
+ *
  * Requires: const-fold; runs before layout and fuse.
  */
 #include <stdlib.h>
@@ -97,6 +102,41 @@ static bool compatible(const Graph *g, const Node *a, const Node *b) {
          g->val[a->in[1]].type.dt == g->val[b->in[1]].type.dt && g->val[a->out[0]].type.dt == g->val[b->out[0]].type.dt;
 }
 
+/* The provenance of the merged weight (ir.h: IrSource): per old weight one
+ * strided copy out of its file, when every old weight is one contiguous
+ * copy of a file; else NULL (the merged weight is then stored as it is). */
+static const IrSource *merged_source(Graph *g, const int *ids, int n, bool glu, bool tb, int64_t K, const int64_t *Ns,
+                                     int64_t Ntot, size_t es) {
+  for (int i = 0; i < n; i++) {
+    const Value *w = &g->val[g->node[ids[i]].in[1]];
+    const IrCopy *c = w->source && w->source->ncopies == 1 ? &w->source->copies[0] : NULL;
+    if (!c || c->rows != 1 || c->cols != 1 || c->dst != 0 || c->elem != ir_type_bytes(&w->type)) return NULL;
+  }
+  IrSource *src = ir_graph_alloc(g, sizeof *src);
+  IrCopy *cp = ir_graph_alloc(g, sizeof *cp * (size_t)n);
+  uint64_t e = es, k = (uint64_t)K, nt = (uint64_t)Ntot, off = 0;
+  for (int i = 0; i < n; i++) {
+    const IrCopy *c = &g->val[g->node[ids[i]].in[1]].source->copies[0];
+    uint64_t ni = (uint64_t)Ns[i];
+    IrCopy x = {.file = c->file, .name = c->name, .src = c->src};
+    if (glu && tb) { /* row j of weight i is merged row 2j + i */
+      x.dst = (uint64_t)i * k * e, x.rows = ni, x.cols = 1, x.elem = k * e, x.src_row = k * e, x.dst_row = 2 * k * e;
+    } else if (glu) { /* element (r, j) of weight i is merged element (r, 2j + i) */
+      x.dst = (uint64_t)i * e, x.rows = k, x.cols = ni, x.elem = e, x.src_row = ni * e, x.src_col = e;
+      x.dst_row = nt * e, x.dst_col = 2 * e;
+    } else if (tb) { /* stacked rows */
+      x.dst = off * k * e, x.rows = 1, x.cols = 1, x.elem = ni * k * e;
+    } else { /* side by side: each row of weight i at column off */
+      x.dst = off * e, x.rows = k, x.cols = 1, x.elem = ni * e, x.src_row = ni * e, x.dst_row = nt * e;
+    }
+    cp[i] = x;
+    off += ni;
+  }
+  src->ncopies = n;
+  src->copies = cp;
+  return src;
+}
+
 /* Merges matmuls ids[0..n) (compatible, in graph order). */
 static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   /* g->node may move when nodes are added: keep ids, not pointers */
@@ -145,6 +185,7 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
     }
     off += Ns[i];
   }
+  g->val[w].source = merged_source(g, ids, n, glu, tb, K, Ns, Ntot, es);
   /* the merged product, then one slice per old result under its name */
   snprintf(base, sizeof base, "%s.merged", g->val[first->out[0]].name);
   const char *mname = pass_fresh_name(g, base);

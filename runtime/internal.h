@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "format/cuda_launch.h"
+#include "format/weights.h"
 #include "format/kernel_table.h"
 #include "include/smelt.h"
 #include "runtime/cuda_driver.h"
@@ -45,6 +46,12 @@ struct smelt_bundle {
   char *no_cpu;        /* why CPU sessions cannot run it (malloc'd); NULL when they can */
   FmtCudaModule *cuda;  /* the CUDA launch table with the units' sources; NULL: no CUDA code */
   bool code;           /* opened with its code (not rt_bundle_open_nojit) */
+  /* The root's, shared by every specialisation: the graphs' constants point
+   * into the constants section (the mapped file) and into weights. */
+  FmtWeights *weights_table; /* the weights section, decoded; NULL: no external weights */
+  FmtWeightsSet *weights;    /* its files, mapped and checked, tensors assembled */
+  const void *consts;        /* the constants section; NULL when there is none */
+  size_t consts_len;
 };
 
 /* What a CUDA session owns.  Device addresses are 0 when unset. */
@@ -108,6 +115,11 @@ struct smelt_session {
 };
 
 /* ---- shared helpers ---- */
+
+/* Verifies the constants section's checksum, which opening defers (it is
+ * most of a bundle, and most of the cost of opening one); once per bundle,
+ * thread-safe.  Sessions call it before they read a constant. */
+smelt_status rt_bundle_check_constants(const smelt_bundle *b) SMELT_MUST_USE;
 
 /* A zeroed buffer of at least `bytes`, 64-byte aligned (free()). */
 void *rt_aligned_buffer(size_t bytes);

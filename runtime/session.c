@@ -434,6 +434,7 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   if (!b->code)
     return st_error(ST_INVALID_INPUT, "%s: the bundle was opened without its machine code", fmt_file_path(b->file));
   if (!cuda && b->no_cpu) return st_error(ST_UNSUPPORTED, "%s", b->no_cpu);
+  RETURN_IF_ERROR(rt_bundle_check_constants(b)); /* deferred at open (loader.c) */
   if (options && options->threads < 0)
     return st_error(ST_INVALID_INPUT, "smelt_session_create: %d threads", options->threads);
   const Graph *g = b->g;

@@ -4,7 +4,13 @@
  * several dtypes, every attribute type, a multi-result split, a fusion group,
  * memory offsets, dead nodes and dead values) are encoded and decoded; the
  * decoded graph must print the same IR text, hold the same constant bytes
- * (64-byte aligned) and encode to the very same bytes again.
+ * (64-byte aligned, pointing into the constants blob, not copied) and
+ * encode to the very same bytes again.  A constant nothing uses is not
+ * stored (it decodes as a dead value).
+ *
+ * Constant references: an offset that is misaligned or past the blob, a
+ * blob cut short, a wrong size, an external tensor that does not exist or
+ * has another size are each rejected by name.
  *
  * Hostile input: every truncation of an encoding must fail cleanly; random
  * byte corruptions must either fail cleanly or give a graph that verifies;
@@ -64,7 +70,7 @@ static Graph *sample_graph(Sample *s) {
   s->b = ir_add_const(g, "b", tt(DT_F32, 1, (int64_t[]){8}), b, loc);
   g->val[s->b].init = "value";
   s->gamma = ir_add_const(g, "gamma", tt(DT_F32, 1, (int64_t[]){8}), gamma, loc);
-  /* an unused bf16 constant: kept with its bytes though the printer hides it */
+  /* an unused bf16 constant: not stored (a dead value after decoding) */
   uint16_t tbl[3] = {0x3f80, 0x4049, 0xbf80};
   s->tbl = ir_add_const(g, "unused_tbl", tt(DT_BF16, 1, (int64_t[]){3}), tbl, loc);
 
@@ -118,10 +124,52 @@ static Graph *sample_graph(Sample *s) {
   return g;
 }
 
+/* The constants blob of the last encode: the sink appends each constant at
+ * the next multiple of 64 and remembers where (per value id). */
+static _Alignas(64) unsigned char blob[1 << 16];
+static size_t blob_len;
+static int64_t blob_at[256];
+static int puts_made;
+
+static smelt_status test_put(void *ctx, const Graph *g, int v, IrConstRef *out) {
+  (void)ctx;
+  size_t n = ir_type_bytes(&g->val[v].type), off = (blob_len + 63) / 64 * 64;
+  if (off + n > sizeof blob || v >= 256) return st_error(ST_INTERNAL, "test blob full");
+  memset(blob + blob_len, 0, off - blob_len);
+  memcpy(blob + off, g->val[v].data, n);
+  blob_len = off + n;
+  blob_at[v] = (int64_t)off;
+  puts_made++;
+  *out = (IrConstRef){IR_CONST_BLOB, off};
+  return NULL;
+}
+
+static const IrConstSink test_sink = {.put = test_put};
+
+static IrConstSpace blob_space(void) { return (IrConstSpace){.blob = blob, .blob_len = blob_len}; }
+
+static smelt_status decode(const void *buf, size_t len, Graph **out) {
+  IrConstSpace cs = blob_space();
+  return ir_graph_deserialize(buf, len, &cs, out);
+}
+
 static void *encode(const Graph *g, size_t *len) {
   void *buf = NULL;
-  CHECK_OK(ir_graph_serialize(g, &buf, len));
+  blob_len = 0;
+  puts_made = 0;
+  for (int i = 0; i < 256; i++) blob_at[i] = -1;
+  CHECK_OK(ir_graph_serialize(g, &test_sink, &buf, len));
   return buf;
+}
+
+/* Whether a live node or an output reads v. */
+static bool is_used(const Graph *g, int v) {
+  for (int i = 0; i < g->nnode; i++)
+    for (int j = 0; !g->node[i].dead && j < g->node[i].nin; j++)
+      if (g->node[i].in[j] == v) return true;
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i] == v) return true;
+  return false;
 }
 
 /* Decodes buf and checks that the result is g again, through the printer,
@@ -131,7 +179,7 @@ static void check_round_trip(const Graph *g) {
   void *buf = encode(g, &len);
   if (!buf) return;
   Graph *d = NULL;
-  CHECK_OK(ir_graph_deserialize(buf, len, &d));
+  CHECK_OK(decode(buf, len, &d));
   if (!d) {
     free(buf);
     return;
@@ -144,10 +192,17 @@ static void check_round_trip(const Graph *g) {
   CHECK(strcmp(d->name, g->name) == 0 && (g->file ? d->file && strcmp(d->file, g->file) == 0 : !d->file));
   for (int v = 0; v < g->nval && v < d->nval; v++) {
     const Value *x = &g->val[v], *y = &d->val[v];
+    if (x->kind == VK_CONST && !is_used(g, v)) {
+      /* dropped: a dead value without bytes, and nothing went into the blob */
+      CHECK(y->kind == VK_DEAD && !y->data && blob_at[v] == -1);
+      continue;
+    }
     CHECK(x->kind == y->kind && strcmp(x->name, y->name) == 0 && x->mem_offset == y->mem_offset);
     CHECK(x->loc.line == y->loc.line && x->loc.col == y->loc.col);
     if (x->kind == VK_CONST) {
+      /* in the blob, where the sink put it: not a copy */
       CHECK(y->data && ((uintptr_t)y->data % 64) == 0);
+      CHECK(blob_at[v] >= 0 && y->data == blob + blob_at[v]);
       CHECK(y->data && memcmp(x->data, y->data, ir_type_bytes(&x->type)) == 0);
       CHECK((x->init == NULL) == (y->init == NULL) && (!x->init || strcmp(x->init, y->init) == 0));
     }
@@ -197,7 +252,7 @@ static void test_round_trips(void) {
 /* Expects decoding to fail with a message containing `want`. */
 static void expect_reject(const void *buf, size_t len, const char *want, int line) {
   Graph *d = (Graph *)1;
-  smelt_status st = ir_graph_deserialize(buf, len, &d);
+  smelt_status st = decode(buf, len, &d);
   if (!st) {
     fprintf(stderr, "%s:%d: decoding succeeded, expected '%s'\n", __FILE__, line, want);
     check_failures++;
@@ -270,7 +325,7 @@ static void test_bad_graphs(void) {
   g->val[s.x].type.rank = IR_MAX_RANK + 1;
   void *buf = NULL;
   size_t len = 0;
-  smelt_status st = ir_graph_serialize(g, &buf, &len);
+  smelt_status st = ir_graph_serialize(g, &test_sink, &buf, &len);
   CHECK(st && st_code(st) == ST_INTERNAL && strstr(st_message(st), "rank out of range") && !buf);
   st_free(st);
   ir_graph_destroy(g);
@@ -303,8 +358,8 @@ static void test_bad_bytes(void) {
   b[0] = 'X';
   EXPECT_REJECT(b, len, "bad magic");
   FRESH();
-  put32(b + 4, 2);
-  EXPECT_REJECT(b, len, "unsupported encoding version 2 (this smelt reads version 1)");
+  put32(b + 4, 1);
+  EXPECT_REJECT(b, len, "unsupported encoding version 1 (this smelt reads version 2)");
   /* header: magic 4, version 4, "tiny" 8, "model.yaml" 14, two i64, then nval */
   size_t counts = 4 + 4 + 8 + 14 + 16;
   FRESH();
@@ -345,18 +400,57 @@ static void test_bad_bytes(void) {
     b[kind + 4] = 0x7f; /* dtype length 0x7f000003: far past the end */
     EXPECT_REJECT(b, len, "truncated");
   }
-  /* gamma's data, preceded by its u64 size */
-  float gamma[8];
-  memcpy(gamma, g->val[s.gamma].data, sizeof gamma);
-  at = find_bytes(b, len, gamma, sizeof gamma);
-  CHECK(at != SIZE_MAX && at >= 8 && b[at - 8] == 32);
-  if (at != SIZE_MAX && at >= 8) {
+  /* gamma's reference: store 1 (blob), u64 offset, u64 size 32 */
+  unsigned char ref[17] = {1};
+  for (int i = 0; i < 8; i++) ref[1 + i] = (unsigned char)((uint64_t)blob_at[s.gamma] >> (8 * i));
+  ref[9] = 32;
+  CHECK(blob_at[s.gamma] > 0 && blob_at[s.tbl] == -1 && puts_made == 3);
+  at = find_bytes(b, len, ref, sizeof ref);
+  CHECK(at != SIZE_MAX);
+  if (at != SIZE_MAX) {
     FRESH();
-    b[at - 8] = 28;
+    b[at + 9] = 28;
     EXPECT_REJECT(b, len, "holds 28 bytes of data but its type f32[8] needs 32");
     FRESH();
-    b[at - 9] = 0; /* the data flag of gamma */
+    b[at] = 0;
     EXPECT_REJECT(b, len, "constant without data");
+    FRESH();
+    b[at] = 3;
+    EXPECT_REJECT(b, len, "constant store is 3");
+    FRESH();
+    b[at + 1] += 1;
+    EXPECT_REJECT(b, len, "constant offset");
+    FRESH();
+    b[at + 1] = 0, b[at + 2] = 0x10; /* offset 4096, past the blob */
+    EXPECT_REJECT(b, len, "lie outside the constants section");
+    FRESH();
+    b[at + 8] = 0x80; /* an offset near 2^64: no overflow into range */
+    EXPECT_REJECT(b, len, "outside the constants section");
+    FRESH();
+    b[at] = 2; /* external tensor N, and there are none */
+    EXPECT_REJECT(b, len, "external tensor");
+    /* a blob cut short: gamma's bytes are no longer all there */
+    FRESH();
+    size_t full = blob_len;
+    blob_len = (size_t)blob_at[s.gamma] + 31;
+    EXPECT_REJECT(b, len, "lie outside the constants section");
+    blob_len = full;
+    /* external tensors: there, but of the wrong size; then right */
+    FRESH();
+    b[at] = 2;
+    memset(b + at + 1, 0, 8);
+    void *ext[1] = {blob + blob_at[s.gamma]};
+    size_t ext_len[1] = {28};
+    IrConstSpace cs = {.blob = blob, .blob_len = blob_len, .ext = ext, .ext_len = ext_len, .next = 1};
+    Graph *d = NULL;
+    smelt_status st = ir_graph_deserialize(b, len, &cs, &d);
+    CHECK(st && strstr(st_message(st), "external tensor 0 has 28 bytes, the constant needs 32"));
+    st_free(st);
+    ext_len[0] = 32;
+    st = ir_graph_deserialize(b, len, &cs, &d);
+    CHECK_OK(st);
+    CHECK(d && d->val[s.gamma].data == ext[0]);
+    ir_graph_destroy(d);
   }
 #undef FRESH
   free(b);
@@ -376,7 +470,7 @@ static void test_truncations(void) {
     unsigned char *b = malloc(n ? n : 1);
     memcpy(b, good, n);
     Graph *d = NULL;
-    smelt_status st = ir_graph_deserialize(b, n, &d);
+    smelt_status st = decode(b, n, &d);
     if (!st) accepted++, ir_graph_destroy(d);
     else if (st_code(st) != ST_INVALID_INPUT || d) wrong_code++;
     st_free(st);
@@ -415,7 +509,7 @@ static void test_random_corruption(void) {
       b[at] = rng() & 1 ? (unsigned char)(b[at] ^ (1u << (rng() % 8))) : (unsigned char)rng();
     }
     Graph *d = NULL;
-    smelt_status st = ir_graph_deserialize(b, len, &d);
+    smelt_status st = decode(b, len, &d);
     if (st) {
       CHECK(st_code(st) == ST_INVALID_INPUT && d == NULL);
       rejected++;
