@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "compiler/cache.h"
 #include "compiler/cpu_target.h"
 #include "compiler/driver.h"
 
@@ -45,6 +46,11 @@ static const char compile_help[] =
     "                          (written by 'smelt tune'; default: $SMELT_TUNE_TABLE, else the\n"
     "                          source tree's tuning/cuda.table when it exists); misses are noted\n"
     "  --no-tune-table         heuristics only\n"
+    "  --external-weights      keep weights read from the model's safetensors files out of the bundle:\n"
+    "                          it names the files (path, size, CRC-32C) and the runtime maps them\n"
+    "                          at load, beside the bundle or where they were; a changed file is refused\n"
+    "  --no-cache              compile even when the compile cache has this bundle, and do not store it\n"
+    "                          (the cache: $SMELT_CACHE_DIR/bundles, else ~/.cache/smelt/bundles)\n"
     "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (operands rounded to a\n"
     "                          10-bit mantissa, f32 accumulation; relative error ~1e-3), like\n"
     "                          torch.backends.cuda.matmul.allow_tf32; default: f32 throughout\n";
@@ -121,7 +127,7 @@ int cli_compile(int argc, char **argv) {
   PassCtx ctx = {0};
   bool verbose = false, emit_ir = false;
   const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
-  bool no_tune_table = false, allow_tf32 = false;
+  bool no_tune_table = false, allow_tf32 = false, external_weights = false, no_cache = false;
   char default_arch[32];
   char dims_text[512] = "";
   for (int i = 1; i < argc; i++) {
@@ -190,6 +196,10 @@ int cli_compile(int argc, char **argv) {
       no_tune_table = true;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
+    } else if (strcmp(a, "--external-weights") == 0) {
+      external_weights = true;
+    } else if (strcmp(a, "--no-cache") == 0) {
+      no_cache = true;
     } else if ((v = cli_flag_value("--cpu", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--cpu needs a CPU name or list (%s)", sc_cpu_known_names());
       ScCpuTargets t;
@@ -236,6 +246,28 @@ int cli_compile(int argc, char **argv) {
     return 1;
   }
 
+  /* The compile cache: the same model, weights and options again is a copy
+   * of the bundle made the first time.  Not when the IR or the passes' notes
+   * were asked for (a hit would not print them). */
+  ScCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model,
+                         .dims = dims_text[0] ? dims_text : NULL,
+                         .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
+                         .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
+                         .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note};
+  char key[65] = "";
+  bool cacheable = !emit_ir && !no_cache && !d.after_all && !d.nafter && !d.nbefore && !d.dump_dir && !verbose &&
+                   !ctx.explain_fusion;
+  if (cacheable) {
+    smelt_status kst = sc_cache_key(model, &co, key);
+    if (kst) key[0] = 0; /* not cacheable: compile */
+    st_free(kst);
+    if (key[0] && sc_cache_fetch(key, out)) {
+      pass_ctx_free(&ctx);
+      for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
+      return 0;
+    }
+  }
+
   /* One pipeline run per combination of the --dim values (specialisations,
    * SPEC §2); with one value per dim, one run and a plain bundle. */
   ScDimSpace space;
@@ -280,11 +312,8 @@ int cli_compile(int argc, char **argv) {
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
   if (!st && !emit_ir) {
-    ScCompileOptions co = {.targets = target, .archs = for_cuda ? arch : NULL, .cpu = cpu, .model = model, .dims = dims_text[0] ? dims_text : NULL,
-                           .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
-                           .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
-                           .allow_tf32 = allow_tf32, .log = print_note};
     st = sc_compile_specs(specs, n, &co, out);
+    if (!st && key[0]) sc_cache_store(key, out);
   } else if (!st) {
     FILE *f = fopen(out, "w");
     if (!f) {
