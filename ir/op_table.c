@@ -8,11 +8,15 @@
 
 #include "ir.h"
 
-static const OpInfo op_table[OP_COUNT] = {
+/* Unsized, so that the static assert below sees an entry too many or too
+ * few (the table and the enum both come from ops.def, but nothing else
+ * would catch an edit that breaks the pattern). */
+static const OpInfo op_table[] = {
 #define OP(id, name, mn, mx, nout, fc, attrs, infer, ref) [OP_##id] = {name, mn, mx, nout, fc, attrs},
 #include "ops.def"
 #undef OP
 };
+_Static_assert(sizeof op_table / sizeof op_table[0] == OP_COUNT, "op_table: one entry per op of ops.def");
 
 const OpInfo *ir_op_info(Op op) {
   assert(op >= 0 && op < OP_COUNT);
@@ -29,6 +33,7 @@ Op ir_op_from_name(const char *name) {
 
 const char *ir_fusion_class_name(FusionClass fc) {
   static const char *names[] = {"elementwise", "broadcast", "injective", "reduction", "contraction", "opaque"};
+  _Static_assert(sizeof names / sizeof names[0] == FC_OPAQUE + 1, "fusion class names: one per FusionClass");
   return fc >= FC_ELEMWISE && fc <= FC_OPAQUE ? names[fc] : "?";
 }
 
