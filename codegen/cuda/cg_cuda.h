@@ -105,6 +105,12 @@ typedef struct {
    * matmuls are computed in f32, and a tuning-table row naming a tf32
    * variant is not used. */
   bool allow_tf32;
+  /* Tests only: also emit the host side of the kernels, the stand-ins for
+   * the PTX (ldmatrix, mma.sync, cp.async, ...) under #ifndef __CUDA_ARCH__
+   * / #else that the CPU emulation (tests/gpu/cuda_emu.hpp) compiles the
+   * units with.  false: the kernels hold only the device code NVRTC
+   * compiles, and the __CUDA_ARCH__ conditionals are resolved. */
+  bool emulation;
   /* Called with one line per kernel whose shape the table does not have
    * ("no tuned variant for matmul f16 sm_90a M=37 N=4096 K=4096 ...:
    * heuristic mma:..."); NULL: not reported. */

@@ -14,7 +14,13 @@
  * generated expressions call (one definition of each numeric rule: NaN-
  * propagating max, saturating integer stores, stable sigmoid, ...) and the
  * warp/block reductions.
+ *
+ * The emitters write the PTX under #ifdef __CUDA_ARCH__ and, beside it,
+ * host stand-ins for the CPU emulation the tests run; a product kernel
+ * (CgCudaOptions.emulation false) keeps only the device side, as NVRTC
+ * would see it (drop_host_side).
  */
+#include <assert.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <limits.h>
@@ -216,6 +222,65 @@ static bool is_row_reduction(Op op) {
   }
 }
 
+/* ---- the host side ---- */
+
+/* Whether line [p, end) is the directive `word` followed by `arg` (or by
+ * anything when arg is NULL), after indentation. */
+static bool is_directive(const char *p, const char *end, const char *word, const char *arg) {
+  while (p < end && *p == ' ') p++;
+  size_t n = strlen(word);
+  if ((size_t)(end - p) < n || memcmp(p, word, n) != 0) return false;
+  p += n;
+  if (!arg) return p == end || *p == ' ';
+  while (p < end && *p == ' ') p++;
+  size_t a = strlen(arg);
+  return (size_t)(end - p) == a && memcmp(p, arg, a) == 0;
+}
+
+/* Keeps what NVRTC compiles of a kernel body: the emitters write the PTX
+ * under `#ifdef __CUDA_ARCH__` and the CPU emulation's stand-ins under
+ * `#else` or `#ifndef __CUDA_ARCH__`; without CgCudaOptions.emulation the
+ * device side stays, without its directives, and the host side goes.
+ * Other conditionals are copied as they are. */
+static void drop_host_side(CuBuf *body) {
+  enum { MAX_NEST = 64 };
+  bool arch[MAX_NEST], device[MAX_NEST]; /* per open conditional: on __CUDA_ARCH__; in its device branch */
+  int depth = 0, hidden = 0;             /* hidden: open __CUDA_ARCH__ conditionals in their host branch */
+  CuBuf out = {0};
+  const char *p = body->s ? body->s : "", *end = p + body->len;
+  while (p < end) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *le = nl ? nl : end, *next = nl ? nl + 1 : end;
+    bool keep = true;
+    if (is_directive(p, le, "#ifdef", "__CUDA_ARCH__") || is_directive(p, le, "#ifndef", "__CUDA_ARCH__")) {
+      bool dev = is_directive(p, le, "#ifdef", "__CUDA_ARCH__");
+      assert(depth < MAX_NEST);
+      arch[depth] = true, device[depth++] = dev;
+      hidden += !dev;
+      keep = false;
+    } else if (is_directive(p, le, "#if", NULL) || is_directive(p, le, "#ifdef", NULL) || is_directive(p, le, "#ifndef", NULL)) {
+      assert(depth < MAX_NEST);
+      arch[depth] = false, device[depth++] = true;
+      keep = hidden == 0;
+    } else if (depth > 0 && arch[depth - 1] && is_directive(p, le, "#else", NULL)) {
+      hidden += device[depth - 1] ? 1 : -1;
+      device[depth - 1] = !device[depth - 1];
+      keep = false;
+    } else if (depth > 0 && is_directive(p, le, "#endif", NULL)) {
+      depth--;
+      if (arch[depth]) hidden -= !device[depth];
+      keep = !arch[depth] && hidden == 0;
+    } else {
+      keep = hidden == 0;
+    }
+    if (keep) cu_buf_append(&out, p, (size_t)(next - p));
+    p = next;
+  }
+  assert(depth == 0 && hidden == 0);
+  cu_buf_free(body);
+  *body = out;
+}
+
 /* What makes two generated kernels the same machine code: the launch
  * shape, the parameter types and the body without its comments (which
  * name the model's nodes, different in every layer). */
@@ -275,6 +340,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
   }
   smelt_status st = f.err;
   f.err = NULL;
+  if (!st && !opt->emulation) drop_host_side(&body);
   if (!st) {
     header(&f, out, &l, symbol);
     cu_buf_append(out, body.s ? body.s : "", body.len);

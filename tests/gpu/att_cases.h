@@ -243,7 +243,8 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const cha
   if (out_tok) out_tok[0] = 0;
   const char **force = calloc((size_t)r->nk, sizeof *force);
   force[r->att] = tok;
-  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .arch = arch, .force = force};
+  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .arch = arch, .force = force,
+                       .emulation = e->load == he_load};  /* the emulation compiles the host side */
   FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, r->k, r->nk, &opt, &m);
   free(force);

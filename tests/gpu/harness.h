@@ -682,7 +682,10 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   int nk = 0;
   if (!st) st = cg_lower(g, &k, &nk);
   FmtCudaModule *m = NULL;
-  if (!st) st = cg_cuda_generate(g, k, nk, opt, &m);
+  /* the emulation compiles the kernels' host side (CgCudaOptions.emulation) */
+  CgCudaOptions o = opt ? *opt : (CgCudaOptions){0};
+  o.emulation = e->load == he_load;
+  if (!st) st = cg_cuda_generate(g, k, nk, &o, &m);
   if (st) {
     H_FAIL("%s", st_message(st));
     st_free(st);

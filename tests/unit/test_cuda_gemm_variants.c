@@ -116,7 +116,7 @@ static void check_workspace(Exec *e, Graph *g, const char **force, const char *w
   Kernel *k = NULL;
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
-  CgCudaOptions opt = {.max_units = 1, .force = force, .arch = "sm_90a"};
+  CgCudaOptions opt = {.max_units = 1, .force = force, .arch = "sm_90a", .emulation = e->load == he_load};
   FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   uint64_t *buf = calloc((size_t)g->nval, sizeof *buf), ws = 0, wsb = 0;

@@ -180,7 +180,8 @@ static void run_graph(Exec *e, const Case *c, Graph *g, const char **force, char
   Kernel *k = NULL;
   int nk = 0;
   CHECK_OK(cg_lower(g, &k, &nk));
-  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .force = force, .arch = "sm_90a", .allow_tf32 = true};
+  CgCudaOptions opt = {.args_aligned = args_aligned, .max_units = 1, .force = force, .arch = "sm_90a", .allow_tf32 = true,
+                       .emulation = e->load == he_load};
   FmtCudaModule *m = NULL;
   smelt_status st = cg_cuda_generate(g, k, nk, &opt, &m);
   Interp *it = NULL;

@@ -399,7 +399,7 @@ static void check_candidate(Tools *T, Graph *g, const WgCase *c, const char *wha
   int nk = 0;
   FmtCudaModule *m = NULL;
   const char *force[1] = {tok};
-  CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1};
+  CgCudaOptions opt = {.args_aligned = true, .arch = "sm_90a", .force = force, .max_units = 1, .emulation = emu};
   smelt_status st = cg_lower(g, &k, &nk);
   if (!st) st = nk == 1 ? cg_cuda_generate(g, k, nk, &opt, &m) : st_error(ST_INTERNAL, "%d kernels", nk);
   if (st) {
