@@ -436,10 +436,12 @@ smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle) {
   return load_bundle(file, true, out_bundle);
 }
 
+/* Without code, nothing will start a session to check the constants, so
+ * they are checked now (smelt inspect refuses a corrupted bundle). */
 smelt_status rt_bundle_open_nojit(const char *path, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   FmtFile *file;
-  RETURN_IF_ERROR(fmt_file_open_deferred(path, FMT_SEC_CONSTANTS, &file));
+  RETURN_IF_ERROR(fmt_file_open(path, &file));
   return load_bundle(file, false, out_bundle);
 }
 
