@@ -1169,7 +1169,10 @@ static smelt_status load_nodes(Loader *L, Scope *s, yaml_node_t *node) {
     if (!vout || is_null(vout)) return errf(L, n, "node needs 'out' (the name of its result)");
     NameList out;
     RETURN_IF_ERROR(get_names(L, vout, "out", &out));
-    if (out.n == 0) return errf(L, vout, "node needs at least one name in 'out'");
+    if (out.n == 0) {
+      names_free(&out);
+      return errf(L, vout, "node needs at least one name in 'out'");
+    }
     const char *nname = ir_name(L, s, out.name[0]);
     smelt_status st;
     if (map_find(L, n, "repeat")) st = load_repeat_node(L, s, n, &out, nname);
