@@ -40,10 +40,14 @@
  *           element 2j = STD * r cos(2 pi u2), element 2j+1 = STD * r sin(2 pi u2)
  * computed in double and rounded to the param's dtype on store.
  *
- * Resource limits (the file is untrusted): model text 64 MiB, repeat nesting
- * 16, times 100000, 1M nodes, 32 GiB per constant and 64 GiB in all.  Names
- * are found through hash tables, so a model of 10^6 nodes loads in linear
- * time.
+ * Resource limits (the file is untrusted): model text 64 MiB, YAML nesting
+ * 256 levels, repeat nesting 16, times 100000, 1M nodes, 32 GiB per constant
+ * and 64 GiB in all.  Every limit is checked before the work it bounds:
+ * libyaml's scanner is quadratic in nesting depth (each token looks at every
+ * open level), so the text reaches it through a read handler that hands over
+ * small chunks and refuses to go on once the scanner is deeper than the limit;
+ * names are found through hash tables, so a model of 10^6 nodes loads in
+ * linear time.
  */
 #include <errno.h>
 #include <math.h>
@@ -63,6 +67,12 @@
 #define FE_MAX_CONST_BYTES ((int64_t)1 << 35)
 #define FE_MAX_TOTAL_CONST_BYTES ((int64_t)1 << 36)
 #define FE_MAX_LIST 4096 /* names in `in`/`out`, elements of an ints attribute */
+/* Nested YAML collections.  A model needs about ten (blocks > block > nodes >
+ * node > attribute list, a param value's nested lists up to rank 8). */
+#define FE_MAX_YAML_DEPTH 256
+/* Bytes the read handler gives libyaml at once: how far past the limit the
+ * scanner can get before the depth is checked again. */
+#define FE_YAML_CHUNK 256
 
 typedef struct {
   const char *name;
@@ -124,6 +134,11 @@ typedef struct {
   const char *active[FE_MAX_DEPTH];
   int depth;
   int64_t const_bytes;
+  /* parse_yaml's read handler */
+  yaml_parser_t *parser;
+  size_t fed;         /* bytes of text handed to libyaml */
+  bool too_deep;      /* the handler stopped at FE_MAX_YAML_DEPTH */
+  yaml_mark_t deep_at; /* where the scanner was then */
 } Loader;
 
 /* ---- name tables ---- */
@@ -1329,6 +1344,10 @@ static smelt_status load_outputs(Loader *L, const Scope *s, yaml_node_t *root) {
 /* ---- the file ---- */
 
 static smelt_status parse_error(Loader *L, const yaml_parser_t *p) {
+  if (L->too_deep) {
+    SrcLoc loc = {L->file, (int)L->deep_at.line + 1, (int)L->deep_at.column + 1};
+    return st_at(loc, "YAML nested more than %d levels deep", FE_MAX_YAML_DEPTH);
+  }
   if (p->error == YAML_MEMORY_ERROR) return st_error(ST_NO_MEMORY, "%s: error: out of memory parsing YAML", L->file);
   SrcLoc loc = {L->file, 1, 1};
   if (p->error == YAML_READER_ERROR) {
@@ -1348,10 +1367,39 @@ static smelt_status parse_error(Loader *L, const yaml_parser_t *p) {
   return st_at(loc, "invalid YAML: %s", p->problem ? p->problem : "syntax error");
 }
 
+/* How deeply the parser is nested now: the scanner's open flow collections
+ * and block indentation levels, or the parser's state stack, which lags it. */
+static int parser_depth(const yaml_parser_t *p) {
+  int scan = p->flow_level + (int)(p->indents.top - p->indents.start);
+  int parse = (int)(p->states.top - p->states.start);
+  return scan > parse ? scan : parse;
+}
+
+/* libyaml's read handler: the text in chunks of FE_YAML_CHUNK bytes, and an
+ * input error (which parse_yaml turns into ours) once the nesting is deeper
+ * than FE_MAX_YAML_DEPTH, before the scanner's cost per token grows with it. */
+static int read_chunk(void *data, unsigned char *buf, size_t size, size_t *size_read) {
+  Loader *L = data;
+  if (parser_depth(L->parser) > FE_MAX_YAML_DEPTH) {
+    L->too_deep = true;
+    L->deep_at = L->parser->mark;
+    return 0;
+  }
+  size_t n = L->text_size - L->fed;
+  if (n > size) n = size;
+  if (n > FE_YAML_CHUNK) n = FE_YAML_CHUNK;
+  memcpy(buf, L->text + L->fed, n);
+  L->fed += n;
+  *size_read = n;
+  return 1;
+}
+
 static smelt_status parse_yaml(Loader *L) {
   yaml_parser_t p;
   if (!yaml_parser_initialize(&p)) return st_error(ST_NO_MEMORY, "out of memory");
-  yaml_parser_set_input_string(&p, L->text, L->text_size);
+  L->parser = &p;
+  L->fed = 0;
+  yaml_parser_set_input(&p, read_chunk, L);
   smelt_status st = NULL;
   if (!yaml_parser_load(&p, &L->doc)) {
     st = parse_error(L, &p);
@@ -1371,6 +1419,7 @@ static smelt_status parse_yaml(Loader *L) {
     }
   }
   yaml_parser_delete(&p);
+  L->parser = NULL;
   return st;
 }
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The YAML frontend on huge, deep and long models (issue 16 #5).
+"""The YAML frontend on huge, deep and long models (issue 16 #5, #6).
 
   - a 10^5-node chain loads in linear time (name lookup through hash tables;
     it took 94 s when every lookup scanned the scope), and errors about names
-    in big scopes and mappings read as before.
+    in big scopes and mappings read as before;
+  - nesting deeper than 256 levels, flow ([[[...) or block (- - - ...), is
+    refused at once with a located error (libyaml's scanner is quadratic in
+    depth: 4*10^4 levels took 7 s), and nesting just under the limit loads.
 
 Usage: test_frontend_limits.py --smelt PATH
 """
@@ -82,6 +85,23 @@ def test_long(smelt, d):
     check(rc == 1 and "duplicate name 'o17' in 'out'" in err, "duplicate in a long 'out': %s" % err.strip()[:200])
 
 
+def test_deep(smelt, d):
+    n = 40000
+    head = "smelt: 1\nname: d\ninputs: {x: {shape: [4]}}\n"
+    flow = head + "params: {p: {shape: [1], value: " + "[" * n + "1" + "]" * n + "}}\nnodes: []\noutputs: [x]\n"
+    block = head + "blocks:\n  b:\n    " + "- " * n + "x\noutputs: [x]\n"
+    for name, text, line in (("flow", flow, 4), ("block", block, 6)):
+        rc, err, sec = run(smelt, write(d, "deep_%s.yaml" % name, text), timeout=60)
+        want = "deep_%s.yaml:%d:" % (name, line)
+        check(rc == 1 and want in err and "error: YAML nested more than 256 levels deep" in err and sec < 2,
+              "%d-deep %s nesting refused in %.2f s: %s" % (n, name, sec, err.strip()[:200]))
+    # just under the limit: the root mapping, params, p and 250 lists
+    ok = head + "params: {p: {shape: [1], value: " + "[" * 250 + "1" + "]" * 250 + "}}\nnodes: []\noutputs: [x]\n"
+    rc, err, _ = run(smelt, write(d, "deep_ok.yaml", ok), timeout=60)
+    check(rc == 1 and "nested" not in err and "is not a valid f32" in err,
+          "253 levels parse (then the value is refused as a value): %s" % err.strip()[:200])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smelt", required=True)
@@ -89,6 +109,7 @@ def main():
     d = tempfile.mkdtemp(prefix="smelt_limits_")
     try:
         test_long(smelt, d)
+        test_deep(smelt, d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print("test_frontend_limits: %d failed" % len(FAILS))
