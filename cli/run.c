@@ -158,22 +158,25 @@ static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile 
 
 static int print_output_check(const ScOutputReport *r) {
   printf("check against the reference interpreter:\n");
-  printf("  %-24s %12s %12s %12s  %s\n", "output", "max abs", "max rel", "rel L2", "result");
+  printf("  %-24s %12s %12s %12s  %-6s %s\n", "output", "max abs", "max rel", "rel L2", "result", "rule");
   for (int i = 0; i < r->noutputs; i++) {
     const ScOutputCheck *o = &r->outputs[i];
-    printf("  %-24s %12.3g %12.3g %12.3g  %s\n", o->name, o->diff.max_abs, o->diff.max_rel, o->diff.rel_l2,
-           o->diff.pass ? "pass" : "FAIL");
+    char rule[64];
+    printf("  %-24s %12.3g %12.3g %12.3g  %-6s %s\n", o->name, o->diff.max_abs, o->diff.max_rel, o->diff.rel_l2,
+           o->diff.pass ? "pass" : "FAIL", sc_rule_text(&o->diff, rule, sizeof rule));
   }
   return r->pass ? 0 : 1;
 }
 
 static int print_group_check(const ScGroupReport *r) {
   printf("check of every fused group against the unfused reference:\n");
-  printf("  %-28s %-24s %12s %10s  %s\n", "kernel", "value", "max abs", "cosine", "result");
+  printf("  %-28s %-24s %12s %10s  %-6s %s\n", "kernel", "value", "max abs", "cosine", "result", "rule");
   for (int i = 0; i < r->nchecks; i++) {
     const ScValueCheck *c = &r->checks[i];
-    printf("  %-28s %-24s %12.3g %10.6f  %s\n", c->kernel_name, c->value_name, c->diff.max_abs, c->diff.cosine,
-           c->clobbered ? "CLOBBERED (memory plan)" : c->diff.pass ? "pass" : "FAIL");
+    char rule[64];
+    printf("  %-28s %-24s %12.3g %10.6f  %-6s %s\n", c->kernel_name, c->value_name, c->diff.max_abs, c->diff.cosine,
+           c->clobbered ? "CLOBBERED (memory plan)" : c->diff.pass ? "pass" : "FAIL",
+           sc_rule_text(&c->diff, rule, sizeof rule));
   }
   if (r->first_bad >= 0) {
     const ScValueCheck *c = &r->checks[r->first_bad];

@@ -15,6 +15,7 @@
  * routine serves every dtype.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@
 
 void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
   double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0;
-  int64_t nonfinite = 0;
+  int64_t nonfinite = 0, nfinite = 0;
   for (size_t i = 0; i < n; i++) {
     double a = dt_load(dt, x, i), r = dt_load(dt, ref, i);
     if (!isfinite(a) || !isfinite(r)) {
@@ -33,6 +34,7 @@ void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
       continue;
     }
     double d = fabs(a - r);
+    nfinite++;
     if (d > max_abs) max_abs = d;
     double rel = d / fmax(fabs(r), 1e-6);
     if (rel > max_rel) max_rel = rel;
@@ -47,11 +49,39 @@ void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
   out->rel_l2 = srr > 0 ? sqrt(sdd) / sqrt(srr) : (sdd > 0 ? INFINITY : 0);
   if (sxx > 0 && srr > 0) out->cosine = sxr / (sqrt(sxx) * sqrt(srr));
   else out->cosine = sxx == 0 && srr == 0 ? 1 : 0;
+  bool half = dt == DT_F16 || dt == DT_BF16;
+  /* a (near-)zero reference has no scale: relative error and cosine are
+   * meaningless there (inf, 0), so an absolute floor judges */
+  bool tiny = nfinite == 0 || sqrt(srr / (double)nfinite) < SC_CHECK_TINY_REF;
   bool close;
-  if (dt == DT_F16 || dt == DT_BF16) close = out->cosine >= SC_CHECK_COSINE;
-  else if (dt_is_float(dt)) close = out->rel_l2 <= SC_CHECK_REL_L2;
-  else close = max_abs == 0;
+  if (!dt_is_float(dt)) {
+    out->rule = SC_RULE_EXACT;
+    out->limit = 0;
+    close = max_abs == 0;
+  } else if (tiny) {
+    out->rule = SC_RULE_ABS_FLOOR;
+    out->limit = half ? SC_CHECK_ABS_FLOOR_16 : SC_CHECK_ABS_FLOOR;
+    close = max_abs <= out->limit;
+  } else if (half) {
+    out->rule = SC_RULE_COSINE;
+    out->limit = SC_CHECK_COSINE;
+    close = out->cosine >= SC_CHECK_COSINE;
+  } else {
+    out->rule = SC_RULE_REL_L2;
+    out->limit = SC_CHECK_REL_L2;
+    close = out->rel_l2 <= SC_CHECK_REL_L2;
+  }
   out->pass = close && nonfinite == 0;
+}
+
+const char *sc_rule_text(const ScDiff *d, char *buf, size_t cap) {
+  switch (d->rule) {
+  case SC_RULE_REL_L2: snprintf(buf, cap, "rel L2 <= %g", d->limit); break;
+  case SC_RULE_COSINE: snprintf(buf, cap, "cosine >= %g", d->limit); break;
+  case SC_RULE_ABS_FLOOR: snprintf(buf, cap, "max abs <= %g, reference ~0", d->limit); break;
+  case SC_RULE_EXACT: snprintf(buf, cap, "exact"); break;
+  }
+  return buf;
 }
 
 /* Buffers for the session's outputs, one per output slot. */

@@ -238,11 +238,26 @@ static void test_diff(void) {
   r[3] = NAN;
   sc_diff(DT_F32, x, r, 4, &d);
   CHECK(d.pass && d.nonfinite == 0); /* NaN where the reference has NaN */
-  float zero[2] = {0, 0}, small[2] = {1e-9f, 0};
+  CHECK(d.rule == SC_RULE_REL_L2 && d.limit == SC_CHECK_REL_L2);
+  /* A zero reference has no scale: rel L2 is inf, so an absolute floor
+   * judges (issue 16 #8: a layer_norm of constant rows failed as "rel L2 inf"). */
+  float zero[2] = {0, 0}, small[2] = {7.5e-4f, 0}, big[2] = {0.5f, 0};
   sc_diff(DT_F32, small, zero, 2, &d);
-  CHECK(!d.pass && isinf(d.rel_l2));
+  CHECK(d.pass && isinf(d.rel_l2) && d.rule == SC_RULE_ABS_FLOOR && d.limit == SC_CHECK_ABS_FLOOR);
+  sc_diff(DT_F32, big, zero, 2, &d);
+  CHECK(!d.pass && d.rule == SC_RULE_ABS_FLOOR);
+  float tiny[2] = {1e-8f, -1e-8f};
+  sc_diff(DT_F32, small, tiny, 2, &d);
+  CHECK(d.pass && d.rule == SC_RULE_ABS_FLOOR); /* tiny, not only zero */
   sc_diff(DT_F32, zero, zero, 2, &d);
   CHECK(d.pass && d.cosine == 1);
+  char rule[64];
+  CHECK(strcmp(sc_rule_text(&d, rule, sizeof rule), "max abs <= 0.01, reference ~0") == 0);
+  {
+    uint16_t hz[2] = {dt_f32_to_f16(0), dt_f32_to_f16(0)}, hs[2] = {dt_f32_to_f16(0.01f), dt_f32_to_f16(0)};
+    sc_diff(DT_F16, hs, hz, 2, &d);
+    CHECK(d.pass && d.cosine == 0 && d.rule == SC_RULE_ABS_FLOOR); /* the cosine of a zero vector is 0 */
+  }
   /* f16: judged by cosine. 1% noise passes, a sign flip does not. */
   uint16_t h[3], hr[3];
   float vals[3] = {1, 2, 3};
@@ -251,14 +266,15 @@ static void test_diff(void) {
     h[i] = dt_f32_to_f16(vals[i] * 1.01f);
   }
   sc_diff(DT_F16, h, hr, 3, &d);
-  CHECK(d.pass && d.cosine > 0.999);
+  CHECK(d.pass && d.cosine > 0.999 && d.rule == SC_RULE_COSINE);
+  CHECK(strcmp(sc_rule_text(&d, rule, sizeof rule), "cosine >= 0.999") == 0);
   h[2] = dt_f32_to_f16(-3);
   sc_diff(DT_F16, h, hr, 3, &d);
   CHECK(!d.pass);
   /* Integers: exact. */
   int64_t i1[2] = {1, 2}, i2[2] = {1, 3};
   sc_diff(DT_I64, i1, i1, 2, &d);
-  CHECK(d.pass);
+  CHECK(d.pass && d.rule == SC_RULE_EXACT);
   sc_diff(DT_I64, i1, i2, 2, &d);
   CHECK(!d.pass && d.max_abs == 1);
 }
