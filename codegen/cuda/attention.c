@@ -113,10 +113,7 @@
 #include <string.h>
 
 #include "codegen/cuda/cu_attention.h"
-#include "codegen/cuda/cu_kernels.h"
 
-/* flashdec: query rows per block (registers: 16 floats per row per lane) */
-#define DEC_MAX_ROWS 8
 /* flashdec: the blocks the heuristic aims for (a few per SM of an H100/H200),
  * the K and V bytes a block streams at least, and the most splits (the last
  * block keeps a weight per split and row in shared memory) */
@@ -170,7 +167,7 @@ static bool tc_common(const Att *a, const char **why) {
   return true;
 }
 
-static bool flash_eligible(const Att *a, const char **why) {
+bool cu_att_flash_eligible(const Att *a, const char **why) {
   if (!tc_common(a, why)) return false;
   if (a->D % 16 != 0 || a->D > 128) return *why = "needs a head dim that is a multiple of 16 up to 128", false;
   return true;
@@ -185,7 +182,7 @@ int64_t cu_att_flash_smem(const Att *a, const FlashParams *p) {
 }
 
 static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const char **why) {
-  if (!flash_eligible(a, why)) return false;
+  if (!cu_att_flash_eligible(a, why)) return false;
   if (p->W != 1 && p->W != 2 && p->W != 4 && p->W != 8) return *why = "w must be 1, 2, 4 or 8", false;
   if (p->BM != 16 * p->W && p->BM != 32 * p->W) return *why = "bm must be 16 or 32 rows per warp (16 w or 32 w)", false;
   if (p->BN != 16 && p->BN != 32 && p->BN != 64 && p->BN != 128) return *why = "bn must be 16, 32, 64 or 128", false;
@@ -202,13 +199,13 @@ static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const
  * the rows per block. */
 void cu_att_dec_rows(const Att *a, int64_t *out_rows, int64_t *out_chunks, int *out_rb) {
   int64_t R = a->G * a->S;
-  int64_t nrc = cu_att_cdiv(R, DEC_MAX_ROWS);
+  int64_t nrc = cu_att_cdiv(R, CU_ATT_DEC_MAX_ROWS);
   *out_rows = R;
   *out_chunks = nrc;
   *out_rb = (int)cu_att_cdiv(R, nrc);
 }
 
-static bool dec_eligible(const Att *a, const char **why) {
+bool cu_att_dec_eligible(const Att *a, const char **why) {
   if (!tc_common(a, why)) return false;
   if (a->D < 8 || a->D > 256 || 32 % (a->D / 8) != 0 || a->D % 8 != 0)
     return *why = "needs a head dim of 8, 16, 32, 64, 128 or 256", false;
@@ -216,7 +213,7 @@ static bool dec_eligible(const Att *a, const char **why) {
 }
 
 static bool dec_valid(const CuFn *f, const Att *a, const DecParams *p, const char **why) {
-  if (!dec_eligible(a, why)) return false;
+  if (!cu_att_dec_eligible(a, why)) return false;
   if (p->W != 1 && p->W != 2 && p->W != 4 && p->W != 8) return *why = "w must be 1, 2, 4 or 8", false;
   int groups = p->W * (32 / (int)(a->D / 8));
   if (p->BN % groups != 0 || p->BN / groups < 1 || p->BN / groups > 8)
@@ -324,7 +321,7 @@ bool cu_att_variant_valid(const CuFn *f, const Att *a, const AttVariant *v, cons
  * DEC_TARGET_BLOCKS blocks, each slice at least DEC_MIN_BLOCK_BYTES of K
  * and V (fixed costs per block: the first load's latency, the merge, the
  * partial written and read back). */
-static void dec_default(const Att *a, DecParams *p) {
+void cu_att_dec_default(const Att *a, DecParams *p) {
   int64_t R, nrc;
   int rb;
   cu_att_dec_rows(a, &R, &nrc, &rb);
@@ -350,15 +347,15 @@ void cu_att_heuristic(const CuFn *f, const Att *a, AttVariant *out) {
   memset(out, 0, sizeof *out);
   out->fam = ATT_SIMPLE;
   AttVariant v = {0};
-  if (dec_eligible(a, &why) && a->G * a->S <= 16) {
+  if (cu_att_dec_eligible(a, &why) && a->G * a->S <= 16) {
     v.fam = ATT_FLASHDEC;
-    dec_default(a, &v.dp);
+    cu_att_dec_default(a, &v.dp);
     if (cu_att_variant_valid(f, a, &v, &why)) {
       *out = v;
       return;
     }
   }
-  if (flash_eligible(a, &why)) {
+  if (cu_att_flash_eligible(a, &why)) {
     v.fam = ATT_FLASH;
     if (a->S < 256) v.fp = (FlashParams){64, 32, 4, 2, 1};
     else if (a->D > 64) v.fp = (FlashParams){128, 32, 4, 2, 1};
@@ -368,77 +365,6 @@ void cu_att_heuristic(const CuFn *f, const Att *a, AttVariant *out) {
     else v.fp = a->causal ? (FlashParams){64, 128, 4, 2, 2} : (FlashParams){64, 32, 4, 2, 1};
     if (cu_att_variant_valid(f, a, &v, &why)) *out = v;
   }
-}
-
-int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
-  Att a;
-  cu_att_shape(f, &a);
-  AttVariant all[64];
-  int n = 0;
-  cu_att_heuristic(f, &a, &all[n++]);
-  const char *why;
-  int64_t R, nrc;
-  int rb;
-  cu_att_dec_rows(&a, &R, &nrc, &rb);
-  if (flash_eligible(&a, &why) && a.S < 16) {
-    /* a few query rows: one 64-row tile, for comparison with flashdec */
-    all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2, 1}, {0}};
-  } else if (flash_eligible(&a, &why)) {
-    /* the tiles that came within ~15% of the best on the H200 (W3 and W4
-     * prefill), double buffered, and one triple-buffered; 32 rows of a head
-     * above 64 wide with more than 64 keys per tile do not fit in registers
-     * (O and the scores alone take 256; with a key split, 64 keys per warp
-     * spill too) */
-    static const FlashParams fps[] = {{128, 32, 4, 2, 1}, {128, 32, 4, 3, 1}, {128, 64, 4, 2, 1}, {128, 64, 8, 2, 1},
-                                      {128, 128, 8, 2, 1}, {64, 32, 4, 2, 1},  {64, 64, 4, 2, 1},  {64, 128, 4, 2, 1},
-                                      {64, 32, 2, 2, 1},
-                                      /* key splits: more warps on the same rows (the longest causal blocks
-                                       * finish sooner), 8 warps at most */
-                                      {64, 128, 4, 2, 2},  {64, 64, 4, 2, 2},  {64, 128, 4, 3, 2},  {64, 128, 2, 2, 4},
-                                      {32, 128, 2, 2, 4},  {128, 64, 4, 2, 2}, {128, 128, 4, 2, 2}};
-    for (size_t i = 0; i < sizeof fps / sizeof *fps; i++) {
-      bool two = fps[i].BM == 32 * fps[i].W;
-      if (two && a.D > 64 && (fps[i].BN > 64 || fps[i].BN / fps[i].KS > 32)) continue;
-      all[n++] = (AttVariant){ATT_FLASH, fps[i], {0}};
-    }
-  }
-  /* flashdec reads K and V once per row chunk: only for a few rows */
-  if (dec_eligible(&a, &why) && R <= 4 * DEC_MAX_ROWS) {
-    /* around the default: half, twice and four times the splits (2 to 16
-     * blocks per SM of W3 decode); per split 4 and 8 warps, 1, 2 and 4 keys
-     * per group and step, loads one and two steps ahead */
-    DecParams d;
-    dec_default(&a, &d);
-    int gpw = 32 / (int)(a.D / 8);
-    /* {warps, keys per group and step, pf, tr} */
-    static const int wup[][4] = {{4, 2, 1, 1}, {4, 2, 2, 1}, {4, 1, 2, 1}, {4, 4, 1, 1}, {8, 2, 1, 1}, {8, 1, 2, 1}, {8, 2, 2, 1}};
-    int splits[] = {d.split, d.split / 2, d.split * 2, d.split * 4}, tr = a.D >= 16;
-    for (int i = 0; i < 4; i++)
-      for (size_t k = 0; k < sizeof wup / sizeof *wup && n < 58; k++) {
-        /* more than two rows: 4 warps only with 2 keys one step ahead (the
-         * others spill with 8 rows' accumulators at sm_90's register split) */
-        if (rb > 2 && wup[k][0] == 4 && (wup[k][1] != 2 || wup[k][2] != 1)) continue;
-        if (splits[i] >= 1)
-          all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], wup[k][1] * wup[k][0] * gpw, wup[k][0], wup[k][2], wup[k][3] && tr}};
-      }
-    /* the default and the old best of W3 decode with a shuffle chain per score;
-     * without the prefetch */
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, d.BN, d.W, d.pf, 0}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 1, 0}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 8 * gpw, 8, 0, 0}};
-    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 0, 0}};
-  }
-  all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
-  int got = 0;
-  for (int i = 0; i < n && got < max; i++) {
-    if (!cu_att_variant_valid(f, &a, &all[i], &why)) continue;
-    char tok[CG_VARIANT_LEN];
-    cu_att_format_variant(&all[i], tok);
-    bool dup = false;
-    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], tok) == 0;
-    if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
-  }
-  return got;
 }
 
 /* ---- pieces the flash kernels share ---- */

@@ -1,6 +1,8 @@
-/* cu_emit_attention: the attention kernel's variant (forced, tuned, else
- * the heuristic's: attention.c) and its emission: flash.c, flashdec.c, or
- * the simple kernel below, which computes every attention (a mask,
+/* The attention kernels as the rest of the backend sees them (cu_kernels.h):
+ * cu_attention_candidates, the variants the tuner may try, and
+ * cu_emit_attention, the kernel's variant (forced, tuned, else the
+ * heuristic's: attention.c) and its emission: flash.c, flashdec.c, or the
+ * simple kernel below, which computes every attention (a mask,
  * f32/f64, any head dim): attention.c's opening comment describes it.
  * The top of the attention files: nothing below calls into it.
  */
@@ -12,6 +14,79 @@
 #include "codegen/cuda/cu_kernels.h"
 
 #define CU_ATT_ROWS_PER_BLOCK 4
+
+/* ---- the tuner's candidates ---- */
+
+int cu_attention_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
+  Att a;
+  cu_att_shape(f, &a);
+  AttVariant all[64];
+  int n = 0;
+  cu_att_heuristic(f, &a, &all[n++]);
+  const char *why;
+  int64_t R, nrc;
+  int rb;
+  cu_att_dec_rows(&a, &R, &nrc, &rb);
+  if (cu_att_flash_eligible(&a, &why) && a.S < 16) {
+    /* a few query rows: one 64-row tile, for comparison with flashdec */
+    all[n++] = (AttVariant){ATT_FLASH, {64, 64, 4, 2, 1}, {0}};
+  } else if (cu_att_flash_eligible(&a, &why)) {
+    /* the tiles that came within ~15% of the best on the H200 (W3 and W4
+     * prefill), double buffered, and one triple-buffered; 32 rows of a head
+     * above 64 wide with more than 64 keys per tile do not fit in registers
+     * (O and the scores alone take 256; with a key split, 64 keys per warp
+     * spill too) */
+    static const FlashParams fps[] = {{128, 32, 4, 2, 1}, {128, 32, 4, 3, 1}, {128, 64, 4, 2, 1}, {128, 64, 8, 2, 1},
+                                      {128, 128, 8, 2, 1}, {64, 32, 4, 2, 1},  {64, 64, 4, 2, 1},  {64, 128, 4, 2, 1},
+                                      {64, 32, 2, 2, 1},
+                                      /* key splits: more warps on the same rows (the longest causal blocks
+                                       * finish sooner), 8 warps at most */
+                                      {64, 128, 4, 2, 2},  {64, 64, 4, 2, 2},  {64, 128, 4, 3, 2},  {64, 128, 2, 2, 4},
+                                      {32, 128, 2, 2, 4},  {128, 64, 4, 2, 2}, {128, 128, 4, 2, 2}};
+    for (size_t i = 0; i < sizeof fps / sizeof *fps; i++) {
+      bool two = fps[i].BM == 32 * fps[i].W;
+      if (two && a.D > 64 && (fps[i].BN > 64 || fps[i].BN / fps[i].KS > 32)) continue;
+      all[n++] = (AttVariant){ATT_FLASH, fps[i], {0}};
+    }
+  }
+  /* flashdec reads K and V once per row chunk: only for a few rows */
+  if (cu_att_dec_eligible(&a, &why) && R <= 4 * CU_ATT_DEC_MAX_ROWS) {
+    /* around the default: half, twice and four times the splits (2 to 16
+     * blocks per SM of W3 decode); per split 4 and 8 warps, 1, 2 and 4 keys
+     * per group and step, loads one and two steps ahead */
+    DecParams d;
+    cu_att_dec_default(&a, &d);
+    int gpw = 32 / (int)(a.D / 8);
+    /* {warps, keys per group and step, pf, tr} */
+    static const int wup[][4] = {{4, 2, 1, 1}, {4, 2, 2, 1}, {4, 1, 2, 1}, {4, 4, 1, 1}, {8, 2, 1, 1}, {8, 1, 2, 1}, {8, 2, 2, 1}};
+    int splits[] = {d.split, d.split / 2, d.split * 2, d.split * 4}, tr = a.D >= 16;
+    for (int i = 0; i < 4; i++)
+      for (size_t k = 0; k < sizeof wup / sizeof *wup && n < 58; k++) {
+        /* more than two rows: 4 warps only with 2 keys one step ahead (the
+         * others spill with 8 rows' accumulators at sm_90's register split) */
+        if (rb > 2 && wup[k][0] == 4 && (wup[k][1] != 2 || wup[k][2] != 1)) continue;
+        if (splits[i] >= 1)
+          all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {splits[i], wup[k][1] * wup[k][0] * gpw, wup[k][0], wup[k][2], wup[k][3] && tr}};
+      }
+    /* the default and the old best of W3 decode with a shuffle chain per score;
+     * without the prefetch */
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, d.BN, d.W, d.pf, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 1, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 8 * gpw, 8, 0, 0}};
+    all[n++] = (AttVariant){ATT_FLASHDEC, {0}, {d.split, 2 * 4 * gpw, 4, 0, 0}};
+  }
+  all[n++] = (AttVariant){ATT_SIMPLE, {0}, {0}};
+  int got = 0;
+  for (int i = 0; i < n && got < max; i++) {
+    if (!cu_att_variant_valid(f, &a, &all[i], &why)) continue;
+    char tok[CG_VARIANT_LEN];
+    cu_att_format_variant(&all[i], tok);
+    bool dup = false;
+    for (int j = 0; j < got && !dup; j++) dup = strcmp(out[j], tok) == 0;
+    if (!dup) memcpy(out[got++], tok, CG_VARIANT_LEN);
+  }
+  return got;
+}
 
 /* ---- the simple kernel ---- */
 

@@ -1,8 +1,8 @@
 /* Shared by the attention kernels.  Bottom-up: attention.c (the shape, the
- * variant tokens and their checks, the tuner's candidates, helpers of the
- * generated code), flash.c (the prefill kernel), flashdec.c (the split-KV
- * decode kernel), attention_emit.c (cu_emit_attention: picks the variant,
- * emits it or the simple kernel).  attention.c's opening comment
+ * variant tokens and their checks, the heuristic, helpers of the generated
+ * code), flash.c (the prefill kernel), flashdec.c (the split-KV decode
+ * kernel), attention_emit.c (cu_kernels.h's cu_attention_candidates and
+ * cu_emit_attention: picks the variant, emits it or the simple kernel).  attention.c's opening comment
  * describes all three kernels. */
 #ifndef SMELT_CU_ATTENTION_H
 #define SMELT_CU_ATTENTION_H
@@ -10,6 +10,8 @@
 #include "codegen/cuda/cu_tc.h"
 
 #define CU_ATT_LOG2E 1.4426950408889634
+/* flashdec: query rows per block (registers: 16 floats per row per lane) */
+#define CU_ATT_DEC_MAX_ROWS 8
 
 typedef struct {
   const Node *an;
@@ -51,6 +53,12 @@ int64_t cu_att_flash_smem(const Att *a, const FlashParams *p);
 void cu_att_dec_rows(const Att *a, int64_t *out_rows, int64_t *out_chunks, int *out_rb);
 /* Declares the lambda fexp2 (2^x: ex2.approx on the GPU). */
 void cu_att_fexp2(CuFn *f);
+
+/* Whether the flash / flashdec kernels can compute a at all (*why says why
+ * not), and flashdec's default parameters. */
+bool cu_att_flash_eligible(const Att *a, const char **why);
+bool cu_att_dec_eligible(const Att *a, const char **why);
+void cu_att_dec_default(const Att *a, DecParams *p);
 
 /* Variant tokens ("flash:...", "flashdec:...", "simple"): parse (false:
  * not an attention token), print, whether v can compute a (*why says why

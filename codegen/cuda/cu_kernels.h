@@ -1,5 +1,5 @@
 /* The kernel emitters, one per kind of anchor (elemwise.c, reduction.c,
- * pool.c, contraction.c, attention.c), that the driver (module.c) and the
+ * pool.c, contraction.c, attention_emit.c), that the driver (module.c) and the
  * variant lists (variants.c) call.  Each fills in the kernel's body through
  * f and its launch through l; an error is left in f->err. */
 #ifndef SMELT_CU_KERNELS_H
