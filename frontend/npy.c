@@ -15,6 +15,12 @@
  * bf16 value is exactly representable in f32, so nothing is lost); all other
  * dtypes are written natively.  The writer emits v1.0 with the header padded
  * so the data starts on a 64-byte boundary, as numpy itself does.
+ *
+ * Reader and writer accept the same shapes (npy_shape_ok): rank at most
+ * IR_MAX_RANK, no negative dim, and every prefix product of the dims at most
+ * NPY_MAX_NUMEL, the bound of the bundle format (ir/serialize.c), so that
+ * what one side accepts the other does too and ir_type_bytes cannot overflow
+ * on it, whatever the dtype.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -25,6 +31,8 @@
 #include "fe_internal.h"
 
 #define NPY_MAX_FILE ((size_t)1 << 40)
+/* Elements of a tensor: its bytes fit in int64 for every dtype. */
+#define NPY_MAX_NUMEL (INT64_MAX / 8)
 
 static const struct {
   const char *descr;
@@ -33,6 +41,19 @@ static const struct {
     {"<f4", DT_F32}, {"<f2", DT_F16}, {"<f8", DT_F64}, {"<i8", DT_I64},
     {"<i4", DT_I32}, {"|i1", DT_I8},  {"|u1", DT_U8},  {"|b1", DT_BOOL},
 };
+
+/* The one shape rule of both sides (see above).  Prefix products, not only
+ * the total: ir_type_numel multiplies left to right, so [2^61, 2^61, 0]
+ * would overflow before it reached the 0. */
+static bool npy_shape_ok(const TensorType *t) {
+  if (t->rank < 0 || t->rank > IR_MAX_RANK) return false;
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dim[i] < 0 || (t->dim[i] > 0 && n > NPY_MAX_NUMEL / t->dim[i])) return false;
+    n *= t->dim[i];
+  }
+  return true;
+}
 
 /* ---- header parsing ---- */
 
@@ -188,15 +209,11 @@ smelt_status fe_npy_read(const char *path, TensorType *out_type, void **out_data
   memset(&t, 0, sizeof t);
   st = parse_header(path, (const char *)buf + start, (size_t)hlen, &t);
   if (st) goto done;
-  /* bytes = numel * element size, refusing overflow one dimension at a time */
-  uint64_t bytes = dt_size(t.dt);
-  for (int i = 0; i < t.rank; i++) {
-    if (t.dim[i] != 0 && bytes > (uint64_t)INT64_MAX / (uint64_t)t.dim[i]) {
-      st = st_at(loc, ".npy shape overflows (more than 2^63 bytes)");
-      goto done;
-    }
-    bytes *= (uint64_t)t.dim[i];
+  if (!npy_shape_ok(&t)) {
+    st = st_at(loc, ".npy shape is too large (a prefix product of its dims exceeds 2^60 elements)");
+    goto done;
   }
+  uint64_t bytes = (uint64_t)ir_type_bytes(&t);
   size_t have = size - start - (size_t)hlen;
   if (have != bytes) {
     char tb[128];
@@ -231,12 +248,8 @@ smelt_status fe_npy_write(const char *path, const TensorType *type, const void *
   const char *descr = descr_of(type->dt);
   if (!descr) return st_at(loc, "cannot write dtype %s to .npy", dt_name(type->dt));
   if (type->rank < 0 || type->rank > IR_MAX_RANK) return st_at(loc, "cannot write rank %d to .npy", type->rank);
-  uint64_t numel = 1;
-  for (int i = 0; i < type->rank; i++) {
-    if (type->dim[i] < 0 || (type->dim[i] != 0 && numel > (uint64_t)INT64_MAX / 8 / (uint64_t)type->dim[i]))
-      return st_at(loc, "cannot write a tensor of invalid shape to .npy");
-    numel *= (uint64_t)type->dim[i];
-  }
+  if (!npy_shape_ok(type)) return st_at(loc, "cannot write a tensor of invalid shape to .npy");
+  uint64_t numel = (uint64_t)ir_type_numel(type);
 
   char header[512]; /* 8 dims of 19 digits plus padding fit easily */
   int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
