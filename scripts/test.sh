@@ -2,17 +2,37 @@
 # Sets up (scripts/setup.sh), then runs every test: the normal build, then the
 # whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   SMELT_SKIP_SANITIZE=1  only the normal build
+# A test that skipped as a whole exits 77 and ctest reports it as skipped.
+# Here only the GPU tests (label gpu) may skip: LLVM and NVRTC compilation
+# must run, so any other skip fails the run, and SMELT_TEST_REQUIRE=nvrtc
+# makes a test that leaves out its NVRTC part fail instead of printing SKIP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export SMELT_TEST_REQUIRE="${SMELT_TEST_REQUIRE-nvrtc}"
+
+# Fails when ctest's log ($1) lists a skipped test (or one not run) outside
+# the gpu label: ctest ends with "The following tests did not run:" and one
+# line "  N - NAME (Skipped)" per test.
+no_skips_outside_gpu() {
+  local bad
+  bad=$(sed -n '/^The following tests did not run:/,$p' "$1" | grep -E '^\s+[0-9]+ - ' | grep -vE ' - gpu/' || true)
+  if [ -n "$bad" ]; then
+    echo "error: these tests skipped, and only GPU tests may skip here:"
+    echo "$bad"
+    return 1
+  fi
+}
 
 SMELT_CMAKE_ARGS="-DSMELT_WERROR=ON" scripts/setup.sh
-ctest --test-dir build --output-on-failure -j"$(nproc)"
+ctest --test-dir build --output-on-failure -j"$(nproc)" 2>&1 | tee build/ctest.log
+no_skips_outside_gpu build/ctest.log
 
 if [ "${SMELT_SKIP_SANITIZE:-0}" != 1 ]; then
   echo "== the same tests under ASan + UBSan =="
   SMELT_BUILD_DIR=build-asan SMELT_CMAKE_ARGS="-DSMELT_SANITIZE=ON -DSMELT_WERROR=ON -DCMAKE_BUILD_TYPE=Debug" \
     scripts/setup.sh
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j"$(nproc)"
+    ctest --test-dir build-asan --output-on-failure -j"$(nproc)" 2>&1 | tee build-asan/ctest.log
+  no_skips_outside_gpu build-asan/ctest.log
 fi
 echo "all tests passed"

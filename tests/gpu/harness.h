@@ -38,6 +38,7 @@
 #include "passes/passes.h"
 #include "runtime/cuda_driver.h"
 #include "tests/gpu/op_cases.h"
+#include "tests/unit/check.h"
 
 #define H_GUARD 256
 #define H_GUARD_BYTE 0xA5
@@ -523,7 +524,10 @@ static inline CgNvrtc *h_nvrtc_open(char *dir, CgCudaCompileOptions *copts, bool
   CgNvrtc *nv = NULL;
   smelt_status st = cg_cuda_nvrtc_open(&nv);
   if (st) {
-    printf("SKIP: NVRTC not available (%s): variants are generated and emulated but not compiled\n", st_message(st));
+    char line[600];
+    snprintf(line, sizeof line, "NVRTC not available (%s): variants are generated and emulated but not compiled",
+             st_message(st));
+    check_skip_part("nvrtc", line);
     st_free(st);
     return NULL;
   }
@@ -641,8 +645,8 @@ static inline void h_free_guarded(Exec *e, const Graph *g, uint64_t *buf, bool *
 }
 
 /* A CUDA test's start: device 0 and NVRTC opened into *e, the device
- * printed.  Returns -1 to go on, else the exit status (0 after a SKIP
- * line without a device). */
+ * printed.  Returns -1 to go on, else the exit status (CHECK_SKIPPED after
+ * a SKIP line without a device). */
 static inline int h_cuda_test_start(Exec *e, const char *test) {
   const char *skip = NULL;
   smelt_status st = h_exec_cuda(e, &skip);
@@ -653,7 +657,7 @@ static inline int h_cuda_test_start(Exec *e, const char *test) {
   }
   if (skip) {
     printf("SKIP: %s\n", skip);
-    return 0;
+    return CHECK_SKIPPED;
   }
   const RtCudaInfo *info = rt_cuda_device_info(e->dev);
   printf("device %d: %s (%s, %d SMs), NVRTC %s\n", info->ordinal, info->name, info->arch, info->sm_count,

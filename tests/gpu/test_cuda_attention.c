@@ -22,7 +22,7 @@
  * All variants of a shape are compiled first, in parallel, into the disk
  * cache.  The last line sums it up; any failure makes the test fail.
  *
- * Without a GPU it prints "SKIP: no CUDA device" and passes.
+ * Without a GPU it prints "SKIP: no CUDA device" and exits 77 (skipped, for ctest).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include "tests/gpu/att_cases.h"

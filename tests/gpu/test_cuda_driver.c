@@ -7,7 +7,7 @@
  * the kernel; a CUDA graph captured once and replayed; per-kernel event
  * timings.
  *
- * Without a GPU it prints "SKIP: no CUDA device" and passes.
+ * Without a GPU it prints "SKIP: no CUDA device" and exits 77 (skipped, for ctest).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +55,7 @@ int main(void) {
   if (st && st_code(st) == ST_UNSUPPORTED) {
     printf("SKIP: no CUDA device (%s)\n", st_message(st));
     st_free(st);
-    return 0;
+    return CHECK_SKIPPED;
   }
   CHECK_OK(st);
   if (!d) return check_done("test_cuda_driver");

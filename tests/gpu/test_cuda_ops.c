@@ -10,7 +10,7 @@
  * fallback), and once more with the alignment guarantee the runtime gives
  * (args_aligned: no fallback code at all).
  *
- * Without a GPU it prints "SKIP: no CUDA device" and passes.
+ * Without a GPU it prints "SKIP: no CUDA device" and exits 77 (skipped, for ctest).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include "tests/gpu/harness.h"

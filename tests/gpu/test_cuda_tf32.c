@@ -19,7 +19,7 @@
  *    runs it within the TF32 tolerance; compiled without it, no tf32 kernel
  *    and the f32 result (relative L2 <= 1e-5).
  *
- * Without a GPU it prints "SKIP: no CUDA device" and passes.
+ * Without a GPU it prints "SKIP: no CUDA device" and exits 77 (skipped, for ctest).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <libgen.h>

@@ -28,7 +28,7 @@
  * for comparison.
  *
  * Without a GPU, or on one that is not compute capability 9.0 (wgmma and
- * TMA need sm_90a), it prints SKIP and passes.
+ * TMA need sm_90a), it prints SKIP and exits 77 (skipped).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include "frontend/frontend.h"
@@ -272,7 +272,7 @@ int main(void) {
   if (info->cc != 90) {
     printf("SKIP: wgmma and TMA need a compute capability 9.0 GPU (this is %d.%d)\n", info->cc / 10, info->cc % 10);
     h_exec_close(&e);
-    return 0;
+    return CHECK_SKIPPED;
   }
   static const WgCase cases[] = {
       {"f16", 0, 0, 1, 8, 8, ""},

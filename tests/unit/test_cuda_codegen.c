@@ -654,7 +654,10 @@ int main(void) {
 
   smelt_status st = cg_cuda_nvrtc_open(&nvrtc);
   if (st) {
-    printf("SKIP: NVRTC not available (%s): CUDA sources are generated and checked but not compiled\n", st_message(st));
+    char line[600];
+    snprintf(line, sizeof line, "NVRTC not available (%s): CUDA sources are generated and checked but not compiled",
+             st_message(st));
+    check_skip_part("nvrtc", line);
     st_free(st);
   } else {
     printf("NVRTC %s, include dir '%s'\n", cg_cuda_nvrtc_version(nvrtc), cg_cuda_nvrtc_include_dir(nvrtc));

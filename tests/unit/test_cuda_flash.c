@@ -353,7 +353,9 @@ static void test_compile(const char *cache) {
   CgNvrtc *nv = NULL;
   smelt_status st = cg_cuda_nvrtc_open(&nv);
   if (st) {
-    printf("SKIP: NVRTC not available (%s): attention variants not compiled\n", st_message(st));
+    char line[600];
+    snprintf(line, sizeof line, "NVRTC not available (%s): attention variants not compiled", st_message(st));
+    check_skip_part("nvrtc", line);
     st_free(st);
     return;
   }

@@ -512,7 +512,7 @@ int main(int argc, char **argv) {
   Tools T = {.compiled = 0};
   T.have_nvrtc = !st && nv_open(&T.nv, cg_cuda_nvrtc_include_dir(cg));
   if (st) st_free(st);
-  if (!T.have_nvrtc) printf("SKIP: NVRTC not found: the kernels are generated but not compiled\n");
+  if (!T.have_nvrtc) check_skip_part("nvrtc", "NVRTC not found: the kernels are generated but not compiled");
   T.have_cxx = system("c++ --version > /dev/null 2>&1") == 0;
   snprintf(T.tmpdir, sizeof T.tmpdir, "/tmp/smelt-wgemu-XXXXXX");
   if (T.have_cxx && !mkdtemp(T.tmpdir)) T.have_cxx = false;
