@@ -60,6 +60,14 @@
  *   opaque:       0 (not modelled: such a kernel chooses its own tiling)
  * A node alone is never refused: one op cannot be split further, and its
  * kernel tiles itself; the log says when it is over budget on its own.
+ *
+ * Size bound.  A group also holds at most GROUP_NODE_CAP nodes, whatever
+ * its footprint: a chain of cheap elementwise ops on a small tensor fits any
+ * budget, but its kernel's code grows with every op and the backend
+ * compilers' time faster than that (NVRTC took 12 s for one kernel of 400
+ * unary ops, and more than 120 s for 2,000; emitting the expression is also
+ * a recursion per node).  A join that would pass the cap stops fusion there
+ * as the budget does, and --explain-fusion says so.
  * Budget: ctx->onchip_bytes (--onchip-bytes), else the target's: for the
  * CPU the L2 of cpu0 (ir_cpu_l2_bytes: sysfs; else
  * 256 KiB); for CUDA the shared memory one block may use on each arch of
@@ -87,17 +95,22 @@ enum {
   GEMM_KC = 256, /* the shared dimension */
   ROW_CAP = 4096, /* elementwise tile: at most this many elements of a row */
   ELEM_BYTES = 4, /* compute is f32 */
+  /* nodes of one group (see "Size bound"): no group of the example models
+   * reaches it; NVRTC's time per op is flat up to ~32 ops a kernel (15 ms
+   * for unary math ops) and grows beyond (24 ms at 64, 43 ms at 128) */
+  GROUP_NODE_CAP = 32,
 };
 #define DEFAULT_BUDGET ((int64_t)256 * 1024)
 
 typedef enum { ROLE_EW, ROLE_INJ, ROLE_RED, ROLE_CON, ROLE_OPAQUE } Role;
 
 /* A candidate producer group of the node being placed, with the verdict. */
-typedef enum { C_REFUSED, C_STOPPED, C_FUSED, C_UNTRIED } CandState;
+typedef enum { C_REFUSED, C_STOPPED, C_CAPPED, C_FUSED, C_UNTRIED } CandState;
 typedef struct {
   int grp, val; /* the group and the operand of the node it produces */
   CandState state;
   int64_t fp;
+  int nodes; /* C_CAPPED: the nodes the group would have */
   char why[256];
 } Cand;
 
@@ -113,6 +126,7 @@ typedef struct {
   /* per internal group; there is at most one per node */
   GroupKind *kind;
   int *head, *last, *tail, *anchor, *redirect;
+  int *size; /* per internal group: its number of nodes */
   int ngrp;
   /* consumers of value v: unode[ustart[v] .. ustart[v+1]), one per operand */
   int *ustart, *unode;
@@ -251,6 +265,7 @@ static int group_new(Fuser *f, GroupKind kind, int n) {
   f->head[G] = f->last[G] = f->tail[G] = n;
   f->anchor[G] = kind == GK_ELEMWISE ? -1 : n;
   f->redirect[G] = -1;
+  f->size[G] = 1;
   f->gid[n] = G;
   f->next[n] = -1;
   return G;
@@ -261,6 +276,7 @@ static void group_append(Fuser *f, int G, int n) {
   f->next[n] = -1;
   f->last[G] = f->tail[G] = n;
   f->gid[n] = G;
+  f->size[G]++;
 }
 
 /* Moves the members of H into G (H's list after G's). */
@@ -270,6 +286,16 @@ static void group_absorb(Fuser *f, int G, int H) {
   f->last[G] = f->last[H];
   f->head[H] = f->last[H] = -1;
   f->redirect[H] = G;
+  f->size[G] += f->size[H];
+  f->size[H] = 0;
+}
+
+/* Whether a group of nodes nodes passes the size bound; sets the verdict. */
+static bool over_cap(Cand *c, int nodes) {
+  if (nodes <= GROUP_NODE_CAP) return false;
+  c->state = C_CAPPED;
+  c->nodes = nodes;
+  return true;
 }
 
 /* The candidate group under evaluation: the groups marked in gin (with the
@@ -522,6 +548,10 @@ static void note_cands(Fuser *f, int n, const Cand *c, int nc, const char *how) 
       note(f, "fuse: stopped: adding %s to %s gives footprint %lld B > budget %lld B; %s goes to memory", nd(f, n),
            gname(f, c[i].grp), (long long)c[i].fp, (long long)f->budget, f->g->val[c[i].val].name);
       break;
+    case C_CAPPED:
+      note(f, "fuse: stopped: adding %s to %s gives %d nodes > cap %d nodes a kernel (code size); %s goes to memory",
+           nd(f, n), gname(f, c[i].grp), c[i].nodes, GROUP_NODE_CAP, f->g->val[c[i].val].name);
+      break;
     case C_REFUSED:
       note(f, "fuse: %s: not fusable into %s (%s)", nd(f, p), gname(f, G), c[i].why);
       break;
@@ -664,6 +694,13 @@ static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
     note(f, "fuse: %s: its operands' kernels not fused in (the kernels would depend on each other in a cycle)", nd(f, n));
     ng = 0;
   }
+  int nodes = 1;
+  for (int i = 0; i < ng; i++) nodes += f->size[grps[i]];
+  if (ng > 0 && nodes > GROUP_NODE_CAP) {
+    note(f, "fuse: %s: its operands' kernels not fused in (%d nodes > cap %d nodes a kernel (code size))", nd(f, n),
+         nodes, GROUP_NODE_CAP);
+    ng = 0;
+  }
   if (ng == 0) {
     place_alone(f, n, kind);
     return;
@@ -751,6 +788,7 @@ static void place_reduction(Fuser *f, int R) {
       snprintf(ci->why, sizeof ci->why, "the kernels would depend on each other in a cycle");
       continue;
     }
+    if (over_cap(ci, f->size[ci->grp] + 1)) continue;
     ci->fp = footprint(f, GK_REDUCTION, R, &ci->grp, 1);
     ci->state = ci->fp <= f->budget ? C_FUSED : C_STOPPED;
     if (ci->state == C_FUSED) E = ci->grp;
@@ -913,6 +951,7 @@ static void place_elementwise(Fuser *f, int n) {
       snprintf(ci->why, sizeof ci->why, "the kernels would depend on each other in a cycle");
       continue;
     }
+    if (over_cap(ci, f->size[ci->grp] + 1)) continue;
     ci->fp = footprint(f, k, f->anchor[ci->grp], &ci->grp, 1);
     ci->state = ci->fp <= f->budget ? C_FUSED : C_STOPPED;
     if (ci->state == C_FUSED) chosen = i;
@@ -924,7 +963,7 @@ static void place_elementwise(Fuser *f, int n) {
                                                   : "reduction epilogue";
   } else {
     /* else merge every elementwise producer group that may, one by one */
-    int grps[64], ng = 0;
+    int grps[64], ng = 0, nodes = 1;
     cand_begin(f, n);
     for (int i = 0; i < nc; i++) {
       Cand *ci = &c[i];
@@ -941,6 +980,10 @@ static void place_elementwise(Fuser *f, int n) {
         snprintf(ci->why, sizeof ci->why, "the kernels would depend on each other in a cycle");
         continue;
       }
+      if (over_cap(ci, nodes + f->size[ci->grp])) {
+        cand_mark(f, ci->grp, false);
+        continue;
+      }
       ci->fp = footprint(f, GK_ELEMWISE, n, grps, ng + 1);
       if (ci->fp > f->budget) {
         cand_mark(f, ci->grp, false);
@@ -948,6 +991,7 @@ static void place_elementwise(Fuser *f, int n) {
         continue;
       }
       ci->state = C_FUSED;
+      nodes += f->size[ci->grp];
       ng++;
     }
     if (ng > 0) {
@@ -990,6 +1034,11 @@ static void merge_siblings(Fuser *f) {
       cand_mark(f, first, true);
       cand_mark(f, H, true);
       if (would_cycle(f, pair, 2)) continue;
+      if (f->size[first] + f->size[H] > GROUP_NODE_CAP) {
+        note(f, "%s: not merged with its sibling ending in %s: %d nodes > cap %d nodes a kernel (code size)",
+             gname(f, first), nd(f, f->tail[H]), f->size[first] + f->size[H], GROUP_NODE_CAP);
+        continue;
+      }
       int nm = cand_members(f, pair, 2);
       int64_t fp = fp_elemwise(f, f->tail[first], f->members, nm);
       if (fp > f->budget) continue;
@@ -1168,7 +1217,7 @@ static void flush_notes(Fuser *f, const int *final) {
 
 static void fuser_free(Fuser *f) {
   free(f->role), free(f->gid), free(f->next), free(f->kind), free(f->head), free(f->last), free(f->tail);
-  free(f->anchor), free(f->redirect), free(f->ustart), free(f->unode), free(f->is_out);
+  free(f->anchor), free(f->redirect), free(f->size), free(f->ustart), free(f->unode), free(f->is_out);
   free(f->gin), free(f->gvis), free(f->vmark), free(f->stack), free(f->members), free(f->log);
 }
 
@@ -1187,6 +1236,7 @@ static bool fuser_init(Fuser *f, Graph *g, PassCtx *ctx) {
   f->tail = malloc(sizeof(int) * N);
   f->anchor = malloc(sizeof(int) * N);
   f->redirect = malloc(sizeof(int) * N);
+  f->size = malloc(sizeof(int) * N);
   f->gin = calloc(N, sizeof(int));
   f->gvis = calloc(N, sizeof(int));
   f->stack = malloc(sizeof(int) * N);
@@ -1197,7 +1247,7 @@ static bool fuser_init(Fuser *f, Graph *g, PassCtx *ctx) {
   size_t nuse = 0;
   for (int n = 0; n < g->nnode; n++) nuse += (size_t)g->node[n].nin;
   f->unode = malloc(sizeof(int) * (nuse + 1));
-  if (!f->role || !f->gid || !f->next || !f->kind || !f->head || !f->last || !f->tail || !f->anchor || !f->redirect ||
+  if (!f->role || !f->gid || !f->next || !f->kind || !f->head || !f->last || !f->tail || !f->anchor || !f->redirect || !f->size ||
       !f->gin || !f->gvis || !f->stack || !f->members || !f->vmark || !f->ustart || !f->is_out || !f->unode)
     return false;
   for (int n = 0; n < g->nnode; n++) {
@@ -1338,9 +1388,10 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
     for (int k = 0; k < g->ngroups; k++) count[g->groups[k].kind]++;
     pass_ctx_logf(ctx,
                   "fuse: %d node%s in %d kernel%s (%d elementwise, %d reduction, %d contraction, %d opaque); "
-                  "budget %lld B (%s)",
+                  "budget %lld B (%s), at most %d nodes a kernel",
                   g->nnode, g->nnode == 1 ? "" : "s", g->ngroups, g->ngroups == 1 ? "" : "s", count[GK_ELEMWISE],
-                  count[GK_REDUCTION], count[GK_CONTRACTION], count[GK_OPAQUE], (long long)f.budget, source);
+                  count[GK_REDUCTION], count[GK_CONTRACTION], count[GK_OPAQUE], (long long)f.budget, source,
+                  GROUP_NODE_CAP);
     *changed = !snapshot_same(g, &snap);
     if (*changed) { /* a plan made for other kernel boundaries is stale */
       for (int v = 0; v < g->nval; v++) g->val[v].mem_offset = -1;

@@ -613,7 +613,33 @@ static void test_idempotent(void) {
   ir_graph_destroy(g);
 }
 
+/* A chain of cheap unary ops fits any byte budget, yet a group stops at 32
+ * nodes (code size: NVRTC's time grows faster than the kernel; issue 16 #7),
+ * and the explain log names the cap. */
+static void test_node_cap(void) {
+  Graph *g = ir_graph_create("long_chain");
+  int64_t d[1] = {4};
+  int v = input(g, "x", 1, d);
+  char name[16];
+  for (int i = 0; i < 70; i++) {
+    snprintf(name, sizeof name, "v%d", i);
+    v = op1(g, i % 2 ? OP_NEG : OP_EXP, v, arena_strdup(&g->arena, name));
+  }
+  ir_add_output(g, v);
+  char *log = NULL;
+  CHECK(run(g, "fuse", 0, true, &log));
+  check_group_invariants(g);
+  CHECK(g->ngroups == 3);
+  for (int k = 0; k < g->ngroups; k++) CHECK(g->groups[k].nnodes == (k < 2 ? 32 : 6));
+  CHECK(strstr(log, "fuse: stopped: adding v32 (exp) to k00_v31 gives 33 nodes > cap 32 nodes a kernel (code size); "
+                    "v31 goes to memory"));
+  CHECK(strstr(log, "at most 32 nodes a kernel"));
+  free(log);
+  ir_graph_destroy(g);
+}
+
 int main(void) {
+  test_node_cap();
   test_examples();
   test_tiny_llama();
   test_mlp();
