@@ -3,9 +3,17 @@
  * The key material is assembled as NUL-terminated "name=value" fields in
  * one buffer and hashed once (the material is small: the model text, a
  * few hashes and options).  Entries are whole bundle files: a hit is a
- * copy of one file, done in the kernel (FICLONE where the file system can
- * share extents, else copy_file_range), to a temporary name renamed over
- * the output, like every bundle write. */
+ * hard link to the entry (as ccache's hard-link mode: no bytes copied, so
+ * a 700 MB bundle comes back in milliseconds), else a copy done in the
+ * kernel (FICLONE where the file system can share extents, else
+ * copy_file_range), to a temporary name renamed over the output, like every
+ * bundle write.  Only bundles of SC_CACHE_LINK_BYTES or more are linked
+ * (smaller ones copy in well under the 0.2 s a hit may take, and stay
+ * independent files).  A linked output shares the entry's inode: both are
+ * made read-only (0444), and every writer of bundles replaces the file by
+ * rename rather than writing into it, so recompiling never changes the
+ * entry; a bundle damaged in place anyway is caught by the loader's
+ * checksums. */
 #define _GNU_SOURCE /* dladdr, copy_file_range */
 #include "compiler/cache.h"
 
@@ -263,9 +271,38 @@ static char *entry_path(const char *key) {
   return p;
 }
 
+/* Links entry to dst through a temporary name and a rename (same file
+ * system only). */
+#define SC_CACHE_LINK_BYTES ((size_t)64 << 20)
+static bool link_file_atomic(const char *entry, const char *dst) {
+  int fd = open(entry, O_RDONLY);
+  size_t size = 0;
+  bool whole = fd >= 0 && whole_bundle(fd, &size);
+  if (fd >= 0) close(fd);
+  /* SMELT_CACHE_LINK_MIN (bytes) moves the threshold: tests link small bundles */
+  const char *min = getenv("SMELT_CACHE_LINK_MIN");
+  size_t threshold = min && *min ? (size_t)strtoull(min, NULL, 10) : SC_CACHE_LINK_BYTES;
+  if (!whole || size < threshold) return false;
+  size_t n = strlen(dst) + 32;
+  char *tmp = malloc(n);
+  if (!tmp) return false;
+  bool ok = false;
+  for (int i = 0; i < 16 && !ok; i++) {
+    snprintf(tmp, n, "%s.link-%d-%d", dst, (int)getpid(), i);
+    if (link(entry, tmp) == 0) ok = true;
+    else if (errno != EEXIST) break;
+  }
+  if (ok && (chmod(tmp, 0444) != 0 || rename(tmp, dst) != 0)) {
+    unlink(tmp);
+    ok = false;
+  }
+  free(tmp);
+  return ok;
+}
+
 bool sc_cache_fetch(const char *key, const char *out_path) {
   char *entry = entry_path(key);
-  bool ok = entry && copy_file_atomic(entry, out_path, true);
+  bool ok = entry && (link_file_atomic(entry, out_path) || copy_file_atomic(entry, out_path, true));
   free(entry);
   return ok;
 }
