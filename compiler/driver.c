@@ -745,6 +745,17 @@ static smelt_status build_index(const ScSpecGraph *specs, int n, ByteBuf *out) {
   return st;
 }
 
+/* sc_parse_targets, and the cpu target refused in a build without LLVM. */
+static smelt_status buildable_targets(const char *targets, bool *out_cpu, bool *out_cuda) {
+  RETURN_IF_ERROR(sc_parse_targets(targets, out_cpu, out_cuda));
+#ifndef SMELT_HAVE_LLVM
+  if (*out_cpu)
+    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
+                    "generate CPU code; use --target cuda");
+#endif
+  return NULL;
+}
+
 /* Everything that goes into a bundle, made into a writer.  One
  * specialisation keeps the unprefixed layout of driver.h; several get
  * their sections under "s0/", "s1/", ... and an index. */
@@ -756,12 +767,7 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
   if (nspecs < 1 || nspecs > FMT_MAX_SPECIALISATIONS)
     return st_error(ST_INVALID_INPUT, "%d specialisations (a bundle holds 1 to %d)", nspecs, FMT_MAX_SPECIALISATIONS);
   bool for_cpu, cuda;
-  RETURN_IF_ERROR(sc_parse_targets(o->targets, &for_cpu, &cuda));
-#ifndef SMELT_HAVE_LLVM
-  if (for_cpu)
-    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
-                    "generate CPU code; use --target cuda");
-#endif
+  RETURN_IF_ERROR(buildable_targets(o->targets, &for_cpu, &cuda));
   ScCpuTargets cpu_storage = {0}, *cpu = &cpu_storage;
   if (for_cpu) RETURN_IF_ERROR(sc_cpu_targets_parse(o->cpu, cpu));
   char archs[FMT_MAX_CUDA_ARCHS * 16];
@@ -909,12 +915,7 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
   if (!model_path) return st_error(ST_INVALID_INPUT, "smelt_compile: no model path");
   if (o->threads < 0) return st_error(ST_INVALID_INPUT, "smelt_compile: %d threads", o->threads);
   bool cpu, cuda;
-  RETURN_IF_ERROR(sc_parse_targets(o->targets, &cpu, &cuda));
-#ifndef SMELT_HAVE_LLVM
-  if (cpu)
-    return st_error(ST_UNSUPPORTED, "target cpu: this smelt was built without LLVM (SMELT_LLVM=OFF) and cannot "
-                    "generate CPU code; use --target cuda");
-#endif
+  RETURN_IF_ERROR(buildable_targets(o->targets, &cpu, &cuda));
   ScDimSpace space;
   RETURN_IF_ERROR(sc_dim_space_parse(o->dims, &space));
   char buf[32];
