@@ -113,6 +113,9 @@ smelt_status fmt_writer_add_pieces(FmtWriter *w, FmtSectionKind kind, const char
 /* Writes the bundle to path atomically: a temporary file in the same
  * directory, fsync, rename over path, fsync of the directory.  On failure
  * path is untouched and no temporary file is left.  The file gets mode 0644. */
+/* Whether fmt_writer_write fsyncs the file and its directory before it
+ * returns (default false: the rename is atomic, not durable). */
+void fmt_writer_set_durable(FmtWriter *w, bool durable);
 smelt_status fmt_writer_write(const FmtWriter *w, const char *path) SMELT_MUST_USE;
 /* The same bytes in a malloc'd buffer owned by the caller (free()). */
 smelt_status fmt_writer_to_memory(const FmtWriter *w, void **out_buf, size_t *out_len) SMELT_MUST_USE;
