@@ -156,6 +156,50 @@ static smelt_status pick_cpu_variant(smelt_bundle *b, const void **out_obj, size
   return NULL;
 }
 
+/* The packed weights of the CPU code.  The compiler packs GEMM and conv
+ * weights into zero-initialised globals of the object (its .bss, which
+ * the image maps read+write) and gives each kernel that reads one a
+ * function NAME__prepack(args) (codegen/llvm/cg_llvm.h; the suffix is
+ * repeated here so the runtime needs no codegen header) that fills them
+ * from the weight constants, which the bundle stores once.  They run
+ * here, once per opened bundle, before any session exists; sessions then
+ * only read the packed copies.  args has the kernel's layout with the
+ * constant arguments set, the others NULL.  A kernel without the function
+ * has nothing to pack.  The constants' checksum is not verified yet (it is
+ * deferred to the first session: rt_bundle_check_constants), which is
+ * fine: a session on a corrupted bundle is refused before any kernel reads
+ * what was packed from it.  The cost moves to opening: every packed weight
+ * is read and written once here. */
+#define RT_PREPACK_SUFFIX "__prepack"
+
+static smelt_status prepack_weights(smelt_bundle *b) {
+  const char *path = fmt_file_path(b->file);
+  const Graph *g = b->g;
+  for (int i = 0; i < b->nkernels; i++) {
+    const Kernel *k = &b->kernels[i];
+    char name[sizeof k->name + sizeof RT_PREPACK_SUFFIX];
+    snprintf(name, sizeof name, "%s" RT_PREPACK_SUFFIX, k->name);
+    void *sym = rt_elf_lookup(b->code_image, name);
+    if (!sym) continue;
+    void **args = calloc((size_t)(k->nargs ? k->nargs : 1), sizeof *args);
+    if (!args) return st_error(ST_NO_MEMORY, "%s: error: out of memory", path);
+    for (int a = 0; a < k->nargs; a++) {
+      const Value *v = &g->val[k->args[a]];
+      if (v->kind != VK_CONST) continue;
+      if (!v->data && ir_type_bytes(&v->type) > 0) {
+        free(args);
+        return st_error(ST_INVALID_INPUT, "%s: error: kernel '%s' reads constant '%s', which has no data", path,
+                        k->name, v->name);
+      }
+      args[a] = v->data;
+    }
+    void (*fn)(void *const *) = (void (*)(void *const *))sym; /* as for the kernels below */
+    fn(args);
+    free(args);
+  }
+  return NULL;
+}
+
 /* Loads the CPU object, when the bundle has one that runs here; otherwise
  * CPU sessions are refused (b->no_cpu says why) but the bundle opens. */
 static smelt_status load_machine_code(smelt_bundle *b) {
@@ -182,7 +226,7 @@ static smelt_status load_machine_code(smelt_bundle *b) {
      * pointer (dlsym relies on it); the loader hands out code addresses so. */
     b->fns[i] = (RtKernelFn)sym;
   }
-  return NULL;
+  return prepack_weights(b);
 }
 
 static void unload_machine_code(smelt_bundle *b) {

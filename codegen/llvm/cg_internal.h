@@ -31,6 +31,7 @@ typedef struct {
   LLVMBuilderRef b;
   LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f16, t_f32, t_f64, t_ptr;
   bool native_f16; /* the target converts f16 to f32 in hardware (x86 F16C, AArch64) */
+  bool pack_at_compile; /* CgLlvmOptions.pack_at_compile (gemm.c) */
   Graph *g;
   unsigned md_loop, md_vec_enable_kind;
   smelt_status err; /* the first error of the module; later ones are dropped */

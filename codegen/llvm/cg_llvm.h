@@ -7,6 +7,16 @@
  * emits one ELF object into memory.  The object may refer to libm (logf,
  * powf, sinf, tanh, ...), which the JIT resolves in the running process.
  *
+ * A kernel whose matmul or conv2d reads a packed copy of its weight
+ * (codegen/llvm/gemm.c) comes with a second function,
+ *     void NAME__prepack(void *const *args);
+ * with the kernel's argument layout, of which only the constant arguments
+ * need be set (the others may be NULL).  It writes the packed copy (a
+ * zero-initialised global of the object's .bss) from the weight constant;
+ * whoever loads the object calls it once before the kernel first runs,
+ * and not while any kernel of the object runs.  A kernel without it has
+ * nothing to prepare.
+ *
  * Kernel arguments must not overlap one another: the generated code tells
  * LLVM they do not alias (that is what lets it vectorise without run-time
  * checks), so a memory planner must not place a kernel's output over one of
@@ -28,7 +38,15 @@ typedef struct {
   const char *features; /* "+avx2,+fma"; NULL = the host's when cpu is NULL, none otherwise */
   bool no_opt;          /* skip the optimiser (debugging; the code is much slower) */
   bool soft_f16;        /* f16 loads with integer ops even where the CPU converts in hardware (tests) */
+  /* weights packed here into read-only globals (in the object) instead of
+   * zero-initialised ones that NAME__prepack fills: the scheme before
+   * prepacking, for tests that compare the two (tests) */
+  bool pack_at_compile;
 } CgLlvmOptions;
+
+/* The suffix of a kernel's prepack function's name, and its signature. */
+#define CG_PREPACK_SUFFIX "__prepack"
+typedef void (*CgPrepackFn)(void *const *args);
 
 /* Compiles kernels k[0..nk) of g into one ELF object.  opt may be NULL
  * (host CPU, optimised).  On success *out_obj (malloc'd, *out_len bytes) and
@@ -62,6 +80,11 @@ smelt_status cg_jit_create(const void *obj, size_t len, CgJit **out_jit) SMELT_M
 void *cg_jit_lookup(CgJit *jit, const char *name);
 /* The same with the reason when it fails (the linker's message). */
 smelt_status cg_jit_find(CgJit *jit, const char *name, void **out_fn) SMELT_MUST_USE;
+/* Calls the prepack function of every kernel k[0..nk) of g that has one,
+ * its constant arguments pointing at the graph's constant data (the
+ * others NULL); once, before the kernels run.  *out_npacked (may be NULL):
+ * how many kernels had one. */
+smelt_status cg_jit_prepack(CgJit *jit, const Graph *g, const Kernel *k, int nk, int *out_npacked) SMELT_MUST_USE;
 /* Frees the JIT and its code; NULL is allowed. */
 void cg_jit_destroy(CgJit *jit);
 

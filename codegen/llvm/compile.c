@@ -13,7 +13,11 @@
  *   NAME(i8** args, i64 begin, i64 end)
  *       the exported ABI of kernel.h: loads the pointers and calls the body
  *       (the inliner turns the noalias parameters into scoped alias
- *       metadata, so the facts survive inlining).
+ *       metadata, so the facts survive inlining);
+ * and, for a kernel whose GEMM reads a packed weight (gemm.c), a third:
+ *   NAME__prepack(i8** args)
+ *       fills the packed weight's zero-initialised global from the weight
+ *       constant, once, when the bundle is opened (cg_llvm.h).
  * Which loop nest the body holds depends on the group's anchor: none
  * (elementwise), a reduction or norm, a matmul or conv2d, attention, or a
  * pooling window.
@@ -332,6 +336,7 @@ static void mod_init(CgMod *m, Graph *g, const Target *t, const CgLlvmOptions *o
   m->t_f64 = LLVMDoubleTypeInContext(m->ctx);
   m->t_ptr = LLVMPointerType(m->t_i8, 0);
   m->native_f16 = !(opt && opt->soft_f16) && target_has_f16(t);
+  m->pack_at_compile = opt && opt->pack_at_compile;
   m->md_loop = LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9);
   LLVMSetTarget(m->mod, t->triple);
   LLVMTargetDataRef td = LLVMCreateTargetDataLayout(t->tm);

@@ -3,17 +3,25 @@
  * with a constant weight as an implicit GEMM over it (at the end).
  *
  * The scheme is Goto's / BLIS's, with the packing of the weight done once,
- * at compile time:
+ * when the bundle is opened (as ONNX Runtime prepacks at session init, but
+ * once per bundle for all its sessions):
  *   - the weight B ([K,N], or [N,K] with transpose_b) is rearranged into
  *     panels of NR columns, each panel K rows of NR contiguous f32 (f16 and
- *     bf16 weights are widened here), the last panel padded with zeros.
- *     The result is a read-only global of the module, "<w>.packed<NR>" (or
- *     ".packedt<NR>" for a transposed weight), [ceil(N/NR)][K][NR] f32, so
- *     it lives in the object code's .rodata; two kernels over one weight
- *     share it.  The graph is not changed (an interpreter or a session on
- *     it sees the same values and arguments), and the kernel keeps its
- *     argument for the original weight, unread.  The cost: the bundle holds
- *     the weight twice, once in the graph and once packed in the object.
+ *     bf16 weights are widened), the last panel padded with zeros, into a
+ *     zero-initialised global of the module, "<w>.packed<NR>" (or
+ *     ".packedt<NR>" for a transposed weight), [ceil(N/NR)][K][NR] f32.  It
+ *     lives in the object's .bss, which costs no bytes in the bundle; the
+ *     kernel's generated NAME__prepack(args) (cg_llvm.h) fills it from the
+ *     weight constant, with the kernel's argument layout, and the loader
+ *     (runtime/loader.c) calls it once when it loads the object.  So the
+ *     bundle stores each weight once, in its constants section, which the
+ *     interpreter and the CUDA target read too.  Two kernels over one
+ *     weight share the global (the first one's prepack fills it).  The
+ *     graph is not changed (an interpreter or a session on it sees the
+ *     same values and arguments); the kernel keeps its argument for the
+ *     original weight, unread.  CgLlvmOptions.pack_at_compile (tests)
+ *     packs here instead, into a read-only global, as before prepacking;
+ *     the two give bit-identical kernels.
  *   - the micro-kernel computes an MR x NR tile of the output with MR*NR/VL
  *     vector accumulators held in registers for the whole k loop (allocas
  *     that mem2reg turns into phis): per k it loads NR/VL vectors of the
@@ -38,7 +46,8 @@
  * (LLVM legalises the vector type), only not tuned for it.
  *
  * Not handled here (the generic loop nest in contraction.c takes them):
- * a right operand that is not a constant, batched weights, a 1-D right
+ * a right operand that is not a constant, or not an argument of the kernel
+ * (the prepack function reads it there), batched weights, a 1-D right
  * operand, integer and f64 matmuls, K or N of 0.
  *
  * conv2d (NCHW x, OIHW w) is the same GEMM, implicit: per image n and
@@ -52,9 +61,9 @@
  * of the im2col panel in the input (for stride 1).  The other orientation
  * (pixels as rows, channels as lanes) would store every tile column with a
  * stride of OH*OW.  Concretely:
- *   - the weight is packed at compile time into [groups][ceil(Og/MR)][K][MR]
- *     f32 ("<w>.convpacked<MR>", zero rows past the group's last channel),
- *     so the MR broadcasts of one k are adjacent;
+ *   - the weight is packed (at load time, as matmul's) into
+ *     [groups][ceil(Og/MR)][K][MR] f32 ("<w>.convpacked<MR>", zero rows past
+ *     the group's last channel), so the MR broadcasts of one k are adjacent;
  *   - a task unit is (n, g, pixel panel of NR linear pixels, chunk of up to
  *     CONV_OC_ROWS channels); the units are spread over the kernel's task
  *     range in proportion, so two threads split any shape evenly;
@@ -114,39 +123,145 @@ static int host_lanes(void) {
   return vl;
 }
 
-/* ---- packing the weight (at compile time) ---- */
+/* ---- packing the weight (at load time) ---- */
 
-/* The packed copy of weight bv for panels of nr columns: a read-only
- * global of the module (found when another kernel made it already), or
- * NULL when out of memory. */
-static LLVMValueRef packed_weight(CgMod *m, const Value *w, bool tb, int64_t K, int64_t N, int nr) {
-  char name[512];
-  snprintf(name, sizeof name, "%s.packed%s%d", w->name, tb ? "t" : "", nr);
+/* A packed weight's layout, shared by matmul and conv2d:
+ * packed[((g * nblk + b) * K + k) * R + j] = w[g * gs + col * cs + k * ks]
+ * with col = b * R + j, for col < L, and 0 past L (the last block's tail). */
+typedef struct {
+  int64_t groups, nblk, K, R, L;
+  int64_t gs, cs, ks; /* the weight's element strides of a group, a column, a k */
+} Pack;
+
+static int64_t pack_count(const Pack *p) { return p->groups * p->nblk * p->K * p->R; }
+
+/* The packing loop nest, at the end of the kernel's NAME__prepack function
+ * (created at its first packed weight: void(void *const *args), the
+ * kernel's argument layout, of which it reads the weight's argument only).
+ * The loops run once per opened bundle, so they are plain; the column loop
+ * stops at the valid columns and the tail loop writes the zeros. */
+static void emit_prepack(CgFn *f, int wv, LLVMValueRef gv, const Pack *p) {
+  CgMod *m = f->m;
+  Graph *g = f->g;
+  char name[sizeof f->k->name + 16];
+  snprintf(name, sizeof name, "%s" CG_PREPACK_SUFFIX, f->k->name);
+  /* The module's builder, which the conversions (cg_from_storage) build
+   * with, is moved into the prepack function and back: the kernel's
+   * emitters always build at the end of a block, so the block is enough
+   * to come back to. */
+  LLVMBasicBlockRef back = LLVMGetInsertBlock(m->b);
+  LLVMValueRef fn = LLVMGetNamedFunction(m->mod, name);
+  if (!fn) {
+    LLVMTypeRef pt = LLVMPointerType(m->t_ptr, 0);
+    fn = LLVMAddFunction(m->mod, name, LLVMFunctionType(m->t_void, &pt, 1, 0));
+    /* it runs once: small code rather than vectorised and unrolled */
+    static const char *const attrs[] = {"nounwind", "optsize", "minsize", "cold"};
+    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(attrs[i], strlen(attrs[i]));
+      LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(m->ctx, kind, 0));
+    }
+    LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(m->ctx, fn, "entry");
+    LLVMPositionBuilderAtEnd(m->b, entry);
+    LLVMBuildRetVoid(m->b);
+  }
+  LLVMBasicBlockRef last = LLVMGetLastBasicBlock(fn);
+  LLVMInstructionEraseFromParent(LLVMGetBasicBlockTerminator(last)); /* the ret, rebuilt below */
+  LLVMPositionBuilderAtEnd(m->b, last);
+  CgFn pf = {.m = m, .b = m->b, .g = g, .k = f->k, .fn = fn};
+  CgFn *P = &pf;
+  LLVMBuilderRef B = m->b;
+  DType dt = g->val[wv].type.dt;
+  LLVMTypeRef st = cg_stype(m, dt);
+  LLVMValueRef slot = LLVMBuildInBoundsGEP2(B, m->t_ptr, LLVMGetParam(fn, 0), (LLVMValueRef[]){cg_i64(m, f->arg_of[wv])},
+                                            1, "");
+  LLVMValueRef w = LLVMBuildBitCast(B, LLVMBuildLoad2(B, m->t_ptr, slot, "w"), LLVMPointerType(st, 0), "");
+  LLVMValueRef dst = LLVMBuildBitCast(B, gv, LLVMPointerType(m->t_f32, 0), "");
+
+  CgLoop lg, lb, lk, lj, lz;
+  LLVMValueRef gi = cg_loop_begin(P, &lg, cg_i64(m, 0), cg_i64(m, p->groups), "group");
+  LLVMValueRef bi = cg_loop_begin(P, &lb, cg_i64(m, 0), cg_i64(m, p->nblk), "block");
+  LLVMValueRef c0 = cg_mulc(P, bi, p->R);
+  LLVMValueRef ncols = cg_min(P, cg_i64(m, p->R), LLVMBuildNSWSub(B, cg_i64(m, p->L), c0, ""));
+  LLVMValueRef src0 = cg_add(P, cg_mulc(P, gi, p->gs), cg_mulc(P, c0, p->cs));
+  LLVMValueRef blk = cg_add(P, cg_mulc(P, gi, p->nblk), bi);
+  LLVMValueRef k = cg_loop_begin(P, &lk, cg_i64(m, 0), cg_i64(m, p->K), "k");
+  LLVMValueRef row = cg_mulc(P, cg_add(P, cg_mulc(P, blk, p->K), k), p->R);
+  LLVMValueRef src = cg_add(P, src0, cg_mulc(P, k, p->ks));
+  LLVMValueRef j = cg_loop_begin(P, &lj, cg_i64(m, 0), ncols, "col");
+  LLVMValueRef e = cg_add(P, src, cg_mulc(P, j, p->cs));
+  LLVMValueRef raw = LLVMBuildLoad2(B, st, LLVMBuildInBoundsGEP2(B, st, w, &e, 1, ""), "");
+  LLVMValueRef d = cg_add(P, row, j);
+  LLVMBuildStore(B, cg_from_storage(m, dt, raw), LLVMBuildInBoundsGEP2(B, m->t_f32, dst, &d, 1, ""));
+  cg_loop_end(P, &lj, false);
+  j = cg_loop_begin(P, &lz, ncols, cg_i64(m, p->R), "tail");
+  d = cg_add(P, row, j);
+  LLVMBuildStore(B, cg_fconst(m->t_f32, 0), LLVMBuildInBoundsGEP2(B, m->t_f32, dst, &d, 1, ""));
+  cg_loop_end(P, &lz, false);
+  cg_loop_end(P, &lk, false);
+  cg_loop_end(P, &lb, false);
+  cg_loop_end(P, &lg, false);
+  LLVMBuildRetVoid(B);
+  LLVMPositionBuilderAtEnd(m->b, back);
+}
+
+/* The same packing done here, for CgLlvmOptions.pack_at_compile: the
+ * scheme before prepacking, kept so that tests can check that the two
+ * give bit-identical kernels. */
+static float *pack_on_host(const Value *w, const Pack *p) {
+  float *buf = malloc(sizeof(float) * (size_t)pack_count(p));
+  if (!buf) return NULL;
+  for (int64_t g = 0; g < p->groups; g++)
+    for (int64_t b = 0; b < p->nblk; b++)
+      for (int64_t k = 0; k < p->K; k++)
+        for (int64_t j = 0; j < p->R; j++) {
+          int64_t col = b * p->R + j;
+          float x = 0;
+          if (col < p->L) x = (float)dt_load(w->type.dt, w->data, (size_t)(g * p->gs + col * p->cs + k * p->ks));
+          buf[((g * p->nblk + b) * p->K + k) * p->R + j] = x;
+        }
+  return buf;
+}
+
+/* The packed copy of weight wv, named `name`: a zero-initialised global of
+ * the module (.bss, no bytes in the object) that the kernel's prepack
+ * function fills when the bundle is opened, found when another kernel
+ * made it already (that kernel's prepack fills it); NULL when out of
+ * memory.  With pack_at_compile, a read-only global holding the packed
+ * data instead. */
+static LLVMValueRef packed_global(CgFn *f, int wv, const char *name, const Pack *p) {
+  CgMod *m = f->m;
   LLVMValueRef gv = LLVMGetNamedGlobal(m->mod, name);
   if (gv) return gv;
-  int64_t np = (N + nr - 1) / nr;
-  size_t bytes = sizeof(float) * (size_t)(np * K * nr);
-  float *buf = malloc(bytes);
-  if (!buf) return NULL;
-  for (int64_t p = 0; p < np; p++)
-    for (int64_t k = 0; k < K; k++)
-      for (int j = 0; j < nr; j++) {
-        int64_t col = p * nr + j;
-        float x = 0;
-        if (col < N) x = (float)dt_load(w->type.dt, w->data, (size_t)(tb ? col * K + k : k * N + col));
-        buf[(p * K + k) * nr + j] = x;
-      }
-  /* raw bytes: a ConstantDataArray, which LLVM keeps as one blob (an array
-   * of float constants would cost a Value per element) */
-  LLVMValueRef init = LLVMConstStringInContext(m->ctx, (const char *)buf, (unsigned)bytes, 1);
-  free(buf);
-  gv = LLVMAddGlobal(m->mod, LLVMTypeOf(init), name);
-  LLVMSetInitializer(gv, init);
-  LLVMSetGlobalConstant(gv, 1);
+  size_t bytes = sizeof(float) * (size_t)pack_count(p);
+  if (m->pack_at_compile) {
+    float *buf = pack_on_host(&f->g->val[wv], p);
+    if (!buf) return NULL;
+    /* raw bytes: a ConstantDataArray, which LLVM keeps as one blob (an
+     * array of float constants would cost a Value per element) */
+    LLVMValueRef init = LLVMConstStringInContext(m->ctx, (const char *)buf, (unsigned)bytes, 1);
+    free(buf);
+    gv = LLVMAddGlobal(m->mod, LLVMTypeOf(init), name);
+    LLVMSetInitializer(gv, init);
+    LLVMSetGlobalConstant(gv, 1);
+    LLVMSetUnnamedAddr(gv, 1);
+  } else {
+    LLVMTypeRef t = LLVMArrayType(m->t_f32, (unsigned)pack_count(p));
+    gv = LLVMAddGlobal(m->mod, t, name);
+    LLVMSetInitializer(gv, LLVMConstNull(t));
+    emit_prepack(f, wv, gv, p);
+  }
   LLVMSetLinkage(gv, LLVMPrivateLinkage);
-  LLVMSetUnnamedAddr(gv, 1);
   LLVMSetAlignment(gv, 64);
   return gv;
+}
+
+/* Weight wv ([K,N], or [N,K] with tb) in panels of nr columns:
+ * "<w>.packed<NR>" / "<w>.packedt<NR>", [ceil(N/NR)][K][NR] f32. */
+static LLVMValueRef packed_weight(CgFn *f, int wv, bool tb, int64_t K, int64_t N, int nr) {
+  char name[512];
+  snprintf(name, sizeof name, "%s.packed%s%d", f->g->val[wv].name, tb ? "t" : "", nr);
+  Pack p = {.groups = 1, .nblk = (N + nr - 1) / nr, .K = K, .R = nr, .L = N, .cs = tb ? K : 1, .ks = tb ? 1 : N};
+  return packed_global(f, wv, name, &p);
 }
 
 /* ---- emission ---- */
@@ -261,7 +376,7 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   TensorType at = g->val[av].type, bt = g->val[bv].type, yt = *cg_anchor_type(f);
   DType dt = at.dt;
   if ((dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) || bt.dt != dt) return NULL;
-  if (!ir_is_const(g, bv) || bt.rank < 2) return NULL;
+  if (!ir_is_const(g, bv) || bt.rank < 2 || f->arg_of[bv] < 0) return NULL;
   for (int i = 0; i + 2 < bt.rank; i++)
     if (bt.dim[i] != 1) return NULL; /* batched weights: generic */
   bool ta = ir_attr_int(n, "transpose_a") != 0, tb = ir_attr_int(n, "transpose_b") != 0;
@@ -275,7 +390,7 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   G.mr = G.vl == 16 ? 8 : 6;
   G.np = (N + G.nr - 1) / G.nr;
   if ((uint64_t)G.np * (uint64_t)K * (uint64_t)G.nr * 4 > UINT32_MAX) return NULL; /* LLVMConstString's limit */
-  LLVMValueRef gv = packed_weight(m, &g->val[bv], tb, K, N, G.nr);
+  LLVMValueRef gv = packed_weight(f, bv, tb, K, N, G.nr);
   if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[bv].name);
   *out_done = true;
 
@@ -350,34 +465,14 @@ typedef struct {
 
 /* The packed convolution weight: per group, blocks of MR output channels,
  * each K rows of MR floats (k = (c, kh, kw), the OIHW order), zero rows
- * past the group's last channel: [groups][nob][K][MR] f32. */
-static LLVMValueRef packed_conv_weight(CgMod *m, const Value *w, const Conv *c) {
+ * past the group's last channel: [groups][nob][K][MR] f32,
+ * "<w>.convpacked<MR>". */
+static LLVMValueRef packed_conv_weight(CgFn *f, int wv, const Conv *c) {
   char name[512];
   int mr = c->G.mr;
-  snprintf(name, sizeof name, "%s.convpacked%d", w->name, mr);
-  LLVMValueRef gv = LLVMGetNamedGlobal(m->mod, name);
-  if (gv) return gv;
-  size_t count = (size_t)(c->groups * c->nob * c->K * mr), bytes = sizeof(float) * count;
-  float *buf = malloc(bytes);
-  if (!buf) return NULL;
-  for (int64_t g = 0; g < c->groups; g++)
-    for (int64_t ob = 0; ob < c->nob; ob++)
-      for (int64_t k = 0; k < c->K; k++)
-        for (int i = 0; i < mr; i++) {
-          int64_t o = ob * mr + i;
-          float x = 0;
-          if (o < c->Og) x = (float)dt_load(w->type.dt, w->data, (size_t)((g * c->Og + o) * c->K + k));
-          buf[((g * c->nob + ob) * c->K + k) * mr + i] = x;
-        }
-  LLVMValueRef init = LLVMConstStringInContext(m->ctx, (const char *)buf, (unsigned)bytes, 1);
-  free(buf);
-  gv = LLVMAddGlobal(m->mod, LLVMTypeOf(init), name);
-  LLVMSetInitializer(gv, init);
-  LLVMSetGlobalConstant(gv, 1);
-  LLVMSetLinkage(gv, LLVMPrivateLinkage);
-  LLVMSetUnnamedAddr(gv, 1);
-  LLVMSetAlignment(gv, 64);
-  return gv;
+  snprintf(name, sizeof name, "%s.convpacked%d", f->g->val[wv].name, mr);
+  Pack p = {.groups = c->groups, .nblk = c->nob, .K = c->K, .R = mr, .L = c->Og, .gs = c->Og * c->K, .cs = c->K, .ks = 1};
+  return packed_global(f, wv, name, &p);
 }
 
 static void store_f32(CgFn *f, LLVMValueRef base, LLVMValueRef i, LLVMValueRef v) {
@@ -574,7 +669,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   const TensorType *xt = &g->val[c.xv].type, *wt = &g->val[wv].type, *yt = cg_anchor_type(f);
   DType dt = xt->dt;
   if ((dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) || wt->dt != dt) return NULL;
-  if (!ir_is_const(g, wv) || !g->val[wv].data) return NULL;
+  if (!ir_is_const(g, wv) || !g->val[wv].data || f->arg_of[wv] < 0) return NULL;
   if (ir_type_numel(yt) == 0 || ir_type_numel(wt) == 0) return NULL;
   const Attr *st = ir_attr(n, "strides"), *pd = ir_attr(n, "pads"), *dl = ir_attr(n, "dilations");
   c.groups = ir_attr_int(n, "groups");
@@ -597,7 +692,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   if (c.kc > c.K) c.kc = c.K;
   c.ocb = (CONV_OC_ROWS + G->mr - 1) / G->mr;
   if (c.ocb > c.nob) c.ocb = c.nob;
-  LLVMValueRef gv = packed_conv_weight(m, &g->val[wv], &c);
+  LLVMValueRef gv = packed_conv_weight(f, wv, &c);
   if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[wv].name);
   *out_done = true;
 

@@ -9,13 +9,14 @@
 /* Emits the kernel body of f (a matmul-anchored group) as a packed,
  * register-blocked GEMM when its shape allows, and sets *out_done; leaves
  * *out_done false (and emits nothing) when the generic loop nest must do
- * it.  May add the packed weight to the graph as a new constant and make
- * the kernel read it in place of the original (see gemm.c). */
+ * it.  The packed weight is a zero-initialised global of the module that
+ * the kernel's NAME__prepack function (added here) fills at load time
+ * (see gemm.c). */
 smelt_status cg_gemm_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
 
 /* The same for a conv2d-anchored group with a constant f32/f16/bf16
  * weight: an implicit GEMM over im2col panels built on the fly, the weight
- * packed into the module as a read-only global (see gemm.c). */
+ * packed at load time as matmul's (see gemm.c). */
 smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
 
 #endif

@@ -8,6 +8,7 @@
  * not found: expf").  No optimiser runs here: loading a bundle costs the
  * link only.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,26 @@ void *cg_jit_lookup(CgJit *jit, const char *name) {
   smelt_status st = cg_jit_find(jit, name, &fn);
   st_free(st);
   return fn;
+}
+
+smelt_status cg_jit_prepack(CgJit *jit, const Graph *g, const Kernel *k, int nk, int *out_npacked) {
+  if (out_npacked) *out_npacked = 0;
+  for (int i = 0; i < nk; i++) {
+    char name[sizeof k[i].name + 16];
+    snprintf(name, sizeof name, "%s" CG_PREPACK_SUFFIX, k[i].name);
+    void *sym = cg_jit_lookup(jit, name);
+    if (!sym) continue; /* nothing packed */
+    void **args = calloc((size_t)(k[i].nargs ? k[i].nargs : 1), sizeof *args);
+    if (!args) return st_error(ST_NO_MEMORY, "out of memory preparing kernel %s", k[i].name);
+    for (int a = 0; a < k[i].nargs; a++)
+      if (g->val[k[i].args[a]].kind == VK_CONST) args[a] = g->val[k[i].args[a]].data;
+    CgPrepackFn fn;
+    memcpy(&fn, &sym, sizeof fn); /* object to function pointer, as dlsym users do */
+    fn(args);
+    free(args);
+    if (out_npacked) (*out_npacked)++;
+  }
+  return NULL;
 }
 
 void cg_jit_destroy(CgJit *jit) {

@@ -17,8 +17,9 @@
  *     with the expected code and a message naming the fault;
  *   - real kernels from cg_llvm_compile (elementwise f64 tanh/exp/erf and
  *     f32 pow/sin, which call libm; a matmul; softmax and a sum), loaded
- *     with rt_elf_load and with the ORC JIT (cg_jit_create) and run on the
- *     same inputs: results must match the reference interpreter and be
+ *     with rt_elf_load and with the ORC JIT (cg_jit_create), their prepack
+ *     functions (the matmul's packed weight, in .bss) run once, and run on
+ *     the same inputs: results must match the reference interpreter and be
  *     bit-identical between the two loaders; the same objects then go
  *     through an empty or incomplete import table, truncation, and a
  *     byte-flip fuzz loop (each mutation must load or fail cleanly; the CI
@@ -595,12 +596,6 @@ static Buf *alloc_bufs(const Graph *g, void *const *inputs, const TG *t) {
   return bufs;
 }
 
-static void free_bufs(Buf *bufs, int n) {
-  if (!bufs) return;
-  for (int v = 0; v < n; v++) free(bufs[v].mem);
-  free(bufs);
-}
-
 /* Runs every kernel in order, each as three uneven task ranges. */
 static void run_kernels(const Kernel *ks, int nk, void *const *fns, Buf *bufs) {
   for (int i = 0; i < nk; i++) {
@@ -678,7 +673,25 @@ static void check_kernels(void (*build)(TG *), const char *label, uint64_t seed,
     }
     if ((st = cg_jit_find(jit, ks[i].name, &fj[i]))) goto fail;
   }
-  CHECK(rt_elf_symbol_count(img) == nk);
+  /* the packed weights, filled once before the kernels run: through the
+   * loader's symbols as runtime/loader.c does, and through the JIT */
+  int npacked = 0, npacked_jit = 0;
+  for (int i = 0; i < nk; i++) {
+    char pname[sizeof ks[i].name + 16];
+    snprintf(pname, sizeof pname, "%s" CG_PREPACK_SUFFIX, ks[i].name);
+    void *sym = rt_elf_lookup(img, pname);
+    if (!sym) continue;
+    void *args[256] = {0};
+    for (int a = 0; a < ks[i].nargs; a++)
+      if (g->val[ks[i].args[a]].kind == VK_CONST) args[a] = g->val[ks[i].args[a]].data;
+    CgPrepackFn pf;
+    memcpy(&pf, &sym, sizeof pf);
+    pf(args);
+    npacked++;
+  }
+  if ((st = cg_jit_prepack(jit, g, ks, nk, &npacked_jit))) goto fail;
+  CHECK(npacked == npacked_jit);
+  CHECK(rt_elf_symbol_count(img) == nk + npacked);
   RtElfLayout l;
   rt_elf_layout(img, &l);
   check_maps(&l, label);

@@ -12,7 +12,12 @@
  *     sides of every buffer stay intact, and inputs are unchanged;
  *   - task splitting: each kernel runs as three uneven task ranges (plus an
  *     empty one), so a kernel that ignores its range or miscounts tasks
- *     leaves holes (outputs start as 0xCD garbage) or writes twice.
+ *     leaves holes (outputs start as 0xCD garbage) or writes twice;
+ *   - packed weights: the kernels' prepack functions run first (as the
+ *     runtime's loader runs them); where there are any, the module is
+ *     compiled again with the weights packed at compile time
+ *     (CgLlvmOptions.pack_at_compile) and every output must be the same
+ *     bits.
  * Inputs are random (a fixed seed per test) in a domain each input names:
  * any sign, positive (log, sqrt), away from zero (division), small integer
  * indices.
@@ -237,6 +242,56 @@ typedef struct {
 
 static int tg_kernels_run; /* counts kernels executed, for the summary */
 
+static void free_bufs(Buf *bufs, int n) {
+  if (!bufs) return;
+  for (int v = 0; v < n; v++) free(bufs[v].mem);
+  free(bufs);
+}
+
+/* Loads obj into a JIT, runs its prepack functions (*out_npacked of them)
+ * and then every kernel, each as three uneven task ranges and an empty
+ * one, on fresh buffers (*out_bufs, per value: constants and inputs
+ * copied in, the rest 0xCD garbage, guards around each). */
+static smelt_status run_object(const TG *t, const Kernel *ks, int nk, const void *obj, size_t len, void **inputs,
+                               Buf **out_bufs, int *out_npacked) {
+  const Graph *g = t->g;
+  CgJit *jit = NULL;
+  *out_bufs = NULL;
+  *out_npacked = 0;
+  RETURN_IF_ERROR(cg_jit_create(obj, len, &jit));
+  smelt_status st = cg_jit_prepack(jit, g, ks, nk, out_npacked);
+  Buf *bufs = calloc((size_t)g->nval, sizeof *bufs);
+  for (int v = 0; v < g->nval; v++) {
+    const Value *val = &g->val[v];
+    if (val->type.dt == DT_INVALID || val->kind == VK_DEAD) continue;
+    size_t bytes = ir_type_bytes(&val->type);
+    bufs[v].bytes = bytes;
+    bufs[v].mem = malloc(bytes + 2 * GUARD);
+    memset(bufs[v].mem, GUARD_BYTE, bytes + 2 * GUARD);
+    memset(buf_data(&bufs[v]), 0xCD, bytes); /* garbage where nothing was written */
+    if (val->kind == VK_CONST && val->data) memcpy(buf_data(&bufs[v]), val->data, bytes);
+  }
+  for (int i = 0; i < t->nin; i++)
+    memcpy(buf_data(&bufs[t->in[i].value]), inputs[i], bufs[t->in[i].value].bytes);
+
+  for (int i = 0; i < nk && !st; i++) {
+    void *fn = NULL;
+    if ((st = cg_jit_find(jit, ks[i].name, &fn))) break;
+    void *args[256];
+    for (int a = 0; a < ks[i].nargs; a++) args[a] = buf_data(&bufs[ks[i].args[a]]);
+    CgKernelFn kf;
+    memcpy(&kf, &fn, sizeof kf); /* object to function pointer, as dlsym users do */
+    int64_t n = ks[i].ntasks, s1 = n / 5, s2 = s1 + (n - s1) * 3 / 4;
+    kf(args, s1, s2);
+    kf(args, n, n);
+    kf(args, s2, n);
+    kf(args, 0, s1);
+  }
+  cg_jit_destroy(jit);
+  *out_bufs = bufs;
+  return st;
+}
+
 /* Infers the graph, forms single-node groups unless the test made groups,
  * runs interpreter and JIT, compares.  Returns false on any failure (and
  * counts it). */
@@ -248,7 +303,6 @@ static bool tg_run(TG *t, const RunOpts *ro) {
   void *obj = NULL;
   size_t len = 0;
   char *desc = NULL;
-  CgJit *jit = NULL;
   Interp *it = NULL;
   Buf *bufs = NULL;
   void **inputs = NULL;
@@ -301,36 +355,9 @@ static bool tg_run(TG *t, const RunOpts *ro) {
     goto done;
   }
   if (st) goto fail;
-  if ((st = cg_jit_create(obj, len, &jit))) goto fail;
-
-  bufs = calloc((size_t)g->nval, sizeof *bufs);
-  for (int v = 0; v < g->nval; v++) {
-    const Value *val = &g->val[v];
-    if (val->type.dt == DT_INVALID || val->kind == VK_DEAD) continue;
-    size_t bytes = ir_type_bytes(&val->type);
-    bufs[v].bytes = bytes;
-    bufs[v].mem = malloc(bytes + 2 * GUARD);
-    memset(bufs[v].mem, GUARD_BYTE, bytes + 2 * GUARD);
-    memset(buf_data(&bufs[v]), 0xCD, bytes); /* garbage where nothing was written */
-    if (val->kind == VK_CONST && val->data) memcpy(buf_data(&bufs[v]), val->data, bytes);
-  }
-  for (int i = 0; i < t->nin; i++)
-    memcpy(buf_data(&bufs[t->in[i].value]), inputs[i], bufs[t->in[i].value].bytes);
-
-  for (int i = 0; i < nk; i++) {
-    void *fn = NULL;
-    if ((st = cg_jit_find(jit, ks[i].name, &fn))) goto fail;
-    void *args[256];
-    for (int a = 0; a < ks[i].nargs; a++) args[a] = buf_data(&bufs[ks[i].args[a]]);
-    CgKernelFn kf;
-    memcpy(&kf, &fn, sizeof kf); /* object to function pointer, as dlsym users do */
-    int64_t n = ks[i].ntasks, s1 = n / 5, s2 = s1 + (n - s1) * 3 / 4;
-    kf(args, s1, s2);
-    kf(args, n, n);
-    kf(args, s2, n);
-    kf(args, 0, s1);
-    tg_kernels_run++;
-  }
+  int npacked = 0;
+  if ((st = run_object(t, ks, nk, obj, len, inputs, &bufs, &npacked))) goto fail;
+  tg_kernels_run += nk;
 
   ok = true;
   for (int i = 0; i < nk; i++)
@@ -354,6 +381,30 @@ static bool tg_run(TG *t, const RunOpts *ro) {
       fprintf(stderr, "%s: input '%s' was modified\n", t->label, g->val[t->in[i].value].name);
       ok = false;
     }
+  /* the weights packed at load time (NAME__prepack) against the same
+   * kernels with the weights packed at compile time: bit-identical */
+  if (npacked > 0) {
+    opt.pack_at_compile = true;
+    void *obj2 = NULL;
+    size_t len2 = 0;
+    Buf *bufs2 = NULL;
+    int npacked2 = 0;
+    st = cg_llvm_compile(g, ks, nk, &opt, &obj2, &len2, NULL);
+    if (!st) st = run_object(t, ks, nk, obj2, len2, inputs, &bufs2, &npacked2);
+    if (!st && npacked2 != 0) st = st_error(ST_INTERNAL, "packed at compile time, yet %d prepack functions", npacked2);
+    for (int i = 0; i < nk && !st; i++)
+      for (int a = ks[i].nargs - ks[i].nouts; a < ks[i].nargs; a++) {
+        int v = ks[i].args[a];
+        if (memcmp(buf_data(&bufs[v]), buf_data(&bufs2[v]), bufs[v].bytes) != 0) {
+          fprintf(stderr, "%s: '%s' differs between weights packed at load time and at compile time\n", t->label,
+                  g->val[v].name);
+          ok = false;
+        }
+      }
+    free_bufs(bufs2, g->nval);
+    free(obj2);
+    if (st) goto fail;
+  }
   if (!ok) check_failures++;
   goto done;
 fail:
@@ -361,13 +412,10 @@ fail:
   st_free(st);
   check_failures++;
 done:
-  if (bufs)
-    for (int v = 0; v < g->nval; v++) free(bufs[v].mem);
-  free(bufs);
+  free_bufs(bufs, g->nval);
   if (inputs)
     for (int i = 0; i < t->nin; i++) free(inputs[i]);
   free(inputs);
-  cg_jit_destroy(jit);
   ir_interp_destroy(it);
   free(obj);
   free(desc);
