@@ -12,6 +12,11 @@
  *     void NAME(void *const *args, int64_t task_begin, int64_t task_end);
  *   args[i] points at the data of value args[i] of the Kernel; the thread
  *   pool calls it on disjoint task ranges covering [0, ntasks).
+ *     void NAME__prepack(void *const *args);   (optional)
+ *   fills the kernel's packed copies of its constant weights (zero-filled
+ *   .bss of the object) from those constants; the runtime calls it once
+ *   when it loads the code, with args[i] set for the constant arguments
+ *   and NULL for the others (codegen/llvm/gemm.c, runtime/loader.c).
  */
 #ifndef SMELT_KERNEL_H
 #define SMELT_KERNEL_H
