@@ -259,30 +259,10 @@ static smelt_status write_yaml(const char *path, const char *model, const char *
   return NULL;
 }
 
-int cli_import(int argc, char **argv) {
-  const char *model = NULL, *out = NULL;
-  ModelOpts mo = {.dtype = DT_INVALID};
-  for (int i = 1; i < argc; i++) {
-    bool missing;
-    const char *v;
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      print_help(stdout);
-      return 0;
-    }
-    int r = cli_model_opt("import", argc, argv, &i, &mo);
-    if (r == 2) return 2;
-    if (r == 1) continue;
-    if ((v = cli_flag_value("-o", argc, argv, &i, &missing)) || missing) {
-      if (missing) return cli_usage("import", "-o needs a file name");
-      out = v;
-    } else if (argv[i][0] == '-') {
-      return cli_usage("import", "unknown flag '%s'", argv[i]);
-    } else if (!model) {
-      model = argv[i];
-    } else {
-      return cli_usage("import", "unexpected argument '%s'", argv[i]);
-    }
-  }
+/* The import proper, after the flags: read MODEL.onnx, write OUT.yaml and
+ * its safetensors file. */
+static int import_model(const char *model, const char *out, const ModelOpts *mo_) {
+  const ModelOpts mo = *mo_;
   if (!model) return cli_usage("import", "needs a MODEL.onnx");
   if (!strcmp(model, "hf")) return cli_usage("import", "'smelt import hf' (Hugging Face checkpoints) is not built yet");
   if (!out) return cli_usage("import", "needs -o OUT.yaml");
@@ -326,5 +306,44 @@ int cli_import(int argc, char **argv) {
   free(uses);
   free(wpath);
   ir_graph_destroy(g);
+  return rc;
+}
+
+int cli_import(int argc, char **argv) {
+  const char *model = NULL, *out = NULL;
+  ModelOpts mo = {.dtype = DT_INVALID};
+  int rc;
+  for (int i = 1; i < argc; i++) {
+    bool missing;
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      print_help(stdout);
+      return 0;
+    }
+    int r = cli_model_opt("import", argc, argv, &i, &mo);
+    if (r == 2) {
+      rc = 2;
+      goto done;
+    }
+    if (r == 1) continue;
+    if ((v = cli_flag_value("-o", argc, argv, &i, &missing)) || missing) {
+      if (missing) {
+        rc = cli_usage("import", "-o needs a file name");
+        goto done;
+      }
+      out = v;
+    } else if (argv[i][0] == '-') {
+      rc = cli_usage("import", "unknown flag '%s'", argv[i]);
+      goto done;
+    } else if (!model) {
+      model = argv[i];
+    } else {
+      rc = cli_usage("import", "unexpected argument '%s'", argv[i]);
+      goto done;
+    }
+  }
+  rc = import_model(model, out, &mo);
+done:
+  for (int d = 0; d < mo.ndims; d++) free((char *)mo.dims[d].name);
   return rc;
 }
