@@ -714,7 +714,11 @@ static void test_npy(void) {
       fprintf(stderr, "npy shape %zu (%s): writer %s, reader %s\n", i, dims, ws ? st_message(ws) : "ok",
               rs ? st_message(rs) : "ok");
     if (!rs) CHECK(ir_type_equal(&u, t));
-    CHECK(!rs || ir_type_numel(t) == 0);
+    /* the refused shapes here hold no elements (a dim is 0) but have a
+     * prefix too large to index; ir_type_numel would overflow on them */
+    bool has_zero = false;
+    for (int d = 0; d < t->rank; d++) has_zero |= t->dim[d] == 0;
+    CHECK(!rs || has_zero);
     if (rs) CHECK(strstr(st_message(rs), "too large") != NULL);
     st_free(ws);
     st_free(rs);
