@@ -173,19 +173,6 @@ char *sc_cache_dir(void) {
   return strdup(buf);
 }
 
-static void make_dirs(const char *path) {
-  char *p = strdup(path);
-  if (!p) return;
-  for (char *q = p + 1; *q; q++) {
-    if (*q != '/') continue;
-    *q = 0;
-    mkdir(p, 0755);
-    *q = '/';
-  }
-  mkdir(p, 0755);
-  free(p);
-}
-
 /* Copies the file open at in (size bytes) to out: shared extents when the
  * file system can, else an in-kernel copy, else read and write. */
 static bool copy_fd(int in, int out, size_t size) {
@@ -310,7 +297,7 @@ bool sc_cache_fetch(const char *key, const char *out_path) {
 void sc_cache_store(const char *key, const char *bundle_path) {
   char *dir = sc_cache_dir(), *entry = entry_path(key);
   if (dir && entry) {
-    make_dirs(dir);
+    cg_cuda_make_dirs(dir);
     copy_file_atomic(bundle_path, entry, true);
   }
   free(dir);

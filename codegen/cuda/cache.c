@@ -148,8 +148,7 @@ char *cg_cuda_cache_dir(const CgCudaCompileOptions *o) {
   return dir;
 }
 
-/* mkdir -p; failures show later as a failed open, which is fine. */
-static void make_dirs(const char *path) {
+void cg_cuda_make_dirs(const char *path) {
   char *p = strdup(path);
   if (!p) return;
   for (char *q = p + 1; *q; q++) {
@@ -215,7 +214,7 @@ bool cu_cache_read(const char *dir, const char *key, CgCudaBinary *out) {
 }
 
 void cu_cache_write(const char *dir, const char *key, const CgCudaBinary *b) {
-  make_dirs(dir);
+  cg_cuda_make_dirs(dir);
   char tmp[4200], path[4200];
   snprintf(tmp, sizeof tmp, "%s/.tmp-%s-XXXXXX", dir, key);
   snprintf(path, sizeof path, "%s/%s.bin", dir, key);

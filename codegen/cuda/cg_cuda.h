@@ -203,6 +203,9 @@ void cg_cuda_binaries_free(CgCudaBinary *b, int n);
 /* The cache directory the options select (malloc'd), or NULL when no
  * directory can be named (no HOME). */
 char *cg_cuda_cache_dir(const CgCudaCompileOptions *o);
+/* mkdir -p for a cache directory; failures show later as a failed open,
+ * which is fine for a cache. */
+void cg_cuda_make_dirs(const char *path);
 /* SHA-256 of n bytes, as 64 lowercase hex digits and a NUL. */
 void cg_cuda_sha256_hex(const void *data, size_t n, char out[65]);
 
