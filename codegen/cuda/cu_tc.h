@@ -39,6 +39,12 @@ bool cu_tc_launch(CuFn *f, const CuGemm *gm, int BM, int BN, int threads, int sl
 void cu_tc_smem_decl(CuFn *f, const char *elem, const char *name, int elems);
 void cu_tc_block_tile(CuFn *f, const CuGemm *gm, int BM, int BN, int WM, int WN);
 const char *cu_tc_batch_loop(CuFn *f, const CuGemm *gm, const char **aligned);
+/* Commits the cp.async copies issued since the last commit as one group
+ * (the pipeline and flash attention share these). */
+void cu_tc_commit_group(CuFn *f);
+/* Waits until at most n of this thread's cp.async groups are pending. */
+void cu_tc_wait_group(CuFn *f, int n);
+
 /* acc[MI][NI][4] zeroed, then tiles kt0 .. kt0 + nt - 1 (k-tiles; `nt` and,
  * when kt0 is not NULL, `kt0` are in scope) through `stages` shared
  * buffers: load_stage(f, ctx, buf, tile) emits the loads of k-tile `tile`

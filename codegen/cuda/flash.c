@@ -57,18 +57,6 @@ static void fill_tile(CuFn *f, const Att *a, int v, const char *gbase, const cha
   cu_close(f);
 }
 
-static void commit(CuFn *f) {
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
-  cu_line(f, "#endif");
-}
-
-static void wait_group(CuFn *f, int n) {
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", n);
-  cu_line(f, "#endif");
-}
-
 /* ---- flash: the prefill kernel ---- */
 
 void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *epi, int nepi, CuLaunch *l) {
@@ -169,7 +157,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_open(f, "%s", "");
   fill_tile(f, a, qv, qa ? "Qg" : NULL, "Qs", b, h, "m0", S, BM, QS, threads, aligned);
   cu_close(f);
-  commit(f);
+  cu_tc_commit_group(f);
   /* one tile of K and V into buffer `stage` */
 #define FILL_KV(stage, tile)                                                                                                 \
   do {                                                                                                                       \
@@ -185,7 +173,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_open(f, "if (s < ntiles)");
   FILL_KV("s", "s");
   cu_close(f);
-  commit(f);
+  cu_tc_commit_group(f);
   cu_close(f);
 
   cu_line(f, "float o[%d][%d][4];  // O accumulators: m16n8 fragments of this warp's %d rows x %d", MI, OJ, 16 * MI, D);
@@ -202,7 +190,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   const char *kgo = KS > 1 ? cu_fmt(f, "kg * %d + ", BNW) : "";
   const char *pk = cu_fmt(f, "ks + (%sj * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kd * 16 + ((lane >> 3) & 1) * 8", kgo, QS);
   const char *pv = cu_fmt(f, "vs + (%skk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * %d + j * 8 + (lane >> 4) * 8", kgo, QS);
-  wait_group(f, ST - 1);
+  cu_tc_wait_group(f, ST - 1);
   cu_line(f, "__syncthreads();");
   if (qregs) {
     cu_line(f, "// the Q tile has landed (the oldest group): this warp's A fragments into registers");
@@ -223,14 +211,14 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
 
   cu_open(f, "for (int kt = 0; kt < ntiles; kt++)");
   cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", ST - 2);
-  wait_group(f, ST - 2);
+  cu_tc_wait_group(f, ST - 2);
   cu_line(f, "__syncthreads();");
   cu_open(f, "%s", "");
   cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", ST - 1);
   cu_open(f, "if (next < ntiles)");
   FILL_KV(cu_fmt(f, "(next %% %d)", ST), "next");
   cu_close(f);
-  commit(f);
+  cu_tc_commit_group(f);
   cu_close(f);
 #undef FILL_KV
   cu_line(f, "const unsigned short *ks = Ks + (kt %% %d) * %d, *vs = Vs + (kt %% %d) * %d;", ST, BN * QS, ST, BN * QS);
@@ -385,7 +373,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "smelt_emu_warp_sync();  // the exchange array is rewritten by the next tile");
   cu_line(f, "#endif");
   cu_close(f); /* kt */
-  wait_group(f, 0);
+  cu_tc_wait_group(f, 0);
 
   if (KS > 1) {
     /* per lane, fragment by fragment: the lanes of warps (kg, rw) hold the

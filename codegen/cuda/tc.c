@@ -195,15 +195,13 @@ const char *cu_tc_batch_loop(CuFn *f, const CuGemm *gm, const char **aligned) {
   return z;
 }
 
-/* Commits the cp.async copies issued since the last commit as one group. */
-static void commit_group(CuFn *f) {
+void cu_tc_commit_group(CuFn *f) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"cp.async.commit_group;\\n\" ::);");
   cu_line(f, "#endif");
 }
 
-/* Waits until at most n of this thread's cp.async groups are pending. */
-static void wait_group(CuFn *f, int n) {
+void cu_tc_wait_group(CuFn *f, int n) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"cp.async.wait_group %d;\\n\" ::);", n);
   cu_line(f, "#endif");
@@ -222,24 +220,24 @@ void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl) {
   cu_open(f, "if (s < nt)");
   pl->load_stage(f, pl->ctx, "s", pl->kt0 ? cu_fmt(f, "%s + s", pl->kt0) : "s");
   cu_close(f);
-  commit_group(f);
+  cu_tc_commit_group(f);
   cu_close(f);
   cu_open(f, "for (int kt = 0; kt < nt; kt++)");
   cu_line(f, "// tile kt has landed (at most %d newer groups pending); everyone is done with tile kt-1", S - 2);
-  wait_group(f, S - 2);
+  cu_tc_wait_group(f, S - 2);
   cu_line(f, "__syncthreads();");
   cu_open(f, "%s", "");
   cu_line(f, "const int next = kt + %d;  // into the buffer tile kt-1 used", S - 1);
   cu_open(f, "if (next < nt)");
   pl->load_stage(f, pl->ctx, cu_fmt(f, "(next %% %d)", S), pl->kt0 ? cu_fmt(f, "%s + next", pl->kt0) : "next");
   cu_close(f);
-  commit_group(f);
+  cu_tc_commit_group(f);
   cu_close(f);
   cu_line(f, "const %s *as = As + (kt %% %d) * %d, *bs = Bs + (kt %% %d) * %d;", pl->elem, S, pl->a_stage, S,
           pl->b_stage);
   pl->k_tile(f, pl->ctx);
   cu_close(f); /* kt */
-  wait_group(f, 0);
+  cu_tc_wait_group(f, 0);
   cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
 }
 
