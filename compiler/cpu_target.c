@@ -98,21 +98,17 @@ static smelt_status named_variant(int c, ScCpuVariant *v) {
   ByteBuf needs = {0}, feats = {0};
   bb_printf(&needs, "%s", level);
   for (const char *p = CPUS[c].extra; *p;) {
-    const char *e = strchr(p, ',');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
+    size_t len = strcspn(p, ",");
     bb_printf(&needs, ",+%.*s", (int)len, p);
-    p = e ? e + 1 : p + len;
+    p += len + (p[len] == ',');
   }
-  bb_put(&needs, "", 1);
-  bb_printf(&feats, "%s", needs.oom ? "" : (const char *)needs.p);
+  if (!(v->needs = take(&needs))) return st_error(ST_NO_MEMORY, "out of memory choosing CPU variants");
+  bb_printf(&feats, "%s", v->needs);
   for (size_t i = 0; i < sizeof DENY / sizeof *DENY; i++)
-    if (!needs.oom && !list_has((const char *)needs.p, DENY[i])) bb_printf(&feats, ",-%s", DENY[i]);
-  needs.len--; /* take() adds the NUL again */
+    if (!list_has(v->needs, DENY[i])) bb_printf(&feats, ",-%s", DENY[i]);
   snprintf(v->name, sizeof v->name, "%s", CPUS[c].name);
   snprintf(v->llvm_cpu, sizeof v->llvm_cpu, "%s", CPUS[c].name);
-  v->needs = take(&needs);
-  v->features = take(&feats);
-  if (!v->needs || !v->features) return st_error(ST_NO_MEMORY, "out of memory choosing CPU variants");
+  if (!(v->features = take(&feats))) return st_error(ST_NO_MEMORY, "out of memory choosing CPU variants");
   return NULL;
 }
 
