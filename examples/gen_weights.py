@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes examples/tiny_llama.safetensors, the weights tiny_llama.yaml reads.
+"""Writes examples/tiny_llama.safetensors, the weights tiny_llama.yaml and tiny_lm.yaml read.
 
 The file is generated rather than committed: it is a few hundred KB of random
 numbers that a fixed seed reproduces exactly.  numpy only, so it runs on any
@@ -23,8 +23,8 @@ import sys
 import numpy as np
 
 SEED = 1234
-# Must agree with the dims of tiny_llama.yaml.
-DIMS = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=176, layers=2)
+# Must agree with the dims of tiny_llama.yaml and tiny_lm.yaml.
+DIMS = dict(hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=176, layers=2, vocab=256)
 
 
 def tiny_llama_tensors():
@@ -49,6 +49,12 @@ def tiny_llama_tensors():
             # than values that have collapsed towards zero.
             w = rng.standard_normal(shape) / np.sqrt(shape[0])
             out.append((f"layers.{i}.{short}", w.astype("<f4")))
+    # tiny_lm.yaml (the causal LM around the same layers): the token
+    # embedding and the LM head, HF layout [vocab, hidden], from a generator
+    # of their own so that the layers' weights above stay as they were.
+    rng_lm = np.random.default_rng(SEED + 1)
+    out.append(("embed", rng_lm.standard_normal((DIMS["vocab"], hidden)).astype("<f4")))
+    out.append(("lm_head", (rng_lm.standard_normal((DIMS["vocab"], hidden)) / np.sqrt(hidden)).astype("<f4")))
     return out
 
 

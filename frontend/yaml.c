@@ -5,7 +5,7 @@
  * once and builds the graph directly, so every error it reports can point at
  * the exact key or value at fault ("model.yaml:14:7: error: ...").  Top-level
  * sections are read in dependency order (version, name, seed, dtype, dims,
- * weights, blocks, inputs, params, nodes, outputs) whatever their order in
+ * weights, blocks, inputs, params, state, nodes, outputs) whatever their order in
  * the file.  Every mapping is checked for unknown and duplicate keys, so a
  * typo is an error, not a silently ignored setting.
  *
@@ -747,6 +747,39 @@ static smelt_status load_inputs(Loader *L, Scope *s, yaml_node_t *node) {
   return NULL;
 }
 
+/* `state:` (top level or in a block): tensors a session owns, zero at
+ * creation, that persist across runs (SPEC §2); the same keys as inputs. */
+static smelt_status load_states(Loader *L, Scope *s, yaml_node_t *node) {
+  if (!node) return NULL;
+  yaml_node_t *map;
+  RETURN_IF_ERROR(get_map(L, node, "state", &map));
+  RETURN_IF_ERROR(check_keys(L, map, NULL, "state"));
+  for (int i = 0; i < map_len(map); i++) {
+    yaml_node_t *k = map_key(L, map, i), *spec = map_val(L, map, i);
+    const char *name;
+    RETURN_IF_ERROR(get_name(L, k, "state name", &name));
+    char what[160];
+    snprintf(what, sizeof what, "state '%s'", name);
+    if (spec->type != YAML_MAPPING_NODE) return errf(L, spec, "%s must be a mapping like {shape: [...]}", what);
+    RETURN_IF_ERROR(check_keys(L, spec, input_keys, what));
+    TensorType t;
+    memset(&t, 0, sizeof t);
+    t.dt = L->dtype;
+    if (map_find(L, spec, "dtype")) RETURN_IF_ERROR(get_dtype(L, map_find(L, spec, "dtype"), what, &t.dt));
+    if (!map_find(L, spec, "shape")) return errf(L, spec, "%s needs a shape", what);
+    RETURN_IF_ERROR(get_shape(L, map_find(L, spec, "shape"), what, &t));
+    int64_t bytes = (int64_t)ir_type_bytes(&t);
+    if (bytes > FE_MAX_CONST_BYTES || L->const_bytes + bytes > FE_MAX_TOTAL_CONST_BYTES)
+      return errf(L, map_find(L, spec, "shape"), "%s: %lld bytes is more than smelt keeps for a session's state", what,
+                  (long long)bytes);
+    L->const_bytes += bytes;
+    RETURN_IF_ERROR(scope_check_free(L, s, name, k));
+    int id = ir_add_state(L->g, ir_name(L, s, name), t, loc_of(L, k));
+    RETURN_IF_ERROR(scope_bind(L, s, name, id, k));
+  }
+  return NULL;
+}
+
 static uint64_t fnv1a64(const char *s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
@@ -1182,7 +1215,7 @@ static smelt_status load_op_node(Loader *L, Scope *s, yaml_node_t *n, const Name
 }
 
 static const char *const repeat_keys[] = {"out", "repeat", "times", "in", NULL};
-static const char *const block_keys[] = {"inputs", "params", "nodes", "outputs", NULL};
+static const char *const block_keys[] = {"inputs", "params", "state", "nodes", "outputs", NULL};
 
 /* One copy of a block: binds its inputs to in_vals, instantiates its params
  * and nodes in a fresh scope, and returns its outputs in out_vals. */
@@ -1198,6 +1231,7 @@ static smelt_status instantiate_block(Loader *L, const Scope *s, const char *bna
   for (int i = 0; i < seq_len(bin) && !st; i++)
     st = scope_bind(L, &cs, sval(seq_item(L, bin, i)), in_vals[i], seq_item(L, bin, i));
   if (!st) st = load_params(L, &cs, map_find(L, block, "params"), "block params");
+  if (!st) st = load_states(L, &cs, map_find(L, block, "state"));
   if (!st) st = load_nodes(L, &cs, map_find(L, block, "nodes"));
   for (int i = 0; i < seq_len(bout) && !st; i++) {
     yaml_node_t *o = seq_item(L, bout, i);
@@ -1424,7 +1458,7 @@ static smelt_status parse_yaml(Loader *L) {
 }
 
 static const char *const top_keys[] = {"smelt", "name", "seed", "dtype", "dims", "weights", "inputs",
-                                       "params", "blocks", "nodes", "outputs", NULL};
+                                       "params", "state", "blocks", "nodes", "outputs", NULL};
 
 static smelt_status load_weights(Loader *L, yaml_node_t *v) {
   const char *wname;
@@ -1511,8 +1545,10 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
   s.copy = -1;
   st = load_inputs(L, &s, map_find(L, root, "inputs"));
   if (!st) st = load_params(L, &s, map_find(L, root, "params"), "params");
+  if (!st) st = load_states(L, &s, map_find(L, root, "state"));
   if (!st) st = load_nodes(L, &s, map_find(L, root, "nodes"));
   if (!st) st = load_outputs(L, &s, root);
+  if (!st) st = ir_check_states(L->g);
   scope_free(&s);
   return st;
 }

@@ -139,6 +139,20 @@ smelt_status smelt_session_select(smelt_session *session, int i);
  * -1 before any.  Always 0 on a bundle of one. */
 int smelt_session_specialisation(const smelt_session *session);
 
+/* State tensors (a model's `state:`, e.g. the KV cache of a causal LM):
+ * the session owns them, in host memory on the CPU and in device memory on
+ * CUDA.  They are zero when the session is created, every run reads them
+ * and updates them in place (nothing copies a cache per run), and every
+ * specialisation of the bundle shares them, so a prefill run and the decode
+ * runs after it see the same cache.  `bytes` must equal the state's size;
+ * reading and writing copy between the state and host memory. */
+int smelt_session_num_states(const smelt_session *session);
+void smelt_session_state_info(const smelt_session *session, int i, smelt_tensor_info *out_info);
+/* Zeroes every state (a new sequence). */
+smelt_status smelt_session_reset_state(smelt_session *session);
+smelt_status smelt_session_read_state(smelt_session *session, const char *name, void *data, size_t bytes);
+smelt_status smelt_session_write_state(smelt_session *session, const char *name, const void *data, size_t bytes);
+
 /* The version of this library, "0.2.0". */
 const char *smelt_version(void);
 

@@ -77,6 +77,7 @@ void ir_graph_destroy(Graph *g) {
   free(g->node);
   free(g->inputs);
   free(g->outputs);
+  free(g->states);
   free(g->groups);
   arena_free_all(&g->arena);
   free(g);
@@ -100,6 +101,34 @@ int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc) {
   GROW(g->inputs, g->ninputs, g->cap_inputs);
   g->inputs[g->ninputs++] = v;
   return v;
+}
+
+int ir_add_state(Graph *g, const char *name, TensorType t, SrcLoc loc) {
+  int v = new_value(g, name, VK_INPUT, loc);
+  g->val[v].type = t;
+  g->val[v].state = true;
+  GROW(g->states, g->nstates, g->cap_states);
+  g->states[g->nstates++] = v;
+  return v;
+}
+
+int ir_state_update(const Graph *g, int state) {
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (!n->dead && n->op == OP_SCATTER && n->nin > 0 && n->in[0] == state) return i;
+  }
+  return -1;
+}
+
+int ir_state_of(const Graph *g, int v) {
+  if (v < 0 || v >= g->nval) return -1;
+  const Value *val = &g->val[v];
+  if (val->kind == VK_INPUT && val->state) return v;
+  if (val->kind != VK_NODE) return -1;
+  const Node *n = &g->node[val->node];
+  if (n->op != OP_SCATTER || n->dead) return -1;
+  int d = n->in[0];
+  return g->val[d].kind == VK_INPUT && g->val[d].state ? d : -1;
 }
 
 int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc) {
@@ -299,6 +328,11 @@ int *ir_use_counts(const Graph *g) {
     for (int j = 0; j < n->nin; j++) c[n->in[j]]++;
   }
   for (int i = 0; i < g->noutputs; i++) c[g->outputs[i]]++;
+  /* a state's update is read by the session's next run */
+  for (int i = 0; i < g->nstates; i++) {
+    int up = ir_state_update(g, g->states[i]);
+    if (up >= 0) c[g->node[up].out[0]]++;
+  }
   return c;
 }
 
@@ -443,6 +477,10 @@ Graph *ir_graph_clone(const Graph *g) {
     c->inputs[c->ninputs++] = g->inputs[i];
   }
   for (int i = 0; i < g->noutputs; i++) ir_add_output(c, g->outputs[i]);
+  for (int i = 0; i < g->nstates; i++) {
+    GROW(c->states, c->nstates, c->cap_states);
+    c->states[c->nstates++] = g->states[i];
+  }
   for (int k = 0; k < g->ngroups; k++) {
     const Group *s = &g->groups[k];
     int id = ir_add_group(c, s->kind);

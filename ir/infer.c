@@ -516,6 +516,19 @@ static smelt_status infer_attention(Graph *g, Node *n) {
                 shape_str(q, (char[128]){0}, 128));
   if (k->dim[1] == 0 || q->dim[1] % k->dim[1])
     return fail(g, n, "%lld kv heads do not divide %lld query heads", (long long)k->dim[1], (long long)q->dim[1]);
+  if (ir_attr_int(n, "cache")) {
+    /* k and v are caches of capacity T; the 4th input places the queries */
+    if (n->nin != 4) return fail(g, n, "attention with cache: true needs a 4th input, the queries' positions [%lld]",
+                                 (long long)q->dim[2]);
+    const TensorType *p = in_type(g, n, 3);
+    if (!dt_is_int(p->dt)) return fail(g, n, "positions must be integers, got %s", dt_name(p->dt));
+    if (p->rank != 1 || p->dim[0] != q->dim[2])
+      return fail(g, n, "positions must have shape [%lld], got %s", (long long)q->dim[2], shape_str(p, a, sizeof a));
+    TensorType t = *q;
+    t.dim[3] = v->dim[3];
+    set_out(g, n, 0, t);
+    return NULL;
+  }
   if (ir_attr_int(n, "causal") && q->dim[2] > k->dim[2])
     return fail(g, n, "causal attention needs query length %lld <= key length %lld", (long long)q->dim[2], (long long)k->dim[2]);
   if (n->nin == 4) {
@@ -528,6 +541,50 @@ static smelt_status infer_attention(Graph *g, Node *n) {
   TensorType t = *q;
   t.dim[3] = v->dim[3];
   set_out(g, n, 0, t);
+  return NULL;
+}
+
+static smelt_status infer_scatter(Graph *g, Node *n) {
+  const TensorType *d = in_type(g, n, 0), *idx = in_type(g, n, 1), *src = in_type(g, n, 2);
+  char a[128], b[128];
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), d->rank);
+  if (ax < 0) return fail(g, n, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis"), d->rank);
+  if (src->dt != d->dt) return fail(g, n, "values are %s but the destination is %s", dt_name(src->dt), dt_name(d->dt));
+  bool same = src->rank == d->rank;
+  for (int i = 0; same && i < d->rank; i++) same = i == ax || src->dim[i] == d->dim[i];
+  if (!same)
+    return fail(g, n, "values %s do not match destination %s outside axis %d", shape_str(src, a, sizeof a),
+                shape_str(d, b, sizeof b), ax);
+  if (!dt_is_int(idx->dt)) return fail(g, n, "indices must be integers, got %s", dt_name(idx->dt));
+  if (idx->rank != 1 || idx->dim[0] != src->dim[ax])
+    return fail(g, n, "indices must have shape [%lld] (the values' axis %d), got %s", (long long)src->dim[ax], ax,
+                shape_str(idx, a, sizeof a));
+  set_out(g, n, 0, *d);
+  return NULL;
+}
+
+static smelt_status infer_argmax(Graph *g, Node *n) {
+  const TensorType *x = in_type(g, n, 0);
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), x->rank);
+  if (ax < 0) return fail(g, n, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis"), x->rank);
+  if (x->dim[ax] == 0) return fail(g, n, "argmax over an empty axis");
+  if (x->dim[ax] > INT32_MAX) return fail(g, n, "axis %d is longer than an i32 index reaches", ax);
+  TensorType t = {.dt = DT_I32};
+  for (int i = 0; i < x->rank; i++) {
+    if (i != ax) t.dim[t.rank++] = x->dim[i];
+    else if (ir_attr_int(n, "keepdims")) t.dim[t.rank++] = 1;
+  }
+  set_out(g, n, 0, t);
+  return NULL;
+}
+
+static smelt_status infer_arange(Graph *g, Node *n) {
+  const TensorType *s = in_type(g, n, 0);
+  if (!dt_is_int(s->dt)) return fail(g, n, "start must be an integer tensor, got %s", dt_name(s->dt));
+  if (ir_type_numel(s) != 1) return fail(g, n, "start must hold one element, got %lld", (long long)ir_type_numel(s));
+  int64_t size = ir_attr_int(n, "size");
+  if (size <= 0) return fail(g, n, "size must be positive, got %lld", (long long)size);
+  set_out(g, n, 0, (TensorType){.dt = s->dt, .rank = 1, .dim = {size}});
   return NULL;
 }
 

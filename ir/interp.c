@@ -119,6 +119,7 @@ smelt_status ir_interp_create(const Graph *g, Interp **out_interp) {
       if (val->data && bytes) memcpy(it->buf[v], val->data, bytes);
       it->ready[v] = true;
     }
+    if (val->kind == VK_INPUT && val->state) it->ready[v] = true; /* zero until set or updated */
   }
   *out_interp = it;
   return NULL;
@@ -186,6 +187,11 @@ smelt_status ir_interp_run(Interp *it) {
     if (out != out_stack) free(out);
     if (st) return st;
     for (int k = 0; k < n->nout; k++) it->ready[n->out[k]] = true;
+  }
+  /* state persists: the next run reads what this one wrote */
+  for (int i = 0; i < g->nstates; i++) {
+    int v = g->states[i], up = ir_state_update(g, v);
+    if (up >= 0 && it->buf[v]) memcpy(it->buf[v], it->buf[g->node[up].out[0]], ir_type_bytes(&g->val[v].type));
   }
   return NULL;
 }

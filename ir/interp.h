@@ -43,7 +43,9 @@ smelt_status ir_interp_create(const Graph *g, Interp **out_interp) SMELT_MUST_US
 void ir_interp_destroy(Interp *it);
 /* Copies the data of input value `value` (in its graph dtype and shape). */
 smelt_status ir_interp_set_input(Interp *it, int value, const void *data) SMELT_MUST_USE;
-/* Runs every live node in order.  All inputs must have been set. */
+/* Runs every live node in order.  All inputs must have been set.  State
+ * tensors start at zero (or as set with ir_interp_set_input) and keep
+ * their updates from one run to the next, as in a session. */
 smelt_status ir_interp_run(Interp *it) SMELT_MUST_USE;
 /* Data of any value after a run (inputs, constants, node results); NULL if
  * it was not computed.  Owned by the interpreter. */

@@ -130,6 +130,7 @@ typedef struct {
   SrcLoc loc;
   int64_t mem_offset; /* plan-memory: byte offset in the activation arena; -1 = not in the arena */
   const IrSource *source; /* VK_CONST: where its bytes come from, NULL = computed (see IrSource) */
+  bool state;    /* VK_INPUT: a state tensor (Graph.states), not a graph input */
 } Value;
 
 typedef struct {
@@ -168,6 +169,12 @@ typedef struct Graph {
   int nnode, cap_node;
   int *inputs, ninputs, cap_inputs;
   int *outputs, noutputs, cap_outputs;
+  /* State tensors (SPEC §2 `state:`): VK_INPUT values with .state set that
+   * belong to a session and persist across runs.  They are not graph inputs.
+   * A state is read as it is, or updated in place by the one scatter node
+   * that is its only user (ir_state_update); that node's result lives in
+   * the state's memory. */
+  int *states, nstates, cap_states;
   Group *groups; /* fusion groups (fuse pass); node.group indexes this */
   int ngroups;
   int64_t arena_bytes;   /* plan-memory: size of the activation arena; 0 = not planned */
@@ -181,6 +188,14 @@ void ir_graph_destroy(Graph *g);
 Graph *ir_graph_clone(const Graph *g);
 
 int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc);
+/* A state tensor (appended to g->states). */
+int ir_add_state(Graph *g, const char *name, TensorType t, SrcLoc loc);
+/* The scatter node that updates state value `state` in place, or -1 when
+ * the run only reads it. */
+int ir_state_update(const Graph *g, int state);
+/* For a value that lives in a state's memory (a state, or the result of
+ * the scatter that updates it), that state's value id; else -1. */
+int ir_state_of(const Graph *g, int v);
 /* data is copied into the graph; NULL leaves the constant zero-filled. */
 int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc);
 /* Adds a node with fresh output values named out_names[i] (types left
@@ -218,12 +233,17 @@ smelt_status ir_infer_node(Graph *g, int node) SMELT_MUST_USE;
 
 /* Rewires every use of value `from` (node operands and graph outputs) to `to`. */
 void ir_replace_all_uses(Graph *g, int from, int to);
-/* use_count[v] = number of node operands plus graph outputs that name v.
+/* use_count[v] = number of node operands plus graph outputs that name v,
+ * plus one for the scatter result that updates a state (the next run reads it).
  * The array has g->nval entries and is owned by the caller (free()). */
 int *ir_use_counts(const Graph *g);
 /* Sorts live nodes topologically (stable), drops dead ones; value ids stay,
  * node ids change (group member lists are renumbered with them). */
 smelt_status ir_graph_compact(Graph *g) SMELT_MUST_USE;
+/* The rules of state tensors: a state updated by a scatter has no other
+ * user, and neither a state nor its update is a graph output.  Errors are
+ * located at the node or the state (ir_verify checks them too). */
+smelt_status ir_check_states(const Graph *g) SMELT_MUST_USE;
 /* Checks structural invariants and that every type agrees with inference. */
 smelt_status ir_verify(const Graph *g) SMELT_MUST_USE;
 

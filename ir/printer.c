@@ -2,6 +2,7 @@
  *
  *   graph NAME {
  *     input x: f32[16,64]
+ *     state layer.0/k_cache: f32[1,2,256,16] <- layer.0/kc
  *     const layer.0/wq: f32[64,64] = from "layers.0.wq"
  *     layer.0/h: f32[16,64] = rms_norm(x, layer.0/attn_norm) {axis=-1, eps=1e-06}
  *     output y
@@ -109,6 +110,14 @@ void ir_print(FILE *f, const Graph *g) {
     const Value *v = &g->val[g->inputs[i]];
     fprintf(f, "  input %s: ", v->name);
     print_type(f, &v->type);
+    fputc('\n', f);
+  }
+  for (int i = 0; i < g->nstates; i++) {
+    const Value *v = &g->val[g->states[i]];
+    fprintf(f, "  state %s: ", v->name);
+    print_type(f, &v->type);
+    int up = ir_state_update(g, g->states[i]);
+    if (up >= 0) fprintf(f, " <- %s", g->val[g->node[up].out[0]].name);
     fputc('\n', f);
   }
   for (int v = 0; v < g->nval; v++)

@@ -636,8 +636,16 @@ smelt_status ref_attention(const RefArgs *a) {
   const Attr *sa = ir_attr(a->n, "scale");
   double scale = sa ? sa->f : 1.0 / sqrt((double)D);
   bool causal = ir_attr_int(a->n, "causal") != 0;
+  /* cache: the 4th input is the queries' positions; query i sees slots 0..pos[i] */
+  bool cache = ir_attr_int(a->n, "cache") != 0;
+  const double *qpos = cache ? a->in[3] : NULL;
+  if (cache)
+    for (int64_t i = 0; i < S; i++)
+      if (!(qpos[i] >= 0 && qpos[i] < (double)T))
+        return st_at(a->n->loc, "node '%s' (attention): position %.0f is outside the cache of %lld", ir_node_name(a->g, a->n),
+                     qpos[i], (long long)T);
   /* The mask is read as if broadcast to [B,H,S,T]. */
-  const double *mask = a->nin > 3 ? a->in[3] : NULL;
+  const double *mask = a->nin > 3 && !cache ? a->in[3] : NULL;
   bool bool_mask = mask && a->in_type[3]->dt == DT_BOOL;
   TensorType st4 = {.rank = 4, .dim = {B, H, S, T}};
   int64_t ms[IR_MAX_RANK];
@@ -657,7 +665,7 @@ smelt_status ref_attention(const RefArgs *a) {
         for (int64_t j = 0; j < T; j++) {
           double s = -INFINITY;
           /* causal: the last query lines up with the last key */
-          if (!causal || j <= T - S + i) {
+          if (cache ? j <= (int64_t)qpos[i] : !causal || j <= T - S + i) {
             s = 0;
             for (int64_t d = 0; d < D; d++) s += q[d] * K[j * D + d];
             s *= scale;
@@ -711,5 +719,58 @@ smelt_status ref_rope(const RefArgs *a) {
       y[ib] = xb * c + xa * s;
     }
   }
+  return NULL;
+}
+
+/* out = dst; out[o, idx[i], in] = src[o, i, in].  An index outside the
+ * destination is an error (the compiled kernels skip such rows). */
+smelt_status ref_scatter(const RefArgs *a) {
+  const TensorType *dt = a->in_type[0];
+  int axis = attr_axis(a, "axis", dt->rank);
+  if (axis < 0) return internal(a, "axis out of range");
+  int64_t outer, len, inner;
+  around_axis(dt, axis, &outer, &len, &inner);
+  int64_t nidx = ir_type_numel(a->in_type[1]);
+  if (outer * nidx * inner != ir_type_numel(a->in_type[2])) return internal(a, "values size mismatch");
+  int64_t total = ir_type_numel(dt);
+  for (int64_t e = 0; e < total; e++) a->out[0][e] = a->in[0][e];
+  for (int64_t i = 0; i < nidx; i++) {
+    double v = a->in[1][i];
+    if (!(v >= 0 && v < (double)len))
+      return st_at(a->n->loc, "node '%s' (scatter): index %.0f is outside axis %d of size %lld", ir_node_name(a->g, a->n),
+                   v, axis, (long long)len);
+    int64_t k = (int64_t)v;
+    for (int64_t o = 0; o < outer; o++) {
+      const double *x = a->in[2] + (o * nidx + i) * inner;
+      double *y = a->out[0] + (o * len + k) * inner;
+      for (int64_t j = 0; j < inner; j++) y[j] = x[j];
+    }
+  }
+  return NULL;
+}
+
+/* The first index of the largest element along axis (NaN counts as the
+ * largest, as in numpy). */
+smelt_status ref_argmax(const RefArgs *a) {
+  const TensorType *xt = a->in_type[0];
+  int axis = attr_axis(a, "axis", xt->rank);
+  if (axis < 0) return internal(a, "axis out of range");
+  int64_t outer, len, inner;
+  around_axis(xt, axis, &outer, &len, &inner);
+  if (outer * inner != ir_type_numel(a->out_type[0])) return internal(a, "output size mismatch");
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      const double *x = a->in[0] + o * len * inner + j;
+      int64_t best = 0;
+      for (int64_t k = 1; k < len && !isnan(x[best * inner]); k++)
+        if (x[k * inner] > x[best * inner] || isnan(x[k * inner])) best = k;
+      a->out[0][o * inner + j] = (double)best;
+    }
+  return NULL;
+}
+
+smelt_status ref_arange(const RefArgs *a) {
+  int64_t n = ir_type_numel(a->out_type[0]);
+  for (int64_t i = 0; i < n; i++) a->out[0][i] = a->in[0][0] + (double)i;
   return NULL;
 }

@@ -6,7 +6,8 @@
  *
  *   header   u8[4] "SGRF", u32 version, str name, str file (nullable),
  *            i64 arena_bytes, i64 unplanned_bytes,
- *            u32 nval, u32 nnode, u32 ngroups, u32 ninputs, u32 noutputs
+ *            u32 nval, u32 nnode, u32 ngroups, u32 ninputs, u32 noutputs,
+ *            u32 nstates
  *   value    str name, u8 kind (W_VK_*), str dtype name ("" = not inferred),
  *            u8 rank, i64 dim[rank], i32 node, i32 out_index, str init
  *            (nullable), i32 line, i32 col, i64 mem_offset,
@@ -20,7 +21,8 @@
  *              ints       u32 n, i64[n] dtype, enum  str
  *   group    u8 kind (W_GK_*), i32 anchor, i64 footprint, i64 budget,
  *            str kernel (nullable), u32 nnodes, i32 nodes[nnodes]
- *   then     i32 inputs[ninputs], i32 outputs[noutputs]; nothing after.
+ *   then     i32 inputs[ninputs], i32 outputs[noutputs], i32 states[nstates]
+ *            (input values that are state tensors, ir.h); nothing after.
  *
  * Operators and dtypes are written by name and the small enums (value kind,
  * attribute type, group kind) through the W_* codes below, which are part of
@@ -264,12 +266,14 @@ smelt_status ir_graph_serialize(const Graph *g, const IrConstSink *sink, void **
   bb_u32(&b, (uint32_t)g->ngroups);
   bb_u32(&b, (uint32_t)g->ninputs);
   bb_u32(&b, (uint32_t)g->noutputs);
+  bb_u32(&b, (uint32_t)g->nstates);
   for (int v = 0; v < g->nval && !st; v++) st = put_value(&b, g, v, used[v], sink);
   free(used);
   for (int i = 0; i < g->nnode && !st; i++) st = put_node(&b, &g->node[i], i);
   for (int k = 0; k < g->ngroups && !st; k++) put_group(&b, &g->groups[k]);
   for (int i = 0; i < g->ninputs && !st; i++) bb_i32(&b, g->inputs[i]);
   for (int i = 0; i < g->noutputs && !st; i++) bb_i32(&b, g->outputs[i]);
+  for (int i = 0; i < g->nstates && !st; i++) bb_i32(&b, g->states[i]);
   if (!st && b.oom) st = st_error(ST_NO_MEMORY, "serialize: out of memory");
   if (st) {
     free(b.p);
@@ -771,7 +775,7 @@ static void check_links(Reader *r, Graph *g) {
   set_ctx(r, "inputs");
   for (int i = 0; i < g->ninputs && !r->st; i++) {
     int v = g->inputs[i];
-    if (g->val[v].kind != VK_INPUT) fail(r, "input %d is value %d, which is not an input", i, v);
+    if (g->val[v].kind != VK_INPUT || g->val[v].state) fail(r, "input %d is value %d, which is not an input", i, v);
     for (int j = 0; j < i && !r->st; j++)
       if (g->inputs[j] == v) fail(r, "value %d is listed twice", v);
   }
@@ -793,8 +797,9 @@ smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpac
   /* the counts, bounded together by the bytes they need at least */
   uint32_t nval = rd_u32(&r, "value count"), nnode = rd_u32(&r, "node count");
   uint32_t ngroups = rd_u32(&r, "group count"), nin = rd_u32(&r, "input count"), nout = rd_u32(&r, "output count");
+  uint32_t nstate = rd_u32(&r, "state count");
   uint64_t need = (uint64_t)nval * MIN_VALUE_BYTES + (uint64_t)nnode * MIN_NODE_BYTES +
-                  (uint64_t)ngroups * MIN_GROUP_BYTES + ((uint64_t)nin + nout) * 4;
+                  (uint64_t)ngroups * MIN_GROUP_BYTES + ((uint64_t)nin + nout + nstate) * 4;
   if (!r.st && need > left(&r))
     fail(&r, "%u values, %u nodes, %u groups, %u inputs and %u outputs need at least %llu bytes, only %zu are left",
          nval, nnode, ngroups, nin, nout, (unsigned long long)need, left(&r));
@@ -829,6 +834,21 @@ smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpac
     int v = rd_i32(&r, "output");
     if (!r.st && (v < 0 || v >= g->nval)) fail(&r, "output %u is value %d of %d", i, v, g->nval);
     if (!r.st) ir_add_output(g, v);
+  }
+  set_ctx(&r, "states");
+  if (!r.st) {
+    g->states = calloc(nstate ? nstate : 1, sizeof(int));
+    g->cap_states = (int)(nstate ? nstate : 1);
+    if (!g->states) r.st = st_error(ST_NO_MEMORY, "out of memory");
+  }
+  for (uint32_t i = 0; i < nstate && !r.st; i++) {
+    int v = rd_i32(&r, "state");
+    if (!r.st && (v < 0 || v >= g->nval)) fail(&r, "state %u is value %d of %d", i, v, g->nval);
+    if (!r.st && (g->val[v].kind != VK_INPUT || g->val[v].state)) fail(&r, "state %u is value %d, which is not a free input", i, v);
+    if (!r.st) {
+      g->val[v].state = true;
+      g->states[g->nstates++] = v;
+    }
   }
   set_ctx(&r, "end");
   if (!r.st && left(&r)) fail(&r, "%zu unexpected bytes after the graph", left(&r));

@@ -49,6 +49,38 @@ static smelt_status check_attrs(const Graph *g, const Node *n) {
   return NULL;
 }
 
+smelt_status ir_check_states(const Graph *g) {
+  int *uses = ir_use_counts(g);
+  if (!uses) return st_error(ST_NO_MEMORY, "out of memory");
+  smelt_status st = NULL;
+  for (int i = 0; i < g->nstates && !st; i++) {
+    int v = g->states[i];
+    const Value *sv = &g->val[v];
+    if (sv->kind != VK_INPUT || !sv->state) {
+      st = st_error(ST_INTERNAL, "state %d is value %d, which is not a state tensor", i, v);
+      break;
+    }
+    int up = ir_state_update(g, v);
+    if (up >= 0 && uses[v] != 1)
+      st = st_at(g->node[up].loc,
+                 "state '%s' is updated in place by node '%s' (scatter), so nothing else may read it: "
+                 "read the scatter's result instead",
+                 sv->name, ir_node_name(g, &g->node[up]));
+    for (int o = 0; o < g->noutputs && !st; o++)
+      if (ir_state_of(g, g->outputs[o]) == v)
+        st = st_at(sv->loc, "state '%s' cannot be a model output (sessions read state through the API)",
+                   sv->name);
+  }
+  for (int i = 0; i < g->nnode && !st; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead || n->op != OP_SCATTER) continue;
+    if (g->val[n->in[0]].kind == VK_NODE && ir_state_of(g, n->in[0]) >= 0)
+      st = st_at(n->loc, "node '%s' (scatter) updates a state twice in one run", ir_node_name(g, n));
+  }
+  free(uses);
+  return st;
+}
+
 static int cmp_names(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 smelt_status ir_verify(const Graph *g) {
@@ -114,5 +146,6 @@ smelt_status ir_verify(const Graph *g) {
     if (!value_live(g, g->outputs[i])) st = st_error(ST_INTERNAL, "verifier: graph output %d is not live", i);
   free(uses);
   free(defined);
+  if (!st) st = ir_check_states(g);
   return st;
 }

@@ -212,7 +212,8 @@ smelt_status pass_plan_memory(Graph *g, PassCtx *ctx, bool *changed) {
     g->val[v].mem_offset = -1;
     int lv = last[v];
     tix[v] = -1;
-    if (lv < 0 || is_out[v]) continue;
+    /* the result of a scatter that updates a state lives in the state */
+    if (lv < 0 || is_out[v] || ir_state_of(g, v) >= 0) continue;
     Tensor *x = &t[nt];
     x->v = v;
     x->bytes = (int64_t)ir_type_bytes(&g->val[v].type);

@@ -94,6 +94,12 @@ static smelt_status cuda_place(smelt_session *s) {
   CudaState *cu = s->r->cu;
   RETURN_IF_ERROR(rt_cuda_upload_constants(cu->dev, g, &cu->const_block, cu->const_ptr));
   if (g->arena_bytes > 0) RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, (size_t)g->arena_bytes, &cu->arena));
+  /* states and the scatter results that update them: the session's memory */
+  for (int v = 0; v < g->nval; v++) {
+    int sv = ir_state_of(g, v);
+    for (int i = 0; sv >= 0 && i < g->nstates; i++)
+      if (g->states[i] == sv) cu->dptr[v] = s->state_dev[i];
+  }
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
     for (int a = kn->nargs - kn->nouts; a < kn->nargs; a++) {

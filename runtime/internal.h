@@ -109,6 +109,13 @@ struct smelt_session {
   int ordinal;
   RtCudaDevice *dev;   /* CUDA sessions: the device, shared by every run */
   RtPool *pool;        /* CPU sessions: the threads, shared by every run */
+  /* State tensors (ir.h: Graph.states), owned by the session and shared by
+   * every specialisation (the same states, in the same order, in each):
+   * zeroed at creation, kept across runs. */
+  int nstates;
+  size_t *state_bytes;
+  void **state;        /* CPU sessions: per state, its memory */
+  RtCudaPtr *state_dev; /* CUDA sessions: per state, its device memory */
   const void **in_ptr; /* per graph input slot: bound memory */
   void **out_ptr;      /* per graph output slot: bound memory */
   Binding *in_bind, *out_bind;

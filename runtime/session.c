@@ -116,6 +116,18 @@ static smelt_status place_intermediates(smelt_session *s) {
 
 static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes);
 
+/* The memory of the states and of the scatter results that update them
+ * (ir.h: ir_state_of) is the session's state memory. */
+static void place_states(smelt_session *s) {
+  const Graph *g = s->b->g;
+  for (int v = 0; v < g->nval; v++) {
+    int sv = ir_state_of(g, v);
+    if (sv < 0) continue;
+    for (int i = 0; i < g->nstates; i++)
+      if (g->states[i] == sv) s->r->vptr[v] = s->state[i];
+  }
+}
+
 /* Frees the run state s->r of specialisation s->b, leaving it zeroed. */
 static void free_run(smelt_session *s) {
   if (!s->r) return;
@@ -150,7 +162,9 @@ static smelt_status make_run(smelt_session *s, int i) {
     s->r->argv_at[k] = at;
     at += b->kernels[k].nargs;
   }
-  return s->cuda ? rt_cuda_session_create(s, nargs) : place_intermediates(s);
+  if (s->cuda) return rt_cuda_session_create(s, nargs);
+  place_states(s);
+  return place_intermediates(s);
 }
 
 /* Makes specialisation i the active one, creating its run state the first
@@ -421,6 +435,168 @@ smelt_status smelt_session_select(smelt_session *s, int i) {
 
 int smelt_session_specialisation(const smelt_session *s) { return s->active; }
 
+static const char *name_list(const Graph *g, const int *vals, int n, char *buf, size_t cap);
+
+/* ---- sessions: state ---- */
+
+/* Every specialisation must have the root's states (names, types, order):
+ * they share the session's memory. */
+static smelt_status create_states(smelt_session *s) {
+  const smelt_bundle *root = s->root;
+  const Graph *g = root->g;
+  char a[128], b[128];
+  for (int k = 1; k < root->nspecs; k++) {
+    const Graph *o = root->specs[k]->g;
+    bool same = o->nstates == g->nstates;
+    for (int i = 0; same && i < g->nstates; i++) {
+      const Value *x = &g->val[g->states[i]], *y = &o->val[o->states[i]];
+      same = strcmp(x->name, y->name) == 0 && ir_type_equal(&x->type, &y->type);
+      if (!same)
+        return st_error(ST_INVALID_INPUT, "%s: state '%s' is %s in specialisation %s but %s '%s' in %s: the "
+                        "specialisations of one bundle must share their state", fmt_file_path(root->file), x->name,
+                        ir_type_str(&x->type, a, sizeof a), root->specs[0]->label, ir_type_str(&y->type, b, sizeof b),
+                        y->name, root->specs[k]->label);
+    }
+    if (!same)
+      return st_error(ST_INVALID_INPUT, "%s: specialisations %s and %s have different state tensors",
+                      fmt_file_path(root->file), root->specs[0]->label, root->specs[k]->label);
+  }
+  s->nstates = g->nstates;
+  size_t n = g->nstates ? (size_t)g->nstates : 1;
+  s->state_bytes = calloc(n, sizeof *s->state_bytes);
+  s->state = calloc(n, sizeof *s->state);
+  s->state_dev = calloc(n, sizeof *s->state_dev);
+  if (!s->state_bytes || !s->state || !s->state_dev) return st_error(ST_NO_MEMORY, "out of memory creating a session");
+  for (int i = 0; i < g->nstates; i++) {
+    const Value *v = &g->val[g->states[i]];
+    size_t bytes = ir_type_bytes(&v->type);
+    s->state_bytes[i] = bytes;
+    if (s->cuda) {
+      smelt_status st = rt_cuda_alloc(s->dev, bytes ? bytes : 1, &s->state_dev[i]);
+      if (!st) st = rt_cuda_memset(s->dev, s->state_dev[i], 0, bytes);
+      if (st) return st_prefix(st, "state '%s'", v->name);
+    } else if (!(s->state[i] = rt_aligned_buffer(bytes))) {
+      return st_error(ST_NO_MEMORY, "out of memory: state '%s' of %zu bytes", v->name, bytes);
+    }
+  }
+  return NULL;
+}
+
+static void destroy_states(smelt_session *s) {
+  for (int i = 0; i < s->nstates; i++) {
+    if (s->state) free(s->state[i]);
+    if (s->state_dev && s->dev) rt_cuda_free(s->dev, s->state_dev[i]);
+  }
+  free(s->state);
+  free(s->state_dev);
+  free(s->state_bytes);
+}
+
+int smelt_session_num_states(const smelt_session *s) { return s->nstates; }
+
+void smelt_session_state_info(const smelt_session *s, int i, smelt_tensor_info *out) {
+  memset(out, 0, sizeof *out);
+  if (i < 0 || i >= s->nstates) return;
+  const Value *val = &s->root->g->val[s->root->g->states[i]];
+  out->name = val->name;
+  out->dtype = (smelt_dtype)val->type.dt;
+  out->rank = val->type.rank;
+  for (int d = 0; d < val->type.rank && d < 8; d++) out->dims[d] = val->type.dim[d];
+}
+
+static smelt_status find_state(const smelt_session *s, const char *name, size_t bytes, int *out) {
+  const Graph *g = s->root->g;
+  *out = -1;
+  for (int i = 0; name && i < s->nstates; i++)
+    if (strcmp(g->val[g->states[i]].name, name) == 0) *out = i;
+  if (*out < 0) {
+    char list[512];
+    return st_error(ST_INVALID_INPUT, "no state named '%s' (the states are: %s)", name ? name : "(null)",
+                    name_list(g, g->states, g->nstates, list, sizeof list));
+  }
+  if (bytes != s->state_bytes[*out]) {
+    char ty[128];
+    const Value *v = &g->val[g->states[*out]];
+    return st_error(ST_INVALID_INPUT, "state '%s' is %s (%zu bytes); the memory given has %zu bytes", v->name,
+                    ir_type_str(&v->type, ty, sizeof ty), s->state_bytes[*out], bytes);
+  }
+  return NULL;
+}
+
+smelt_status smelt_session_reset_state(smelt_session *s) {
+  for (int i = 0; i < s->nstates; i++) {
+    if (!s->cuda) memset(s->state[i], 0, s->state_bytes[i]);
+    else RETURN_IF_ERROR(rt_cuda_memset(s->dev, s->state_dev[i], 0, s->state_bytes[i]));
+  }
+  return NULL;
+}
+
+smelt_status smelt_session_read_state(smelt_session *s, const char *name, void *data, size_t bytes) {
+  int i;
+  RETURN_IF_ERROR(find_state(s, name, bytes, &i));
+  if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
+  if (!s->cuda) {
+    memcpy(data, s->state[i], bytes);
+    return NULL;
+  }
+  return rt_cuda_download(s->dev, data, s->state_dev[i], bytes);
+}
+
+smelt_status smelt_session_write_state(smelt_session *s, const char *name, const void *data, size_t bytes) {
+  int i;
+  RETURN_IF_ERROR(find_state(s, name, bytes, &i));
+  if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
+  if (!s->cuda) {
+    memcpy(s->state[i], data, bytes);
+    return NULL;
+  }
+  return rt_cuda_upload(s->dev, s->state_dev[i], data, bytes);
+}
+
+/* Positions that index a state (scatter) or a cache (attention with
+ * cache: true) must lie inside it; compiled kernels would skip such rows,
+ * so this makes a bad position an error instead.  Checked for graph inputs
+ * bound in host memory (device memory is not read back for it). */
+static smelt_status check_positions(smelt_session *s) {
+  const Graph *g = s->b->g;
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead) continue;
+    int iv, limit;
+    const char *what;
+    if (n->op == OP_SCATTER) {
+      const TensorType *d = &g->val[n->in[0]].type;
+      int ax = ir_norm_axis(ir_attr_int(n, "axis"), d->rank);
+      iv = n->in[1];
+      limit = (int)d->dim[ax];
+      what = "scatter";
+    } else if (n->op == OP_ATTENTION && ir_attr_int(n, "cache")) {
+      iv = n->in[3];
+      limit = (int)g->val[n->in[1]].type.dim[2];
+      what = "attention";
+    } else {
+      continue;
+    }
+    int slot = -1;
+    for (int k = 0; k < g->ninputs; k++)
+      if (g->inputs[k] == iv) slot = k;
+    if (slot < 0 || !s->in_ptr[slot]) continue;
+    if (s->cuda && rt_cuda_is_device_pointer(s->dev, s->in_ptr[slot])) continue;
+    const Value *pv = &g->val[iv];
+    int64_t cnt = ir_type_numel(&pv->type);
+    for (int64_t j = 0; j < cnt; j++) {
+      int64_t p = pv->type.dt == DT_I64 ? ((const int64_t *)s->in_ptr[slot])[j]
+                  : pv->type.dt == DT_I32 ? ((const int32_t *)s->in_ptr[slot])[j]
+                                          : (int64_t)dt_load(pv->type.dt, s->in_ptr[slot], (size_t)j);
+      if (p < 0 || p >= limit)
+        return st_error(ST_INVALID_INPUT, "input '%s'[%lld] = %lld is outside [0, %d), the capacity of '%s' that "
+                        "node '%s' (%s) indexes", pv->name, (long long)j, (long long)p, limit,
+                        g->val[n->in[n->op == OP_SCATTER ? 0 : 1]].name, ir_node_name(g, n), what);
+    }
+  }
+  return NULL;
+}
+
 /* ---- sessions ---- */
 
 smelt_status smelt_session_create(smelt_bundle *b, const char *device, const smelt_session_options *options,
@@ -470,6 +646,7 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   } else if ((st = rt_pool_create(session_threads(b, options), &s->pool))) {
     goto fail;
   }
+  if ((st = create_states(s))) goto fail;
   /* A bundle of one has nothing to choose: it is chosen now, as before
    * bundles had specialisations. */
   if (b->nspecs == 1 && (st = smelt_session_select(s, 0))) goto fail;
@@ -488,6 +665,7 @@ void smelt_session_destroy(smelt_session *s) {
     s->r = &s->runs[i];
     free_run(s);
   }
+  destroy_states(s);
   if (s->dev) rt_cuda_device_destroy(s->dev);
   rt_pool_destroy(s->pool);
   free(s->runs);
@@ -624,6 +802,7 @@ smelt_status rt_session_prepare(smelt_session *s) {
     if (s->in_bind[i].bound) RETURN_IF_ERROR(check_against(b, true, i, s->in_ptr[i], &s->in_bind[i]));
   for (int i = 0; i < g->noutputs; i++)
     if (s->out_bind[i].bound) RETURN_IF_ERROR(check_against(b, false, i, s->out_ptr[i], &s->out_bind[i]));
+  RETURN_IF_ERROR(check_positions(s));
   if (s->r->cu) return rt_cuda_session_prepare(s);
   /* Outputs first, then inputs and constants over them: a value that is
    * both an input and an output is read from the input, and the output gets
