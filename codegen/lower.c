@@ -196,6 +196,7 @@ static double node_flops(const Graph *g, const Node *n) {
       return 2 * out * (double)(w->dim[1] * w->dim[2] * w->dim[3]);
     }
   case FC_OPAQUE: {
+    if (n->op != OP_ATTENTION) return 0; /* scatter, argmax, arange: data movement */
     /* attention: q.k and p.v per (query, key) pair */
     const TensorType *k = &g->val[n->in[1]].type;
     double pairs = (double)(x->dim[0] * x->dim[1] * x->dim[2] * k->dim[2]);
