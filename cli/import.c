@@ -28,10 +28,24 @@ int cli_import(int argc, char **argv);
 
 static void print_help(FILE *f) {
   fputs("usage: smelt import MODEL.onnx -o OUT.yaml [--dim NAME=VALUE] [--dtype f16]\n"
+        "       smelt import hf DIR -o OUT.yaml [--ctx N] [--seq N] [--dtype D] [--no-cache]\n"
         "\n"
         "Writes the ONNX model as smelt YAML (OUT.yaml) and its constants as OUT.safetensors\n"
         "next to it.  Symbolic ONNX dims (dim_param) become dims of the same name; --dim sets\n"
-        "the value the import uses (default 1).\n",
+        "the value the import uses (default 1).\n"
+        "\n"
+        "'smelt import hf DIR' writes the Hugging Face checkpoint in DIR (config.json and\n"
+        "model.safetensors, or the shards of model.safetensors.index.json) as smelt YAML that\n"
+        "reads the weights from the checkpoint's files by their HF names (nothing is copied).\n"
+        "Llama-family models: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.\n"
+        "The model takes ids and pos ([seq] i32) and keeps a KV cache per layer (state\n"
+        "k_cache/v_cache [1, kv_heads, ctx, head_dim]); its outputs are the last position's\n"
+        "logits [1, vocab] and their argmax next.  Prefill with --dim seq=L, decode with seq=1.\n"
+        "  --ctx N       KV cache capacity (default min(max_position_embeddings, 2048))\n"
+        "  --seq N       the seq dim's value in the YAML (default 1; compile with --dim seq=N)\n"
+        "  --dtype D     the model's dtype (default: the checkpoint's f32/f16/bf16)\n"
+        "  --no-cache    no KV cache: causal attention over the whole sequence and logits\n"
+        "                [seq, vocab] for every position, as a forward pass in transformers\n",
         f);
 }
 
@@ -264,7 +278,7 @@ static smelt_status write_yaml(const char *path, const char *model, const char *
 static int import_model(const char *model, const char *out, const ModelOpts *mo_) {
   const ModelOpts mo = *mo_;
   if (!model) return cli_usage("import", "needs a MODEL.onnx");
-  if (!strcmp(model, "hf")) return cli_usage("import", "'smelt import hf' (Hugging Face checkpoints) is not built yet");
+  if (!strcmp(model, "hf")) return cli_usage("import", "'hf' comes first: smelt import hf DIR -o OUT.yaml");
   if (!out) return cli_usage("import", "needs -o OUT.yaml");
   size_t ol = strlen(out);
   if (ol < 6 || (strcmp(out + ol - 5, ".yaml") && strcmp(out + ol - 4, ".yml")))
@@ -309,7 +323,86 @@ static int import_model(const char *model, const char *out, const ModelOpts *mo_
   return rc;
 }
 
+/* ---- smelt import hf ---- */
+
+static bool parse_count(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v <= 0) return false;
+  *out = v;
+  return true;
+}
+
+static int import_hf(int argc, char **argv) {
+  const char *dir = NULL, *out = NULL;
+  FeHfOptions o = {.dtype = DT_INVALID};
+  for (int i = 1; i < argc; i++) {
+    bool missing;
+    const char *v;
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      print_help(stdout);
+      return 0;
+    }
+    if ((v = cli_flag_value("-o", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("import", "-o needs a file name");
+      out = v;
+    } else if ((v = cli_flag_value("--ctx", argc, argv, &i, &missing)) || missing) {
+      if (missing || !parse_count(v, &o.ctx)) return cli_usage("import", "--ctx needs a positive integer");
+    } else if ((v = cli_flag_value("--seq", argc, argv, &i, &missing)) || missing) {
+      if (missing || !parse_count(v, &o.seq)) return cli_usage("import", "--seq needs a positive integer");
+    } else if ((v = cli_flag_value("--dtype", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("import", "--dtype needs a dtype");
+      o.dtype = dt_from_name(v);
+      if (o.dtype == DT_INVALID || !dt_is_float(o.dtype))
+        return cli_usage("import", "--dtype must be f32, f16 or bf16, got '%s'", v);
+    } else if (!strcmp(argv[i], "--no-cache")) {
+      o.no_cache = true;
+    } else if (argv[i][0] == '-') {
+      return cli_usage("import", "unknown flag '%s' for 'import hf'", argv[i]);
+    } else if (!dir) {
+      dir = argv[i];
+    } else {
+      return cli_usage("import", "unexpected argument '%s'", argv[i]);
+    }
+  }
+  if (!dir) return cli_usage("import", "'import hf' needs a checkpoint directory");
+  if (!out) return cli_usage("import", "needs -o OUT.yaml");
+  size_t ol = strlen(out);
+  if (ol < 6 || (strcmp(out + ol - 5, ".yaml") && strcmp(out + ol - 4, ".yml")))
+    return cli_usage("import", "-o must name a .yaml file, got '%s'", out);
+  char *ydir = strrchr(out, '/') ? strndup(out, (size_t)(strrchr(out, '/') - out)) : strdup(".");
+  if (!ydir) abort();
+  if (!*ydir) {
+    free(ydir);
+    ydir = strdup("/");
+    if (!ydir) abort();
+  }
+  char *text = NULL;
+  FeHfInfo info;
+  smelt_status st = fe_hf_import(dir, ydir, &o, &text, &info);
+  free(ydir);
+  if (st) return cli_fail(st);
+  FILE *f = fopen(out, "w");
+  if (!f) {
+    free(text);
+    return cli_fail(st_error(ST_IO, "%s: error: cannot write: %s", out, strerror(errno)));
+  }
+  size_t n = strlen(text);
+  bool ok = fwrite(text, 1, n, f) == n;
+  ok &= fclose(f) == 0;
+  free(text);
+  if (!ok) return cli_fail(st_error(ST_IO, "%s: error: write failed", out));
+  fprintf(stderr, "smelt import hf: wrote %s (%s, %" PRId64 " layers, %s", out, info.arch, info.layers,
+          dt_name(info.dtype));
+  if (info.ctx) fprintf(stderr, ", KV cache of %" PRId64, info.ctx);
+  else fputs(", no KV cache", stderr);
+  fprintf(stderr, ", weights in %d file%s)\n", info.nfiles, info.nfiles == 1 ? "" : "s");
+  return 0;
+}
+
 int cli_import(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "hf")) return import_hf(argc - 1, argv + 1);
   const char *model = NULL, *out = NULL;
   ModelOpts mo = {.dtype = DT_INVALID};
   int rc;

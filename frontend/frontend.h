@@ -79,6 +79,30 @@ smelt_status fe_load_onnx_info(const char *path, const FeOptions *opts, Graph **
 /* Whether this build can read ONNX files. */
 bool fe_onnx_available(void);
 
+/* ---- Hugging Face checkpoints (frontend/hf.c) ---- */
+typedef struct {
+  int64_t ctx;   /* KV cache capacity; 0: min(max_position_embeddings, 2048) */
+  int64_t seq;   /* the seq dim's value in the YAML; 0: 1 */
+  DType dtype;   /* the model's dtype; DT_INVALID: the checkpoint's */
+  bool no_cache; /* causal attention over the whole sequence, no state, logits for every position */
+} FeHfOptions;
+
+typedef struct {
+  char arch[64]; /* LlamaForCausalLM, ... */
+  int64_t layers, ctx; /* ctx 0 without a cache */
+  int nfiles;          /* weight files referenced */
+  DType weights_dtype, dtype;
+} FeHfInfo;
+
+/* Reads the Llama-family checkpoint in directory dir (config.json plus
+ * model.safetensors or the shards of model.safetensors.index.json), checks
+ * every tensor the model needs, and makes the model as smelt YAML text
+ * (*out_yaml, malloc'd, owned by the caller) whose weights are the
+ * checkpoint's files by their HF tensor names, named relative to yaml_dir
+ * (the directory the YAML will be written to).  out_info may be NULL. */
+smelt_status fe_hf_import(const char *dir, const char *yaml_dir, const FeHfOptions *opts, char **out_yaml,
+                          FeHfInfo *out_info) SMELT_MUST_USE;
+
 /* Loads a model by its file name: .onnx with fe_load_onnx, anything else
  * with fe_load_yaml. */
 smelt_status fe_load_model(const char *path, const FeOptions *opts, Graph **out_graph) SMELT_MUST_USE;
