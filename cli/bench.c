@@ -100,7 +100,7 @@ static void copy_range(void *ctx, int64_t begin, int64_t end) {
 
 /* Bytes per second (read + written) of the best of three 256 MiB copies on
  * `threads` threads; 0 when the memory or the threads cannot be had. */
-static double copy_bandwidth(int threads) {
+double cli_host_copy_bandwidth(int threads) {
   char *src = malloc(COPY_BYTES), *dst = malloc(COPY_BYTES);
   RtPool *pool = NULL;
   smelt_status st = rt_pool_create(threads, &pool);
@@ -408,7 +408,7 @@ static smelt_status time_copy_kernel(RtCudaDevice *d, RtCudaPtr src, RtCudaPtr d
 
 /* The device's copy bandwidth in bytes/s (read + write); 0 when it cannot
  * be measured (how says why). */
-static double gpu_copy_bandwidth(RtCudaDevice *d, char *how, size_t cap) {
+double cli_gpu_copy_bandwidth(RtCudaDevice *d, char *how, size_t cap) {
   RtCudaPtr src = 0, dst = 0;
   size_t n = GPU_COPY_BYTES;
   smelt_status st = rt_cuda_alloc(d, n, &src);
@@ -565,7 +565,7 @@ static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Repor
   smelt_status st = NULL;
   for (int i = 0; i < (rep->warmup > 0 ? rep->warmup : 1) && !st; i++) st = smelt_session_run(s);
   if (st) return st;
-  rep->copy_bw = gpu_copy_bandwidth(d, rep->copy_how, sizeof rep->copy_how);
+  rep->copy_bw = cli_gpu_copy_bandwidth(d, rep->copy_how, sizeof rep->copy_how);
   double *times = calloc((size_t)(nk + 1) * (size_t)iters, sizeof *times);
   if (!times) return st_error(ST_NO_MEMORY, "out of memory");
   /* the graph again after the copy buffers came and went: its replays are
@@ -695,7 +695,7 @@ int cli_bench(int argc, char **argv) {
     }
   } else if (!st) {
     int nt = rt_session_threads(s);
-    rep.copy_bw = copy_bandwidth(nt);
+    rep.copy_bw = cli_host_copy_bandwidth(nt);
     snprintf(rep.hw, sizeof rep.hw, "%d thread%s", nt, nt == 1 ? "" : "s");
     if (rep.copy_bw > 0)
       snprintf(rep.copy_how, sizeof rep.copy_how, "best of 3 host copies of 256 MiB on %d threads, read + write", nt);

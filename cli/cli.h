@@ -39,5 +39,14 @@ int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_tune(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+
+struct RtCudaDevice;
+/* Copy bandwidth in bytes/s (read + written): of the host on `threads`
+ * threads, the best of three 256 MiB copies; of a GPU, a copy kernel over
+ * 1 GiB (how says how it was measured).  0 when it cannot be measured
+ * (cli/bench.c). */
+double cli_host_copy_bandwidth(int threads);
+double cli_gpu_copy_bandwidth(struct RtCudaDevice *d, char *how, size_t cap);
 
 #endif

@@ -24,6 +24,8 @@ static void print_main_help(FILE *f) {
         "                              in a tuning table (--target cuda)\n"
         "  import MODEL.onnx -o Y.yaml write an ONNX model as smelt YAML plus safetensors\n"
         "                              (compile, run and bench also take MODEL.onnx directly)\n"
+        "  generate MODEL|OUT.smelt    generate tokens with a causal LM and its KV-cache state\n"
+        "                              (prefill, then one step per token)\n"
         "  passes                      list the passes of the default pipeline\n"
         "  ops                         list the operators and their attributes\n"
         "\n"
@@ -84,6 +86,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
   if (strcmp(cmd, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(cmd, "import") == 0) return cli_import(argc - 1, argv + 1);
+  if (strcmp(cmd, "generate") == 0) return cli_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "passes") == 0) return cmd_passes(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
   fprintf(stderr, "smelt: unknown command '%s'\n", cmd);

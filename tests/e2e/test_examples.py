@@ -120,7 +120,8 @@ def tiny_llama_weights():
     out = {}
     for name, arr in reference.read_safetensors(path).items():
         m = re.fullmatch(r"layers\.(\d+)\.(\w+)", name)
-        out[f"layer.{m.group(1)}/{m.group(2)}"] = arr
+        if m:  # embed and lm_head are tiny_lm's, not tiny_llama's
+            out[f"layer.{m.group(1)}/{m.group(2)}"] = arr
     return out
 
 
