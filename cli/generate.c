@@ -28,6 +28,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,7 +41,7 @@
 #include "runtime/runtime.h"
 
 static const char generate_help[] =
-    "usage: smelt generate MODEL.yaml|BUNDLE.smelt --prompt-ids 1,2,3 | --prompt FILE -n N [flags]\n"
+    "usage: smelt generate MODEL.yaml|BUNDLE.smelt|HF_DIR --prompt-ids 1,2,3 | --prompt FILE -n N [flags]\n"
     "\n"
     "Generates N tokens with a causal LM that keeps its KV cache as session state: the\n"
     "prompt is prefilled (in one run, or in chunks of the bundle's specialisations), then\n"
@@ -50,6 +51,8 @@ static const char generate_help[] =
     "\n"
     "The model takes inputs 'ids' and 'pos' ([seq] integers) and gives 'logits' ([1, vocab])\n"
     "and optionally 'next' (the argmax); see examples/tiny_lm.yaml and docs/serving.md.\n"
+    "A Hugging Face checkpoint directory (config.json + safetensors, Llama family) is\n"
+    "imported as `smelt import hf` does, with its KV cache (--dim ctx=N sets its capacity).\n"
     "\n"
     "flags:\n"
     "  --prompt-ids LIST       the prompt's token ids, comma-separated\n"
@@ -601,6 +604,37 @@ int cli_generate(int argc, char **argv) {
     }
   }
   bool bundle = is_bundle_path(model);
+  struct stat stt;
+  char tmpdir[] = "/tmp/smelt-generate-XXXXXX", yaml_path[64] = "";
+  if (stat(model, &stt) == 0 && S_ISDIR(stt.st_mode)) {
+    /* a Hugging Face checkpoint: imported with its cache into a temporary YAML */
+    FeHfOptions ho = {.dtype = mo.dtype};
+    for (int i = 0; i < mo.ndims; i++)
+      if (!strcmp(mo.dims[i].name, "ctx")) ho.ctx = mo.dims[i].value;
+    char *text = NULL;
+    smelt_status ist = mkdtemp(tmpdir) ? fe_hf_import(model, tmpdir, &ho, &text, NULL)
+                                       : st_error(ST_IO, "cannot make a temporary directory");
+    FILE *f = NULL;
+    if (!ist) {
+      snprintf(yaml_path, sizeof yaml_path, "%s/model.yaml", tmpdir);
+      f = fopen(yaml_path, "w");
+      if (!f || fputs(text, f) < 0) ist = st_error(ST_IO, "%s: cannot write the imported model", yaml_path);
+      if (f) fclose(f);
+    }
+    free(text);
+    if (ist) {
+      rc = cli_fail(ist);
+      goto cleanup;
+    }
+    model = yaml_path;
+    /* the import applied them */
+    int k = 0;
+    for (int i = 0; i < mo.ndims; i++)
+      if (strcmp(mo.dims[i].name, "ctx")) mo.dims[k++] = mo.dims[i];
+      else free((char *)mo.dims[i].name);
+    mo.ndims = k;
+    mo.dtype = DT_INVALID;
+  }
   if (bundle && (mo.ndims || mo.dtype != DT_INVALID)) {
     rc = cli_usage("generate", "--dim and --dtype apply when compiling; a bundle is already compiled");
     goto done;
@@ -645,6 +679,11 @@ int cli_generate(int argc, char **argv) {
   free(m.spec_len);
   smelt_bundle_close(b);
   if (st) rc = cli_fail(st);
+cleanup:
+  if (yaml_path[0]) {
+    remove(yaml_path);
+    rmdir(tmpdir);
+  }
 done:
   free(G.prompt.v);
   free(G.out.v);
