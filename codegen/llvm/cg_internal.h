@@ -171,5 +171,9 @@ smelt_status cg_llvm_emit_reduction(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_contraction(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_attention(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_pool(CgFn *f) SMELT_MUST_USE;
+/* scatter (in place on a state), argmax and arange (state_ops.c) */
+smelt_status cg_llvm_emit_scatter(CgFn *f) SMELT_MUST_USE;
+smelt_status cg_llvm_emit_argmax(CgFn *f) SMELT_MUST_USE;
+smelt_status cg_llvm_emit_arange(CgFn *f) SMELT_MUST_USE;
 
 #endif

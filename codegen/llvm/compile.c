@@ -168,6 +168,9 @@ static smelt_status emit_body(CgFn *f) {
   case OP_MATMUL: case OP_CONV2D: return cg_llvm_emit_contraction(f);
   case OP_ATTENTION: return cg_llvm_emit_attention(f);
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: return cg_llvm_emit_pool(f);
+  case OP_SCATTER: return cg_llvm_emit_scatter(f);
+  case OP_ARGMAX: return cg_llvm_emit_argmax(f);
+  case OP_ARANGE: return cg_llvm_emit_arange(f);
   default:
     return st_error(ST_UNSUPPORTED, "kernel %s: no CPU kernel for an anchor '%s' (%s)", f->k->name,
                     ir_node_name(f->g, a), ir_op_name(a->op));
@@ -177,8 +180,17 @@ static smelt_status emit_body(CgFn *f) {
 /* plan-memory may let an elementwise kernel write its result over an input
  * that dies there (in place).  Such arguments overlap in the arena, so they
  * must not be marked noalias; the kernel reads every element before it
- * writes the same element, so the code is still right without it. */
+ * writes the same element, so the code is still right without it.
+ * A state and the result of the scatter that updates it in place are the
+ * same memory too (the session's state, outside the arena: mem_offset -1;
+ * runtime/session.c place_states). */
 static bool shares_memory(const Graph *g, const Kernel *k, int i) {
+  int sa = ir_state_of(g, k->args[i]);
+  if (sa >= 0) {
+    for (int j = 0; j < k->nargs; j++)
+      if (j != i && ir_state_of(g, k->args[j]) == sa) return true;
+    return false;
+  }
   const Value *a = &g->val[k->args[i]];
   if (a->mem_offset < 0) return false;
   int64_t a0 = a->mem_offset, a1 = a0 + (int64_t)ir_type_bytes(&a->type);

@@ -9,7 +9,10 @@
  * lines up with the last key).  A mask is read broadcast to [B,H,S,T]: a
  * bool mask says which keys may be attended, any other is added to the
  * scores.  Masked keys (score -inf) are skipped, and a row with no key left
- * yields 0, like the reference.
+ * yields 0, like the reference.  With cache: true, k and v are caches of
+ * capacity T and the 4th input holds the queries' positions: row i visits
+ * keys 0..min(pos[i], T - 1) only, so the cost follows the positions
+ * filled, not the capacity (a negative position leaves the row 0).
  *
  * pooling: one task per output row (n, c, oh).  The window's valid rows and
  * columns are computed as index ranges, so padding costs no test per
@@ -34,7 +37,10 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   Graph *g = f->g;
   LLVMBuilderRef B = f->b;
   const Node *n = &g->node[f->anchor];
-  int qv = n->in[0], kv = n->in[1], vv = n->in[2], mv = n->nin > 3 ? n->in[3] : -1;
+  /* cache: true: the 4th input is the queries' positions, not a mask */
+  bool cache = ir_attr_int(n, "cache") != 0;
+  int qv = n->in[0], kv = n->in[1], vv = n->in[2], mv = n->nin > 3 && !cache ? n->in[3] : -1;
+  int pv = cache ? n->in[3] : -1;
   const TensorType *qt = &g->val[qv].type, *kt = &g->val[kv].type, *vt = &g->val[vv].type;
   int64_t Hq = qt->dim[1], S = qt->dim[2], D = qt->dim[3];
   int64_t Hkv = kt->dim[1], T = kt->dim[2], Dv = vt->dim[3];
@@ -68,7 +74,13 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   LLVMBuildStore(B, zero, sum);
 
   LLVMValueRef jend = cg_i64(m, T);
-  if (causal) jend = cg_min(f, jend, cg_max(f, cg_add(f, rc[2], cg_i64(m, T - S + 1)), cg_i64(m, 0)));
+  if (cache) {
+    /* slots 0..pos[i] of the cache, clamped into it (a position outside is
+     * refused by the runtime; no read may leave the cache regardless) */
+    LLVMValueRef pc[1] = {rc[2]};
+    LLVMValueRef p = cg_convert(m, cg_emit(f, pv, pc), g->val[pv].type.dt, DT_I64);
+    jend = cg_max(f, cg_add(f, cg_min(f, p, cg_i64(m, T - 1)), cg_i64(m, 1)), cg_i64(m, 0));
+  } else if (causal) jend = cg_min(f, jend, cg_max(f, cg_add(f, rc[2], cg_i64(m, T - S + 1)), cg_i64(m, 0)));
   LLVMValueRef j = cg_loop_begin(f, &lj, cg_i64(m, 0), jend, "j");
   LLVMBuildStore(B, zero, dot);
   d = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, D), "d");
