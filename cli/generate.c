@@ -660,6 +660,12 @@ int cli_generate(int argc, char **argv) {
     void *buf = NULL;
     size_t len = 0;
     st = sc_compile_model_to_memory(model, &co, &buf, &len);
+    if (st && strstr(st_message(st), "no dim 'seq'")) {
+      smelt_status located = st_error(ST_INVALID_INPUT, "%s: error: the model cannot generate: it has no dim 'seq' (the "
+                                  "length of its inputs 'ids' and 'pos'; see docs/serving.md)", model);
+      st_free(st);
+      st = located;
+    }
     if (!st) st = rt_bundle_open_bytes(buf, len, model, &b);
     free(buf);
   }
