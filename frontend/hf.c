@@ -327,12 +327,14 @@ static smelt_status read_config(HfConfig *c, const char *dir, const FeHfOptions 
   RETURN_IF_ERROR(cfg_int(c, r, "vocab_size", -1, &c->vocab));
   RETURN_IF_ERROR(cfg_int(c, r, "max_position_embeddings", 2048, &c->max_pos));
   if (c->hidden % c->heads && is_null(json_object_get(r, "head_dim")))
-    return cfg_err(c, "num_attention_heads", "%" PRId64 " heads do not divide hidden_size %" PRId64
-                   " and no head_dim is given", c->heads, c->hidden);
+    return cfg_err(c, "num_attention_heads",
+                   "num_attention_heads %" PRId64 " does not divide hidden_size %" PRId64 " and no head_dim is given",
+                   c->heads, c->hidden);
   RETURN_IF_ERROR(cfg_int(c, r, "head_dim", c->hidden / c->heads, &c->head_dim));
   if (c->heads % c->kv_heads)
-    return cfg_err(c, "num_key_value_heads", "%" PRId64 " key/value heads do not divide %" PRId64 " attention heads",
-                   c->kv_heads, c->heads);
+    return cfg_err(c, "num_key_value_heads",
+                   "num_key_value_heads %" PRId64 " does not divide num_attention_heads %" PRId64, c->kv_heads,
+                   c->heads);
   if (c->head_dim % 2) return cfg_err(c, "head_dim", "head_dim %" PRId64 " is odd: rope needs it even", c->head_dim);
   if (c->layers > 100000) return cfg_err(c, "num_hidden_layers", "more than 100000 layers");
   RETURN_IF_ERROR(cfg_real(c, r, "rms_norm_eps", NULL, 1e-6, false, &c->eps));
@@ -374,7 +376,7 @@ static smelt_status read_config(HfConfig *c, const char *dir, const FeHfOptions 
     c->window = json_integer_value(sw);
     if (span > c->window)
       return cfg_err(c, "sliding_window",
-                     "sliding-window attention (window %" PRId64 ") is not supported, and the %s of %" PRId64
+                     "sliding_window %" PRId64 ": sliding-window attention is not supported, and the %s of %" PRId64
                      " is longer than the window: import with %s <= %" PRId64,
                      c->window, o->no_cache ? "sequence" : "KV cache", span, o->no_cache ? "--seq" : "--ctx",
                      c->window);
