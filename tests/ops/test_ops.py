@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
 """Every operator of SPEC §3 against numpy, through `smelt run --device ref`.
 
+The ops of causal LMs (state tensors, scatter, attention over a cache,
+argmax, arange) also run through `smelt run --device cpu` (the model
+compiled for the CPU in memory): their cases name the devices they run on,
+and a CPU run is reported as NAME@cpu.
+
 For each case the test writes a one-node YAML model (SPEC §2) into a temporary
 directory, saves random inputs as .npy, runs the reference interpreter through
 the command line and compares what it writes with a numpy implementation of
@@ -236,11 +241,15 @@ def yaml_value(v):
     return str(v)
 
 
-def write_model(path, inputs, nodes, outputs):
-    """inputs: [(name, dtype, shape)]; nodes: [(outs, op, ins, attrs)]."""
+def write_model(path, inputs, nodes, outputs, states=None):
+    """inputs and states: [(name, dtype, shape)]; nodes: [(outs, op, ins, attrs)]."""
     lines = ["smelt: 1", "name: op_test", "inputs:"]
     for name, dt, shape in inputs:
         lines.append(f"  {name}: {{shape: {yaml_value(list(shape))}, dtype: {dt}}}")
+    if states:
+        lines.append("state:")
+        for name, dt, shape in states:
+            lines.append(f"  {name}: {{shape: {yaml_value(list(shape))}, dtype: {dt}}}")
     lines.append("nodes:")
     for outs, op, ins, attrs in nodes:
         out = outs[0] if len(outs) == 1 else yaml_value(outs)
@@ -293,16 +302,23 @@ class Runner:
         self.smelt, self.tmp, self.verbose, self.pattern = smelt, tmp, verbose, pattern
         self.passed, self.failed, self.count = 0, [], 0
 
-    def run_model(self, name, inputs, nodes, outputs, arrays, want, mode, expect_error=None):
-        """Writes and runs one model; checks outputs (dict name -> expected)."""
+    def run_model(self, name, inputs, nodes, outputs, arrays, want, mode, expect_error=None, states=None,
+                  devices=("ref",)):
+        """Writes and runs one model on each device; checks outputs (dict
+        name -> expected)."""
+        for dev in devices:
+            self._run_model(name if dev == "ref" else f"{name}@{dev}", inputs, nodes, outputs, arrays, want, mode,
+                            expect_error, states, dev)
+
+    def _run_model(self, name, inputs, nodes, outputs, arrays, want, mode, expect_error, states, device):
         if self.pattern and self.pattern not in name:
             return
         self.count += 1
         d = os.path.join(self.tmp, f"{self.count:03d}")
         os.makedirs(d)
         model = os.path.join(d, "model.yaml")
-        write_model(model, inputs, nodes, outputs)
-        cmd = [self.smelt, "run", model, "--device", "ref"]
+        write_model(model, inputs, nodes, outputs, states)
+        cmd = [self.smelt, "run", model, "--device", device]
         for k, a in arrays.items():
             p = os.path.join(d, f"in_{k}.npy")
             np.save(p, a)
@@ -693,6 +709,121 @@ def rope_cases(t):
            {"style": "interleaved", "rotary_dim": 6, "base": 500.0})
 
 
+def lm_numpy_scatter(dst, idx, src, axis):
+    """dst with src[..., i, ...] written at idx[i] along axis, in order (a
+    repeated index: the last write wins)."""
+    out = dst.copy()
+    for i, k in enumerate(idx):
+        o = [slice(None)] * dst.ndim
+        o[axis] = int(k)
+        s = [slice(None)] * dst.ndim
+        s[axis] = i
+        out[tuple(o)] = src[tuple(s)]
+    return out
+
+
+def cache_attention(q, k, v, pos, scale=None):
+    """attention with cache: true: query i attends cache slots 0..pos[i]."""
+    t = k.shape[2]
+    m = np.where(np.arange(t)[None, :] <= np.asarray(pos)[:, None], 0.0, -np.inf)
+    return attention(q, k, v, mask=m, scale=scale)
+
+
+LM_DEVICES = ("ref", "cpu")
+
+
+def lm_cases(t):
+    """scatter, attention with cache: true, argmax, arange, on ref and cpu."""
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    # scatter out of place (the destination is an input): a copy, then the rows
+    dst, src = f32(normal(6, 4)), f32(normal(3, 4))
+    idx = np.array([4, 0, 2], dtype=np.int32)
+    t.run_model("scatter_axis0", [("d", "f32", dst.shape), ("i", "i32", idx.shape), ("s", "f32", src.shape)],
+                [(["y"], "scatter", ["d", "i", "s"], {})], ["y"], {"d": dst, "i": idx, "s": src},
+                {"y": lm_numpy_scatter(dst, idx, src, 0)}, "exact", devices=LM_DEVICES)
+    dst, src = f32(normal(2, 3, 7, 4)), f32(normal(2, 3, 3, 4))
+    idx = np.array([6, 1, 6], dtype=np.int64)  # repeated: the last write wins
+    t.run_model("scatter_axis2_i64_repeated", [("d", "f32", dst.shape), ("i", "i64", idx.shape),
+                                               ("s", "f32", src.shape)],
+                [(["y"], "scatter", ["d", "i", "s"], {"axis": 2})], ["y"], {"d": dst, "i": idx, "s": src},
+                {"y": lm_numpy_scatter(dst, idx, src, 2)}, "exact", devices=LM_DEVICES)
+    dst, src = f32(normal(5, 6)), f32(normal(5, 2))
+    idx = np.array([5, 0], dtype=np.int32)
+    t.run_model("scatter_last_axis", [("d", "f32", dst.shape), ("i", "i32", idx.shape), ("s", "f32", src.shape)],
+                [(["y"], "scatter", ["d", "i", "s"], {"axis": -1})], ["y"], {"d": dst, "i": idx, "s": src},
+                {"y": lm_numpy_scatter(dst, idx, src, 1)}, "exact", devices=LM_DEVICES)
+    # scatter in place into a state (zero at the start of the run); the
+    # result is read by an add (a state's update is not an output)
+    cache = (1, 2, 8, 4)
+    k, b = f32(normal(1, 2, 3, 4)), f32(normal(*cache))
+    p = np.array([2, 5, 7], dtype=np.int32)
+    t.run_model("scatter_state", [("p", "i32", p.shape), ("k", "f32", k.shape), ("b", "f32", cache)],
+                [(["kc"], "scatter", ["k_cache", "p", "k"], {"axis": 2}), (["y"], "add", ["kc", "b"], {})], ["y"],
+                {"p": p, "k": k, "b": b}, {"y": lm_numpy_scatter(np.zeros(cache), p, k, 2) + b}, "f32",
+                states=[("k_cache", "f32", cache)], devices=LM_DEVICES)
+    bad = np.array([1, 8, 0], dtype=np.int32)
+    t.run_model("scatter_state_index_outside_is_an_error", [("p", "i32", p.shape), ("k", "f32", k.shape),
+                                                             ("b", "f32", cache)],
+                [(["kc"], "scatter", ["k_cache", "p", "k"], {"axis": 2}), (["y"], "add", ["kc", "b"], {})], ["y"],
+                {"p": bad, "k": k, "b": b}, {"y": None}, "f32", expect_error="node 'kc' (scatter)",
+                states=[("k_cache", "f32", cache)], devices=LM_DEVICES)
+    # attention over caches given as inputs: query i sees slots 0..pos[i]
+    q, kc, vc = f32(normal(2, 4, 3, 8)), f32(normal(2, 2, 10, 8)), f32(normal(2, 2, 10, 8))
+    for name, pos in [("i32", np.array([4, 5, 9], dtype=np.int32)), ("i64_ties", np.array([0, 2, 2], dtype=np.int64))]:
+        dt = "i32" if pos.dtype == np.int32 else "i64"
+        t.run_model(f"attention_cache_{name}", [("q", "f32", q.shape), ("k", "f32", kc.shape),
+                                                ("v", "f32", vc.shape), ("p", dt, pos.shape)],
+                    [(["y"], "attention", ["q", "k", "v", "p"], {"cache": True})], ["y"],
+                    {"q": q, "k": kc, "v": vc, "p": pos}, {"y": cache_attention(q, kc, vc, pos)}, "f32",
+                    devices=LM_DEVICES)
+    t.run_model("attention_cache_scale_dv", [("q", "f32", q.shape), ("k", "f32", kc.shape),
+                                             ("v", "f32", (2, 2, 10, 3)), ("p", "i32", (3,))],
+                [(["y"], "attention", ["q", "k", "v", "p"], {"cache": True, "scale": 0.2})], ["y"],
+                {"q": q, "k": kc, "v": f32(vc[..., :3]), "p": np.array([9, 0, 3], dtype=np.int32)},
+                {"y": cache_attention(q, kc, vc[..., :3], [9, 0, 3], scale=0.2)}, "f32", devices=LM_DEVICES)
+    # the layer of a causal LM: this run's rotated keys and values scattered
+    # into state caches, attention over them (slots 0..2 are still zero)
+    cache = (1, 2, 12, 8)
+    q, k, v = f32(normal(1, 4, 3, 8)), f32(normal(1, 2, 3, 8)), f32(normal(1, 2, 3, 8))
+    p = np.array([3, 4, 5], dtype=np.int32)
+    kr = rope(k.astype(np.float64), p)
+    want = cache_attention(rope(q.astype(np.float64), p), lm_numpy_scatter(np.zeros(cache), p, kr, 2),
+                           lm_numpy_scatter(np.zeros(cache), p, v, 2), p)
+    t.run_model("attention_cache_state_rope",
+                [("q", "f32", q.shape), ("k", "f32", k.shape), ("v", "f32", v.shape), ("p", "i32", p.shape)],
+                [(["qr"], "rope", ["q", "p"], {}), (["kr"], "rope", ["k", "p"], {}),
+                 (["kc"], "scatter", ["k_cache", "p", "kr"], {"axis": 2}),
+                 (["vc"], "scatter", ["v_cache", "p", "v"], {"axis": 2}),
+                 (["y"], "attention", ["qr", "kc", "vc", "p"], {"cache": True})], ["y"],
+                {"q": q, "k": k, "v": v, "p": p}, {"y": want}, "f32",
+                states=[("k_cache", "f32", cache), ("v_cache", "f32", cache)], devices=LM_DEVICES)
+    # argmax: the first index of the maximum, the first NaN wins; i32
+    x = f32(small_ints(3, 5, 7))  # ties
+    for axis, keep in [(-1, False), (1, True), (0, False)]:
+        t.run_model(f"argmax_axis{axis}_keep{int(keep)}", [("x", "f32", x.shape)],
+                    [(["y"], "argmax", ["x"], {"axis": axis, "keepdims": keep})], ["y"], {"x": x},
+                    {"y": np.argmax(x, axis=axis, keepdims=keep).astype(np.int32)}, "exact", devices=LM_DEVICES)
+    xn = f32(normal(4, 6))
+    xn[0, 3] = np.nan
+    xn[1, 0] = np.nan
+    xn[1, 4] = np.nan
+    xn[2, 5] = np.inf
+    xn[3, :] = -np.inf
+    t.run_model("argmax_nan_inf", [("x", "f32", xn.shape)], [(["y"], "argmax", ["x"], {})], ["y"], {"x": xn},
+                {"y": np.argmax(xn, axis=-1).astype(np.int32)}, "exact", devices=LM_DEVICES)
+    xi = RNG.integers(-4, 4, (5, 9)).astype(np.int32)
+    t.run_model("argmax_i32", [("x", "i32", xi.shape)], [(["y"], "argmax", ["x"], {"axis": 1})], ["y"], {"x": xi},
+                {"y": np.argmax(xi, axis=1).astype(np.int32)}, "exact", devices=LM_DEVICES)
+    xl = f32(normal(1, 300))
+    t.run_model("argmax_vocab", [("x", "f32", xl.shape)], [(["y"], "argmax", ["x"], {"axis": -1})], ["y"],
+                {"x": xl}, {"y": np.argmax(xl, axis=-1).astype(np.int32)}, "exact", devices=LM_DEVICES)
+    # arange: start[0] + [0, size) in start's dtype
+    for name, start in [("i32", np.array([5], dtype=np.int32)), ("i64_negative", np.array([-3], dtype=np.int64))]:
+        dt = YAML_DTYPES[start.dtype]
+        t.run_model(f"arange_{name}", [("s", dt, start.shape)], [(["y"], "arange", ["s"], {"size": 7})], ["y"],
+                    {"s": start}, {"y": (start[0] + np.arange(7)).astype(start.dtype)}, "exact", devices=LM_DEVICES)
+
+
 def error_cases(t):
     d = normal(4, 3).astype(np.float32)
     i = np.array([1, 4], dtype=np.int32)
@@ -711,7 +842,7 @@ def main():
         t = Runner(os.path.abspath(args.smelt), tmp, args.v, args.k)
         for group in (unary_cases, cast_cases, binary_cases, where_cases, reduce_cases, softmax_cases, norm_cases,
                       matmul_cases, conv_cases, pool_cases, movement_cases, attention_cases, rope_cases,
-                      error_cases):
+                      lm_cases, error_cases):
             group(t)
         total = t.passed + len(t.failed)
         print(f"test_ops: {t.passed}/{total} cases passed")
