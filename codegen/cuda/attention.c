@@ -136,7 +136,18 @@ void cu_att_shape(const CuFn *f, Att *a) {
   const Attr *sa = ir_attr(an, "scale");
   a->scale = sa ? sa->f : 1.0 / sqrt((double)a->D);
   a->causal = ir_attr_int(an, "causal") != 0;
-  a->mask = an->nin > 3;
+  a->cache = ir_attr_int(an, "cache") != 0;
+  a->mask = an->nin > 3 && !a->cache;
+  a->pos = a->cache ? an->in[3] : -1;
+}
+
+const char *cu_att_pos(CuFn *f, const Att *a, const char *i) {
+  const char *c[1] = {i};
+  CuCoords co;
+  cu_coords_scalar(&co, 1, c);
+  CuVal x;
+  cu_emit(f, a->pos, &co, &x);
+  return cu_fmt(f, "(long long)(%s)", x.l[0]);
 }
 
 bool cu_att_is_arg_value(const CuFn *f, int v) {
@@ -362,7 +373,7 @@ void cu_att_heuristic(const CuFn *f, const Att *a, AttVariant *out) {
     else if (a->S >= 1024) v.fp = (FlashParams){128, 64, 4, 2, 1};
     /* causal, a few hundred rows: the blocks of the last rows decide; two key
      * groups halve the tiles' work on each warp of those blocks */
-    else v.fp = a->causal ? (FlashParams){64, 128, 4, 2, 2} : (FlashParams){64, 32, 4, 2, 1};
+    else v.fp = a->causal || a->cache ? (FlashParams){64, 128, 4, 2, 2} : (FlashParams){64, 32, 4, 2, 1};
     if (cu_att_variant_valid(f, a, &v, &why)) *out = v;
   }
 }

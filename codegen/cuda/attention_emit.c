@@ -147,7 +147,12 @@ static void emit_simple(CuFn *f, const Att *a, const int *epi, int nepi, CuLaunc
   cu_line(f, "for (int dd = 0; dd < %d; dd++) acc[dd] = 0;", DV);
   const char *m = cu_tmp(f), *sum = cu_tmp(f), *jend = cu_tmp(f);
   cu_line(f, "%s %s = %s, %s = 0;  // running maximum and sum of exp(s - m)", ct, m, cu_const(f, dt, -INFINITY), sum);
-  if (a->causal)
+  if (a->cache) {
+    const char *pi = cu_tmp(f);
+    cu_line(f, "const long long %s = %s;  // this query's position: it sees cache slots 0 .. %s", pi, cu_att_pos(f, a, i), pi);
+    cu_line(f, "const %s %s = (%s)(%s < 0 ? 0LL : %s < %lldLL ? %s + 1 : %lldLL);", f->idx, jend, f->idx, pi, pi, (long long)T, pi,
+            (long long)T);
+  } else if (a->causal)
     cu_line(f, "const %s %s = %s + %lld < %lld ? %s + %lld : %lld;  // causal: keys j <= T - S + i", f->idx, jend, i,
             (long long)(T - S + 1), (long long)T, i, (long long)(T - S + 1), (long long)T);
   else
@@ -249,7 +254,7 @@ void cu_emit_attention(CuFn *f, CuLaunch *l) {
     if (!ok && !from_table) {
       cu_fail(f, ST_INVALID_INPUT, "variant '%s' %s for attention '%s' (%s B %lld H %lld Hkv %lld S %lld T %lld D %lld%s%s)",
               tok, why, f->g->val[a.an->out[0]].name, dt_name(a.dt), (long long)a.B, (long long)a.H, (long long)a.Hkv,
-              (long long)a.S, (long long)a.T, (long long)a.D, a.causal ? " causal" : "", a.mask ? " masked" : "");
+              (long long)a.S, (long long)a.T, (long long)a.D, a.cache ? " cache" : a.causal ? " causal" : "", a.mask ? " masked" : "");
       return;
     }
     if (!ok) {

@@ -19,6 +19,10 @@ typedef struct {
   int64_t B, H, Hkv, G, S, T, D, Dv;
   double scale;
   bool causal, mask;
+  /* cache: true: k and v are caches of capacity T and query i sees keys
+   * 0 .. pos[i], pos = the anchor's 4th input (i32 or i64), read at run time */
+  bool cache;
+  int pos;
 } Att;
 
 typedef struct {
@@ -51,6 +55,9 @@ int64_t cu_att_flash_smem(const Att *a, const FlashParams *p);
 /* flashdec's query rows per kv head, the row chunks they are cut into and
  * the rows per block. */
 void cu_att_dec_rows(const Att *a, int64_t *out_rows, int64_t *out_chunks, int *out_rb);
+/* pos[i] of a cache attention (i a C expression of the index type), as a
+ * long long expression (read with cu_emit: an argument is loaded). */
+const char *cu_att_pos(CuFn *f, const Att *a, const char *i);
 /* Declares the lambda fexp2 (2^x: ex2.approx on the GPU). */
 void cu_att_fexp2(CuFn *f);
 

@@ -1,5 +1,5 @@
 /* The kernel emitters, one per kind of anchor (elemwise.c, reduction.c,
- * pool.c, contraction.c, attention_emit.c), that the driver (module.c) and the
+ * pool.c, contraction.c, attention_emit.c, state_ops.c), that the driver (module.c) and the
  * variant lists (variants.c) call.  Each fills in the kernel's body through
  * f and its launch through l; an error is left in f->err. */
 #ifndef SMELT_CU_KERNELS_H
@@ -12,6 +12,8 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l);
 void cu_emit_contraction(CuFn *f, CuLaunch *l);
 void cu_emit_attention(CuFn *f, CuLaunch *l);
 void cu_emit_pool(CuFn *f, CuLaunch *l);
+/* scatter (in place on a state), argmax, arange (state_ops.c) */
+void cu_emit_state_op(CuFn *f, CuLaunch *l);
 
 /* The variants of the kernel's contraction (matmul / conv2d) or attention
  * anchor the backend can generate, the heuristic's first: at most max

@@ -86,7 +86,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
           bf16 ? "bf16.bf16" : "f16.f16");
   cu_line(f, "// %s = attention(%s, %s, %s): B %lld, H %lld, Hkv %lld, S %lld, T %lld, D %d%s", g->val[an->out[0]].name,
           g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)H, (long long)a->Hkv, (long long)S,
-          (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
+          (long long)T, D, a->cache ? ", over a cache (query i sees keys j <= pos[i])" : a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
   cu_line(f, "// parameters: %d query rows per block (%d warps of %d), %d keys per tile, %d stages", BM, W, 16 * MI, BN, ST);
   if (KS > 1)
     cu_line(f, "// key split: %d groups of %d warps, group kg takes keys kg * %d .. +%d of every tile; merged at the end", KS, W, BNW,
@@ -117,11 +117,12 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "#endif");
   cu_line(f, "};");
   cu_att_fexp2(f);
-  if (a->causal)
-    cu_line(f, "// block -> (query block, b, h); causal: the longest query blocks first");
+  bool longest_first = a->causal || a->cache;
+  if (longest_first)
+    cu_line(f, "// block -> (query block, b, h); %s: the longest query blocks first", a->cache ? "cache (positions rising)" : "causal");
   else
     cu_line(f, "// block -> (query block, b, h)");
-  cu_line(f, "const long long qb = %s(long long)(blockIdx.x / %lldu), bh = blockIdx.x %% %lldu;", a->causal ? cu_fmt(f, "%lldLL - 1 - ", (long long)NQB) : "",
+  cu_line(f, "const long long qb = %s(long long)(blockIdx.x / %lldu), bh = blockIdx.x %% %lldu;", longest_first ? cu_fmt(f, "%lldLL - 1 - ", (long long)NQB) : "",
           (long long)BH, (long long)BH);
   const char *b = "b", *h = "h", *hk = "hk";
   cu_line(f, "const %s b = (%s)(bh / %lld), h = (%s)(bh %% %lld), hk = h / %lld;", f->idx, f->idx, (long long)H, f->idx,
@@ -143,7 +144,25 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
             ka ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[kv]) : "",
             va ? cu_fmt(f, " && smelt_aligned(a%d, 16)", f->arg_of[vv]) : "");
   }
-  if (a->causal) {
+  if (a->cache) {
+    cu_line(f, "// cache: row i sees keys 0 .. pos[i] (read now: a CUDA graph replays this with new positions); -1: no row");
+    cu_line(f, "__shared__ int spos[%d];", BM);
+    cu_open(f, "for (int r = threadIdx.x; r < %d; r += %d)", BM, threads);
+    cu_line(f, "long long pr = -1;");
+    cu_open(f, "if (m0 + r < %lldLL)", (long long)S);
+    const char *ri = cu_tmp(f);
+    cu_line(f, "const %s %s = (%s)(m0 + r);", f->idx, ri, f->idx);
+    cu_line(f, "pr = %s;", cu_att_pos(f, a, ri));
+    cu_line(f, "if (pr < 0) pr = -1;");
+    cu_line(f, "if (pr > %lldLL) pr = %lldLL;", (long long)(T - 1), (long long)(T - 1));
+    cu_close(f);
+    cu_line(f, "spos[r] = (int)pr;");
+    cu_close(f);
+    cu_line(f, "__syncthreads();");
+    cu_line(f, "int bmax = -1;  // the block's last key");
+    cu_line(f, "for (int r = 0; r < %d; r++) bmax = spos[r] > bmax ? spos[r] : bmax;", BM);
+    cu_line(f, "const int ntiles = (bmax + %d) / %d;  // the tiles up to it: the cost follows the positions, not the capacity", BN, BN);
+  } else if (a->causal) {
     cu_line(f, "// causal: the block's last row sees keys up to T - S + that row");
     cu_line(f, "const long long last_row = m0 + %d < %lldLL ? m0 + %d : %lldLL;", BM - 1, (long long)S, BM - 1, (long long)(S - 1));
     cu_line(f, "const int ntiles = (int)((%lldLL + last_row) / %d + 1 < %lldLL ? (%lldLL + last_row) / %d + 1 : %lldLL);",
@@ -186,6 +205,13 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_close(f);
   cu_line(f, "const int wr = rw * %d;  // this warp's first row in the block", 16 * MI);
   cu_line(f, "const long long r0 = m0 + wr;");
+  if (a->cache) {
+    cu_line(f, "int wmin = 0x7fffffff, wmax = -1;  // the first and last key limits of this warp's rows");
+    cu_open(f, "for (int r = 0; r < %d; r++)", 16 * MI);
+    cu_line(f, "const int pr = spos[wr + r];");
+    cu_line(f, "wmin = pr < wmin ? pr : wmin, wmax = pr > wmax ? pr : wmax;");
+    cu_close(f);
+  }
   const char *pq = cu_fmt(f, "Qs + (wr + i * 16 + (lane & 15)) * %d + kd * 16 + (lane >> 4) * 8", QS);
   const char *kgo = KS > 1 ? cu_fmt(f, "kg * %d + ", BNW) : "";
   const char *pk = cu_fmt(f, "ks + (%sj * 8 + (lane & 7) + ((lane >> 4) << 3)) * %d + kd * 16 + ((lane >> 3) & 1) * 8", kgo, QS);
@@ -224,7 +250,10 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "const unsigned short *ks = Ks + (kt %% %d) * %d, *vs = Vs + (kt %% %d) * %d;", ST, BN * QS, ST, BN * QS);
   if (KS > 1) cu_line(f, "const long long n0 = (long long)kt * %d + kg * %d;  // this warp's first key", BN, BNW);
   else cu_line(f, "const long long n0 = (long long)kt * %d;", BN);
-  if (a->causal) {
+  if (a->cache) {
+    cu_line(f, "// cache: this warp's rows see no key of %s", KS > 1 ? "its part of this tile" : "this tile");
+    cu_line(f, "if (n0 > wmax) continue;");
+  } else if (a->causal) {
     cu_line(f, "// causal: this warp's rows see no key of %s", KS > 1 ? "its part of this tile" : "this tile");
     cu_line(f, "if (n0 > %lldLL + r0 + %d) continue;", (long long)(T - S), 16 * MI - 1);
   }
@@ -277,11 +306,12 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "#endif");
 
   /* masks: keys past T, and keys past the causal limit of each row */
-  const char *edge = a->causal ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > %lldLL + r0", BNW, (long long)T, BNW - 1, (long long)(T - S))
+  const char *edge = a->cache ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > wmin", BNW, (long long)T, BNW - 1)
+                     : a->causal ? cu_fmt(f, "n0 + %d > %lldLL || n0 + %d > %lldLL + r0", BNW, (long long)T, BNW - 1, (long long)(T - S))
                                : cu_fmt(f, "n0 + %d > %lldLL", BNW, (long long)T);
-  bool any_edge = a->causal || T % BNW != 0;
+  bool any_edge = a->causal || a->cache || T % BNW != 0;
   if (any_edge) {
-    cu_line(f, "// the tile crosses %s: mask", a->causal ? "the end of the keys or the causal diagonal" : "the end of the keys");
+    cu_line(f, "// the tile crosses %s: mask", a->cache ? "the end of the keys or a row's position" : a->causal ? "the end of the keys or the causal diagonal" : "the end of the keys");
     cu_open(f, "if (%s)", edge);
     cu_line(f, "#pragma unroll");
     cu_line(f, "for (int i = 0; i < %d; i++)", MI);
@@ -290,7 +320,10 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_line(f, "    #pragma unroll");
     cu_open(f, "    for (int e = 0; e < 4; e++)");
     cu_line(f, "const long long key = n0 + j * 8 + (lane & 3) * 2 + (e & 1);");
-    if (a->causal) {
+    if (a->cache) {
+      cu_line(f, "const int lim = spos[wr + i * 16 + (lane >> 2) + (e >> 1) * 8];");
+      cu_line(f, "if (key >= %lldLL || key > lim) s[i][j][e] = -SMELT_INF_F;", (long long)T);
+    } else if (a->causal) {
       cu_line(f, "const long long row = r0 + i * 16 + (lane >> 2) + (e >> 1) * 8;");
       cu_line(f, "if (key >= %lldLL || key > %lldLL + row) s[i][j][e] = -SMELT_INF_F;", (long long)T, (long long)(T - S));
     } else {

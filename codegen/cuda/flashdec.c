@@ -10,6 +10,11 @@
 
 #include "codegen/cuda/cu_attention.h"
 
+/* cache: the least K and V bytes a split takes of the valid keys (below
+ * that, fewer splits run: the merge and a block's fixed costs would
+ * dominate) */
+#define DEC_MIN_SPLIT_BYTES (16 * 1024)
+
 /* ---- flashdec: the split-KV decode kernel ---- */
 
 /* Declares `regs` and loads into it (when v is an argument) U 16-byte
@@ -171,7 +176,7 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "// variant: flashdec (split-KV decode: K and V read once with 16-byte loads, online softmax per key group)");
   cu_line(f, "// %s = attention(%s, %s, %s): B %lld, H %lld, Hkv %lld, S %lld, T %lld, D %d%s", g->val[an->out[0]].name,
           g->val[qv].name, g->val[kv].name, g->val[vv].name, (long long)B, (long long)a->H, (long long)Hkv, (long long)S,
-          (long long)T, D, a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
+          (long long)T, D, a->cache ? ", over a cache (query i sees keys j <= pos[i])" : a->causal ? ", causal (query i sees keys j <= T - S + i)" : "");
   cu_line(f, "// parameters: %lld query rows per kv head in %lld chunk(s) of %d; %d warps, key groups of %d lanes (%d groups),",
           (long long)R, (long long)NRC, RB, W, LPK, NG);
   cu_line(f, "// %d keys per group and step (%d per block), %d split(s) of %lld keys%s", U, p->BN, SPLIT, (long long)CHUNK,
@@ -194,9 +199,34 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "const int rc = (int)(unit %% %lld);  // row chunk", (long long)NRC);
   cu_line(f, "const %s hk = (%s)(unit / %lld %% %lld), b = (%s)(unit / %lld);", f->idx, f->idx, (long long)NRC, (long long)Hkv,
           f->idx, (long long)(NRC * Hkv));
-  cu_line(f, "const %s kbeg = (%s)sp * %lld;", jt, jt, (long long)CHUNK);
-  cu_line(f, "const %s kend = kbeg + %lld < %lld%s ? kbeg + %lld : %lld%s;  // this split's keys [kbeg, kend)", jt, (long long)CHUNK,
-          (long long)T, ll, (long long)CHUNK, (long long)T, ll);
+  if (a->cache) {
+    /* the keys any row of the block sees: 0 .. max(pos) (clamped to the
+     * cache); the splits share them out, each at least DEC_MIN_SPLIT_BYTES of K and V,
+     * and the splits past them leave at once (the merge counts only the
+     * others), so the cost follows the valid length, not the capacity */
+    int64_t minc = DEC_MIN_SPLIT_BYTES / (4 * a->D);
+    if (minc < p->BN) minc = p->BN;
+    cu_line(f, "// cache: the valid keys are 0 .. max(pos), read now (a CUDA graph replays this with new positions)");
+    cu_line(f, "long long vend = 0;  // one past the last key a row sees");
+    const char *si = cu_tmp(f);
+    cu_open(f, "for (%s %s = 0; %s < %lld; %s++)", f->idx, si, si, (long long)S, si);
+    const char *pv = cu_tmp(f);
+    cu_line(f, "const long long %s = %s;", pv, cu_att_pos(f, a, si));
+    cu_line(f, "if (%s + 1 > vend) vend = %s + 1;", pv, pv);
+    cu_close(f);
+    cu_line(f, "if (vend > %lldLL) vend = %lldLL;", (long long)T, (long long)T);
+    cu_line(f, "long long chunk = (vend + %d) / %d;  // keys per split", SPLIT - 1, SPLIT);
+    cu_line(f, "if (chunk < %lldLL) chunk = %lldLL;", (long long)minc, (long long)minc);
+    cu_line(f, "const int nsp = vend > 0 ? (int)((vend + chunk - 1) / chunk) : 1;  // splits with keys (at least one: rows of no key give 0)");
+    cu_line(f, "if (sp >= nsp) return;  // past the valid keys: nothing to do, not counted by the merge");
+    cu_line(f, "const %s kbeg = (%s)(sp * chunk);", jt, jt);
+    cu_line(f, "const %s kend = (%s)(kbeg + chunk < vend ? kbeg + chunk : vend);  // this split's keys [kbeg, kend)", jt, jt);
+  } else {
+    cu_line(f, "const int nsp = %d;  // splits", SPLIT);
+    cu_line(f, "const %s kbeg = (%s)sp * %lld;", jt, jt, (long long)CHUNK);
+    cu_line(f, "const %s kend = kbeg + %lld < %lld%s ? kbeg + %lld : %lld%s;  // this split's keys [kbeg, kend)", jt, (long long)CHUNK,
+            (long long)T, ll, (long long)CHUNK, (long long)T, ll);
+  }
   if (ka)
     cu_line(f, "const unsigned short *Kg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + hk) * %lldLL;  // %s",
             f->arg_of[kin], (long long)Hkv, (long long)(k0 * D), g->val[kin].name);
@@ -255,14 +285,19 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   /* causal with several positions: a row's last key; else every row sees
    * every key of the split (rows past R -- zero queries, finite scores --
    * are computed but never stored): no per-row limit, no registers for it */
-  bool needlim = a->causal && S > 1;
+  bool needlim = (a->causal || a->cache) && S > 1;
   const char *mask = needlim ? "j < kend && j <= lim[r]" : "j < kend";
   if (needlim) {
     cu_line(f, "%s lim[%d];  // the last key each row sees (-1: not a row)", jt, RB);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int r = 0; r < %d; r++)", RB);
     cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
-    cu_line(f, "lim[r] = row < %lldLL ? %lld%s + (%s)(row %% %lld) : -1;", (long long)R, (long long)(T - S), ll, jt, (long long)S);
+    if (a->cache) {
+      const char *ri = cu_tmp(f);
+      cu_line(f, "const %s %s = (%s)(row %% %lld);", f->idx, ri, f->idx, (long long)S);
+      cu_line(f, "lim[r] = row < %lldLL ? (%s)%s : -1;  // cache: query i sees keys 0 .. pos[i]", (long long)R, jt, cu_att_pos(f, a, ri));
+    } else
+      cu_line(f, "lim[r] = row < %lldLL ? %lld%s + (%s)(row %% %lld) : -1;", (long long)R, (long long)(T - S), ll, jt, (long long)S);
     cu_close(f);
   } else cu_line(f, "// every row sees every key of the split (S = 1 or not causal): only the split's end masks");
   cu_line(f, "__syncthreads();");
@@ -440,6 +475,7 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
 
   if (SPLIT == 1) {
     cu_line(f, "// one split: the block's result is final");
+    cu_line(f, "(void)nsp;");
     cu_open(f, "for (int x = threadIdx.x; x < %d; x += %d)", RB * D, threads);
     cu_line(f, "const int r = x / %d;", D);
     cu_line(f, "const long long row = (long long)rc * %d + r;", RB);
@@ -479,9 +515,9 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "__syncthreads();");
   cu_open(f, "if (threadIdx.x == 0)");
   cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "is_last = atomicAdd(cnt, 1u) == %du;", SPLIT - 1);
+  cu_line(f, "is_last = atomicAdd(cnt, 1u) == (unsigned)(nsp - 1);");
   cu_line(f, "#else");
-  cu_line(f, "is_last = (*cnt)++ == %du;  // the emulation runs blocks one after another", SPLIT - 1);
+  cu_line(f, "is_last = (*cnt)++ == (unsigned)(nsp - 1);  // the emulation runs blocks one after another");
   cu_line(f, "#endif");
   cu_close(f);
   cu_line(f, "__syncthreads();");
@@ -515,7 +551,7 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
     cu_open(f, "for (int k = 0; k < %d; k++)", NPRE);
     cu_line(f, "const int s = psg + k * %d;", NSG);
     cu_line(f, "pre[k] = smelt_pack<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};  // (not a ?: of two packs: that goes through local memory)");
-    cu_line(f, "if (psg < %d && s < %d) pre[k] = ld4(&wacc[(long long)s * %d + px4 * 4]);", NSG, SPLIT, RB * D);
+    cu_line(f, "if (psg < %d && s < nsp) pre[k] = ld4(&wacc[(long long)s * %d + px4 * 4]);", NSG, RB * D);
     cu_close(f);
   }
   /* the weights: one warp per row, lanes over the splits, every load in flight at once */
@@ -527,8 +563,8 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int k = 0; k < %d; k++)", NS);
   cu_line(f, "const int s = lane + 32 * k;");
-  cu_line(f, "ms[k] = s < %d ? ld(&wml[(s * %d + r) * 2]) : -SMELT_INF_F;", SPLIT, RB);
-  cu_line(f, "ls[k] = s < %d ? ld(&wml[(s * %d + r) * 2 + 1]) : 0.0f;", SPLIT, RB);
+  cu_line(f, "ms[k] = s < nsp ? ld(&wml[(s * %d + r) * 2]) : -SMELT_INF_F;", RB);
+  cu_line(f, "ls[k] = s < nsp ? ld(&wml[(s * %d + r) * 2 + 1]) : 0.0f;", RB);
   cu_line(f, "mx = fmaxf(mx, ms[k]);");
   cu_close(f);
   cu_line(f, "#pragma unroll");
@@ -538,7 +574,7 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
   cu_line(f, "const int s = lane + 32 * k;");
   cu_line(f, "const float w = ms[k] == -SMELT_INF_F ? 0.0f : fexp2(ms[k] - mx);");
   cu_line(f, "L += ls[k] * w;");
-  cu_open(f, "if (s < %d)", SPLIT);
+  cu_open(f, "if (s < nsp)");
   cu_line(f, "cw[s][r] = w;");
   cu_line(f, "wml[(s * %d + r) * 2] = wml[(s * %d + r) * 2 + 1] = 0.0f;  // read: leave the workspace zero", RB, RB);
   cu_close(f);
@@ -559,19 +595,19 @@ void cu_att_emit_flashdec(CuFn *f, const Att *a, const DecParams *p, const int *
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int k = 0; k < %d; k++)", NPRE);
     cu_line(f, "const int s = sg + k * %d;", NSG);
-    cu_line(f, "const float w = s < %d ? cw[s][r] : 0.0f;", SPLIT);
+    cu_line(f, "const float w = s < nsp ? cw[s][r] : 0.0f;");
     cu_line(f, "A.v[0] += w * pre[k].v[0], A.v[1] += w * pre[k].v[1], A.v[2] += w * pre[k].v[2], A.v[3] += w * pre[k].v[3];");
     cu_close(f);
   }
   cu_line(f, "#pragma unroll 16");
-  cu_open(f, "for (int s = sg + %d; s < %d; s += %d)", NPRE * NSG, SPLIT, NSG);
+  cu_open(f, "for (int s = sg + %d; s < nsp; s += %d)", NPRE * NSG, NSG);
   cu_line(f, "const float w = cw[s][r];");
   cu_line(f, "const smelt_pack<float, 4> pt = ld4(&wacc[(long long)s * %d + x4 * 4]);", RB * D);
   cu_line(f, "A.v[0] += w * pt.v[0], A.v[1] += w * pt.v[1], A.v[2] += w * pt.v[2], A.v[3] += w * pt.v[3];");
   cu_close(f);
   cu_line(f, "// read: leave the workspace zero");
-  cu_line(f, "for (int s = sg; s < %d; s += %d) *reinterpret_cast<smelt_pack<float, 4> *>(&wacc[(long long)s * %d + x4 * 4]) = smelt_pack<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};",
-          SPLIT, NSG, RB * D);
+  cu_line(f, "for (int s = sg; s < nsp; s += %d) *reinterpret_cast<smelt_pack<float, 4> *>(&wacc[(long long)s * %d + x4 * 4]) = smelt_pack<float, 4>{{0.0f, 0.0f, 0.0f, 0.0f}};",
+          NSG, RB * D);
   if (NSG > 1) {
     cu_line(f, "cred[sg][x4] = A;");
     cu_close(f);

@@ -143,9 +143,12 @@ bool cg_cuda_tune_key(const Graph *g, const Kernel *k, CgTuneKey *out) {
     snprintf(out->op, sizeof out->op, "attention");
     snprintf(out->dtype, sizeof out->dtype, "%s", dtype_name(qt->dt));
     out->m = qt->dim[2];
-    snprintf(out->rest, sizeof out->rest, "B=%lld D=%lld H=%lld Hkv=%lld T=%lld causal=%d mask=%d",
+    /* cache: true (the 4th input is the positions, not a mask): a token of
+     * its own, left out otherwise so that the keys of the tables stay */
+    bool cache = ir_attr_int(an, "cache") != 0;
+    snprintf(out->rest, sizeof out->rest, "B=%lld D=%lld H=%lld Hkv=%lld T=%lld%s causal=%d mask=%d",
              (long long)qt->dim[0], (long long)qt->dim[3], (long long)qt->dim[1], (long long)kt->dim[1],
-             (long long)kt->dim[2], ir_attr_int(an, "causal") != 0, an->nin > 3);
+             (long long)kt->dim[2], cache ? " cache=1" : "", ir_attr_int(an, "causal") != 0, an->nin > 3 && !cache);
     return true;
   }
   return false;
