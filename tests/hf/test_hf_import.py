@@ -377,6 +377,26 @@ def test_bad(sm, tmp, good):
         f.write(len(hb).to_bytes(8, "little") + hb + data)
     expect_fail(sm, tmp, "mixed dtypes", d, ["model.norm.weight", "F16", "f32"])
 
+    # every config key set to values of the wrong kind or range: exit 0 or 1, never a crash
+    base = json.load(open(cp))
+    bad_values = [None, "x", -1, 0, 2 ** 62, 1.5, [], True]
+    d = os.path.join(tmp, "fuzz")
+    shutil.copytree(good, d)
+    worst = []
+    for key in list(base):
+        for v in bad_values:
+            c = dict(base)
+            c[key] = v
+            json.dump(c, open(os.path.join(d, "config.json"), "w"))
+            r = sm.run("import", "hf", d, "-o", os.path.join(tmp, "fuzz.yaml"))
+            if r.returncode not in (0, 1) or "AddressSanitizer" in r.stderr or "runtime error" in r.stderr or \
+                    (r.returncode == 1 and "config.json" not in r.stderr and "safetensors" not in r.stderr):
+                worst.append((key, v, r.returncode, r.stderr[-200:]))
+    check(not worst, f"config fuzz: {len(base)} keys x {len(bad_values)} values, each exit 0 or 1 with a located "
+          f"message ({len(worst)} bad)")
+    for w in worst[:5]:
+        print("    ", w)
+
     r = sm.run("import", "hf", good, "-o", os.path.join(tmp, "x.txt"))
     check(r.returncode == 2, f"usage: -o must name a .yaml (exit {r.returncode})")
     r = sm.run("import", "hf", good, "-o", os.path.join(tmp, "x.yaml"), "--ctx", "0")
