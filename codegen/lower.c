@@ -75,6 +75,20 @@ int cg_group_anchor(const Graph *g, const Group *gr, int *out_count) {
   return anchor;
 }
 
+void cg_matmul_space(const Graph *g, const Node *n, int64_t *out_rows, int64_t *out_col_blocks) {
+  const TensorType *y = &g->val[n->out[0]].type;
+  /* every output dim but the last is a row; a 1-D right operand leaves
+   * no column dim, so then every output element is a row */
+  bool b1 = g->val[n->in[1]].type.rank == 1;
+  int64_t rows = 1;
+  for (int i = 0; i < y->rank - (b1 ? 0 : 1); i++) rows *= y->dim[i];
+  int64_t cols = b1 ? 1 : y->dim[y->rank - 1];
+  *out_rows = rows;
+  /* few rows (decoding): the columns are split too, so that one row's
+   * weight reads spread over the threads */
+  *out_col_blocks = rows < CG_MM_SPLIT_ROWS && cols > CG_MM_COLS ? (cols + CG_MM_COLS - 1) / CG_MM_COLS : 1;
+}
+
 int64_t cg_kernel_tasks(const Graph *g, int anchor, const TensorType *first_out) {
   if (anchor < 0) {
     if (!first_out) return 0;
@@ -93,12 +107,9 @@ int64_t cg_kernel_tasks(const Graph *g, int anchor, const TensorType *first_out)
   }
   switch (n->op) {
   case OP_MATMUL: {
-    /* every output dim but the last is a row; a 1-D right operand leaves
-     * no column dim, so then every output element is a row */
-    bool b1 = g->val[n->in[1]].type.rank == 1;
-    int64_t rows = 1;
-    for (int i = 0; i < y->rank - (b1 ? 0 : 1); i++) rows *= y->dim[i];
-    return rows;
+    int64_t rows, ncb;
+    cg_matmul_space(g, n, &rows, &ncb);
+    return rows * ncb;
   }
   case OP_CONV2D:
   case OP_MAX_POOL2D:

@@ -64,8 +64,25 @@ void cg_elemwise_space(const TensorType *t, CgSpace *out);
 /* Tasks of a kernel built around `anchor` (a node id, -1 for an elementwise
  * group whose first stored result has type first_out):
  *   reductions and norms: one per row (every combination of the kept axes);
- *   matmul: one per output row (batch * M); conv2d: one per (n, o, oh);
- *   max/avg_pool2d: one per (n, c, oh); attention: one per (b, h, i). */
+ *   matmul: one per output row (batch * M) and column block (see
+ *   cg_matmul_space); conv2d: one per (n, o, oh);
+ *   max/avg_pool2d: one per (n, c, oh); attention: one per (b, h, i).
+ * Only the CPU runtime splits [0, ntasks) over threads; the CUDA target
+ * chooses its own grids and does not read the count. */
 int64_t cg_kernel_tasks(const Graph *g, int anchor, const TensorType *first_out);
+
+/* A matmul's task space: *out_rows output rows (batch * M; every output
+ * element with a 1-D right operand) times *out_col_blocks blocks of
+ * CG_MM_COLS output columns (the last one partial).  The columns are split
+ * only when there are fewer than CG_MM_SPLIT_ROWS rows and more than
+ * CG_MM_COLS columns (decoding: M = 1 would otherwise be one task, one
+ * thread); else there is one block, all columns.  Task t is column block
+ * t / rows of row t % rows: a contiguous range of tasks is a run of whole
+ * column blocks (every row) with at most a partial block at each end.
+ * CG_MM_COLS is a multiple of every CPU GEMM panel width (8, 16 or 32
+ * columns, codegen/llvm/gemm.c), so a block is whole panels. */
+#define CG_MM_COLS 128
+#define CG_MM_SPLIT_ROWS 64
+void cg_matmul_space(const Graph *g, const Node *n, int64_t *out_rows, int64_t *out_col_blocks);
 
 #endif

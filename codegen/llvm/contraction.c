@@ -5,8 +5,10 @@
  * weights (gemm.c; conv2d as an implicit GEMM); what it does not take is
  * done here, by the generic, obviously correct loop nests below.
  *
- * matmul: one task per output row (batch index and m).  The columns are cut
- * into tiles of CG_NTILE accumulators kept on the stack.  When B is stored
+ * matmul: one task per output row (batch index and m), and per block of
+ * CG_MM_COLS columns when the rows are few (lower.h, cg_matmul_space).  The
+ * columns are cut into tiles of CG_NTILE accumulators kept on the stack
+ * (the column block is the tile when the columns are split).  When B is stored
  * k-major ([K,N], the usual weight layout) the loop order is k then n: each
  * A element times a contiguous row of B is added to the contiguous
  * accumulators, a loop LLVM vectorises without reassociating anything.
@@ -80,15 +82,25 @@ static smelt_status emit_matmul(CgFn *f) {
   DType dt = at->dt;
   LLVMTypeRef t = acc_type(m, dt);
   LLVMValueRef zero = LLVMConstNull(t);
-  int64_t tile = N < CG_NTILE ? N : CG_NTILE, ntiles = tile ? (N + tile - 1) / tile : 0;
+  /* the task space (lower.h): with ncb column blocks, unit u is row
+   * u % rows of column block u / rows, a tile of CG_MM_COLS columns */
+  int64_t ncb;
+  cg_matmul_space(g, n, &rows, &ncb);
+  int64_t tile = ncb > 1 ? CG_MM_COLS : N < CG_NTILE ? N : CG_NTILE, ntiles = tile ? (N + tile - 1) / tile : 0;
   LLVMValueRef acc = cg_alloca(f, t, tile, "acc"), dot = cg_alloca(f, t, 1, "dot");
   bool dot_form = tb && !b1;
 
   cg_store_loops(f, f->side, f->nside);
-  LLVMValueRef rb, re;
-  cg_task_span(f, f->k->ntasks, rows, &rb, &re);
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, rows * ncb, &ub, &ue);
   CgLoop lrow, ltile;
-  LLVMValueRef row = cg_loop_begin(f, &lrow, rb, re, "row");
+  LLVMValueRef unit = cg_loop_begin(f, &lrow, ub, ue, "unit");
+  LLVMValueRef row = unit, t0 = cg_i64(m, 0), t1 = cg_i64(m, ntiles);
+  if (ncb > 1) {
+    row = LLVMBuildURem(B, unit, cg_i64(m, rows), "row");
+    t0 = LLVMBuildUDiv(B, unit, cg_i64(m, rows), "");
+    t1 = cg_add(f, t0, cg_i64(m, 1));
+  }
   LLVMValueRef pc[IR_MAX_RANK], ac[IR_MAX_RANK], bc[IR_MAX_RANK], oc[IR_MAX_RANK];
   cg_delinearize(f, row, yt->dim, prefix, pc);
   LLVMValueRef mi = a1 ? cg_i64(m, 0) : pc[nb];
@@ -99,7 +111,7 @@ static smelt_status emit_matmul(CgFn *f) {
   int bk = b1 ? 0 : tb ? bbat + 1 : bbat, bn = tb ? bbat : bbat + 1;
   if (!a1) ac[am] = mi;
 
-  LLVMValueRef ti = cg_loop_begin(f, &ltile, cg_i64(m, 0), cg_i64(m, ntiles), "tile");
+  LLVMValueRef ti = cg_loop_begin(f, &ltile, t0, t1, "tile");
   LLVMValueRef n0 = cg_mulc(f, ti, tile);
   LLVMValueRef n1 = cg_min(f, cg_add(f, n0, cg_i64(m, tile)), cg_i64(m, N));
   CgLoop ln, lk;

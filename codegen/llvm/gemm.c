@@ -32,10 +32,16 @@
  *   - the panels are walked in chunks of about 256 KiB of B (L2-resident
  *     while every row block of the task passes over them); inside a chunk,
  *     the MR x K block of A stays in L1 while it meets each panel.
- *   - the kernel's tasks are the output rows (lower.c); a task range is cut
- *     into full MR-row blocks and a remainder done by blocks of 4, 2 and 1
- *     rows (its binary digits; 8 too where MR is larger), so M = 1
- *     (decoding) does no wasted work.
+ *   - the kernel's tasks are the output rows, times blocks of CG_MM_COLS
+ *     columns when the rows are few (lower.h, cg_matmul_space: decoding's
+ *     M = 1 spreads its columns, and so its weight reads, over the
+ *     threads).  A task range's rows are cut into full MR-row blocks and a
+ *     remainder done by blocks of 4, 2 and 1 rows (its binary digits; 8
+ *     too where MR is larger), so M = 1 does no wasted work; a block of
+ *     fewer than MR rows computes up to GEMM_MAX_PANELS panels at once, so
+ *     that it still has about as many independent accumulators as a full
+ *     block (one row against one panel would be a chain of dependent
+ *     multiply-adds, bound by their latency).
  *   - the tile goes through a small stack buffer to the epilogue (bias,
  *     activation, residual: cg_store_epilogue), which stores only the valid
  *     columns of the last panel.
@@ -93,6 +99,8 @@
 
 #define GEMM_MAX_MR 16
 #define GEMM_MAX_ACC 32
+/* panels a block of few rows computes at once (panels_for) */
+#define GEMM_MAX_PANELS 4
 /* bytes of packed weight per chunk of panels: a quarter of a 1 MiB L2,
  * leaving room for A's rows and the output */
 #define GEMM_CHUNK_BYTES (256 * 1024)
@@ -291,32 +299,37 @@ static void row_coords(Gemm *G, LLVMValueRef row, LLVMValueRef *ac, LLVMValueRef
   for (int i = 0; i < G->prefix; i++) oc[i] = pc[i];
 }
 
-/* The micro-kernel, shared by matmul and conv2d: for k in [k0, k1) and
- * rows i < mr, acc[i][v] += a(i, k) * B[boff + (k - k0) * nr + v * vl ..],
- * B a float* to rows of NR contiguous floats (a packed weight panel, or the
- * im2col panel of a convolution). */
+/* The micro-kernel, shared by matmul and conv2d: for k in [k0, k1), rows
+ * i < mr and panels j < npan, acc[(i * npan + j) * nv + v] += a(i, k) *
+ * B[boff + j * pstride + (k - k0) * nr + v * vl ..], B a float* to rows of
+ * NR contiguous floats (packed weight panels pstride floats apart, or the
+ * im2col panel of a convolution).  Several panels at once (npan > 1) give
+ * a block of few rows (decoding: one) enough independent accumulators to
+ * hide the latency of the fused multiply-adds. */
 typedef LLVMValueRef (*GemmAFn)(Gemm *G, const void *ctx, int i, LLVMValueRef k);
 
-static void micro_kernel(Gemm *G, int mr, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef b, LLVMValueRef boff,
-                         GemmAFn a_at, const void *ctx) {
+static void micro_kernel(Gemm *G, int mr, int npan, int64_t pstride, LLVMValueRef k0, LLVMValueRef k1, LLVMValueRef b,
+                         LLVMValueRef boff, GemmAFn a_at, const void *ctx) {
   CgFn *f = G->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
-  int nv = G->nv;
+  int nv = G->nv, nt = npan * nv;
   CgLoop lk;
   LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "k");
   LLVMValueRef off = cg_add(f, boff, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr));
   LLVMValueRef bvec[GEMM_MAX_ACC];
-  for (int v = 0; v < nv; v++) {
-    LLVMValueRef ld = LLVMBuildLoad2(B, G->vt, vec_ptr(G, b, cg_add(f, off, cg_i64(m, v * G->vl))), "b");
-    LLVMSetAlignment(ld, 4);
-    bvec[v] = ld;
-  }
+  for (int j = 0; j < npan; j++)
+    for (int v = 0; v < nv; v++) {
+      LLVMValueRef e = cg_add(f, off, cg_i64(m, j * pstride + v * G->vl));
+      LLVMValueRef ld = LLVMBuildLoad2(B, G->vt, vec_ptr(G, b, e), "b");
+      LLVMSetAlignment(ld, 4);
+      bvec[j * nv + v] = ld;
+    }
   for (int i = 0; i < mr; i++) {
     LLVMValueRef a = splat(G, a_at(G, ctx, i, k));
-    for (int v = 0; v < nv; v++) {
-      LLVMValueRef slot = G->acc[i * nv + v];
-      LLVMValueRef args[3] = {a, bvec[v], LLVMBuildLoad2(B, G->vt, slot, "")};
+    for (int t = 0; t < nt; t++) {
+      LLVMValueRef slot = G->acc[i * nt + t];
+      LLVMValueRef args[3] = {a, bvec[t], LLVMBuildLoad2(B, G->vt, slot, "")};
       LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &G->vt, 1, args, 3), slot);
     }
   }
@@ -330,40 +343,105 @@ static LLVMValueRef mm_a_at(Gemm *G, const void *ctx, int i, LLVMValueRef k) {
   return cg_emit(G->f, G->av, ac[i]);
 }
 
-/* The rows [r0, r0 + mr) against panels [p0, p1). */
+/* Panels computed at once by a block of mr rows: as many as keep the
+ * accumulators within those of a full MR-row block (the registers the
+ * target has for them), at most GEMM_MAX_PANELS. */
+static int panels_for(const Gemm *G, int mr) {
+  int q = G->mr / mr;
+  return q < 1 ? 1 : q > GEMM_MAX_PANELS ? GEMM_MAX_PANELS : q;
+}
+
+/* The rows [r0, r0 + mr) against panels [p, p + npan): the micro-kernel,
+ * then the tile, through the stack, to the epilogue (valid columns only). */
+static void emit_tile(Gemm *G, int mr, int npan, LLVMValueRef ac[][IR_MAX_RANK], LLVMValueRef r0, LLVMValueRef p) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int nt = npan * G->nv;
+  int64_t width = (int64_t)npan * G->nr;
+  LLVMValueRef zero = LLVMConstNull(G->vt);
+  for (int a = 0; a < mr * nt; a++) LLVMBuildStore(B, zero, G->acc[a]);
+  micro_kernel(G, mr, npan, G->K * G->nr, cg_i64(m, 0), cg_i64(m, G->K), G->packed, cg_mulc(f, p, G->K * G->nr), mm_a_at,
+               ac);
+  for (int i = 0; i < mr; i++)
+    for (int t = 0; t < nt; t++) {
+      LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, G->acc[i * nt + t], ""),
+                                       vec_ptr(G, G->tile, cg_i64(m, (int64_t)i * width + t * G->vl)));
+      LLVMSetAlignment(st, 4);
+    }
+  LLVMValueRef c0 = cg_mulc(f, p, G->nr);
+  LLVMValueRef ncols = cg_min(f, cg_i64(m, width), LLVMBuildNSWSub(B, cg_i64(m, G->N), c0, ""));
+  CgLoop li, lj;
+  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), cg_i64(m, mr), "tile_row");
+  LLVMValueRef a_coords[IR_MAX_RANK], oc[IR_MAX_RANK]; /* a_coords: not needed here */
+  row_coords(G, cg_add(f, r0, i), a_coords, oc);
+  LLVMValueRef j = cg_loop_begin(f, &lj, cg_i64(m, 0), ncols, "tile_col");
+  oc[G->yt.rank - 1] = cg_add(f, c0, j);
+  LLVMValueRef t = LLVMBuildInBoundsGEP2(B, m->t_f32, G->tile, (LLVMValueRef[]){cg_add(f, cg_mulc(f, i, width), j)}, 1, "");
+  cg_store_epilogue(f, oc, LLVMBuildLoad2(B, m->t_f32, t, ""));
+  cg_loop_end(f, &lj, false);
+  cg_loop_end(f, &li, false);
+}
+
+/* The rows [r0, r0 + mr) against panels [p0, p1): npan panels at a time,
+ * then the rest one by one. */
 static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMValueRef p1) {
   CgFn *f = G->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
   LLVMValueRef ac[GEMM_MAX_MR][IR_MAX_RANK], oc[IR_MAX_RANK];
   for (int i = 0; i < mr; i++) row_coords(G, cg_add(f, r0, cg_i64(m, i)), ac[i], oc);
-  int nv = G->nv;
-  LLVMValueRef zero = LLVMConstNull(G->vt);
-
-  CgLoop lp, li, lj;
-  LLVMValueRef p = cg_loop_begin(f, &lp, p0, p1, "panel");
-  for (int a = 0; a < mr * nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
-  micro_kernel(G, mr, cg_i64(m, 0), cg_i64(m, G->K), G->packed, cg_mulc(f, p, G->K * G->nr), mm_a_at, ac);
-
-  /* the tile, through the stack, to the epilogue: valid columns only */
-  for (int i = 0; i < mr; i++)
-    for (int v = 0; v < nv; v++) {
-      LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, G->acc[i * nv + v], ""),
-                                       vec_ptr(G, G->tile, cg_i64(m, (int64_t)i * G->nr + v * G->vl)));
-      LLVMSetAlignment(st, 4);
-    }
-  LLVMValueRef c0 = cg_mulc(f, p, G->nr);
-  LLVMValueRef ncols = cg_min(f, cg_i64(m, G->nr), LLVMBuildNSWSub(B, cg_i64(m, G->N), c0, ""));
-  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), cg_i64(m, mr), "tile_row");
-  LLVMValueRef a_coords[IR_MAX_RANK]; /* not needed here: the row's A coordinates */
-  row_coords(G, cg_add(f, r0, i), a_coords, oc);
-  LLVMValueRef j = cg_loop_begin(f, &lj, cg_i64(m, 0), ncols, "tile_col");
-  oc[G->yt.rank - 1] = cg_add(f, c0, j);
-  LLVMValueRef t = LLVMBuildInBoundsGEP2(B, m->t_f32, G->tile, (LLVMValueRef[]){cg_add(f, cg_mulc(f, i, G->nr), j)}, 1, "");
-  cg_store_epilogue(f, oc, LLVMBuildLoad2(B, m->t_f32, t, ""));
-  cg_loop_end(f, &lj, false);
-  cg_loop_end(f, &li, false);
+  int q = panels_for(G, mr);
+  LLVMValueRef pq = p0;
+  if (q > 1) {
+    CgLoop lg;
+    LLVMValueRef ng = LLVMBuildUDiv(B, LLVMBuildNSWSub(B, p1, p0, ""), cg_i64(m, q), "");
+    LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), ng, "panels");
+    emit_tile(G, mr, q, ac, r0, cg_add(f, p0, cg_mulc(f, gi, q)));
+    cg_loop_end(f, &lg, false);
+    pq = cg_add(f, p0, cg_mulc(f, ng, q));
+  }
+  CgLoop lp;
+  LLVMValueRef p = cg_loop_begin(f, &lp, pq, p1, "panel");
+  emit_tile(G, mr, 1, ac, r0, p);
   cg_loop_end(f, &lp, false);
+}
+
+/* Rows [rlo, rhi) against panels [plo, phi): the panels in chunks of
+ * per_chunk (L2-resident while every row block passes over them; one
+ * chunk when the rows are one block or fewer, nothing to reuse), each
+ * chunk met by full MR-row blocks and then the remaining rows by their
+ * binary digits. */
+static void emit_rows(Gemm *G, int64_t per_chunk, LLVMValueRef rlo, LLVMValueRef rhi, LLVMValueRef plo, LLVMValueRef phi) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef span = LLVMBuildNSWSub(B, rhi, rlo, "");
+  LLVMValueRef np = LLVMBuildNSWSub(B, phi, plo, "");
+  LLVMValueRef few = LLVMBuildICmp(B, LLVMIntSLE, span, cg_i64(m, G->mr), "");
+  LLVMValueRef chunk = LLVMBuildSelect(B, few, cg_max(f, np, cg_i64(m, 1)), cg_i64(m, per_chunk), "");
+  LLVMValueRef nchunks = LLVMBuildUDiv(B, cg_add(f, np, cg_add(f, chunk, cg_i64(m, -1))), chunk, "");
+  CgLoop lc, lb;
+  LLVMValueRef c = cg_loop_begin(f, &lc, cg_i64(m, 0), nchunks, "chunk");
+  LLVMValueRef p0 = cg_add(f, plo, cg_mul(f, c, chunk));
+  LLVMValueRef p1 = cg_min(f, cg_add(f, p0, chunk), phi);
+  LLVMValueRef nfull = LLVMBuildUDiv(B, span, cg_i64(m, G->mr), "");
+  LLVMValueRef ib = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "rows");
+  emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1);
+  cg_loop_end(f, &lb, false);
+  /* the remaining rows, fewer than MR: by their binary digits */
+  LLVMValueRef r = cg_add(f, rlo, cg_mulc(f, nfull, G->mr));
+  LLVMValueRef rem = LLVMBuildNSWSub(B, rhi, r, "");
+  for (int s = 8; s >= 1; s /= 2) {
+    if (s >= G->mr) continue;
+    CgIf has;
+    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
+    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
+    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
+    emit_block(G, s, cg_add(f, r, before), p0, p1);
+    cg_if_end(f, &has);
+  }
+  cg_loop_end(f, &lc, false);
 }
 
 smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
@@ -402,42 +480,57 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   G.ak = G.a1 ? 0 : ta ? G.abat : G.abat + 1;
   G.vt = LLVMVectorType(m->t_f32, (unsigned)G.vl);
   G.packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
-  G.tile = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nr, "tile");
+  G.tile = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nv * G.vl, "tile"); /* mr * npan <= G.mr rows of NR */
   for (int a = 0; a < G.mr * G.nv; a++) G.acc[a] = cg_alloca(f, G.vt, 1, "acc");
 
-  int64_t rows = 1;
-  for (int i = 0; i < G.prefix; i++) rows *= yt.dim[i];
-  cg_store_loops(f, f->side, f->nside);
-  LLVMValueRef rb, re;
-  cg_task_span(f, f->k->ntasks, rows, &rb, &re);
+  /* the task space (lower.h): column block t / rows, row t % rows */
+  int64_t rows, ncb;
+  cg_matmul_space(g, n, &rows, &ncb);
+  int64_t ppb = ncb > 1 ? CG_MM_COLS / G.nr : G.np; /* panels per column block */
   int64_t per_chunk = GEMM_CHUNK_BYTES / (K * G.nr * 4);
-  if (per_chunk < 1) per_chunk = 1;
-  if (per_chunk > G.np) per_chunk = G.np;
-  int64_t nchunks = (G.np + per_chunk - 1) / per_chunk;
-
-  LLVMBuilderRef B = f->b;
-  CgLoop lc, lb;
-  LLVMValueRef c = cg_loop_begin(f, &lc, cg_i64(m, 0), cg_i64(m, nchunks), "chunk");
-  LLVMValueRef p0 = cg_mulc(f, c, per_chunk);
-  LLVMValueRef p1 = cg_min(f, cg_add(f, p0, cg_i64(m, per_chunk)), cg_i64(m, G.np));
-  LLVMValueRef span = LLVMBuildNSWSub(B, re, rb, "");
-  LLVMValueRef nfull = LLVMBuildUDiv(B, span, cg_i64(m, G.mr), "");
-  LLVMValueRef ib = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "rows");
-  emit_block(&G, G.mr, cg_add(f, rb, cg_mulc(f, ib, G.mr)), p0, p1);
-  cg_loop_end(f, &lb, false);
-  /* the remaining rows, fewer than MR: by their binary digits */
-  LLVMValueRef r = cg_add(f, rb, cg_mulc(f, nfull, G.mr));
-  LLVMValueRef rem = LLVMBuildNSWSub(B, re, r, "");
-  for (int s = 8; s >= 1; s /= 2) {
-    if (s >= G.mr) continue;
-    CgIf has;
-    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
-    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
-    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    emit_block(&G, s, cg_add(f, r, before), p0, p1);
-    cg_if_end(f, &has);
+  if (per_chunk < GEMM_MAX_PANELS) per_chunk = GEMM_MAX_PANELS;
+  per_chunk -= per_chunk % GEMM_MAX_PANELS;
+  cg_store_loops(f, f->side, f->nside);
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, rows * ncb, &ub, &ue);
+  if (ncb == 1) {
+    emit_rows(&G, per_chunk, ub, ue, cg_i64(m, 0), cg_i64(m, G.np));
+    return NULL;
   }
-  cg_loop_end(f, &lc, false);
+  /* A task range is up to three pieces: the end of one column block
+   * (rows [ub % rows, ..)), a run of whole blocks (every row, their panels
+   * together), the start of another (rows [0, ue % rows)); a loop of
+   * three pieces, some empty, emits the body once. */
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef R = cg_i64(m, rows), one = cg_i64(m, 1), zero = cg_i64(m, 0);
+  LLVMValueRef cb0 = LLVMBuildUDiv(B, ub, R, ""), rb0 = LLVMBuildURem(B, ub, R, "");
+  LLVMValueRef cb1 = LLVMBuildUDiv(B, ue, R, ""), re1 = LLVMBuildURem(B, ue, R, "");
+  LLVMValueRef head = LLVMBuildICmp(B, LLVMIntNE, rb0, zero, "");
+  LLVMValueRef cfull = cg_add(f, cb0, LLVMBuildZExt(B, head, m->t_i64, "")); /* first whole block */
+  LLVMValueRef head_end = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntEQ, cb0, cb1, ""), re1, R, "");
+  LLVMValueRef tail = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntNE, re1, zero, ""),
+                                   LLVMBuildICmp(B, LLVMIntSGE, cb1, cfull, ""), "");
+  CgLoop ls;
+  LLVMValueRef sgi = cg_loop_begin(f, &ls, zero, cg_i64(m, 3), "piece");
+  LLVMValueRef is0 = LLVMBuildICmp(B, LLVMIntEQ, sgi, zero, ""), is1 = LLVMBuildICmp(B, LLVMIntEQ, sgi, one, "");
+  /* piece 0: block cb0, rows [rb0, head_end), when rb0 > 0;
+   * piece 1: blocks [cfull, max(cb1, cfull)), every row;
+   * piece 2: block cb1, rows [0, re1), when re1 > 0 and cb1 >= cfull */
+  LLVMValueRef clo = LLVMBuildSelect(B, is0, cb0, LLVMBuildSelect(B, is1, cfull, cb1, ""), "");
+  LLVMValueRef chi = LLVMBuildSelect(
+      B, is0, cg_add(f, cb0, LLVMBuildZExt(B, head, m->t_i64, "")),
+      LLVMBuildSelect(B, is1, cg_max(f, cb1, cfull), cg_add(f, cb1, LLVMBuildZExt(B, tail, m->t_i64, "")), ""), "");
+  LLVMValueRef rlo = LLVMBuildSelect(B, is0, rb0, zero, "");
+  LLVMValueRef rhi = LLVMBuildSelect(B, is0, head_end, LLVMBuildSelect(B, is1, R, re1, ""), "");
+  LLVMValueRef plo = cg_mulc(f, clo, ppb);
+  LLVMValueRef phi = cg_min(f, cg_mulc(f, chi, ppb), cg_i64(m, G.np));
+  CgIf any;
+  LLVMValueRef nonempty = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSLT, clo, chi, ""),
+                                       LLVMBuildICmp(B, LLVMIntSLT, rlo, rhi, ""), "");
+  cg_if_begin(f, &any, nonempty, "piece_rows");
+  emit_rows(&G, per_chunk, rlo, rhi, plo, phi);
+  cg_if_end(f, &any);
+  cg_loop_end(f, &ls, false);
   return NULL;
 }
 
@@ -646,7 +739,7 @@ static void conv_block(Conv *c, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMVal
   LLVMValueRef wbase = cg_add(f, cg_mulc(f, blk, c->K * G->mr), ri);
   LLVMValueRef zero = LLVMConstNull(G->vt);
   for (int a = 0; a < mr * G->nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
-  micro_kernel(G, mr, k0, k1, c->panel, cg_i64(m, 0), conv_a_at, &wbase);
+  micro_kernel(G, mr, 1, 0, k0, k1, c->panel, cg_i64(m, 0), conv_a_at, &wbase);
   LLVMValueRef rel = LLVMBuildNSWSub(B, r, c->r0, "");
   for (int i = 0; i < mr; i++)
     for (int v = 0; v < G->nv; v++) {
