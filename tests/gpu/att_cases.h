@@ -14,6 +14,9 @@
  *            (k_new = rope(xk, pos_k) with rope_k, stored as a side output),
  *            v = concat(v_cache, v_new) likewise
  *   epi      z = y + r (r [B,H,S,D]): an elementwise epilogue
+ *   cache    attention(q, k, v, qpos) with cache: true: k and v are caches
+ *            of capacity T, qpos [S] (i64 with pos64, else i32; also the
+ *            positions of rope_q) holds p0 .. p0 + S - 1 (att_ref_init_at)
  * Without any of these the graph has no groups (the harness makes one
  * per node); with them all nodes form one GK_OPAQUE group around the
  * attention, built by hand here.
@@ -35,7 +38,8 @@ typedef struct {
   int64_t B, H, Hkv, S, T, D;
   bool causal;
   bool rope_q, rope_k, kt, epi;
-  bool cat; /* last: the initialisers that leave it out mean false */
+  bool cat; /* the initialisers that leave these out mean false */
+  bool cache, pos64;
 } AttCase;
 
 static const SrcLoc att_loc = {"att_cases", 1, 1};
@@ -45,6 +49,10 @@ static inline void att_case_name(const AttCase *c, char *buf, size_t n) {
            (long long)c->Hkv, (long long)c->S, (long long)c->T, (long long)c->D, c->causal ? " causal" : "",
            c->rope_q ? " rope(q)" : "", c->rope_k ? " rope(k)+store" : "", c->kt ? " k^T" : "", c->cat ? " cache+new" : "",
            c->epi ? " +r" : "");
+  if (c->cache) {
+    size_t l = strlen(buf);
+    snprintf(buf + l, n > l ? n - l : 0, " over a cache%s", c->pos64 ? " (i64 positions)" : "");
+  }
 }
 
 static inline int att_input(Graph *g, const char *name, DType dt, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -76,9 +84,14 @@ static inline Graph *att_graph(const AttCase *c) {
   int members[8], nm = 0;
   int q, k, v, kstore = -1;
   TensorType pt = {.dt = DT_I32, .rank = 1, .dim = {c->S}};
+  int qpos = -1;
+  if (c->cache) {
+    TensorType qt = {.dt = c->pos64 ? DT_I64 : DT_I32, .rank = 1, .dim = {c->S}};
+    qpos = ir_add_input(g, "qpos", qt, att_loc);
+  }
   if (c->rope_q) {
     int xq = att_input(g, "xq", c->dt, c->B, c->H, c->S, c->D);
-    int pos = ir_add_input(g, "pos", pt, att_loc);
+    int pos = qpos >= 0 ? qpos : ir_add_input(g, "pos", pt, att_loc);
     int n = att_node(g, OP_ROPE, 2, (int[]){xq, pos}, "q");
     ok = ok && att_infer(g, n);
     members[nm++] = n;
@@ -132,8 +145,9 @@ static inline Graph *att_graph(const AttCase *c) {
   } else {
     v = att_input(g, "v", c->dt, c->B, c->Hkv, c->T, c->D);
   }
-  int an = att_node(g, OP_ATTENTION, 3, (int[]){q, k, v}, "y");
-  if (c->causal) ir_set_attr_bool(g, an, "causal", true);
+  int an = c->cache ? att_node(g, OP_ATTENTION, 4, (int[]){q, k, v, qpos}, "y") : att_node(g, OP_ATTENTION, 3, (int[]){q, k, v}, "y");
+  if (c->causal && !c->cache) ir_set_attr_bool(g, an, "causal", true);
+  if (c->cache) ir_set_attr_bool(g, an, "cache", true);
   ok = ok && att_infer(g, an);
   int anchor = an;
   members[nm++] = an;
@@ -191,8 +205,9 @@ static inline void att_ref_free(AttRef *r) {
 }
 
 /* Lowers g (groups made if it has none) and runs the interpreter on random
- * inputs in [-1, 1) (positions in [0, 64)).  false (printed) on failure. */
-static inline bool att_ref_init(AttRef *r, Graph *g) {
+ * inputs in [-1, 1) (positions in [0, 64); a cache's query positions
+ * "qpos" p0, p0 + 1, ...).  false (printed) on failure. */
+static inline bool att_ref_init_at(AttRef *r, Graph *g, int64_t p0) {
   memset(r, 0, sizeof *r);
   r->g = g;
   r->att = -1;
@@ -204,6 +219,11 @@ static inline bool att_ref_init(AttRef *r, Graph *g) {
     int v = g->inputs[i];
     bool pos = dt_is_int(g->val[v].type.dt);
     r->data[v] = h_random(&g->val[v].type, pos ? 0 : -1, pos ? 63 : 1, (uint64_t)v + 7);
+    if (g->val[v].name && strcmp(g->val[v].name, "qpos") == 0 && r->data[v])
+      for (int64_t j = 0; j < ir_type_numel(&g->val[v].type); j++) {
+        if (g->val[v].type.dt == DT_I64) ((int64_t *)r->data[v])[j] = p0 + j;
+        else ((int32_t *)r->data[v])[j] = (int32_t)(p0 + j);
+      }
     st = ir_interp_set_input(r->it, v, r->data[v]);
   }
   if (!st) st = ir_interp_run(r->it);
@@ -220,6 +240,8 @@ static inline bool att_ref_init(AttRef *r, Graph *g) {
   }
   return true;
 }
+
+static inline bool att_ref_init(AttRef *r, Graph *g) { return att_ref_init_at(r, g, 0); }
 
 /* Runs variant tok (NULL: the heuristic's choice), generated for `arch`
  * (CgCudaOptions.arch; NULL: portable); returns the number of failures

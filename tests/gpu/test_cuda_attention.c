@@ -120,7 +120,7 @@ typedef struct {
 } MatrixCase;
 
 static AttCase mk(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal) {
-  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false};
+  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false, false, false};
 }
 
 static void run_matrix(Exec *e) {

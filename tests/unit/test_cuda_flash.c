@@ -70,7 +70,7 @@ static bool source_has(const FmtCudaModule *m, const char *needle) {
 }
 
 static AttCase mk(DType dt, int64_t B, int64_t H, int64_t Hkv, int64_t S, int64_t T, int64_t D, bool causal) {
-  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false};
+  return (AttCase){dt, B, H, Hkv, S, T, D, causal, false, false, false, false, false, false, false};
 }
 
 /* The variant the heuristic gives case c. */
@@ -347,6 +347,82 @@ static void test_emulated(void) {
   printf("emulated attention: %d runs (2 launches each), %d failures\n", runs, failures);
 }
 
+/* ---- attention over a cache (cache: true) in the emulation ----
+ * k and v are caches of capacity T, the positions p0 .. p0 + S - 1 are an
+ * input (read at run time): decode (S = 1) at the first and last slots
+ * and between, a few rows (S = 2) per kv head, prefill (S > 1) at several
+ * starts, GQA, f16/bf16/f32, i32 and i64 positions, rope(q) with the same
+ * positions and an epilogue; every variant family forced. */
+
+typedef struct {
+  AttCase c;
+  int64_t p0[4]; /* starts (-1 ends) */
+  const char *toks[6];
+} CacheCase;
+
+static AttCase mkc(DType dt, int64_t H, int64_t Hkv, int64_t S, int64_t T, int64_t D) {
+  AttCase c = mk(dt, 1, H, Hkv, S, T, D, false);
+  c.cache = true;
+  return c;
+}
+
+static void test_cache_emulated(void) {
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  if (skip) {
+    printf("SKIP: emulated cache attention: %s\n", skip);
+    return;
+  }
+  AttCase dec_rope = mkc(DT_F16, 8, 2, 1, 300, 64);
+  dec_rope.rope_q = dec_rope.epi = true;
+  AttCase dec_bf = mkc(DT_BF16, 4, 4, 1, 150, 128);
+  dec_bf.pos64 = true;
+  AttCase pre_rope = mkc(DT_F16, 4, 2, 37, 128, 64);
+  pre_rope.rope_q = true;
+  AttCase f32c = mkc(DT_F32, 4, 2, 5, 40, 16);
+  f32c.pos64 = true;
+  const CacheCase cases[] = {
+      {dec_rope, {0, 1, 77, 299}, {"flashdec:split=4,bn=32,w=4,pf=2", "flashdec:split=7,bn=16,w=2,pf=1,tr=1", "flashdec:split=1,bn=32,w=4", "simple"}},
+      {dec_bf, {0, 149, -1}, {"flashdec:split=5,bn=16,w=4,pf=2,tr=1", "flashdec:split=3,bn=32,w=8", "simple"}},
+      {mkc(DT_F16, 8, 2, 2, 200, 64), {0, 100, 198, -1}, {"flashdec:split=6,bn=32,w=4,pf=1", "flashdec:split=1,bn=64,w=8,tr=1", "simple"}},
+      {pre_rope, {0, 50, 91, -1}, {"flash:bm=64,bn=32,w=4,st=2", "flash:bm=32,bn=16,w=1,st=3", "flash:bm=64,bn=64,w=4,st=2,ks=2", "simple"}},
+      {mkc(DT_BF16, 2, 1, 70, 160, 128), {90, 0, -1}, {"flash:bm=128,bn=64,w=4,st=2", "flash:bm=32,bn=128,w=2,st=2,ks=4"}},
+      {f32c, {35, 0, -1}, {"simple"}},
+  };
+  int runs = 0, failures = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int pi = 0; pi < 4 && cases[i].p0[pi] >= 0; pi++) {
+      char name[200];
+      att_case_name(&cases[i].c, name, sizeof name);
+      size_t l = strlen(name);
+      snprintf(name + l, sizeof name - l, " p0=%lld", (long long)cases[i].p0[pi]);
+      Graph *g = att_graph(&cases[i].c);
+      CHECK(g != NULL);
+      if (!g) continue;
+      AttRef r;
+      if (!att_ref_init_at(&r, g, cases[i].p0[pi])) {
+        check_failures++;
+        ir_graph_destroy(g);
+        continue;
+      }
+      for (int t = -1; t < 6; t++) {
+        const char *tok = t < 0 ? NULL : cases[i].toks[t];
+        if (t >= 0 && !tok) break;
+        char used[CG_VARIANT_LEN];
+        int f = att_run_variant(&e, &r, tok, NULL, false, i % 3 == 1 ? 8 : 0, 2, 0, NULL, used, name);
+        failures += f;
+        runs++;
+        check_failures += f ? 1 : 0;
+        if (t < 0) printf("  %-64s heuristic %s\n", name, used);
+      }
+      att_ref_free(&r);
+      ir_graph_destroy(g);
+    }
+  h_exec_close(&e);
+  printf("emulated cache attention: %d runs (2 launches each), %d failures\n", runs, failures);
+}
+
 /* ---- NVRTC: every candidate compiles for sm_90a and sm_80 ---- */
 
 static void test_compile(const char *cache) {
@@ -484,7 +560,8 @@ int main(void) {
   char dir[] = "/tmp/smelt-flash-cache-XXXXXX";
   CHECK(mkdtemp(dir) != NULL);
   test_plumbing();
-  test_emulated();
+  if (!getenv("ONLY_CACHE")) test_emulated();
+  test_cache_emulated();
   if (!getenv("NO_COMPILE")) test_compile(dir);
   rm_tree(dir);
   return check_done("test_cuda_flash");
