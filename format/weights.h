@@ -24,8 +24,11 @@
  * each file is found (its absolute path, else its name next to the bundle,
  * else its name as a path), mapped, and checked: size and CRC must be those
  * recorded, or the load fails naming the file.  A tensor that is one
- * contiguous copy at a 64-byte-aligned file offset is used where it lies in
- * the mapping; any other is assembled into a buffer of its own.
+ * contiguous copy at an aligned file offset is used where it lies in the
+ * mapping; any other is assembled into a region of its own.  The content
+ * check and the assembly can be deferred (fmt_weights_open_deferred, then
+ * fmt_weights_verify before any byte is read): the runtime does them when
+ * the first session starts, so opening a bundle stays in milliseconds.
  *
  * Decoding trusts nothing: every copy must stay inside its file and its
  * tensor (overflow-checked), and the bytes a tensor's copies write add up
@@ -78,15 +81,34 @@ void fmt_weights_free(FmtWeights *w);
 
 /* The files of a table, mapped and checked, and its tensors assembled. */
 typedef struct FmtWeightsSet FmtWeightsSet;
-/* bundle_path: the bundle's path, whose directory is searched for the
+/* Opening in two steps, so that opening a bundle costs no pass over the
+ * weights.  fmt_weights_open_deferred finds and maps the files (size
+ * checked; a missing file or one of another size is refused now) and
+ * gives every tensor its address: a view of the mapping when the tensor
+ * is one contiguous copy at a file offset that is a multiple of
+ * view_align (64 for CPU code; a smaller power of two such as 8 where the
+ * bytes are only uploaded), else a place in a reserved region.  Nothing
+ * is read: the tensors' bytes may be read only after fmt_weights_verify
+ * has returned NULL.  w and its arrays must outlive the set.
+ * bundle_path: the bundle's path, whose directory is searched for the
  * files by name.  Owned by the caller (fmt_weights_close). */
+smelt_status fmt_weights_open_deferred(const FmtWeights *w, const char *bundle_path, size_t view_align,
+                                       FmtWeightsSet **out_set) SMELT_MUST_USE;
+/* Checks the files' CRC-32C against the table (a file of the right size
+ * but other content is looked for at its other places, then refused by
+ * name) and assembles the tensors that are not views, on several threads
+ * (format/parallel.h).  Done once; later calls return the first answer.
+ * Safe to call from several threads. */
+smelt_status fmt_weights_verify(FmtWeightsSet *s) SMELT_MUST_USE;
+/* Both steps at once, views at 64-byte-aligned offsets only. */
 smelt_status fmt_weights_open(const FmtWeights *w, const char *bundle_path, FmtWeightsSet **out_set) SMELT_MUST_USE;
-/* Tensor i's bytes (64-byte aligned, read-only: they may be the mapped
- * file) and their count; the arrays have fmt_weights_set_count entries. */
+/* Tensor i's bytes (read-only: they may be the mapped file; 64-byte
+ * aligned, or view_align for views of fmt_weights_open_deferred) and their
+ * count; the arrays have fmt_weights_set_count entries. */
 void *const *fmt_weights_set_data(const FmtWeightsSet *s);
 const size_t *fmt_weights_set_sizes(const FmtWeightsSet *s);
 int fmt_weights_set_count(const FmtWeightsSet *s);
-/* Bytes assembled into buffers of their own (not used in place). */
+/* Bytes assembled (or to be assembled) into the region, not used in place. */
 uint64_t fmt_weights_set_copied_bytes(const FmtWeightsSet *s);
 void fmt_weights_close(FmtWeightsSet *s);
 
