@@ -5,7 +5,8 @@
  *     axis with keepdims, NaN and infinities (f32, f16, bf16, i32, u8),
  *     arange (i32, i64), scatter out of place (a copy then the rows; indices
  *     may repeat), attention with cache: true (GQA, i32 and i64 positions,
- *     f32/f16/bf16, a 4th input that is positions and not a mask);
+ *     f32/f16/bf16, a 4th input that is positions and not a mask), also
+ *     with rope of q and k computed in its operand loads (one group);
  *   - scatter into a state, called directly: the runtime gives the state and
  *     the scatter's result the same memory, so the kernel is run that way
  *     (rows not at idx keep what the state held; indices outside the axis,
@@ -79,6 +80,28 @@ static void t_attention_cache(DType dt, DType pt, int64_t H, int64_t Hkv, int64_
   int n = tg_node(&t, OP_ATTENTION, 4, (int[]){q, k, v, p}, "y");
   ir_set_attr_bool(t.g, n, "cache", true);
   tg_run(&t, &R);
+}
+
+/* rope of q and of k computed in attention's operand loads (one group,
+ * anchored at the attention), as a fused prologue would be. */
+static void t_attention_cache_rope(DType dt) {
+  TG t;
+  tg_init(&t, L("attention cache with rope prologue %s", dt_name(dt)), 45);
+  int q = tg_input(&t, "q", dt, 4, D(1, 4, 3, 8), DOM_ANY, 0);
+  int k = tg_input(&t, "k", dt, 4, D(1, 2, 10, 8), DOM_ANY, 0);
+  int v = tg_input(&t, "v", dt, 4, D(1, 2, 10, 8), DOM_ANY, 0);
+  int p = tg_input(&t, "p", DT_I32, 1, D(3), DOM_SMALLPOS, 10);
+  int kp = tg_input(&t, "kp", DT_I64, 1, D(10), DOM_SMALLPOS, 10);
+  int rq = tg_node(&t, OP_ROPE, 2, (int[]){q, p}, "qr");
+  int rk = tg_node(&t, OP_ROPE, 2, (int[]){k, kp}, "kr");
+  int n = tg_node(&t, OP_ATTENTION, 4, (int[]){tg_val(&t, rq), tg_val(&t, rk), v, p}, "y");
+  ir_set_attr_bool(t.g, n, "cache", true);
+  for (int i = 0; i < t.g->nnode; i++) ir_fill_default_attrs(t.g, i);
+  tg_group(&t, GK_OPAQUE, (int[]){rq, rk, n}, 3, n);
+  /* the fused rope is not rounded to f16/bf16 before attention reads it,
+   * the interpreter's is: a few ulps of bf16 apart */
+  static const RunOpts fused = {.tol32 = 1e-5, .tol16 = 8e-3};
+  tg_run(&t, &fused);
 }
 
 /* ---- scatter into a state, called directly ---- */
@@ -272,6 +295,7 @@ int main(void) {
     t_attention_cache(FLOATS[d], DT_I64, 2, 2, 1, 16, 5);
   }
   t_attention_cache(DT_F32, DT_I32, 4, 1, 6, 6, 8);
+  for (int d = 0; d < 3; d++) t_attention_cache_rope(FLOATS[d]);
   test_scatter_state();
   printf("test_state_cpu: %d kernels run through the harness\n", tg_kernels_run);
   return check_done("test_state_cpu");
