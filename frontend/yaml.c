@@ -1368,8 +1368,17 @@ static smelt_status load_outputs(Loader *L, const Scope *s, yaml_node_t *root) {
   smelt_status st = out.n ? NULL : errf(L, v, "'outputs' must name at least one value");
   for (int i = 0; i < out.n && !st; i++) {
     const Binding *b = scope_find(s, out.name[i]);
-    if (!b) st = errf(L, out.node[i], "undefined output '%s'", out.name[i]);
-    else ir_add_output(L->g, b->value);
+    if (!b) {
+      st = errf(L, out.node[i], "undefined output '%s'", out.name[i]);
+      break;
+    }
+    /* A repeat node's `out` is an alias of its last copy's value
+     * ("layer.3/y"); as a model output it takes the name the model gives
+     * it, the name users bind (SPEC §2). */
+    Value *ov = &L->g->val[b->value];
+    if (ov->kind == VK_NODE && strcmp(ov->name, out.name[i]) != 0 && ir_find_value(L->g, out.name[i]) < 0)
+      ov->name = ir_graph_strdup(L->g, out.name[i]);
+    ir_add_output(L->g, b->value);
   }
   names_free(&out);
   return st;

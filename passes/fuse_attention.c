@@ -324,6 +324,7 @@ static smelt_status try_fuse(Graph *g, PassCtx *ctx, const int *uses, int sid, b
   int an = ir_add_node(g, OP_ATTENTION, nin, in, 1, &name, g->node[fid].loc);
   ir_set_attr_float(g, an, "scale", m.scale);
   ir_set_attr_bool(g, an, "causal", m.causal);
+  ir_fill_default_attrs(g, an);
   smelt_status st = ir_infer_node(g, an);
   if (st) {
     /* the checks above mirror attention's inference; if they ever drift,

@@ -270,7 +270,8 @@ static void test_repeat_twice_and_from(void) {
     }
     const Value *b = val(g, "b");
     if (b) CHECK(b->type.dt == DT_F16 && ((uint16_t *)b->data)[1] == hb[1]);
-    CHECK(g->noutputs == 1 && g->outputs[0] == ir_find_value(g, "blk.3/y"));
+    /* the output is the last copy's y, under the name the model gives it */
+    CHECK(g->noutputs == 1 && g->outputs[0] == ir_find_value(g, "c") && ir_find_value(g, "blk.3/y") < 0);
     ir_graph_destroy(g);
   }
   /* --dtype f16 converts float weights of params without their own dtype */
@@ -330,7 +331,7 @@ static void test_nested_and_multi_output(void) {
   Graph *g = load_ok(p, NULL);
   if (!g) return;
   CHECK(has_shape(val(g, "outer.0/a"), DT_F32, 2, 1, 4));
-  CHECK(has_shape(val(g, "outer.2/inner.1/y"), DT_F32, 2, 2, 4));
+  CHECK(has_shape(val(g, "h"), DT_F32, 2, 2, 4)); /* outer.2/inner.1/y, named as the output */
   const Value *w1 = val(g, "outer.2/inner.1/w");
   if (w1) CHECK(((float *)w1->data)[0] == 2);
   CHECK(ir_find_value(g, "outer.0/inner.2/y") < 0);
@@ -340,7 +341,7 @@ static void test_nested_and_multi_output(void) {
   /* a block output that is one of its inputs passes the value through */
   const Value *y = val(g, "outer.1/inner.0/y");
   if (y) CHECK(g->node[y->node].in[1] == ir_find_value(g, "outer.1/inner.0/w"));
-  CHECK(g->outputs[0] == ir_find_value(g, "outer.2/inner.1/y"));
+  CHECK(g->outputs[0] == ir_find_value(g, "h") && ir_find_value(g, "outer.2/inner.1/y") < 0);
   ir_graph_destroy(g);
 }
 
@@ -766,6 +767,36 @@ static void test_fuzz(void) {
   CHECK(check_failures == failures_before);
 }
 
+/* A repeat node's `out` named as a model output is the output's name
+ * (SPEC §2: never the internal alias "b.1/y"); a state block declares one
+ * state per copy. */
+static void test_repeat_output_and_state(void) {
+  const char *p = write_text("rep.yaml",
+                             "smelt: 1\n"
+                             "inputs: {x: {shape: [4]}, pos: {shape: [1], dtype: i32}}\n"
+                             "blocks:\n"
+                             "  b:\n"
+                             "    inputs: [x, pos]\n"
+                             "    state: {c: {shape: [8, 4]}}\n"
+                             "    nodes:\n"
+                             "      - {out: x2, op: reshape, in: [x], shape: [1, 4]}\n"
+                             "      - {out: c2, op: scatter, in: [c, pos, x2]}\n"
+                             "      - {out: y, op: sum, in: [c2], axes: [0]}\n"
+                             "    outputs: [y]\n"
+                             "nodes:\n"
+                             "  - {out: h, repeat: b, times: 2, in: [x, pos]}\n"
+                             "outputs: [h]\n");
+  Graph *g = load_ok(p, NULL);
+  if (!g) return;
+  CHECK(g->noutputs == 1 && !strcmp(g->val[g->outputs[0]].name, "h"));
+  CHECK(ir_find_value(g, "b.1/y") < 0 && ir_find_value(g, "b.0/y") >= 0);
+  CHECK(g->nstates == 2 && !strcmp(g->val[g->states[1]].name, "b.1/c") && g->val[g->states[0]].state);
+  CHECK(g->ninputs == 2); /* states are not inputs */
+  int up = ir_state_update(g, g->states[1]);
+  CHECK(up >= 0 && !strcmp(g->val[g->node[up].out[0]].name, "b.1/c2"));
+  ir_graph_destroy(g);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/smelt_test_frontend_XXXXXX");
   if (!mkdtemp(tmpdir)) {
@@ -775,6 +806,7 @@ int main(void) {
   test_basic();
   test_dims_override();
   test_repeat_twice_and_from();
+  test_repeat_output_and_state();
   test_nested_and_multi_output();
   test_init();
   test_values();
