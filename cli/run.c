@@ -24,7 +24,8 @@ static const char run_help[] =
     "flags:\n"
     "  --device ref|cpu|cuda[:N]  ref: the reference interpreter (plain C, every op; the oracle);\n"
     "                          cpu: the generated kernels on a thread pool; cuda: on GPU N\n"
-    "                          (default 0); a YAML model is compiled for that target (default ref)\n"
+    "                          (default 0); a YAML model is compiled for that target (default:\n"
+    "                          ref for a YAML model, the bundle's target for a bundle)\n"
     "  --threads N             CPU worker threads (default: the number of cores)\n"
     "  --check                 also run the reference and print max abs/rel and rel L2 error\n"
     "                          per output; exit 1 when one exceeds the tolerance\n"
@@ -297,7 +298,7 @@ static int parse_name_file(const char *flag, const char *v, NameFile *nf) {
 }
 
 int cli_run(int argc, char **argv) {
-  const char *model = NULL, *device = "ref";
+  const char *model = NULL, *device = NULL;
   ModelOpts mo = {.dtype = DT_INVALID};
   NameFile ins[64], outs[64];
   int nin = 0, nout = 0, rc = 0;
@@ -349,6 +350,17 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "no model given");
     goto done;
   }
+  size_t ml0 = strlen(model);
+  if (!device && ml0 > 6 && strcmp(model + ml0 - 6, ".smelt") == 0) {
+    /* a bundle runs where it was compiled for: cpu when it has CPU code */
+    smelt_bundle *peek = NULL;
+    smelt_status pst = rt_bundle_open_nojit(model, &peek);
+    const char *targets = pst ? NULL : rt_bundle_manifest_get(peek, "targets");
+    device = targets && !strstr(targets, "cpu") && strstr(targets, "cuda") ? "cuda" : "cpu";
+    smelt_bundle_close(peek);
+    st_free(pst); /* reported when the bundle is opened below */
+  }
+  if (!device) device = "ref";
   bool is_ref = strcmp(device, "ref") == 0, is_cpu = strcmp(device, "cpu") == 0;
   bool is_cuda = strcmp(device, "cuda") == 0 ||
                  (strncmp(device, "cuda:", 5) == 0 && device[5] >= '0' && device[5] <= '9' &&
