@@ -36,6 +36,7 @@
  *
  * --json prints the same numbers as one JSON object instead of the table,
  * for scripts (bench/gpu/bench.py). */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,8 @@ static const char bench_help[] =
     "  --warmup N              untimed runs first (default 3)\n"
     "  --iters N               timed runs (default 20)\n"
     "  --json                  print the results as one JSON object instead of a table\n"
+    "  --trace FILE.json       write the last timed run as a Chrome-trace/Perfetto timeline: every\n"
+    "                          kernel under its YAML names, with bytes, FLOPs and variant\n"
     "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
     "                          specialisations: the one to bench\n"
     "  --dtype DTYPE           (YAML only) default element type\n"
@@ -225,6 +228,8 @@ typedef struct {
   int nkernels;
   char note[200];
   KernelRes *res;        /* CUDA: per kernel */
+  double *start, *dur;   /* per kernel, seconds: the last timed run's timeline (--trace) */
+  double run_s;          /* that run's length (CPU) or the graph replay's (CUDA) */
   char res_note[240];    /* why some resources are unknown */
 } Report;
 
@@ -268,7 +273,7 @@ static void print_table(const Report *rep) {
   }
 }
 
-static void json_string(const char *s) {
+static void put_json_string(const char *s) {
   putchar('"');
   for (; s && *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -281,7 +286,7 @@ static void json_string(const char *s) {
 
 static void json_row(const Row *r, double bw) {
   printf("{\"name\": ");
-  json_string(r->name);
+  put_json_string(r->name);
   printf(", \"median_us\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"gbs\": %.3f, \"gflops\": %.3f, "
          "\"roofline_pct\": %.2f",
          r->t * 1e6, r->bytes, r->flops, r->t > 0 ? r->bytes / r->t * 1e-9 : 0, r->t > 0 ? r->flops / r->t * 1e-9 : 0,
@@ -290,9 +295,9 @@ static void json_row(const Row *r, double bw) {
     /* -1: the driver could not say */
     const KernelRes *k = r->res;
     printf(", \"kind\": ");
-    json_string(k->kind);
+    put_json_string(k->kind);
     printf(", \"variant\": ");
-    json_string(k->variant);
+    put_json_string(k->variant);
     printf(", \"registers\": %d, \"local_bytes\": %d, \"smem_static\": %d, \"smem_dynamic\": %u, "
            "\"workspace\": %llu",
            k->regs, k->local_bytes, k->smem_static, k->smem_dynamic, (unsigned long long)k->workspace);
@@ -302,19 +307,19 @@ static void json_row(const Row *r, double bw) {
 
 static void print_json(const Report *rep) {
   printf("{\"model\": ");
-  json_string(rep->model);
+  put_json_string(rep->model);
   printf(", \"device\": ");
-  json_string(rep->device);
+  put_json_string(rep->device);
   printf(", \"hardware\": ");
-  json_string(rep->hw);
+  put_json_string(rep->hw);
   printf(", \"warmup\": %d, \"iters\": %d, \"copy_bandwidth_gbs\": %.3f, \"copy_method\": ", rep->warmup, rep->iters,
          rep->copy_bw * 1e-9);
-  json_string(rep->copy_how);
+  put_json_string(rep->copy_how);
   printf(", \"flop_peak\": ");
-  json_string(rep->peak_how);
+  put_json_string(rep->peak_how);
   if (rep->res) {
     printf(", \"resources_note\": ");
-    json_string(rep->res_note);
+    put_json_string(rep->res_note);
   }
   printf(",\n \"kernels\": [");
   for (int i = 0; i < rep->nkernels; i++) {
@@ -347,9 +352,14 @@ static smelt_status bench_cpu(smelt_session *s, Report *rep) {
       double k0 = now_s();
       st = rt_session_run_kernel(s, k);
       times[(size_t)k * (size_t)iters + (size_t)i] = now_s() - k0;
+      if (rep->start && i == iters - 1) {
+        rep->start[k] = k0 - t0;
+        rep->dur[k] = now_s() - k0;
+      }
     }
     if (!st) st = rt_session_finish(s);
     total[i] = now_s() - t0;
+    rep->run_s = total[i];
   }
   if (st) {
     free(times);
@@ -579,6 +589,13 @@ static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Repor
     return st;
   }
   double all_bytes = 0, all_flops = 0, sum = 0;
+  for (int k = 0, at = 0; rep->start && k < nk; k++) {
+    /* the last run's event-timed kernels, each after the one before */
+    rep->start[k] = at ? rep->start[k - 1] + rep->dur[k - 1] : 0;
+    rep->dur[k] = times[(size_t)k * (size_t)iters + (size_t)iters - 1] * 1e-3;
+    at = 1;
+  }
+  rep->run_s = median(graph, iters) * 1e-3;
   for (int k = 0; k < nk; k++) {
     const Kernel *kn = rt_bundle_kernel(b, k);
     DType dt = g->val[kn->args[kn->nargs - 1]].type.dt;
@@ -601,6 +618,51 @@ static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Repor
   return NULL;
 }
 
+/* A Chrome-trace / Perfetto JSON file: one complete ("X") event per
+ * kernel of the last timed run, named as the kernel (its YAML names), with
+ * its bytes, FLOPs, tasks and, on CUDA, kind and variant; then the whole
+ * run (CPU) or the CUDA graph replay's median on a track of its own.  CPU:
+ * the kernels' host-clock start and end in that run.  CUDA: each kernel
+ * launched alone and timed by CUDA events, placed back to back (the graph
+ * replays them without the gaps launching alone adds). */
+static smelt_status write_trace(const char *path, const Report *rep, bool cuda) {
+  json_t *root = json_object(), *ev = json_array();
+  if (!root || !ev) {
+    json_decref(root);
+    json_decref(ev);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  json_object_set_new(root, "traceEvents", ev);
+  json_object_set_new(root, "displayTimeUnit", json_string("ns"));
+  json_t *meta = json_pack("{s:s, s:s, s:s, s:i, s:s}", "model", rep->model, "device", rep->device, "hardware",
+                           rep->hw, "iters", rep->iters, "timeline",
+                           cuda ? "kernels launched one at a time, CUDA-event durations, back to back"
+                                : "host clock of the last timed run");
+  json_object_set_new(root, "otherData", meta);
+  const char *tracks[2] = {cuda ? "kernels (one launch each)" : "kernels", cuda ? "CUDA graph replay" : "whole run"};
+  for (int t = 0; t < 2; t++)
+    json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M", "pid", 1,
+                                        "tid", t + 1, "args", "name", tracks[t]));
+  json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 1, "args",
+                                      "name", rep->model));
+  for (int k = 0; k < rep->nkernels; k++) {
+    const Row *r = &rep->rows[k];
+    json_t *args = json_pack("{s:f, s:f, s:I}", "bytes", r->bytes, "flops", r->flops, "tasks", (json_int_t)r->tasks);
+    if (r->res) {
+      json_object_set_new(args, "kind", json_string(r->res->kind));
+      json_object_set_new(args, "variant", json_string(r->res->variant));
+    }
+    json_array_append_new(ev, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i, s:o}", "name", r->name, "cat", "kernel",
+                                        "ph", "X", "ts", rep->start[k] * 1e6, "dur", rep->dur[k] * 1e6, "pid", 1,
+                                        "tid", 1, "args", args));
+  }
+  json_array_append_new(ev, json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i}", "name", tracks[1], "cat", "run", "ph", "X",
+                                      "ts", 0.0, "dur", rep->run_s * 1e6, "pid", 1, "tid", 2));
+  int rc = json_dump_file(root, path, JSON_INDENT(1));
+  json_decref(root);
+  return rc ? st_error(ST_IO, "%s: cannot write the trace", path) : NULL;
+}
+
 static bool parse_count(const char *s, int lo, int *out) {
   char *end;
   long v = strtol(s, &end, 10);
@@ -618,6 +680,7 @@ int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
   bool json = false, allow_tf32 = false;
+  const char *trace = NULL;
   char dims[1024] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -649,6 +712,9 @@ int cli_bench(int argc, char **argv) {
     } else if ((v = cli_flag_value("--dtype", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("bench", "--dtype needs a dtype");
       dtype = v;
+    } else if ((v = cli_flag_value("--trace", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("bench", "--trace needs a file name (FILE.json)");
+      trace = v;
     } else if (a[0] == '-' && a[1]) return cli_usage("bench", "unknown flag '%s'", a);
     else if (path) return cli_usage("bench", "one model at a time ('%s' and '%s')", path, a);
     else path = a;
@@ -683,6 +749,9 @@ int cli_bench(int argc, char **argv) {
     if (!(rep.rows = calloc((size_t)rep.nkernels + 2, sizeof *rep.rows))) st = st_error(ST_NO_MEMORY, "out of memory");
     if (!st && cuda && !(rep.res = calloc((size_t)rep.nkernels + 1, sizeof *rep.res)))
       st = st_error(ST_NO_MEMORY, "out of memory");
+    if (!st && trace && (!(rep.start = calloc((size_t)rep.nkernels + 1, sizeof *rep.start)) ||
+                         !(rep.dur = calloc((size_t)rep.nkernels + 1, sizeof *rep.dur))))
+      st = st_error(ST_NO_MEMORY, "out of memory");
   }
   if (!st && cuda) {
     st = bench_cuda(s, rt_bundle_spec(b, spec), &rep);
@@ -713,6 +782,12 @@ int cli_bench(int argc, char **argv) {
     if (json) print_json(&rep);
     else print_table(&rep);
   }
+  if (!st && trace) {
+    st = write_trace(trace, &rep, cuda);
+    if (!st && !json) printf("trace: %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", trace);
+  }
+  free(rep.start);
+  free(rep.dur);
   free(rep.rows);
   free(rep.res);
   buffers_free(&keep);
