@@ -40,6 +40,7 @@
 #include "format/constants.h"
 #include "format/cuda_launch.h"
 #include "format/kernel_table.h"
+#include "format/parallel.h"
 #include "format/weights.h"
 
 #include <fcntl.h>
@@ -484,7 +485,7 @@ static int weights_file(ConstCtx *c, const char *opened, const char *name, smelt
   f->opened = strdup(opened);
   f->name = strdup(name ? name : opened);
   f->abs = strdup(abs);
-  f->crc = fmt_crc32c(0, f->map, f->size);
+  f->crc = fmt_crc32c_parallel(f->map, f->size);
   c->nfiles++;
   if (!f->opened || !f->name || !f->abs) *out_st = st_error(ST_NO_MEMORY, "out of memory");
   return *out_st ? -1 : c->nfiles - 1;

@@ -34,6 +34,7 @@
  * table does the work. */
 #define _DEFAULT_SOURCE /* MAP_POPULATE, realpath */
 #include "format/bundle.h"
+#include "format/parallel.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -306,12 +307,12 @@ static smelt_status add_section(FmtWriter *w, FmtSectionKind kind, const char *n
     return st_error(ST_NO_MEMORY, "bundle writer: out of memory for a %zu-byte section", len);
   }
   if (len && !owned) memcpy(copy, data, len);
-  *piece = (FmtPiece){copy, len};
+  *piece = (FmtPiece){.data = copy, .len = len};
   s->owned = copy;
   s->pieces = piece;
   s->npieces = 1;
   s->size = len;
-  s->crc = fmt_crc32c(0, copy, len);
+  s->crc = fmt_crc32c_parallel(copy, len);
   w->nsec++;
   return NULL;
 }
@@ -343,8 +344,10 @@ smelt_status fmt_writer_add_pieces(FmtWriter *w, FmtSectionKind kind, const char
       return st_error(ST_INVALID_INPUT, "bundle writer: section '%s' is too large", s->name);
     }
     size += pieces[i].len;
-    if (pieces[i].data) {
-      crc = fmt_crc32c(crc, pieces[i].data, pieces[i].len);
+    if (pieces[i].data && pieces[i].has_crc) {
+      crc = fmt_crc32c_combine(crc, pieces[i].crc, pieces[i].len);
+    } else if (pieces[i].data) {
+      crc = fmt_crc32c_combine(crc, fmt_crc32c_parallel(pieces[i].data, pieces[i].len), pieces[i].len);
     } else {
       for (size_t k = 0; k < pieces[i].len; k += sizeof zeros)
         crc = fmt_crc32c(crc, zeros, pieces[i].len - k < sizeof zeros ? pieces[i].len - k : sizeof zeros);
@@ -754,7 +757,7 @@ static smelt_status check_checksums(const unsigned char *buf, size_t len, const 
     /* a deferred section enters the file's CRC with its stored checksum: the
      * table and everything else are still checked now */
     bool defer = defer_kind && sec[i].kind == defer_kind && stored <= UINT32_MAX;
-    crc[i] = defer ? (uint32_t)stored : fmt_crc32c(0, sec[i].data, sec[i].size);
+    crc[i] = defer ? (uint32_t)stored : fmt_crc32c_parallel(sec[i].data, sec[i].size);
     if (stored != crc[i])
       st = invalid("section %d (%s '%s'): checksum mismatch (stored 0x%llx, computed 0x%08x): the section is corrupted",
                    i, fmt_section_kind_name(sec[i].kind), sec[i].name, (unsigned long long)stored, crc[i]);
@@ -888,7 +891,7 @@ smelt_status fmt_file_check_deferred(FmtFile *b) {
     for (int i = 0; i < b->nsec && b->deferred == 1; i++) {
       const FmtSection *s = &b->sec[i];
       if (!b->defer_kind || s->kind != b->defer_kind) continue;
-      uint32_t got = fmt_crc32c(0, s->data, s->size);
+      uint32_t got = fmt_crc32c_parallel(s->data, s->size);
       if (got == b->stored[i]) continue;
       b->deferred = -1;
       size_t n = strlen(b->path) + strlen(s->name) + 200;

@@ -103,6 +103,8 @@ smelt_status fmt_writer_take(FmtWriter *w, FmtSectionKind kind, const char *name
 typedef struct {
   const void *data;
   size_t len;
+  bool has_crc;  /* crc is fmt_crc32c(0, data, len), known to the caller: */
+  uint32_t crc;  /* the writer then does not read the bytes to checksum them */
 } FmtPiece;
 /* Appends a section made of the pieces in order, without copying their
  * bytes (the array itself is copied): they must stay valid and unchanged

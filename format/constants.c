@@ -5,8 +5,11 @@
  * at memory speed with the hardware instruction, so deduplicating a 700 MB
  * model costs a few tens of ms, and memcmp confirms every hit.  The blob is
  * never materialised here: the section is written from the entries as
- * pieces (the data, then zeros up to the next multiple of 64). */
+ * pieces (the data, then zeros up to the next multiple of 64), each with
+ * the CRC taken here, so the writer's section checksum combines them
+ * instead of reading the weights a second time. */
 #include "format/constants.h"
+#include "format/parallel.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +68,7 @@ static bool grow_table(FmtConstPool *p) {
 
 smelt_status fmt_const_pool_add(FmtConstPool *p, const void *data, size_t n, uint64_t *out_offset) {
   *out_offset = 0;
-  uint32_t crc = fmt_crc32c(0, data, n);
+  uint32_t crc = fmt_crc32c_parallel(data, n);
   if ((size_t)(p->n + 1) * 2 > p->nslot && !grow_table(p)) return st_error(ST_NO_MEMORY, "out of memory");
   size_t h = hash_of(crc, n) & (p->nslot - 1);
   for (; p->slot[h] >= 0; h = (h + 1) & (p->nslot - 1)) {
@@ -97,8 +100,8 @@ smelt_status fmt_const_pool_add_section(const FmtConstPool *p, FmtWriter *w, con
   int np = 0;
   uint64_t pos = 0;
   for (int i = 0; i < p->n; i++) {
-    if (p->e[i].offset > pos) pieces[np++] = (FmtPiece){NULL, (size_t)(p->e[i].offset - pos)};
-    pieces[np++] = (FmtPiece){p->e[i].data, p->e[i].n};
+    if (p->e[i].offset > pos) pieces[np++] = (FmtPiece){.len = (size_t)(p->e[i].offset - pos)};
+    pieces[np++] = (FmtPiece){p->e[i].data, p->e[i].n, true, p->e[i].crc}; /* hashed once, here */
     pos = p->e[i].offset + p->e[i].n;
   }
   smelt_status st = fmt_writer_add_pieces(w, FMT_SEC_CONSTANTS, name, pieces, np);

@@ -8,8 +8,8 @@
 #include "format/bundle.h"
 
 #define FMT_PAR_MAX_THREADS 16
-#define FMT_PAR_BYTES_PER_THREAD ((uint64_t)16 << 20)
-#define FMT_CRC_PIECE ((size_t)8 << 20)
+#define FMT_PAR_BYTES_PER_THREAD ((uint64_t)4 << 20)
+#define FMT_CRC_PIECE ((size_t)2 << 20)
 
 int fmt_parallel_threads(uint64_t bytes) {
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);

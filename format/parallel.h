@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How many threads a job over `bytes` bytes is worth: one per 16 MB, at
+/* How many threads a job over `bytes` bytes is worth: one per 4 MB, at
  * most the online CPUs and 16 (SMELT_FMT_THREADS overrides the cap). */
 int fmt_parallel_threads(uint64_t bytes);
 /* Calls fn(ctx, i) for every 0 <= i < ntasks, on up to nthreads threads
