@@ -34,6 +34,9 @@ const char *cli_default_tune_table(void);
 /* Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL if argv[*i] is not that flag. */
 const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool *missing);
 
+/* Writes g as Graphviz DOT, or SVG through `dot` for a .svg path. */
+smelt_status cli_write_graph(const Graph *g, const char *path);
+
 int cli_compile(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_inspect(int argc, char **argv);

@@ -1,12 +1,16 @@
 /* Flag parsing and error reporting shared by the subcommands. */
 #include <errno.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
+
+extern char **environ;
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
   va_list ap;
@@ -92,5 +96,30 @@ const char *cli_default_tune_table(void) {
 #ifdef SMELT_DEFAULT_TUNE_TABLE
   if (access(SMELT_DEFAULT_TUNE_TABLE, R_OK) == 0) return SMELT_DEFAULT_TUNE_TABLE;
 #endif
+  return NULL;
+}
+
+/* Writes g as Graphviz DOT to path, or as SVG through `dot -Tsvg` when the
+ * path ends in .svg. */
+smelt_status cli_write_graph(const Graph *g, const char *path) {
+  size_t n = strlen(path);
+  bool svg = n > 4 && strcmp(path + n - 4, ".svg") == 0;
+  char dot_path[4200];
+  snprintf(dot_path, sizeof dot_path, svg ? "%s.dot.tmp" : "%s", path);
+  FILE *f = fopen(dot_path, "w");
+  if (!f) return st_error(ST_IO, "%s: error: cannot write the graph", dot_path);
+  ir_print_dot(f, g);
+  if (fclose(f) != 0) return st_error(ST_IO, "%s: error: write failed", dot_path);
+  if (!svg) return NULL;
+  pid_t pid;
+  char *const args[] = {"dot", "-Tsvg", "-o", (char *)path, dot_path, NULL};
+  int rc = posix_spawnp(&pid, "dot", NULL, NULL, args, environ), status = 0;
+  if (rc == 0 && waitpid(pid, &status, 0) < 0) rc = errno;
+  remove(dot_path);
+  if (rc != 0)
+    return st_error(ST_UNSUPPORTED, "%s: error: SVG needs Graphviz's `dot`, which could not be run (%s); write a .dot "
+                    "file instead, or install graphviz", path, strerror(rc));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return st_error(ST_IO, "%s: error: `dot -Tsvg` failed (status %d)", path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return NULL;
 }

@@ -30,6 +30,8 @@ static const char compile_help[] =
     "  --passes a,b,c          run these passes instead of the default pipeline\n"
     "                          (default: canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory)\n"
     "  --print-ir-after-all    print the IR after every pass to stderr\n"
+    "  --graph-after=PASS FILE write the IR after PASS as a Graphviz graph (FILE.dot, or\n"
+    "                          FILE.svg through `dot`)\n"
     "  --print-ir-after=PASS   print the IR after PASS (repeatable)\n"
     "  --print-ir-before=PASS  print the IR before PASS (repeatable)\n"
     "  --ir-dump-dir DIR       write DIR/NN-PASS.ir after each pass (DIR/00-input.ir first)\n"
@@ -66,6 +68,7 @@ typedef struct {
   const char *after[16], *before[16];
   int nafter, nbefore;
   const char *dump_dir;
+  const char *graph_after, *graph_file; /* --graph-after=PASS FILE */
   FILE *err;
   smelt_status io_error;
 } DumpOpts;
@@ -113,6 +116,7 @@ static void dump_hook(void *user, const PassInfo *pass, int index, bool after, b
     fprintf(d->err, "// ----- %s -----\n", header);
     if (changed) ir_print(d->err, g);
   }
+  if (d->graph_after && strcmp(d->graph_after, name) == 0 && !d->io_error) d->io_error = cli_write_graph(g, d->graph_file);
   if (d->dump_dir) {
     char file[96];
     snprintf(file, sizeof file, "%02d-%s.ir", index, name);
@@ -152,6 +156,10 @@ int cli_compile(int argc, char **argv) {
     } else if ((v = cli_flag_value("--passes", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--passes needs a list");
       passes = v;
+    } else if ((v = cli_flag_value("--graph-after", argc, argv, &i, &missing)) || missing) {
+      if (missing || i + 1 >= argc) return cli_usage("compile", "--graph-after needs a pass name and a file (--graph-after=fuse g.svg)");
+      d.graph_after = v;
+      d.graph_file = argv[++i];
     } else if (strcmp(a, "--print-ir-after-all") == 0) {
       d.after_all = true;
     } else if ((v = cli_flag_value("--print-ir-after", argc, argv, &i, &missing)) || missing) {
@@ -255,7 +263,7 @@ int cli_compile(int argc, char **argv) {
                          .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
                          .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note};
   char key[65] = "";
-  bool cacheable = !emit_ir && !no_cache && !d.after_all && !d.nafter && !d.nbefore && !d.dump_dir && !verbose &&
+  bool cacheable = !emit_ir && !no_cache && !d.after_all && !d.nafter && !d.nbefore && !d.dump_dir && !d.graph_after && !verbose &&
                    !ctx.explain_fusion;
   if (cacheable) {
     smelt_status kst = sc_cache_key(model, &co, key);

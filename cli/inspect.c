@@ -29,6 +29,8 @@ static const char inspect_help[] =
     "\n"
     "flags:\n"
     "  --ir              the final IR the kernels were generated from\n"
+    "  --graph FILE      the final IR as a Graphviz graph: FILE.dot, or FILE.svg through `dot`\n"
+    "                    (fusion groups as clusters with footprint and budget; edges are tensors)\n"
     "  --kernels         every kernel: tasks, estimated bytes and FLOPs, arguments; on\n"
     "                    CUDA its variant and workspace bytes\n"
     "  --source KERNEL   the IR nodes a kernel computes, its CUDA C and its LLVM IR\n"
@@ -367,7 +369,7 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
 }
 
 int cli_inspect(int argc, char **argv) {
-  const char *path = NULL, *source = NULL, *dim = NULL, *cubin_dir = NULL;
+  const char *path = NULL, *source = NULL, *dim = NULL, *cubin_dir = NULL, *graph = NULL;
   bool ir = false, kernels = false, memory = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -386,6 +388,9 @@ int cli_inspect(int argc, char **argv) {
     } else if ((v = cli_flag_value("--dump-cubins", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("inspect", "--dump-cubins needs a directory");
       cubin_dir = v;
+    } else if ((v = cli_flag_value("--graph", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("inspect", "--graph needs a file (FILE.dot or FILE.svg)");
+      graph = v;
     } else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("inspect", "--source needs a kernel name");
       source = v;
@@ -405,7 +410,15 @@ int cli_inspect(int argc, char **argv) {
     }
     last = first;
   }
-  if (!ir && !kernels && !memory && !source && !cubin_dir) print_summary(b);
+  if (graph) {
+    /* of a bundle of several specialisations: the first, or the one --dim names */
+    st = cli_write_graph(rt_bundle_graph(rt_bundle_spec(b, first)), graph);
+    if (st) {
+      smelt_bundle_close(b);
+      return cli_fail(st);
+    }
+  }
+  if (!ir && !kernels && !memory && !source && !cubin_dir && !graph) print_summary(b);
   for (int i = first; i <= last && (ir || kernels || memory || source); i++) {
     const smelt_bundle *sp = rt_bundle_spec(b, i);
     if (rt_bundle_num_specs(b) > 1) printf("%s// ===== specialisation s%d: %s =====\n", i > first ? "\n" : "", i,

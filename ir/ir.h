@@ -249,6 +249,9 @@ smelt_status ir_verify(const Graph *g) SMELT_MUST_USE;
 
 /* The one textual form of the IR. */
 void ir_print(FILE *f, const Graph *g);
+/* The graph as Graphviz DOT (ir/dot.c): fusion groups as clusters with
+ * their footprint and budget, edges as tensors with type and bytes. */
+void ir_print_dot(FILE *f, const Graph *g);
 /* The same text as a malloc'd string owned by the caller. */
 char *ir_print_str(const Graph *g);
 /* A short name for a node in messages: its first output's name. */

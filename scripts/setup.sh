@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 need_pkgs=()
 have() { dpkg -s "$1" >/dev/null 2>&1; }
-for p in build-essential cmake pkg-config libyaml-dev libjansson-dev protobuf-c-compiler libprotobuf-c-dev python3; do
+for p in build-essential cmake pkg-config libyaml-dev libjansson-dev protobuf-c-compiler libprotobuf-c-dev python3 graphviz; do
   have "$p" || need_pkgs+=("$p")
 done
 # LLVM development files (the CPU backend's code generator); any of 14..19 will do.
