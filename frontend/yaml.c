@@ -1115,6 +1115,11 @@ static smelt_status resolve_inputs(Loader *L, const Scope *s, const NameList *in
     if (!b) {
       free(*out);
       *out = NULL;
+      if (s->prefix[0] && ir_find_value(L->g, in->name[i]) >= 0)
+        return errf(L, in->node[i],
+                    "node '%s' (%s): undefined name '%s' in this block: a block sees only its own inputs, params and "
+                    "state; pass the model's '%s' to the block as one of its inputs",
+                    nname, kind, in->name[i], in->name[i]);
       return errf(L, in->node[i], "node '%s' (%s): undefined name '%s'", nname, kind, in->name[i]);
     }
     (*out)[i] = b->value;
