@@ -159,12 +159,13 @@ static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile 
 
 static int print_output_check(const ScOutputReport *r) {
   printf("check against the reference interpreter:\n");
-  printf("  %-24s %12s %12s %12s  %-6s %s\n", "output", "max abs", "max rel", "rel L2", "result", "rule");
+  printf("  %-24s %12s %12s %12s %10s  %-6s %s\n", "output", "max abs", "max rel", "rel L2", "cosine", "result",
+         "rule (what decides)");
   for (int i = 0; i < r->noutputs; i++) {
     const ScOutputCheck *o = &r->outputs[i];
     char rule[64];
-    printf("  %-24s %12.3g %12.3g %12.3g  %-6s %s\n", o->name, o->diff.max_abs, o->diff.max_rel, o->diff.rel_l2,
-           o->diff.pass ? "pass" : "FAIL", sc_rule_text(&o->diff, rule, sizeof rule));
+    printf("  %-24s %12.3g %12.3g %12.3g %10.6f  %-6s %s\n", o->name, o->diff.max_abs, o->diff.max_rel,
+           o->diff.rel_l2, o->diff.cosine, o->diff.pass ? "pass" : "FAIL", sc_rule_text(&o->diff, rule, sizeof rule));
   }
   return r->pass ? 0 : 1;
 }
