@@ -220,7 +220,12 @@ static void emit_scatter(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   around_axis(dt, c.ax, &outer, &c.len, &inner);
   c.nidx = st->dim[c.ax];
   bool inplace = ir_state_of(g, out) >= 0;
-  l->kind = "scatter";
+  if (f->arg_of[out] < 0) {
+    cu_fail(f, ST_INTERNAL, "scatter '%s': its result is not an argument of kernel %s (nothing in this run reads it)",
+            g->val[out].name, f->k->name);
+    return;
+  }
+  l->kind = "elementwise"; /* the launch table knows the kinds of format/cuda_launch.c */
   l->block[0] = CU_EW_THREADS;
   /* lanes along the innermost dim: not the axis (rows are whole vectors) */
   int vals[2] = {n->in[2], out};
@@ -339,7 +344,7 @@ static void emit_argmax(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   *kt = *xt;
   kt->dim[c.ax] = 1;
   c.kt = kt;
-  l->kind = "argmax";
+  l->kind = "reduction";
   if (outer * inner == 0 || c.len == 0) return;
   if (inner == 1) {
     if (outer > 0x7fffffffLL) {
@@ -394,7 +399,7 @@ static void emit_arange(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   int out = n->out[0];
   const TensorType *yt = &g->val[out].type, *st = &g->val[n->in[0]].type;
   int64_t items = ir_type_numel(yt);
-  l->kind = "arange";
+  l->kind = "elementwise";
   l->block[0] = CU_EW_THREADS;
   l->grid[0] = cu_grid_for(items, CU_EW_THREADS);
   if (items == 0) return;

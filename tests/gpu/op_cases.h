@@ -386,6 +386,45 @@ static inline void oc_transformer_cases(OpSuite *s) {
     ir_set_attr_int(s->g, n, "rotary_dim", 8);
     ir_set_attr_float(s->g, n, "base", 500.0);
   }
+  OC_CASE(s, "attention_cache") {
+    /* k and v are caches of 10 slots; query i sees slots 0 .. pos[i] */
+    int q = OC_X(s, "q", 1, 4, 3, 16), k = OC_X(s, "k", 1, 2, 10, 16), v = OC_X(s, "v", 1, 2, 10, 16);
+    int p = oc_in(s, "pos", DT_I32, OC_DIMS(3), 0, 9);
+    int n = oc_node(s, OP_ATTENTION, 4, (int[]){q, k, v, p}, "y");
+    ir_set_attr_bool(s->g, n, "cache", true);
+    int q1 = OC_X(s, "q1", 1, 2, 1, 40), p1 = oc_in(s, "pos1", DT_I64, OC_DIMS(1), 0, 9);
+    int k1 = OC_X(s, "k1", 1, 1, 10, 40);
+    n = oc_node(s, OP_ATTENTION, 4, (int[]){q1, k1, k1, p1}, "decode");
+    ir_set_attr_bool(s->g, n, "cache", true);
+  }
+  /* scatter into destinations that are not states (a new tensor; the
+   * in-place state case is tests/unit/test_cuda_state_ops.c's); indices
+   * may repeat (the later one wins) */
+  OC_CASE(s, "scatter") {
+    int d = OC_X(s, "dst", 1, 2, 6, 16), i = oc_in(s, "idx", DT_I32, OC_DIMS(3), 0, 5), x = OC_X(s, "src", 1, 2, 3, 16);
+    int n = oc_node(s, OP_SCATTER, 3, (int[]){d, i, x}, "y");
+    ir_set_attr_int(s->g, n, "axis", 2);
+    int d2 = OC_X(s, "dst2", 5, 3), i2 = oc_in(s, "idx2", DT_I64, OC_DIMS(2), 0, 4), x2 = OC_X(s, "src2", 2, 3);
+    oc_node(s, OP_SCATTER, 3, (int[]){d2, i2, x2}, "rows");
+    int d3 = OC_X(s, "dst3", 4, 7), i3 = oc_in(s, "idx3", DT_I32, OC_DIMS(3), 0, 6), x3 = OC_X(s, "src3", 4, 3);
+    n = oc_node(s, OP_SCATTER, 3, (int[]){d3, i3, x3}, "last");
+    ir_set_attr_int(s->g, n, "axis", -1);
+  }
+  OC_CASE(s, "argmax") {
+    int x = OC_X(s, "x", 3, 1000), x2 = OC_X(s, "x2", 4, 5, 6), x3 = OC_X(s, "x3", 2, 37);
+    oc_node(s, OP_ARGMAX, 1, &x, "row");
+    int n = oc_node(s, OP_ARGMAX, 1, &x2, "mid");
+    ir_set_attr_int(s->g, n, "axis", 1);
+    ir_set_attr_bool(s->g, n, "keepdims", true);
+    oc_node(s, OP_ARGMAX, 1, &x3, "odd");
+  }
+  OC_CASE(s, "arange") {
+    int a = oc_in(s, "start", DT_I32, OC_DIMS(1), 0, 100), b = oc_in(s, "start64", DT_I64, OC_DIMS(1), -50, 50);
+    int n = oc_node(s, OP_ARANGE, 1, &a, "y");
+    ir_set_attr_int(s->g, n, "size", 10);
+    n = oc_node(s, OP_ARANGE, 1, &b, "y64");
+    ir_set_attr_int(s->g, n, "size", 300);
+  }
 }
 
 /* Integer and bool cases (added to the f32 suite only). */
