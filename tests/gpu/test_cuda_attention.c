@@ -13,6 +13,9 @@
  *               it (rope'd q; a 2048-key cache with the rope'd new key and
  *               the new value appended by concat)
  *   long decode f16 B1 H32 D128 S=1 T=32768
+ *   over a cache (cache: true; positions at run time): W4/W3 decode at
+ *               positions 0, 127, 1023 and C - 1 and prefill chunks at two
+ *               starts, timed (the time follows pos + 1, not C)
  * each variant also timed (rt_cuda_time_kernels) and reported in TFLOP/s
  * (prefill) or GB/s of K, V, Q and O moved (decode); then a matrix of
  * smaller shapes (bf16, not causal, grouped-query, S != T, ragged S and T,
@@ -191,6 +194,61 @@ static void run_matrix(Exec *e) {
   }
 }
 
+/* Attention over a cache (cache: true): the heuristic's kernel at several
+ * positions of one capacity, timed, so that the time is seen to follow the
+ * valid length (pos + 1) and not the capacity; decode (S = 1) at 0, 127,
+ * 1023 and C - 1, and prefill chunks at two starts; plus forced variants
+ * at one position. */
+static void run_cache(Exec *e, char *summary, size_t cap) {
+  struct {
+    AttCase c;
+    const char *label;
+    int64_t p0[4];
+    const char *toks[4];
+  } cases[] = {
+      {{DT_F16, 1, 32, 4, 1, 2048, 64, false, true, false, false, false, false, true, false}, "W4 decode over a cache (rope q)",
+       {0, 127, 1023, 2047}, {"flashdec:split=32,bn=64,w=8,pf=1,tr=1", "flashdec:split=8,bn=32,w=4,pf=2", "simple"}},
+      {{DT_F16, 1, 32, 32, 1, 4096, 128, false, false, false, false, false, false, true, false}, "W3 decode over a cache",
+       {0, 127, 1023, 4095}, {"flashdec:split=16,bn=16,w=4,pf=2,tr=1"}},
+      {{DT_BF16, 1, 32, 4, 1, 2048, 64, false, false, false, false, false, false, true, true}, "bf16 decode, i64 positions",
+       {5, 2047, -1}, {NULL}},
+      {{DT_F16, 1, 32, 4, 512, 2048, 64, false, true, false, false, false, false, true, false}, "W4 prefill chunk over a cache (rope q)",
+       {0, 1536, -1}, {"flash:bm=128,bn=64,w=4,st=2", "flash:bm=64,bn=128,w=4,st=2,ks=2"}},
+      {{DT_BF16, 1, 8, 2, 100, 1000, 128, false, false, false, false, false, false, true, false}, "bf16 prefill over a cache",
+       {0, 900, -1}, {"flash:bm=64,bn=32,w=4,st=2", "simple"}},
+  };
+  const char *arch = rt_cuda_device_info(e->dev)->arch;
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    for (int pi = 0; pi < 4 && cases[i].p0[pi] >= 0; pi++) {
+      char name[200];
+      att_case_name(&cases[i].c, name, sizeof name);
+      Graph *g = att_graph(&cases[i].c);
+      AttRef r;
+      if (!g || !att_ref_init_at(&r, g, cases[i].p0[pi])) {
+        fprintf(stderr, "%s: could not build the case\n", name);
+        total_failures++;
+        ir_graph_destroy(g);
+        continue;
+      }
+      for (int t = -1; t < 4; t++) {
+        const char *tok = t < 0 ? NULL : cases[i].toks[t];
+        if (t >= 0 && (!tok || pi > 0)) break; /* forced variants at the first position only */
+        double ms = 0;
+        char used[CG_VARIANT_LEN];
+        int f = att_run_variant(e, &r, tok, arch, true, 0, 2, 10, &ms, used, cases[i].label);
+        total_runs++;
+        total_failures += f;
+        printf("  %-40s p0 %5lld  %-40s %9.4f ms %s\n", cases[i].label, (long long)cases[i].p0[pi], used, ms, f ? "FAILED" : "ok");
+        if (t < 0 && !f) {
+          size_t len = strlen(summary);
+          snprintf(summary + len, cap - len, "%s%s p0=%lld %.4f ms", len ? "; " : "", cases[i].label, (long long)cases[i].p0[pi], ms);
+        }
+      }
+      att_ref_free(&r);
+      ir_graph_destroy(g);
+    }
+}
+
 int main(void) {
   Exec e;
   int rc = h_cuda_test_start(&e, "test_cuda_attention");
@@ -206,6 +264,9 @@ int main(void) {
   run_all_variants(&e, &w4f, "W4 decode (rope, cache concat)", true, summary, sizeof summary);
   run_all_variants(&e, (AttCase[]){mk(DT_F16, 1, 32, 32, 1, 32768, 128, true)}, "decode T=32768", true, summary, sizeof summary);
   run_matrix(&e);
+  char cache_summary[2048] = "";
+  run_cache(&e, cache_summary, sizeof cache_summary);
+  printf("cache attention (heuristic): %s\n", cache_summary);
   printf("test_cuda_attention: %d variant runs, %d failures; best: %s\n", total_runs, total_failures, summary);
   h_exec_close(&e);
   check_failures += total_failures;
