@@ -364,6 +364,8 @@ def main():
     ap.add_argument("--min-seconds", type=float, default=1.0, help="and at least this long in all, per peer")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the best round's median counts")
     ap.add_argument("--keep", help="keep inputs, weights, ONNX files and bundles in this directory")
+    ap.add_argument("--smelt-base", help="a second smelt binary (an earlier build), timed in the same rounds: "
+                    "adds a `base ms` column and base/smelt")
     args = ap.parse_args()
     if not args.smelt or not os.access(args.smelt, os.X_OK):
         print("no smelt binary: build it (cmake) and pass --smelt PATH")
@@ -388,7 +390,7 @@ def main():
         import torch_peer
         torch_note = "torch " + torch_peer.setup(args.threads)
     except ImportError:
-        torch_peer, torch_note = None, "torch: not installed (PyPI's torch is the CUDA build), peer skipped"
+        torch_peer, torch_note = None, "torch: not installed (pip install torch), peer skipped"
 
     bw1, bw = copy_bandwidth(1), copy_bandwidth(args.threads)
     rev = run_cmd(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"]).stdout.strip() or "?"
@@ -404,6 +406,10 @@ def main():
     sys.stdout.flush()
 
     scpu = SmeltCpu(args.smelt, args.threads, args.warmup, args.iters)
+    sbase = None
+    if args.smelt_base:
+        sbase = SmeltCpu(os.path.abspath(args.smelt_base), args.threads, args.warmup, args.iters)
+        print(f"base: smelt {sbase.smelt} (timed in the same rounds: `base ms`, base/smelt > 1 = faster now)")
     timing, checks, notes, failed, tcols = [], [], {}, False, []
     for wl in chosen:
         model = yaml_model.load(wl.yaml, wl.dims)
@@ -436,6 +442,17 @@ def main():
                     peers[tname] = call
             bundle, s_out, why = scpu.prepare(wl, model.outputs[0], tmp, inputs)
             s_err = None if s_out is None else rel_l2(s_out, want)
+            b_bundle = None
+            if sbase:
+                btmp = os.path.join(tmp, "base")
+                os.makedirs(btmp, exist_ok=True)
+                for name, arr in inputs.items():
+                    np.save(npy(btmp, "in_" + name), arr)
+                b_bundle, b_out, bwhy = sbase.prepare(wl, model.outputs[0], btmp, inputs)
+                if b_out is not None and rel_l2(b_out, want) > EXPORT_TOLERANCE:
+                    bwhy = f"base output off by {rel_l2(b_out, want):.1e}"
+                if bwhy:
+                    notes.setdefault("base: " + bwhy, []).append(wl.id)
 
             # Rounds interleave the peers, and each keeps its best round's
             # median, so a burst of other work on the machine hits one
@@ -453,6 +470,10 @@ def main():
                         best["smelt"] = min(best.get("smelt", ms), ms)
                     elif twhy not in why:
                         why = "; ".join(filter(None, [why, twhy]))
+                if b_bundle:
+                    ms, _ = sbase.time(b_bundle)
+                    if ms is not None:
+                        best["base"] = min(best.get("base", ms), ms)
             if why:
                 notes.setdefault(why, []).append(wl.id)
         finally:
@@ -465,7 +486,12 @@ def main():
         tcols = [t for t in peers if t.startswith("torch")]
         row = [wl.id, fmt(s_ms, ".3f"), f"{ort_ms:.3f}", f"{best['numpy']:.3f}"]
         row += [f"{best[t]:.3f}" for t in tcols]
-        row += [fmt(ort_ms / s_ms if s_ms else None, ".2f"),
+        if sbase:
+            b_ms = best.get("base")
+            row += [fmt(b_ms, ".3f"), fmt(b_ms / s_ms if b_ms and s_ms else None, ".2f")]
+        row += [fmt(ort_ms / s_ms if s_ms else None, ".2f")]
+        row += [fmt(best[t] / s_ms if s_ms else None, ".2f") for t in tcols]
+        row += [
                 fmt(nbytes / s_ms / 1e6 if s_ms else None, ".1f"),
                 fmt(flops / s_ms / 1e6 if s_ms else None, ".1f"),
                 fmt(100 * nbytes / s_ms / 1e6 / bw if s_ms else None, ".0f"),
@@ -478,7 +504,8 @@ def main():
 
     print("## times (median ms) and smelt's roofline")
     print_table(["workload", "smelt ms", "ORT ms", "numpy ms"] + [f"{t} ms" for t in tcols]
-                + ["ORT/smelt", "smelt GB/s", "smelt GFLOP/s", "smelt %bw", "ORT GB/s", "ORT GFLOP/s", "ORT %bw"],
+                + (["base ms", "base/smelt"] if sbase else [])
+                + ["ORT/smelt"] + [f"{t}/smelt" for t in tcols] + ["smelt GB/s", "smelt GFLOP/s", "smelt %bw", "ORT GB/s", "ORT GFLOP/s", "ORT %bw"],
                 timing)
     print()
     print(f"## checks: relative L2 error against `smelt run --device ref` (<= {EXPORT_TOLERANCE:g})")
