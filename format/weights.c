@@ -444,10 +444,7 @@ smelt_status fmt_weights_open_deferred(const FmtWeights *w, const char *bundle_p
       s->region_len = 0;
       st = st_error(ST_NO_MEMORY, "out of memory for %llu bytes of assembled weights", (unsigned long long)region);
     } else {
-      s->region = p;
-#ifdef MADV_HUGEPAGE
-      madvise(p, s->region_len, MADV_HUGEPAGE); /* fewer faults while assembling; a hint */
-#endif
+      s->region = p; /* no MADV_HUGEPAGE: with THP defrag "madvise" its faults may stall in compaction */
     }
   }
   size_t at = 0;

@@ -158,6 +158,14 @@ static smelt_status pick_cpu_variant(smelt_bundle *b, const void **out_obj, size
   return NULL;
 }
 
+/* The external weights' deferred check (format/weights.h), once. */
+static smelt_status check_weights(const smelt_bundle *b) {
+  b = b->root;
+  if (!b->weights) return NULL;
+  smelt_status st = fmt_weights_verify(b->weights);
+  return st ? st_prefix(st, "%s: error: external weights", fmt_file_path(b->file)) : NULL;
+}
+
 /* The packed weights of the CPU code.  The compiler packs GEMM and conv
  * weights into zero-initialised globals of the object (its .bss, which
  * the image maps read+write) and gives each kernel that reads one a
@@ -174,15 +182,6 @@ static smelt_status pick_cpu_variant(smelt_bundle *b, const void **out_obj, size
  * is read and written once here.  External weights are the exception:
  * packing reads them, so they are checked and assembled first, here (a
  * CPU bundle with external weights pays that at open). */
-
-/* The external weights' deferred check (format/weights.h), once. */
-static smelt_status check_weights(const smelt_bundle *b) {
-  b = b->root;
-  if (!b->weights) return NULL;
-  smelt_status st = fmt_weights_verify(b->weights);
-  return st ? st_prefix(st, "%s: error: external weights", fmt_file_path(b->file)) : NULL;
-}
-
 #define RT_PREPACK_SUFFIX "__prepack"
 
 static smelt_status prepack_weights(smelt_bundle *b) {
