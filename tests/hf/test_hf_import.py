@@ -15,6 +15,7 @@ which this test probes for and reports as a SKIP line while they are not
 there.  Every bad checkpoint must exit 1 with a located message.
 """
 import argparse
+import ctypes
 import json
 import os
 import shutil
@@ -188,7 +189,7 @@ def compare_nocache(sm, tmp, name, ck, cfg, W, devices, tol, flags=(), run_extra
 
 # ---- the cache form ----
 
-def test_cache(sm, tmp, ck, cfg, W, name, tol):
+def test_cache(sm, tmp, ck, cfg, W, name, tol, generate):
     """The KV-cache form: the YAML's shape, a prefill in one run on the reference interpreter (the caches start at
     zero), then prefill + 16 greedy decode steps in one session with `smelt generate` on the CPU."""
     y = os.path.join(tmp, name + "_cache.yaml")
@@ -219,7 +220,10 @@ def test_cache(sm, tmp, ck, cfg, W, name, tol):
               rel_l2(got[0], want) <= tol and int(nxt[0]) == int(want.argmax()),
               f"{name}: prefill logits {got.shape} rel L2 {rel_l2(got.reshape(-1), want):.2e} (limit {tol:.0e}), "
               f"next {nxt.tolist()} {nxt.dtype} (numpy {int(want.argmax())})")
-    # generation: the caches carried across 1 prefill and 15 decode runs
+    test_session_steps(sm, tmp, y, cfg, W, name, tol)
+    if not generate:
+        return
+    # smelt generate: the caches carried across 1 prefill and 15 decode runs
     if sm.run("generate", "--help").returncode != 0:
         skip(f"{name}: greedy generation with the KV cache not run: this smelt has no 'smelt generate'")
         return
@@ -243,6 +247,91 @@ def test_cache(sm, tmp, ck, cfg, W, name, tol):
           f"(smallest top-2 logit gap {margin:.3f})")
     if got != want:
         print("     smelt", got, "\n     numpy", want)
+
+
+# ---- the C API: one session, prefill then decode steps ----
+
+class Runtime:
+    """The session calls of libsmelt_runtime.so (include/smelt.h) through ctypes."""
+
+    def __init__(self, path):
+        L = ctypes.CDLL(path)
+        P = ctypes.c_void_p
+        L.smelt_status_message.restype = ctypes.c_char_p
+        L.smelt_status_message.argtypes = [P]
+        L.smelt_status_free.argtypes = [P]
+        for fn, args in (("smelt_bundle_open", [ctypes.c_char_p, ctypes.POINTER(P)]),
+                         ("smelt_session_create", [P, ctypes.c_char_p, P, ctypes.POINTER(P)]),
+                         ("smelt_session_bind_input_shaped", [P, ctypes.c_char_p, P, ctypes.c_int,
+                                                              ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t]),
+                         ("smelt_session_bind_output", [P, ctypes.c_char_p, P, ctypes.c_size_t]),
+                         ("smelt_session_run", [P])):
+            getattr(L, fn).restype = P
+            getattr(L, fn).argtypes = args
+        L.smelt_session_destroy.argtypes = [P]
+        L.smelt_bundle_close.argtypes = [P]
+        self.L = L
+
+    def ok(self, st, what):
+        if st:
+            msg = self.L.smelt_status_message(st).decode()
+            self.L.smelt_status_free(st)
+            raise RuntimeError(f"{what}: {msg}")
+
+    def steps(self, bundle, vocab, runs, dtype=np.float32):
+        """Runs (ids, pos) pairs in one session; returns [(logits [1, vocab], next)]."""
+        L, b, s = self.L, ctypes.c_void_p(), ctypes.c_void_p()
+        self.ok(L.smelt_bundle_open(bundle.encode(), ctypes.byref(b)), "smelt_bundle_open")
+        self.ok(L.smelt_session_create(b, b"cpu", None, ctypes.byref(s)), "smelt_session_create")
+        out = []
+        try:
+            for ids, pos in runs:
+                keep = [np.ascontiguousarray(ids, np.int32), np.ascontiguousarray(pos, np.int32)]
+                for name, a in zip((b"ids", b"pos"), keep):
+                    dims = (ctypes.c_int64 * 1)(a.shape[0])
+                    self.ok(L.smelt_session_bind_input_shaped(s, name, a.ctypes.data, 1, dims, a.nbytes), "bind")
+                lg, nx = np.zeros((1, vocab), dtype), np.zeros((1,), np.int32)
+                self.ok(L.smelt_session_bind_output(s, b"logits", lg.ctypes.data, lg.nbytes), "bind logits")
+                self.ok(L.smelt_session_bind_output(s, b"next", nx.ctypes.data, nx.nbytes), "bind next")
+                self.ok(L.smelt_session_run(s), "smelt_session_run")
+                out.append((lg.astype(np.float64), int(nx[0])))
+        finally:
+            L.smelt_session_destroy(s)
+            L.smelt_bundle_close(b)
+        return out
+
+
+def test_session_steps(sm, tmp, y, cfg, W, name, tol, steps=16):
+    """The cache form compiled for the CPU with seq = 1 and seq = L, run through the C API: the prompt's prefill,
+    then `steps` greedy decode runs of one token each in the same session; every run's logits against numpy's."""
+    lib = os.path.join(os.path.dirname(os.path.abspath(sm.exe)), "libsmelt_runtime.so")
+    if not os.path.exists(lib):
+        skip(f"{name}: C API steps not run: no {lib}")
+        return
+    bundle = os.path.join(tmp, name + "_cache.smelt")
+    r = sm.run("compile", y, "--target", "cpu", "--dim", f"seq=1,{len(PROMPT)}", "-o", bundle)
+    if r.returncode != 0 and "no CPU kernel" in r.stderr:
+        skip(f"{name}: C API steps not run: {r.stderr.strip().splitlines()[-1][:160]}")
+        return
+    if not check(r.returncode == 0, f"{name}: the cache form compiles for cpu with seq=1,{len(PROMPT)}"):
+        print(r.stderr)
+        return
+    seqn, runs = list(PROMPT), [(PROMPT, np.arange(len(PROMPT)))]
+    wants = []
+    for t in range(steps + 1):
+        wants.append(llama_logits(cfg, W, seqn)[-1])
+        seqn.append(int(wants[-1].argmax()))
+        runs.append(([seqn[-1]], [len(seqn) - 1]))
+    f16 = cfg["torch_dtype"] == "float16"
+    got = Runtime(lib).steps(bundle, cfg["vocab_size"], runs[:steps + 1], np.float16 if f16 else np.float32)
+    errs = [rel_l2(g[0][0], w) for g, w in zip(got, wants)]
+    # numpy's tokens are fed back (teacher forcing), so a near-tie decided otherwise in f16 changes no later step;
+    # where the top two logits are within f16's error the token is not held against smelt
+    gaps = [float(np.diff(np.sort(w)[-2:])[0]) for w in wants]
+    same = sum(int(g[1] == int(w.argmax()) or (f16 and gap < 0.05)) for g, w, gap in zip(got, wants, gaps))
+    check(max(errs) <= tol and same == steps + 1,
+          f"{name}: one C API session on cpu, prefill of {len(PROMPT)} + {steps} decode steps of seq=1: worst logits "
+          f"rel L2 {max(errs):.2e} (limit {tol:.0e}; prefill {errs[0]:.2e}), next tokens agree {same}/{steps + 1}")
 
 
 # ---- bad input ----
@@ -457,9 +546,11 @@ def main():
                         run_extra=("--dtype", "f32"))
 
         # the KV-cache form
-        for name, tol in (("llama", 1e-5), ("qwen2", 1e-5), ("llama3", 1e-5)):
+        for name, tol, gen in (("llama", 1e-5, True), ("qwen2", 1e-5, False), ("llama3", 1e-5, False),
+                               ("llama_f16", 2e-2, False)):
             d = os.path.join(tmp, name)
-            test_cache(sm, tmp, d, json.load(open(os.path.join(d, "config.json"))), mc.read_checkpoint(d), name, tol)
+            test_cache(sm, tmp, d, json.load(open(os.path.join(d, "config.json"))), mc.read_checkpoint(d), name, tol,
+                       gen)
         ck = os.path.join(tmp, "llama")
         # default ctx: min(max_position_embeddings, 2048)
         y = os.path.join(tmp, "ctxdef.yaml")
