@@ -50,7 +50,10 @@ struct SmeltError {
   std::string message;
 };
 
-nb::object g_error_classes[6];  // indexed by smelt_status code; [0] is smelt.Error
+// The exception classes, indexed by smelt_status code ([0] is smelt.Error).
+// Strong references kept for the life of the process (plain pointers: a
+// static nb::object would be released after the interpreter is gone).
+PyObject *g_error_classes[6];
 
 [[noreturn]] void throw_status(smelt_status st) {
   SmeltError e{smelt_status_code(st), smelt_status_message(st) ? smelt_status_message(st) : "unknown error"};
@@ -384,18 +387,29 @@ NB_MODULE(_smelt, m) {
       std::rethrow_exception(p);
     } catch (const SmeltError &e) {
       int code = e.code >= 0 && e.code < 6 ? e.code : 0;
-      nb::object cls = g_error_classes[code].is_valid() ? g_error_classes[code] : g_error_classes[0];
-      if (!cls.is_valid()) {
+      PyObject *cls = g_error_classes[code] ? g_error_classes[code] : g_error_classes[0];
+      if (!cls) {
         PyErr_SetString(PyExc_RuntimeError, e.message.c_str());
         return;
       }
-      nb::object exc = cls(e.message, e.code);
-      PyErr_SetObject((PyObject *)Py_TYPE(exc.ptr()), exc.ptr());
+      // a message quoting a binary file may not be UTF-8
+      PyObject *msg = PyUnicode_DecodeUTF8(e.message.data(), (Py_ssize_t)e.message.size(), "replace");
+      if (!msg) return;
+      PyObject *exc = PyObject_CallFunction(cls, "Oi", msg, e.code);
+      Py_DECREF(msg);
+      if (!exc) return;  // the constructor's own error stands
+      PyErr_SetObject(cls, exc);
+      Py_DECREF(exc);
     }
   });
 
   m.def("_set_error_classes", [](nb::list classes) {
-    for (size_t i = 0; i < 6 && i < classes.size(); i++) g_error_classes[i] = classes[i];
+    for (size_t i = 0; i < 6 && i < classes.size(); i++) {
+      PyObject *c = classes[i].ptr();
+      Py_INCREF(c);
+      Py_XDECREF(g_error_classes[i]);
+      g_error_classes[i] = c;
+    }
   });
   m.def("version", [] { return std::string(smelt_version()); });
 

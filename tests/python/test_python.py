@@ -482,10 +482,13 @@ def main():
         import smelt
         check(os.path.dirname(os.path.abspath(smelt.__file__)) == os.path.join(os.path.abspath(site), "smelt"),
               "smelt imported from the installed package (%s), version %s" % (smelt.__file__, smelt.__version__))
-        test_mlp(smelt_bin, tmp)
-        test_examples(smelt_bin, tmp)
-        test_bad_cases(tmp)
-        test_state(smelt_bin, tmp)
+        for section, fn in (("mlp", lambda: test_mlp(smelt_bin, tmp)),
+                            ("examples", lambda: test_examples(smelt_bin, tmp)),
+                            ("bad models", lambda: test_bad_cases(tmp)),
+                            ("state", lambda: test_state(smelt_bin, tmp))):
+            t = time.time()
+            fn()
+            print("---- %s: %.1f s" % (section, time.time() - t), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if FAILURES:
