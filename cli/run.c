@@ -63,19 +63,49 @@ static uint64_t hash_name(const char *s) {
   return h;
 }
 
-static void *random_tensor(const TensorType *t, const char *name, uint64_t seed) {
+/* The size of the axis an integer input indexes when a gather reads it as
+ * its indices (token ids into an embedding), else 0. */
+static int64_t gather_range(const Graph *g, int v, const char **out_node) {
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead || n->op != OP_GATHER || n->nin < 2 || n->in[1] != v) continue;
+    const TensorType *d = &g->val[n->in[0]].type;
+    int ax = ir_norm_axis(ir_attr_int(n, "axis"), d->rank);
+    *out_node = ir_node_name(g, n);
+    return ax >= 0 ? d->dim[ax] : 0;
+  }
+  return 0;
+}
+
+/* An input's data when none is given: floats uniform in [-1, 1); the
+ * indices of a gather uniform over the axis it indexes (valid ids); other
+ * integers 0, 1, 2, ... along the last axis (valid positions); bools
+ * alternating.  Says so on stderr. */
+static void *random_tensor(const Graph *g, int v, uint64_t seed) {
+  const TensorType *t = &g->val[v].type;
+  const char *name = g->val[v].name, *gnode = NULL;
   size_t n = (size_t)ir_type_numel(t);
   void *p = calloc(n ? n : 1, dt_size(t->dt));
   if (!p) return NULL;
   uint64_t s = seed ^ hash_name(name);
   int64_t last = t->rank ? t->dim[t->rank - 1] : 1;
+  int64_t range = dt_is_int(t->dt) ? gather_range(g, v, &gnode) : 0;
   for (size_t i = 0; i < n; i++) {
-    double v;
-    if (dt_is_float(t->dt)) v = (double)(splitmix64(&s) >> 11) * 0x1.0p-52 - 1.0;
-    else if (t->dt == DT_BOOL) v = i % 2;
-    else v = (double)((int64_t)i % (last ? last : 1));
-    dt_store(t->dt, p, i, v);
+    double x;
+    if (dt_is_float(t->dt)) x = (double)(splitmix64(&s) >> 11) * 0x1.0p-52 - 1.0;
+    else if (t->dt == DT_BOOL) x = i % 2;
+    else if (range > 0) x = (double)(splitmix64(&s) % (uint64_t)range);
+    else x = (double)((int64_t)i % (last ? last : 1));
+    dt_store(t->dt, p, i, x);
   }
+  if (dt_is_float(t->dt))
+    fprintf(stderr, "smelt: note: input '%s' not given: random, uniform in [-1, 1) (seed %llu)\n", name,
+            (unsigned long long)seed);
+  else if (range > 0)
+    fprintf(stderr, "smelt: note: input '%s' not given: random ids in [0, %lld), the range of gather '%s'\n", name,
+            (long long)range, gnode);
+  else if (t->dt == DT_BOOL) fprintf(stderr, "smelt: note: input '%s' not given: alternating false, true\n", name);
+  else fprintf(stderr, "smelt: note: input '%s' not given: 0, 1, 2, ... along its last axis\n", name);
   return p;
 }
 
@@ -131,7 +161,7 @@ static smelt_status gather_inputs(const Graph *g, const NameFile *ins, int nin, 
     for (int i = 0; i < nin; i++)
       if (strcmp(ins[i].name, g->val[v].name) == 0) file = ins[i].file;
     if (file && strcmp(file, "random") != 0) RETURN_IF_ERROR(load_input(g, v, file, &data[k]));
-    else if (!(data[k] = random_tensor(&g->val[v].type, g->val[v].name, seed))) return st_error(ST_NO_MEMORY, "out of memory");
+    else if (!(data[k] = random_tensor(g, v, seed))) return st_error(ST_NO_MEMORY, "out of memory");
   }
   return NULL;
 }
