@@ -39,7 +39,7 @@ def check_example(smelt, ex, dtype, budget, tmp, failures):
         failures.append(f"{ex} {dtype}: compile exited {r.returncode}: {r.stderr.strip()[-500:]}")
         return None
     r = smelt_cmd(smelt, ["run", out, "--device", "cpu", "--check"])
-    errs = [float(m) for m in re.findall(r"^\s+\S+\s+\S+\s+\S+\s+(\S+)\s+(?:pass|FAIL)\s+\S.*$", r.stdout, re.M)]
+    errs = [float(m) for m in re.findall(r"^\s+\S+\s+\S+\s+\S+\s+(\S+)\s+\S+\s+(?:pass|FAIL)\s+\S.*$", r.stdout, re.M)]  # rel L2, then cosine
     if r.returncode != 0 or not errs or max(errs) > TOL[dtype]:
         failures.append(f"{ex} {dtype} budget={budget}: --check rc={r.returncode} errors={errs}\n{r.stdout}{r.stderr}")
     r2 = smelt_cmd(smelt, ["run", out, "--device", "cpu", "--check=groups"])
