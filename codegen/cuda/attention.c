@@ -92,6 +92,21 @@
  *   visible key yields 0, like the reference.  Accumulation in float
  *   (double for f64).
  *
+ * cache: true (the 4th input is the queries' positions pos [S], i32 or
+ *   i64, read from memory at run time: a CUDA graph replays the kernels
+ *   with new positions; k and v are caches of capacity T, written in place
+ *   by scatter, so they are arguments and load with 16-byte accesses):
+ *   query i sees keys 0 .. pos[i].  simple: a row's keys end at pos[i].
+ *   flashdec: the block reads every pos, the valid keys are 0 .. max(pos);
+ *   they are cut into at most `split` slices of at least 16 KB of K and V
+ *   each, the blocks of the slices past them return at once and the last
+ *   of the others merges only theirs (the count it waits for is the
+ *   number of valid slices); with S > 1 each row also stops at its pos.
+ *   flash: the block's positions go to shared memory; the block streams
+ *   the tiles up to its largest, a warp skips tiles past its rows' largest
+ *   and masks the tiles past its smallest, blocks run longest-first.  So
+ *   the cost follows the positions, not the capacity.
+ *
  * Operands: an operand that is a kernel argument is copied with 16-byte
  * accesses (cp.async, or vector loads in flashdec; with a uniform fallback
  * to plain loads when the pointers are not 16-byte aligned and alignment is

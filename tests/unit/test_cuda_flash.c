@@ -536,6 +536,43 @@ static void test_compile(const char *cache) {
       ir_graph_destroy(g);
     }
   printf("  W4 decode with rope and the cache concat: %d variants compiled per arch\n", (int)(sizeof w4toks / sizeof *w4toks));
+  /* attention over a cache (cache: true): W4 decode and a prefill chunk with rope'd q, the heuristic and forced variants */
+  AttCase cdec = mk(DT_F16, 1, 32, 4, 1, 2048, 64, false), cpre = mk(DT_BF16, 1, 32, 4, 512, 2048, 64, false);
+  cdec.cache = cdec.rope_q = cpre.cache = cpre.rope_q = true;
+  cdec.pos64 = true;
+  struct {
+    const AttCase *c;
+    const char *tok;
+  } ctoks[] = {{&cdec, NULL}, {&cdec, "flashdec:split=32,bn=64,w=8,pf=1,tr=1"}, {&cdec, "flashdec:split=8,bn=32,w=4,pf=2"},
+               {&cdec, "simple"}, {&cpre, NULL}, {&cpre, "flash:bm=64,bn=128,w=4,st=2,ks=2"}, {&cpre, "flash:bm=128,bn=64,w=4,st=2"}};
+  for (int a = 0; a < 2; a++)
+    for (size_t t = 0; t < sizeof ctoks / sizeof *ctoks; t++) {
+      Graph *g = att_graph(ctoks[t].c);
+      CHECK(g != NULL);
+      if (!g) continue;
+      char *err = NULL;
+      CgCudaOptions opt = {.args_aligned = a == 0, .arch = a == 0 ? "sm_90a" : NULL};
+      FmtCudaModule *m = gen(g, ctoks[t].tok, &opt, &err);
+      if (!m) fprintf(stderr, "cache attention '%s': %s\n", ctoks[t].tok ? ctoks[t].tok : "heuristic", err ? err : "?");
+      CHECK(m != NULL);
+      if (m) {
+        if (!ctoks[t].tok) CHECK(strncmp(m->kernels[0].variant, ctoks[t].c->S == 1 ? "flashdec:" : "flash:", ctoks[t].c->S == 1 ? 9 : 6) == 0);
+        CgCudaBinary *bins = NULL;
+        st = cg_cuda_compile_module(nv, m, &archs[a], 1, &copts, &bins);
+        if (st) {
+          fprintf(stderr, "cache attention %s, %s: %s\n", m->kernels[0].variant, archs[a], st_message(st));
+          st_free(st);
+          check_failures++;
+        } else {
+          compiled += m->nkernels;
+          cg_cuda_binaries_free(bins, m->nunits);
+        }
+      }
+      free(err);
+      fmt_cuda_module_free(m);
+      ir_graph_destroy(g);
+    }
+  printf("  attention over a cache: %d variants compiled per arch\n", (int)(sizeof ctoks / sizeof *ctoks));
   cg_cuda_nvrtc_close(nv);
   printf("NVRTC: %d attention kernels compiled for sm_90a / sm_80\n", compiled);
 }
