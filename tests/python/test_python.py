@@ -16,8 +16,8 @@
      smelt.load; specialisations (dims={"batch": [1, 8]}) chosen by input
      shape; torch CPU tensors through DLPack (skipped with a note where torch
      is not installed); preallocated outputs; non-contiguous inputs.
-  3. Every example through the Python API against `smelt run --device cpu`
-     on the same inputs (every output).
+  3. Every example compiled and run through the Python API against `smelt
+     run BUNDLE --device cpu` on the same bundle and inputs (every output).
   4. Errors: dtype and shape mismatches, unknown and missing inputs, a bad
      device, a missing file (smelt.IOError), and every case of tests/bad/cases
      that needs no generated fixture, each raising the smelt.Error subclass
@@ -350,8 +350,12 @@ def test_examples(smelt_bin, tmp):
             continue
         ins = example_inputs(b, rng)
         got = b.session().run(ins)
+        # the CLI runs the bundle compiled here (compiling each example once keeps this fast; the
+        # compiler itself is checked against numpy by tests/e2e and test_mlp above)
+        path = os.path.join(tmp, name + ".smelt")
+        b.save(path)
         try:
-            want = cli_run(smelt_bin, model, "cpu", ins, list(got), tmp, name)
+            want = cli_run(smelt_bin, path, "cpu", ins, list(got), tmp, name)
         except RuntimeError as e:
             check(False, "%s: %s" % (name, e))
             continue
