@@ -258,16 +258,6 @@ static void lane_coords(CuFn *f, const CuCoords *co, int j, CuCoords *one) {
   for (int d = 0; d < co->rank; d++) one->c[d] = cu_lane_coord(f, co, j, d);
 }
 
-static void lanewise(CuFn *f, int v, const CuCoords *co, CuVal *out) {
-  for (int j = 0; j < co->lanes; j++) {
-    CuCoords one;
-    lane_coords(f, co, j, &one);
-    CuVal r;
-    cu_emit(f, v, &one, &r);
-    out->l[j] = r.l[0];
-  }
-}
-
 /* The elementwise rule of node n at lane j of its operands. */
 static const char *elem_expr(CuFn *f, const Node *n, DType out_dt, const CuVal *ops, int j) {
   const Graph *g = f->g;
@@ -287,111 +277,6 @@ static const char *elem_expr(CuFn *f, const Node *n, DType out_dt, const CuVal *
     if (n->nin == 1) return cu_normalise(f, out_dt, cu_unary(f, n, idt, ops[0].l[j]));
     return cu_normalise(f, out_dt, cu_binary(f, n->op, idt, ops[0].l[j], ops[1].l[j]));
   }
-}
-
-static void elementwise(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
-  const Graph *g = f->g;
-  CuVal ops[5];
-  bool uni = true;
-  for (int i = 0; i < n->nin && i < 5; i++) {
-    CuCoords ci;
-    const TensorType *it = &g->val[n->in[i]].type;
-    if (n->op == OP_BATCH_NORM && i > 0) {
-      /* per-channel parameters: channel = result dim 1 */
-      memset(&ci, 0, sizeof ci);
-      ci.rank = 1;
-      ci.lanes = co->lanes;
-      ci.aligned = co->aligned;
-      ci.c[0] = co->c[1];
-      ci.step[0] = co->step[1];
-    } else {
-      cu_bcast_coords(it, co, &ci);
-    }
-    cu_emit(f, n->in[i], &ci, &ops[i]);
-    uni = uni && uniform(&ops[i], co->lanes);
-  }
-  DType dt = g->val[v].type.dt;
-  int nl = uni ? 1 : co->lanes;
-  for (int j = 0; j < nl; j++)
-    out->l[j] = decl(f, dt, elem_expr(f, n, dt, ops, j), j == 0 ? cu_fmt(f, "%s (%s)", g->val[v].name, ir_op_name(n->op)) : NULL);
-  if (uni) replicate(out, co->lanes);
-}
-
-static void concat(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
-  const Graph *g = f->g;
-  const TensorType *ot = &g->val[v].type;
-  int ax = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
-  int L = co->lanes;
-  bool ok = co->step[ax] == 0 || co->aligned;
-  for (int i = 0; ok && i < n->nin; i++)
-    if (co->step[ax] != 0 && g->val[n->in[i]].type.dim[ax] % L != 0) ok = false;
-  if (!ok) {
-    lanewise(f, v, co, out);
-    return;
-  }
-  const char *r = cu_tmp(f);
-  if (L == 1) cu_line(f, "%s %s;  // %s (concat)", cu_ctype(ot->dt), r, g->val[v].name);
-  else cu_line(f, "%s %s[%d];  // %s (concat)", cu_ctype(ot->dt), r, L, g->val[v].name);
-  int64_t off = 0;
-  int emitted = 0;
-  for (int i = 0; i < n->nin; i++) {
-    const TensorType *it = &g->val[n->in[i]].type;
-    if (it->dim[ax] == 0) continue;
-    bool last = true;
-    for (int k = i + 1; k < n->nin; k++)
-      if (g->val[n->in[k]].type.dim[ax] != 0) last = false;
-    if (last && emitted == 0) cu_open(f, "%s", "");
-    else if (last) cu_open(f, "else");
-    else cu_open(f, "%sif (%s < %lld)", emitted ? "else " : "", co->c[ax], (long long)(off + it->dim[ax]));
-    CuCoords ci = *co;
-    ci.c[ax] = cu_addk(f, co->c[ax], -off);
-    CuVal x;
-    cu_emit(f, n->in[i], &ci, &x);
-    for (int j = 0; j < L; j++) {
-      if (L == 1) cu_line(f, "%s = %s;", r, x.l[j]);
-      else cu_line(f, "%s[%d] = %s;", r, j, x.l[j]);
-    }
-    cu_close(f);
-    emitted++;
-    off += it->dim[ax];
-  }
-  for (int j = 0; j < L; j++) out->l[j] = L == 1 ? r : cu_fmt(f, "%s[%d]", r, j);
-}
-
-static void gather(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
-  const Graph *g = f->g;
-  const TensorType *dt = &g->val[n->in[0]].type, *it = &g->val[n->in[1]].type;
-  int ax = ir_norm_axis(ir_attr_int(n, "axis"), dt->rank);
-  CuCoords ci;
-  memset(&ci, 0, sizeof ci);
-  ci.rank = it->rank;
-  ci.lanes = co->lanes;
-  ci.aligned = co->aligned;
-  for (int d = 0; d < it->rank; d++) {
-    ci.c[d] = co->c[ax + d];
-    ci.step[d] = co->step[ax + d];
-  }
-  CuVal ix;
-  cu_emit(f, n->in[1], &ci, &ix);
-  if (!uniform(&ix, co->lanes)) {
-    lanewise(f, v, co, out);
-    return;
-  }
-  /* negative indices count from the end; out-of-range ones are clamped so
-   * that a bad index cannot fault (the reference reports it) */
-  const char *k = cu_tmp(f);
-  cu_line(f, "const %s %s = (%s)smelt_gather_index(%s, %lldLL);", f->idx, k, f->idx, ix.l[0], (long long)dt->dim[ax]);
-  CuCoords cd;
-  memset(&cd, 0, sizeof cd);
-  cd.rank = dt->rank;
-  cd.lanes = co->lanes;
-  cd.aligned = co->aligned;
-  for (int d = 0; d < dt->rank; d++) {
-    int src = d < ax ? d : d == ax ? -1 : d + it->rank - 1;
-    cd.c[d] = src < 0 ? k : co->c[src];
-    cd.step[d] = src < 0 ? 0 : co->step[src];
-  }
-  cu_emit(f, n->in[0], &cd, out);
 }
 
 /* The rotation angle of pair index `pair` (an expression) at position
@@ -436,41 +321,262 @@ static const char *half_partner(CuFn *f, const char *d, int64_t rd) {
   return part;
 }
 
-/* rope's operands at co: x, x at the partner feature `part` (skipped when
- * NULL) and the row's position. */
-static void rope_operands(CuFn *f, const Node *n, const CuCoords *co, const char *part, CuVal *x, CuVal *xp,
-                          CuVal *pos) {
-  int r = f->g->val[n->in[0]].type.rank;
-  cu_emit(f, n->in[0], co, x);
-  if (part) {
-    CuCoords cp = *co;
-    cp.c[r - 1] = part;
-    cu_emit(f, n->in[0], &cp, xp);
+/* ---- emission without recursion ----
+ *
+ * A member's value at coordinates needs its operands' values first, and
+ * they need theirs: a chain of N members is N levels.  The levels are
+ * frames on an explicit stack (heap memory, grown as needed), never C stack
+ * frames, so that a group's depth is bounded by memory, not by the thread's
+ * stack.  A frame is one value being computed at one coordinate vector;
+ * node_step advances it: each call either asks for one value at
+ * coordinates (an operand, or the same value at one lane's coordinates when
+ * the lanes do not stay affine) and resumes at its next stage with it, or
+ * finishes with the result.  The stages write exactly the lines, in the
+ * order, and with the temporaries that one recursive function per op
+ * would. */
+
+typedef struct {
+  int v;           /* the value computed */
+  CuCoords co;     /* at these coordinates */
+  int stage;       /* where the op's rule resumes */
+  int k;           /* a loop counter: operand, lane */
+  bool lanewise;   /* computing lane by lane (stage counts lanes) */
+  bool uni;        /* elementwise: every operand so far is lane-uniform */
+  int emitted;     /* concat: operands emitted */
+  int64_t off;     /* concat: offset of operand k */
+  CuCoords ci;     /* coordinates of the value asked for */
+  CuVal ops[5];    /* values received */
+  CuVal out;       /* the result being assembled */
+  const char *s[4]; /* temporaries kept between stages */
+} CuFrame;
+
+typedef struct {
+  int v;
+  const CuCoords *co;
+} CuNeed;
+
+#define NEED(value, coords)                                                                                            \
+  do {                                                                                                                 \
+    need->v = (value);                                                                                                 \
+    need->co = (coords);                                                                                               \
+    return false;                                                                                                      \
+  } while (0)
+
+/* Lane by lane: lane k of fr->v at its one-lane coordinates. */
+static bool lanewise_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
+  if (!fr->lanewise) {
+    fr->lanewise = true;
+    fr->k = 0;
+  } else {
+    fr->out.l[fr->k++] = got->l[0];
   }
-  CuCoords cs;
-  const char *s = co->c[r - 2];
-  cu_coords_scalar(&cs, 1, &s);
-  cu_emit(f, n->in[1], &cs, pos);
+  if (fr->k == fr->co.lanes) return true;
+  lane_coords(f, &fr->co, fr->k, &fr->ci);
+  NEED(fr->v, &fr->ci);
+}
+
+static bool elementwise_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVal *got, CuNeed *need) {
+  const Graph *g = f->g;
+  const CuCoords *co = &fr->co;
+  if (stage == 0) fr->uni = true;
+  else {
+    fr->ops[stage - 1] = *got;
+    fr->uni = fr->uni && uniform(got, co->lanes);
+  }
+  int i = stage;
+  if (i < n->nin && i < 5) {
+    CuCoords *ci = &fr->ci;
+    const TensorType *it = &g->val[n->in[i]].type;
+    if (n->op == OP_BATCH_NORM && i > 0) {
+      /* per-channel parameters: channel = result dim 1 */
+      memset(ci, 0, sizeof *ci);
+      ci->rank = 1;
+      ci->lanes = co->lanes;
+      ci->aligned = co->aligned;
+      ci->c[0] = co->c[1];
+      ci->step[0] = co->step[1];
+    } else {
+      cu_bcast_coords(it, co, ci);
+    }
+    NEED(n->in[i], ci);
+  }
+  int v = fr->v;
+  DType dt = g->val[v].type.dt;
+  int nl = fr->uni ? 1 : co->lanes;
+  for (int j = 0; j < nl; j++)
+    fr->out.l[j] = decl(f, dt, elem_expr(f, n, dt, fr->ops, j),
+                        j == 0 ? cu_fmt(f, "%s (%s)", g->val[v].name, ir_op_name(n->op)) : NULL);
+  if (fr->uni) replicate(&fr->out, co->lanes);
+  return true;
+}
+
+/* concat: a branch per operand on the axis coordinate */
+static bool concat_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVal *got, CuNeed *need) {
+  const Graph *g = f->g;
+  const CuCoords *co = &fr->co;
+  const TensorType *ot = &g->val[fr->v].type;
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
+  int L = co->lanes;
+  const char *r;
+  if (stage == 0) {
+    bool ok = co->step[ax] == 0 || co->aligned;
+    for (int i = 0; ok && i < n->nin; i++)
+      if (co->step[ax] != 0 && g->val[n->in[i]].type.dim[ax] % L != 0) ok = false;
+    if (!ok) return lanewise_step(f, fr, got, need);
+    r = fr->s[0] = cu_tmp(f);
+    if (L == 1) cu_line(f, "%s %s;  // %s (concat)", cu_ctype(ot->dt), r, g->val[fr->v].name);
+    else cu_line(f, "%s %s[%d];  // %s (concat)", cu_ctype(ot->dt), r, L, g->val[fr->v].name);
+    fr->off = 0;
+    fr->emitted = 0;
+    fr->k = 0;
+  } else {
+    r = fr->s[0];
+    for (int j = 0; j < L; j++) {
+      if (L == 1) cu_line(f, "%s = %s;", r, got->l[j]);
+      else cu_line(f, "%s[%d] = %s;", r, j, got->l[j]);
+    }
+    cu_close(f);
+    fr->emitted++;
+    fr->off += g->val[n->in[fr->k]].type.dim[ax];
+    fr->k++;
+  }
+  for (; fr->k < n->nin; fr->k++) {
+    int i = fr->k;
+    const TensorType *it = &g->val[n->in[i]].type;
+    if (it->dim[ax] == 0) continue;
+    bool last = true;
+    for (int k = i + 1; k < n->nin; k++)
+      if (g->val[n->in[k]].type.dim[ax] != 0) last = false;
+    if (last && fr->emitted == 0) cu_open(f, "%s", "");
+    else if (last) cu_open(f, "else");
+    else cu_open(f, "%sif (%s < %lld)", fr->emitted ? "else " : "", co->c[ax], (long long)(fr->off + it->dim[ax]));
+    fr->ci = *co;
+    fr->ci.c[ax] = cu_addk(f, co->c[ax], -fr->off);
+    NEED(n->in[i], &fr->ci);
+  }
+  for (int j = 0; j < L; j++) fr->out.l[j] = L == 1 ? r : cu_fmt(f, "%s[%d]", r, j);
+  return true;
+}
+
+/* gather: the index value becomes the data coordinate */
+static bool gather_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVal *got, CuNeed *need) {
+  const Graph *g = f->g;
+  const CuCoords *co = &fr->co;
+  const TensorType *dt = &g->val[n->in[0]].type, *it = &g->val[n->in[1]].type;
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), dt->rank);
+  if (stage == 0) {
+    CuCoords *ci = &fr->ci;
+    memset(ci, 0, sizeof *ci);
+    ci->rank = it->rank;
+    ci->lanes = co->lanes;
+    ci->aligned = co->aligned;
+    for (int d = 0; d < it->rank; d++) {
+      ci->c[d] = co->c[ax + d];
+      ci->step[d] = co->step[ax + d];
+    }
+    NEED(n->in[1], ci);
+  }
+  if (stage == 1) {
+    if (!uniform(got, co->lanes)) return lanewise_step(f, fr, got, need);
+    /* negative indices count from the end; out-of-range ones are clamped so
+     * that a bad index cannot fault (the reference reports it) */
+    const char *k = cu_tmp(f);
+    cu_line(f, "const %s %s = (%s)smelt_gather_index(%s, %lldLL);", f->idx, k, f->idx, got->l[0],
+            (long long)dt->dim[ax]);
+    CuCoords *cd = &fr->ci;
+    memset(cd, 0, sizeof *cd);
+    cd->rank = dt->rank;
+    cd->lanes = co->lanes;
+    cd->aligned = co->aligned;
+    for (int d = 0; d < dt->rank; d++) {
+      int src = d < ax ? d : d == ax ? -1 : d + it->rank - 1;
+      cd->c[d] = src < 0 ? k : co->c[src];
+      cd->step[d] = src < 0 ? 0 : co->step[src];
+    }
+    NEED(n->in[0], cd);
+  }
+  fr->out = *got;
+  return true;
 }
 
 /* rope at L lanes along the feature dim, all in one rotation half (half
  * style: L divides rd/2) or in whole pairs (interleaved: L even, L divides
  * rd): the input and its partners are L-lane loads (vectors where the
- * producers allow), one angle per pair.  False when the lanes do not have
- * that form; the caller goes lane by lane. */
-static bool rope_lanes(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out, bool half, int64_t rd, bool low) {
+ * producers allow), one angle per pair.  Otherwise lane by lane; at one
+ * lane, the partner, pair and sign per element.  Stages: the coordinates
+ * and masks, then x at co, x at the partner (fr->s[0], skipped when NULL),
+ * the row's position, and the rotation. */
+static bool rope_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVal *got, CuNeed *need) {
   const Graph *g = f->g;
-  int r = g->val[n->in[0]].type.rank, L = co->lanes;
+  const CuCoords *co = &fr->co;
+  int v = fr->v;
+  const TensorType *xt = &g->val[n->in[0]].type;
+  int r = xt->rank;
+  int64_t D = xt->dim[r - 1];
+  const Attr *rda = ir_attr(n, "rotary_dim");
+  int64_t rd = rda ? rda->i : D;
   int64_t h = rd / 2;
-  bool ok = co->aligned && co->step[r - 1] == 1 && (half ? h % L == 0 : L % 2 == 0 && rd % L == 0);
-  for (int d = 0; ok && d < r - 1; d++) ok = co->step[d] == 0;
-  if (!ok) return false;
-  const char *d = co->c[r - 1];
-  CuVal x, xp, pos;
-  /* half: lanes d .. d + L - 1 pair with d + h .. (first half) or d - h .. */
-  rope_operands(f, n, co, half ? half_partner(f, d, rd) : NULL, &x, &xp, &pos);
+  bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
   DType dt = g->val[v].type.dt;
+  bool low = dt == DT_F16 || dt == DT_BF16;
   const char *ct = low ? "float" : "double";
+  int L = co->lanes;
+  const char *d = co->c[r - 1];
+  if (stage == 0) {
+    if (L > 1) {
+      bool ok = co->aligned && co->step[r - 1] == 1 && (half ? h % L == 0 : L % 2 == 0 && rd % L == 0);
+      for (int e = 0; ok && e < r - 1; e++) ok = co->step[e] == 0;
+      if (!ok) return lanewise_step(f, fr, got, need);
+      /* half: lanes d .. d + L - 1 pair with d + h .. (first half) or d - h .. */
+      fr->s[0] = half ? half_partner(f, d, rd) : NULL;
+    } else {
+      /* the partner of feature d, its pair index and the sign of its sine term:
+       * half (LLaMA/NeoX) pairs p with p + rd/2, interleaved (GPT-J) 2p with 2p+1 */
+      const char *part, *pair = cu_tmp(f), *sign = cu_tmp(f);
+      if (half) {
+        part = half_partner(f, d, rd);
+        cu_line(f, "const %s %s = %s < %lld ? %s : %s - %lld;", f->idx, pair, d, (long long)h, d, d, (long long)h);
+        cu_line(f, "const %s %s = %s < %lld ? -1 : %s < %lld ? 1 : 0;", ct, sign, d, (long long)h, d, (long long)rd);
+      } else {
+        part = cu_tmp(f);
+        cu_line(f, "const %s %s = %s < %lld ? (%s ^ 1) : %s;", f->idx, part, d, (long long)rd, d, d);
+        cu_line(f, "const %s %s = %s / 2;", f->idx, pair, d);
+        cu_line(f, "const %s %s = %s < %lld ? (%s %% 2 == 0 ? -1 : 1) : 0;", ct, sign, d, (long long)rd, d);
+      }
+      fr->s[0] = part;
+      fr->s[1] = pair;
+      fr->s[2] = sign;
+    }
+    NEED(n->in[0], co);
+  }
+  if (stage == 1) {
+    fr->ops[0] = *got;
+    if (fr->s[0]) {
+      fr->ci = *co;
+      fr->ci.c[r - 1] = fr->s[0];
+      NEED(n->in[0], &fr->ci);
+    }
+    fr->stage++; /* no partner operand */
+    stage++;
+  } else if (stage == 2) {
+    fr->ops[1] = *got;
+  }
+  if (stage == 2) {
+    const char *s = co->c[r - 2];
+    cu_coords_scalar(&fr->ci, 1, &s);
+    NEED(n->in[1], &fr->ci);
+  }
+  const CuVal *x = &fr->ops[0], *xp = &fr->ops[1];
+  const char *pos = got->l[0];
+  if (L == 1) {
+    const char *pair = fr->s[1], *sign = fr->s[2], *sn, *cs2;
+    rope_angle(f, n, low, pos, pair, rd, &sn, &cs2);
+    const char *y = cu_tmp(f);
+    cu_line(f, "const %s %s = %s < %lld ? (%s)((%s)%s * %s + %s * (%s)%s * %s) : %s;  // %s (rope)", cu_ctype(dt), y, d,
+            (long long)rd, cu_ctype(dt), ct, x->l[0], cs2, sign, ct, xp->l[0], sn, x->l[0], g->val[v].name);
+    fr->out.l[0] = y;
+    return true;
+  }
   const char *rot = cu_tmp(f), *sign = cu_tmp(f);
   cu_line(f, "const bool %s = %s < %lld;  // rotated features", rot, d, (long long)rd);
   if (half) cu_line(f, "const %s %s = %s < %lld ? -1 : 1;  // the sine term's sign", ct, sign, d, (long long)h);
@@ -479,159 +585,172 @@ static bool rope_lanes(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal 
     if (half) {
       pair = cu_fmt(f, "(%s < %lld ? %s : %s - %lld) + %d", d, (long long)h, d, d, (long long)h, j);
       sgn = sign;
-      other = xp.l[j];
+      other = xp->l[j];
     } else {
       pair = cu_fmt(f, "%s / 2 + %d", d, j / 2);
       sgn = j % 2 ? "1" : "-1";
-      other = x.l[j ^ 1];
+      other = x->l[j ^ 1];
     }
     const char *sn, *cs2;
-    rope_angle(f, n, low, pos.l[0], pair, rd, &sn, &cs2);
+    rope_angle(f, n, low, pos, pair, rd, &sn, &cs2);
     const char *y = cu_tmp(f);
     cu_line(f, "const %s %s = %s ? (%s)((%s)%s * %s + %s * (%s)%s * %s) : %s;%s", cu_ctype(dt), y, rot, cu_ctype(dt), ct,
-            x.l[j], cs2, sgn, ct, other, sn, x.l[j], j == 0 ? cu_fmt(f, "  // %s (rope)", g->val[v].name) : "");
-    out->l[j] = y;
+            x->l[j], cs2, sgn, ct, other, sn, x->l[j], j == 0 ? cu_fmt(f, "  // %s (rope)", g->val[v].name) : "");
+    fr->out.l[j] = y;
   }
   return true;
 }
 
-static void rope(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
+/* Advances frame fr given the value it asked for last (got; unset at its
+ * first step).  True: fr->out is the result.  False: *need is asked for. */
+static bool node_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
   const Graph *g = f->g;
-  const TensorType *xt = &g->val[n->in[0]].type;
-  int r = xt->rank;
-  int64_t D = xt->dim[r - 1];
-  const Attr *rda = ir_attr(n, "rotary_dim");
-  int64_t rd = rda ? rda->i : D;
-  bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
-  DType dt = g->val[v].type.dt;
-  bool low = dt == DT_F16 || dt == DT_BF16;
-  if (co->lanes > 1) {
-    if (!rope_lanes(f, n, v, co, out, half, rd, low)) lanewise(f, v, co, out);
-    return;
-  }
-  int64_t h = rd / 2;
-  const char *d = co->c[r - 1];
-  const char *ct = low ? "float" : "double";
-  /* the partner of feature d, its pair index and the sign of its sine term:
-   * half (LLaMA/NeoX) pairs p with p + rd/2, interleaved (GPT-J) 2p with 2p+1 */
-  const char *part, *pair = cu_tmp(f), *sign = cu_tmp(f);
-  if (half) {
-    part = half_partner(f, d, rd);
-    cu_line(f, "const %s %s = %s < %lld ? %s : %s - %lld;", f->idx, pair, d, (long long)h, d, d, (long long)h);
-    cu_line(f, "const %s %s = %s < %lld ? -1 : %s < %lld ? 1 : 0;", ct, sign, d, (long long)h, d, (long long)rd);
-  } else {
-    part = cu_tmp(f);
-    cu_line(f, "const %s %s = %s < %lld ? (%s ^ 1) : %s;", f->idx, part, d, (long long)rd, d, d);
-    cu_line(f, "const %s %s = %s / 2;", f->idx, pair, d);
-    cu_line(f, "const %s %s = %s < %lld ? (%s %% 2 == 0 ? -1 : 1) : 0;", ct, sign, d, (long long)rd, d);
-  }
-  CuVal x, xp, pos;
-  rope_operands(f, n, co, part, &x, &xp, &pos);
-  const char *sn, *cs2;
-  rope_angle(f, n, low, pos.l[0], pair, rd, &sn, &cs2);
-  const char *y = cu_tmp(f);
-  cu_line(f, "const %s %s = %s < %lld ? (%s)((%s)%s * %s + %s * (%s)%s * %s) : %s;  // %s (rope)", cu_ctype(dt), y, d,
-          (long long)rd, cu_ctype(dt), ct, x.l[0], cs2, sign, ct, xp.l[0], sn, x.l[0], g->val[v].name);
-  out->l[0] = y;
-}
-
-static void compute(CuFn *f, const Node *n, int v, const CuCoords *co, CuVal *out) {
-  const Graph *g = f->g;
+  int v = fr->v;
+  const Node *n = &g->node[g->val[v].node];
   const TensorType *ot = &g->val[v].type;
+  const CuCoords *co = &fr->co;
+  int stage = fr->stage++;
+  if (fr->lanewise) return lanewise_step(f, fr, got, need);
   switch (n->op) {
-  case OP_EXPAND: {
-    CuCoords ci;
-    cu_bcast_coords(&g->val[n->in[0]].type, co, &ci);
-    cu_emit(f, n->in[0], &ci, out);
-    return;
-  }
-  case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: {
-    CuCoords ci;
-    if (!reshape_coords(f, ot, &g->val[n->in[0]].type, co, &ci)) {
-      lanewise(f, v, co, out);
-      return;
-    }
-    cu_emit(f, n->in[0], &ci, out);
-    return;
-  }
-  case OP_TRANSPOSE: {
-    const Attr *p = ir_attr(n, "perm");
-    CuCoords ci = *co;
-    for (int j = 0; j < ot->rank; j++) {
-      int src = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
-      ci.c[src] = co->c[j];
-      ci.step[src] = co->step[j];
-    }
-    cu_emit(f, n->in[0], &ci, out);
-    return;
-  }
-  case OP_SLICE: {
-    const TensorType *it = &g->val[n->in[0]].type;
-    int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
-    int64_t start, end, len, step = ir_attr_int(n, "step");
-    ir_slice_bounds(it->dim[ax], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
-    if (step > it->dim[ax] + 1) step = it->dim[ax] + 1; /* as ir_slice_bounds clamps it */
-    if (step < -(it->dim[ax] + 1)) step = -(it->dim[ax] + 1);
-    CuCoords ci = *co;
-    ci.c[ax] = cu_addk(f, cu_mulk(f, co->c[ax], step), start);
-    ci.step[ax] = co->step[ax] * step;
-    if (co->step[ax] != 0 && (step != 1 || start % co->lanes != 0)) ci.aligned = false;
-    cu_emit(f, n->in[0], &ci, out);
-    return;
-  }
+  case OP_EXPAND: case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_TRANSPOSE: case OP_SLICE:
   case OP_SPLIT: {
-    const TensorType *it = &g->val[n->in[0]].type;
-    int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
-    int64_t off = 0;
-    for (int i = 0; i < n->nout && n->out[i] != v; i++) off += g->val[n->out[i]].type.dim[ax];
-    CuCoords ci = *co;
-    ci.c[ax] = cu_addk(f, co->c[ax], off);
-    if (co->step[ax] != 0 && off % co->lanes != 0) ci.aligned = false;
-    cu_emit(f, n->in[0], &ci, out);
-    return;
+    if (stage > 0) {
+      fr->out = *got;
+      return true;
+    }
+    CuCoords *ci = &fr->ci;
+    if (n->op == OP_EXPAND) {
+      cu_bcast_coords(&g->val[n->in[0]].type, co, ci);
+    } else if (n->op == OP_TRANSPOSE) {
+      const Attr *p = ir_attr(n, "perm");
+      *ci = *co;
+      for (int j = 0; j < ot->rank; j++) {
+        int src = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
+        ci->c[src] = co->c[j];
+        ci->step[src] = co->step[j];
+      }
+    } else if (n->op == OP_SLICE) {
+      const TensorType *it = &g->val[n->in[0]].type;
+      int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
+      int64_t start, end, len, step = ir_attr_int(n, "step");
+      ir_slice_bounds(it->dim[ax], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
+      if (step > it->dim[ax] + 1) step = it->dim[ax] + 1; /* as ir_slice_bounds clamps it */
+      if (step < -(it->dim[ax] + 1)) step = -(it->dim[ax] + 1);
+      *ci = *co;
+      ci->c[ax] = cu_addk(f, cu_mulk(f, co->c[ax], step), start);
+      ci->step[ax] = co->step[ax] * step;
+      if (co->step[ax] != 0 && (step != 1 || start % co->lanes != 0)) ci->aligned = false;
+    } else if (n->op == OP_SPLIT) {
+      const TensorType *it = &g->val[n->in[0]].type;
+      int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
+      int64_t off = 0;
+      for (int i = 0; i < n->nout && n->out[i] != v; i++) off += g->val[n->out[i]].type.dim[ax];
+      *ci = *co;
+      ci->c[ax] = cu_addk(f, co->c[ax], off);
+      if (co->step[ax] != 0 && off % co->lanes != 0) ci->aligned = false;
+    } else if (!reshape_coords(f, ot, &g->val[n->in[0]].type, co, ci)) {
+      return lanewise_step(f, fr, got, need);
+    }
+    NEED(n->in[0], ci);
   }
-  case OP_CONCAT: concat(f, n, v, co, out); return;
-  case OP_GATHER: gather(f, n, v, co, out); return;
-  case OP_ROPE: rope(f, n, v, co, out); return;
+  case OP_CONCAT: return concat_step(f, n, fr, stage, got, need);
+  case OP_GATHER: return gather_step(f, n, fr, stage, got, need);
+  case OP_ROPE: return rope_step(f, n, fr, stage, got, need);
   default: break;
   }
   FusionClass fc = ir_op_info(n->op)->fclass;
-  if (fc == FC_ELEMWISE || fc == FC_BROADCAST) {
-    elementwise(f, n, v, co, out);
-    return;
-  }
+  if (fc == FC_ELEMWISE || fc == FC_BROADCAST) return elementwise_step(f, n, fr, stage, got, need);
   cu_fail(f, ST_UNSUPPORTED,
           "value '%s' (%s) is needed at coordinates where the kernel does not compute it; "
           "a %s result can only feed an elementwise epilogue of its own shape",
           g->val[v].name, ir_op_name(n->op), ir_op_name(n->op));
-  out->l[0] = "0";
-  replicate(out, co->lanes);
+  fr->out.l[0] = "0";
+  replicate(&fr->out, co->lanes);
+  return true;
 }
 
-void cu_emit(CuFn *f, int v, const CuCoords *co, CuVal *out) {
+#undef NEED
+
+/* v at co when it needs no operand (an error, the override, a memoised
+ * value, a load): true with *out set; false for a member's result still to
+ * compute. */
+static bool emit_leaf(CuFn *f, int v, const CuCoords *co, CuVal *out) {
   const Graph *g = f->g;
   if (co->rank != g->val[v].type.rank) {
     cu_fail(f, ST_INTERNAL, "value '%s' emitted with %d coordinates for rank %d", g->val[v].name, co->rank,
             g->val[v].type.rank);
     out->l[0] = "0";
     replicate(out, co->lanes);
-    return;
+    return true;
   }
   bool uni;
   const char *key = value_key(f, v, co, &uni);
   if (v == f->ov_value && f->ov_key && strcmp(key, f->ov_key) == 0) {
     take(&f->ov_val, uni, co->lanes, out);
-    return;
+    return true;
   }
   for (int i = f->nmemo - 1; i >= 0; i--)
     if (f->memo[i].value == v && strcmp(f->memo[i].key, key) == 0) {
       take(&f->memo[i].val, uni, co->lanes, out);
-      return;
+      return true;
     }
   const Value *val = &g->val[v];
-  if (val->kind == VK_NODE && f->member[val->node]) compute(f, &g->node[val->node], v, co, out);
-  else load(f, v, co, out);
+  if (val->kind == VK_NODE && f->member[val->node]) return false;
+  load(f, v, co, out);
   cu_memo_put(f, v, co, out);
+  return true;
+}
+
+#define CU_LOCAL_FRAMES 4
+
+void cu_emit(CuFn *f, int v, const CuCoords *co, CuVal *out) {
+  if (emit_leaf(f, v, co, out)) return;
+  CuFrame local[CU_LOCAL_FRAMES], *st = local;
+  size_t n = 0, cap = CU_LOCAL_FRAMES;
+  int want_v = v;
+  CuCoords want_co = *co;
+  CuVal got;
+  memset(&got, 0, sizeof got);
+  for (;;) {
+    if (n == cap) {
+      size_t ncap = cap * 2;
+      CuFrame *ns = st == local ? malloc(sizeof *ns * ncap) : realloc(st, sizeof *ns * ncap);
+      if (!ns) {
+        cu_fail(f, ST_NO_MEMORY, "out of memory for an expression %zu members deep", n);
+        out->l[0] = "0";
+        replicate(out, co->lanes);
+        break;
+      }
+      if (st == local) memcpy(ns, local, sizeof local);
+      st = ns;
+      cap = ncap;
+    }
+    CuFrame *fr = &st[n++];
+    memset(fr, 0, sizeof *fr);
+    fr->v = want_v;
+    fr->co = want_co;
+    bool pushed = false;
+    while (!pushed) {
+      CuFrame *top = &st[n - 1];
+      CuNeed need;
+      if (node_step(f, top, &got, &need)) {
+        cu_memo_put(f, top->v, &top->co, &top->out);
+        got = top->out;
+        if (--n == 0) break;
+        continue;
+      }
+      if (!emit_leaf(f, need.v, need.co, &got)) {
+        want_v = need.v;
+        want_co = *need.co;
+        pushed = true;
+      }
+    }
+    if (n == 0) {
+      *out = got;
+      break;
+    }
+  }
+  if (st != local) free(st);
 }
 
 void cu_memo_put(CuFn *f, int v, const CuCoords *co, const CuVal *val) {

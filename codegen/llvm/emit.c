@@ -22,6 +22,7 @@
  * value at every coordinate emitted once.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/llvm/cg_internal.h"
@@ -87,59 +88,96 @@ static void reshape_coords(CgFn *f, const TensorType *in, const TensorType *out,
   cg_delinearize(f, lin, in->dim + p, in->rank - p - s, ic + p);
 }
 
+/* ---- emission without recursion ----
+ *
+ * The value of a member at coordinates needs its operands' values at
+ * derived coordinates first, and they need theirs: a chain of N members is
+ * N levels.  The levels are frames on an explicit stack (heap memory,
+ * grown as needed), never C stack frames, so that a group's depth is
+ * bounded by memory, not by the thread's stack.  A frame is one node being
+ * computed at one coordinate vector; node_step advances it: each call
+ * either asks for one operand's value at coordinates (the frame resumes at
+ * the next stage with that value) or finishes with the node's result.  The
+ * stages emit exactly the instructions, in exactly the order, that one
+ * recursive function per op would. */
+
+typedef struct {
+  int v;                        /* the value computed (a member's result) */
+  LLVMValueRef c[IR_MAX_RANK];  /* at these coordinates */
+  int stage, k;                 /* where the node's rule resumes; a loop counter */
+  LLVMValueRef ic[IR_MAX_RANK]; /* coordinates of an operand asked for */
+  LLVMValueRef x[5];            /* operand values and temporaries kept between stages */
+} EmitFrame;
+
+/* What node_step wants next. */
+typedef struct {
+  int v;                   /* the operand's value */
+  LLVMValueRef const *c;   /* its coordinates (in the frame) */
+} EmitNeed;
+
 static LLVMValueRef clamp_index(CgFn *f, LLVMValueRef i, int64_t size) {
   return cg_min(f, cg_max(f, i, cg_i64(f->m, 0)), cg_i64(f->m, size > 0 ? size - 1 : 0));
 }
 
-static LLVMValueRef emit_concat(CgFn *f, const Node *n, const TensorType *ot, LLVMValueRef const *c) {
+/* concat: every operand is computed at a clamped coordinate and the one
+ * whose range holds c[axis] is selected: branch-free, so the loop still
+ * vectorises, and no read falls outside an operand.  Operands are taken
+ * from the last to the first; fr->x[0] is the selection so far. */
+static bool concat_next(CgFn *f, const Node *n, const TensorType *ot, EmitFrame *fr, EmitNeed *need,
+                        LLVMValueRef *res) {
   CgMod *m = f->m;
   int axis = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
-  LLVMValueRef ic[IR_MAX_RANK], r = NULL;
-  memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
-  int64_t off[65];
-  off[0] = 0;
-  for (int k = 0; k < n->nin; k++) off[k + 1] = off[k] + f->g->val[n->in[k]].type.dim[axis];
-  /* Every operand is computed at a clamped coordinate and the one whose
-   * range holds c[axis] is selected: branch-free, so the loop still
-   * vectorises, and no read falls outside an operand. */
-  for (int k = n->nin - 1; k >= 0; k--) {
-    int64_t size = off[k + 1] - off[k];
+  for (; fr->k >= 0; fr->k--) {
+    int64_t off = 0;
+    for (int i = 0; i < fr->k; i++) off += f->g->val[n->in[i]].type.dim[axis];
+    int64_t size = f->g->val[n->in[fr->k]].type.dim[axis];
     if (size == 0) continue;
-    ic[axis] = clamp_index(f, LLVMBuildNSWSub(f->b, c[axis], cg_i64(m, off[k]), ""), size);
-    LLVMValueRef v = cg_emit(f, n->in[k], ic);
-    if (!r) {
-      r = v;
-      continue;
-    }
-    LLVMValueRef inside = LLVMBuildICmp(f->b, LLVMIntSLT, c[axis], cg_i64(m, off[k + 1]), "");
-    r = LLVMBuildSelect(f->b, inside, v, r, "");
+    memcpy(fr->ic, fr->c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+    fr->ic[axis] = clamp_index(f, LLVMBuildNSWSub(f->b, fr->c[axis], cg_i64(m, off), ""), size);
+    need->v = n->in[fr->k];
+    need->c = fr->ic;
+    return false;
   }
-  return r ? r : LLVMGetUndef(cg_ctype(m, ot->dt));
+  *res = fr->x[0] ? fr->x[0] : LLVMGetUndef(cg_ctype(m, ot->dt));
+  return true;
 }
 
-static LLVMValueRef emit_gather(CgFn *f, const Node *n, LLVMValueRef const *c) {
+static void concat_take(CgFn *f, const Node *n, const TensorType *ot, EmitFrame *fr, LLVMValueRef v) {
+  int axis = ir_norm_axis(ir_attr_int(n, "axis"), ot->rank);
+  if (!fr->x[0]) {
+    fr->x[0] = v;
+  } else {
+    int64_t end = 0;
+    for (int i = 0; i <= fr->k; i++) end += f->g->val[n->in[i]].type.dim[axis];
+    LLVMValueRef inside = LLVMBuildICmp(f->b, LLVMIntSLT, fr->c[axis], cg_i64(f->m, end), "");
+    fr->x[0] = LLVMBuildSelect(f->b, inside, v, fr->x[0], "");
+  }
+  fr->k--;
+}
+
+/* gather, once the index is known (idx): the data operand's coordinates. */
+static void gather_coords(CgFn *f, const Node *n, EmitFrame *fr, LLVMValueRef idx) {
   CgMod *m = f->m;
   const TensorType *dt = &f->g->val[n->in[0]].type, *it = &f->g->val[n->in[1]].type;
   int axis = ir_norm_axis(ir_attr_int(n, "axis"), dt->rank);
-  LLVMValueRef idx = cg_emit(f, n->in[1], c + axis);
   idx = cg_convert(m, idx, it->dt, DT_I64);
   int64_t len = dt->dim[axis];
   /* negative indices count from the end; an index out of range (an error
    * in the reference) is clamped so that no read leaves the tensor */
   LLVMValueRef neg = LLVMBuildICmp(f->b, LLVMIntSLT, idx, cg_i64(m, 0), "");
   idx = LLVMBuildSelect(f->b, neg, cg_add(f, idx, cg_i64(m, len)), idx, "");
-  LLVMValueRef dc[IR_MAX_RANK];
-  for (int i = 0; i < axis; i++) dc[i] = c[i];
-  dc[axis] = clamp_index(f, idx, len);
-  for (int i = axis + 1; i < dt->rank; i++) dc[i] = c[i - 1 + it->rank];
-  return cg_emit(f, n->in[0], dc);
+  for (int i = 0; i < axis; i++) fr->ic[i] = fr->c[i];
+  fr->ic[axis] = clamp_index(f, idx, len);
+  for (int i = axis + 1; i < dt->rank; i++) fr->ic[i] = fr->c[i - 1 + it->rank];
 }
 
 /* rope: y[d] = x[d] cos(theta) -/+ x[partner(d)] sin(theta) for d below
  * rotary_dim, theta = pos * base^(-2p/rotary_dim) for pair p.  The angle,
  * its sine and cosine are computed in double: positions run to thousands of
- * radians, where an f32 angle is off by ~1e-4. */
-static LLVMValueRef emit_rope(CgFn *f, const Node *n, const TensorType *ot, LLVMValueRef const *c) {
+ * radians, where an f32 angle is off by ~1e-4.  rope_begin computes the
+ * pair, the partner coordinates (into fr->ic) and the masks (fr->x[0..2]);
+ * rope_end the rotation from x, x at the partner and the position. */
+static void rope_begin(CgFn *f, const Node *n, const TensorType *ot, EmitFrame *fr) {
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
   int r = ot->rank;
@@ -147,7 +185,7 @@ static LLVMValueRef emit_rope(CgFn *f, const Node *n, const TensorType *ot, LLVM
   const Attr *rda = ir_attr(n, "rotary_dim");
   int64_t rd = rda ? rda->i : D;
   bool half = strcmp(ir_attr_enum(n, "style"), "half") == 0;
-  LLVMValueRef d = c[r - 1];
+  LLVMValueRef d = fr->c[r - 1];
   LLVMValueRef p, partner, first;
   if (half) {
     first = LLVMBuildICmp(B, LLVMIntSLT, d, cg_i64(m, rd / 2), "");
@@ -160,12 +198,23 @@ static LLVMValueRef emit_rope(CgFn *f, const Node *n, const TensorType *ot, LLVM
   }
   LLVMValueRef rot = LLVMBuildICmp(B, LLVMIntSLT, d, cg_i64(m, rd), "");
   partner = LLVMBuildSelect(B, rot, partner, d, ""); /* stays in range past rotary_dim */
-  LLVMValueRef pc[IR_MAX_RANK];
-  memcpy(pc, c, sizeof(LLVMValueRef) * (size_t)r);
-  pc[r - 1] = partner;
-  LLVMValueRef x = cg_emit(f, n->in[0], c), xp = cg_emit(f, n->in[0], pc);
+  memcpy(fr->ic, fr->c, sizeof(LLVMValueRef) * (size_t)r);
+  fr->ic[r - 1] = partner;
+  fr->x[0] = first;
+  fr->x[1] = p;
+  fr->x[2] = rot;
+}
+
+static LLVMValueRef rope_end(CgFn *f, const Node *n, const TensorType *ot, EmitFrame *fr, LLVMValueRef x,
+                             LLVMValueRef xp, LLVMValueRef posv) {
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int64_t D = ot->dim[ot->rank - 1];
+  const Attr *rda = ir_attr(n, "rotary_dim");
+  int64_t rd = rda ? rda->i : D;
+  LLVMValueRef first = fr->x[0], p = fr->x[1], rot = fr->x[2];
   const TensorType *post = &f->g->val[n->in[1]].type;
-  LLVMValueRef pos = cg_convert(m, cg_emit(f, n->in[1], c + r - 2), post->dt, DT_F64);
+  LLVMValueRef pos = cg_convert(m, posv, post->dt, DT_F64);
   double base = ir_attr_float(n, "base");
   /* base^(-2p/rd) = exp(p * (-2 ln(base) / rd)) */
   LLVMValueRef pf = LLVMBuildSIToFP(B, p, m->t_f64, "");
@@ -184,85 +233,128 @@ static LLVMValueRef emit_rope(CgFn *f, const Node *n, const TensorType *ot, LLVM
   return LLVMBuildSelect(B, rot, y, x, "");
 }
 
-static LLVMValueRef emit_batch_norm(CgFn *f, const Node *n, LLVMValueRef const *c) {
+static LLVMValueRef batch_norm_end(CgFn *f, const Node *n, LLVMValueRef const *x, LLVMValueRef var) {
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
-  LLVMValueRef x = cg_emit(f, n->in[0], c);
-  LLVMValueRef ch = c[1];
-  LLVMValueRef scale = cg_emit(f, n->in[1], &ch), bias = cg_emit(f, n->in[2], &ch);
-  LLVMValueRef mean = cg_emit(f, n->in[3], &ch), var = cg_emit(f, n->in[4], &ch);
-  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMValueRef scale = x[1], bias = x[2], mean = x[3];
+  LLVMTypeRef t = LLVMTypeOf(x[0]);
   LLVMValueRef ve = LLVMBuildFAdd(B, var, cg_fconst(t, ir_attr_float(n, "eps")), "");
   LLVMValueRef k = LLVMBuildFDiv(B, scale, cg_intrinsic(m, "llvm.sqrt", &t, 1, &ve, 1), "");
-  return LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildFSub(B, x, mean, ""), k, ""), bias, "");
+  return LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildFSub(B, x[0], mean, ""), k, ""), bias, "");
 }
 
-/* The value of result `out` of member node n at coordinates c. */
-static LLVMValueRef emit_node(CgFn *f, const Node *n, int out, LLVMValueRef const *c) {
+/* Advances frame fr (the member computing value fr->v at fr->c), given the
+ * value `got` of the operand it asked for last (NULL at its first step).
+ * Returns true with the result in *res, or false with the next operand it
+ * needs in *need. */
+static bool node_step(CgFn *f, EmitFrame *fr, LLVMValueRef got, EmitNeed *need, LLVMValueRef *res) {
   CgMod *m = f->m;
   Graph *g = f->g;
-  const TensorType *ot = &g->val[n->out[out]].type;
+  const Value *val = &g->val[fr->v];
+  const Node *n = &g->node[val->node];
+  int out = val->out_index;
+  const TensorType *ot = &val->type;
   const TensorType *t0 = &g->val[n->in[0]].type;
-  LLVMValueRef ic[IR_MAX_RANK], ic2[IR_MAX_RANK], ic3[IR_MAX_RANK];
+  LLVMValueRef const *c = fr->c;
+  int stage = fr->stage++;
+#define NEED(value, coords)                                                                                            \
+  do {                                                                                                                 \
+    need->v = (value);                                                                                                 \
+    need->c = (coords);                                                                                                \
+    return false;                                                                                                      \
+  } while (0)
+#define DONE(r)                                                                                                        \
+  do {                                                                                                                 \
+    *res = (r);                                                                                                        \
+    return true;                                                                                                       \
+  } while (0)
   switch (n->op) {
   case OP_NEG: case OP_ABS: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RECIPROCAL:
   case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_ERF: case OP_SIN:
   case OP_COS: case OP_CAST:
-    return cg_unary(m, n, t0->dt, cg_emit(f, n->in[0], c));
+    if (stage == 0) NEED(n->in[0], c);
+    DONE(cg_unary(m, n, t0->dt, got));
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW: case OP_MAXIMUM: case OP_MINIMUM:
-  case OP_LESS: case OP_GREATER: case OP_EQUAL: {
-    cg_bcast_coords(f, t0, ot->rank, c, ic);
-    cg_bcast_coords(f, &g->val[n->in[1]].type, ot->rank, c, ic2);
-    LLVMValueRef a = cg_emit(f, n->in[0], ic), b = cg_emit(f, n->in[1], ic2);
-    return cg_binary(m, n->op, t0->dt, a, b);
-  }
-  case OP_WHERE: {
-    cg_bcast_coords(f, t0, ot->rank, c, ic);
-    cg_bcast_coords(f, &g->val[n->in[1]].type, ot->rank, c, ic2);
-    cg_bcast_coords(f, &g->val[n->in[2]].type, ot->rank, c, ic3);
-    LLVMValueRef cond = cg_emit(f, n->in[0], ic);
-    LLVMValueRef a = cg_emit(f, n->in[1], ic2), b = cg_emit(f, n->in[2], ic3);
-    return LLVMBuildSelect(f->b, cond, a, b, "");
-  }
-  case OP_BATCH_NORM: return emit_batch_norm(f, n, c);
-  case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE:
-    reshape_coords(f, t0, ot, c, ic);
-    return cg_emit(f, n->in[0], ic);
-  case OP_TRANSPOSE: {
-    const Attr *p = ir_attr(n, "perm");
-    for (int j = 0; j < ot->rank; j++) {
-      int from = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
-      ic[from] = c[j];
+  case OP_LESS: case OP_GREATER: case OP_EQUAL: case OP_WHERE:
+    /* operands broadcast to the result's coordinates, in order */
+    if (stage > 0) fr->x[stage - 1] = got;
+    if (stage < n->nin) {
+      cg_bcast_coords(f, &g->val[n->in[stage]].type, ot->rank, c, fr->ic);
+      NEED(n->in[stage], fr->ic);
     }
-    return cg_emit(f, n->in[0], ic);
-  }
-  case OP_SLICE: {
-    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
-    int64_t step = ir_attr_int(n, "step"), start, end, len;
-    ir_slice_bounds(t0->dim[axis], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
-    memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
-    ic[axis] = cg_add(f, cg_i64(m, start), cg_mulc(f, c[axis], step));
-    return cg_emit(f, n->in[0], ic);
-  }
-  case OP_SPLIT: {
-    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
-    int64_t off = 0;
-    for (int k = 0; k < out; k++) off += g->val[n->out[k]].type.dim[axis];
-    memcpy(ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
-    ic[axis] = cg_add(f, c[axis], cg_i64(m, off));
-    return cg_emit(f, n->in[0], ic);
-  }
+    if (n->op == OP_WHERE) DONE(LLVMBuildSelect(f->b, fr->x[0], fr->x[1], fr->x[2], ""));
+    DONE(cg_binary(m, n->op, t0->dt, fr->x[0], fr->x[1]));
+  case OP_BATCH_NORM:
+    /* x at c, then scale, bias, mean and var at the channel c[1] */
+    if (stage == 0) NEED(n->in[0], c);
+    if (stage < 5) {
+      fr->x[stage - 1] = got;
+      NEED(n->in[stage], &c[1]);
+    }
+    DONE(batch_norm_end(f, n, fr->x, got));
+  case OP_RESHAPE: case OP_SQUEEZE: case OP_UNSQUEEZE: case OP_TRANSPOSE: case OP_SLICE: case OP_SPLIT:
   case OP_EXPAND:
-    cg_bcast_coords(f, t0, ot->rank, c, ic);
-    return cg_emit(f, n->in[0], ic);
-  case OP_CONCAT: return emit_concat(f, n, ot, c);
-  case OP_GATHER: return emit_gather(f, n, c);
-  case OP_ROPE: return emit_rope(f, n, ot, c);
+    if (stage > 0) DONE(got);
+    if (n->op == OP_TRANSPOSE) {
+      const Attr *p = ir_attr(n, "perm");
+      for (int j = 0; j < ot->rank; j++) {
+        int from = p ? ir_norm_axis(p->ints[j], ot->rank) : ot->rank - 1 - j;
+        fr->ic[from] = c[j];
+      }
+    } else if (n->op == OP_SLICE) {
+      int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+      int64_t step = ir_attr_int(n, "step"), start, end, len;
+      ir_slice_bounds(t0->dim[axis], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
+      memcpy(fr->ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+      fr->ic[axis] = cg_add(f, cg_i64(m, start), cg_mulc(f, c[axis], step));
+    } else if (n->op == OP_SPLIT) {
+      int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+      int64_t off = 0;
+      for (int k = 0; k < out; k++) off += g->val[n->out[k]].type.dim[axis];
+      memcpy(fr->ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+      fr->ic[axis] = cg_add(f, c[axis], cg_i64(m, off));
+    } else if (n->op == OP_EXPAND) {
+      cg_bcast_coords(f, t0, ot->rank, c, fr->ic);
+    } else {
+      reshape_coords(f, t0, ot, c, fr->ic);
+    }
+    NEED(n->in[0], fr->ic);
+  case OP_CONCAT:
+    if (stage == 0) fr->k = n->nin - 1;
+    else concat_take(f, n, ot, fr, got);
+    if (concat_next(f, n, ot, fr, need, res)) return true;
+    return false;
+  case OP_GATHER: {
+    /* the index first, then the data at the coordinates it names */
+    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+    if (stage == 0) NEED(n->in[1], c + axis);
+    if (stage == 1) {
+      gather_coords(f, n, fr, got);
+      NEED(n->in[0], fr->ic);
+    }
+    DONE(got);
+  }
+  case OP_ROPE:
+    if (stage == 0) {
+      rope_begin(f, n, ot, fr);
+      NEED(n->in[0], c);
+    }
+    if (stage == 1) {
+      fr->x[3] = got;
+      NEED(n->in[0], fr->ic);
+    }
+    if (stage == 2) {
+      fr->x[4] = got;
+      NEED(n->in[1], c + ot->rank - 2);
+    }
+    DONE(rope_end(f, n, ot, fr, fr->x[3], fr->x[4], got));
   default:
     cg_fail(m, ST_UNSUPPORTED, "kernel %s: node '%s' (%s) cannot be computed element by element; a kernel holds one "
             "reduction, contraction or attention node, its anchor", f->k->name, ir_node_name(g, n), ir_op_name(n->op));
-    return LLVMGetUndef(cg_ctype(m, ot->dt));
+    DONE(LLVMGetUndef(cg_ctype(m, ot->dt)));
   }
+#undef NEED
+#undef DONE
 }
 
 static bool same_coords(LLVMValueRef const *a, LLVMValueRef const *b, int rank) {
@@ -271,45 +363,115 @@ static bool same_coords(LLVMValueRef const *a, LLVMValueRef const *b, int rank) 
   return true;
 }
 
-LLVMValueRef cg_emit(CgFn *f, int v, LLVMValueRef const *c) {
-  CgMod *m = f->m;
-  const Value *val = &f->g->val[v];
-  int rank = val->type.rank;
-  LLVMTypeRef ct = cg_ctype(m, val->type.dt);
-  if (m->err) return LLVMGetUndef(ct);
-  if (v == f->ov_value) {
-    if (!same_coords(c, f->ov_coords, rank)) {
-      cg_fail(m, ST_UNSUPPORTED,
-              "kernel %s: the epilogue reads '%s' at other coordinates than it writes (a reshape, transpose or "
-              "broadcast after the anchor); such a consumer cannot be fused",
-              f->k->name, val->name);
-      return LLVMGetUndef(ct);
-    }
-    return f->ov_result;
-  }
-  for (int i = f->nmemo - 1; i >= 0; i--)
-    if (f->memo[i].value == v && same_coords(f->memo[i].coords, c, rank)) return f->memo[i].result;
-  LLVMValueRef r;
-  if (val->kind == VK_CONST && ir_type_numel(&val->type) == 1 && val->data) {
-    r = const_scalar(m, val);
-  } else if (f->arg_of[v] >= 0) {
-    r = cg_load_arg(f, f->arg_of[v], cg_linear(f, &val->type, c));
-  } else if (val->kind == VK_NODE && f->member[val->node]) {
-    if (val->node == f->anchor) {
-      cg_fail(m, ST_UNSUPPORTED, "kernel %s: '%s' is read outside the epilogue of its kernel", f->k->name, val->name);
-      return LLVMGetUndef(ct);
-    }
-    r = emit_node(f, &f->g->node[val->node], val->out_index, c);
-  } else {
-    cg_fail(m, ST_INTERNAL, "kernel %s: '%s' is neither an argument nor computed by the kernel", f->k->name, val->name);
-    return LLVMGetUndef(ct);
-  }
+static void memo_put(CgFn *f, int v, LLVMValueRef const *c, LLVMValueRef r) {
+  int rank = f->g->val[v].type.rank;
   if (f->nmemo == CG_MEMO_CAP) f->nmemo = 0; /* a full memo only costs duplicate code */
   CgMemo *e = &f->memo[f->nmemo++];
   e->value = v;
   e->rank = rank;
   memcpy(e->coords, c, sizeof(LLVMValueRef) * (size_t)rank);
   e->result = r;
+}
+
+/* v[c] when it needs no operand: the anchor's override, a memoised value,
+ * a constant, an argument, or an error.  False when v is a member's result
+ * still to compute. */
+static bool emit_leaf(CgFn *f, int v, LLVMValueRef const *c, LLVMValueRef *out) {
+  CgMod *m = f->m;
+  const Value *val = &f->g->val[v];
+  int rank = val->type.rank;
+  LLVMTypeRef ct = cg_ctype(m, val->type.dt);
+  *out = LLVMGetUndef(ct);
+  if (m->err) return true;
+  if (v == f->ov_value) {
+    if (!same_coords(c, f->ov_coords, rank)) {
+      cg_fail(m, ST_UNSUPPORTED,
+              "kernel %s: the epilogue reads '%s' at other coordinates than it writes (a reshape, transpose or "
+              "broadcast after the anchor); such a consumer cannot be fused",
+              f->k->name, val->name);
+      return true;
+    }
+    *out = f->ov_result;
+    return true;
+  }
+  for (int i = f->nmemo - 1; i >= 0; i--)
+    if (f->memo[i].value == v && same_coords(f->memo[i].coords, c, rank)) {
+      *out = f->memo[i].result;
+      return true;
+    }
+  if (val->kind == VK_CONST && ir_type_numel(&val->type) == 1 && val->data) {
+    *out = const_scalar(m, val);
+  } else if (f->arg_of[v] >= 0) {
+    *out = cg_load_arg(f, f->arg_of[v], cg_linear(f, &val->type, c));
+  } else if (val->kind == VK_NODE && f->member[val->node]) {
+    if (val->node != f->anchor) return false;
+    cg_fail(m, ST_UNSUPPORTED, "kernel %s: '%s' is read outside the epilogue of its kernel", f->k->name, val->name);
+    return true;
+  } else {
+    cg_fail(m, ST_INTERNAL, "kernel %s: '%s' is neither an argument nor computed by the kernel", f->k->name, val->name);
+    return true;
+  }
+  memo_put(f, v, c, *out);
+  return true;
+}
+
+#define EMIT_LOCAL_FRAMES 16
+
+LLVMValueRef cg_emit(CgFn *f, int v, LLVMValueRef const *c) {
+  CgMod *m = f->m;
+  LLVMValueRef r;
+  if (emit_leaf(f, v, c, &r)) return r;
+  EmitFrame local[EMIT_LOCAL_FRAMES], *st = local;
+  size_t n = 0, cap = EMIT_LOCAL_FRAMES;
+  int want_v = v;
+  LLVMValueRef want_c[IR_MAX_RANK];
+  memcpy(want_c, c, sizeof(LLVMValueRef) * (size_t)f->g->val[v].type.rank);
+  LLVMValueRef got = NULL;
+  for (;;) {
+    /* push the member want_v at want_c */
+    if (n == cap) {
+      size_t ncap = cap * 2;
+      EmitFrame *ns = st == local ? malloc(sizeof *ns * ncap) : realloc(st, sizeof *ns * ncap);
+      if (!ns) {
+        cg_fail(m, ST_NO_MEMORY, "kernel %s: out of memory for an expression %zu members deep", f->k->name, n);
+        r = LLVMGetUndef(cg_ctype(m, f->g->val[v].type.dt));
+        break;
+      }
+      if (st == local) memcpy(ns, local, sizeof local);
+      st = ns;
+      cap = ncap;
+    }
+    EmitFrame *fr = &st[n++];
+    fr->v = want_v;
+    memcpy(fr->c, want_c, sizeof(LLVMValueRef) * (size_t)f->g->val[want_v].type.rank);
+    fr->stage = fr->k = 0;
+    memset(fr->x, 0, sizeof fr->x);
+    got = NULL;
+    /* run frames until one needs a member that is not computed yet */
+    bool pushed = false;
+    while (!pushed) {
+      EmitFrame *top = &st[n - 1];
+      EmitNeed need;
+      if (node_step(f, top, got, &need, &r)) {
+        memo_put(f, top->v, top->c, r);
+        got = r;
+        if (--n == 0) break;
+        continue;
+      }
+      if (m->err) {
+        n = 0;
+        r = LLVMGetUndef(cg_ctype(m, f->g->val[v].type.dt));
+        break;
+      }
+      if (!emit_leaf(f, need.v, need.c, &got)) {
+        want_v = need.v;
+        memcpy(want_c, need.c, sizeof(LLVMValueRef) * (size_t)f->g->val[need.v].type.rank);
+        pushed = true;
+      }
+    }
+    if (n == 0) break;
+  }
+  if (st != local) free(st);
   return r;
 }
 
