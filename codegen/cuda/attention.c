@@ -204,7 +204,8 @@ bool cu_att_flash_eligible(const Att *a, const char **why) {
 int64_t cu_att_flash_smem(const Att *a, const FlashParams *p) {
   int64_t tiles = 2 * (int64_t)(p->BM + 2 * p->stages * p->BN) * (a->D + 8);
   int64_t merge = 4 * (int64_t)(p->KS - 1) * p->BM * (a->D + 8);
-  return tiles > merge ? tiles : merge;
+  /* cache: the block's positions (a static int per row) count against the same limit */
+  return (tiles > merge ? tiles : merge) + (a->cache ? 4 * (int64_t)p->BM : 0);
 }
 
 static bool flash_valid(const CuFn *f, const Att *a, const FlashParams *p, const char **why) {
