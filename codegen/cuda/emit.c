@@ -1015,7 +1015,14 @@ void cu_store_epilogue(CuFn *f, const int *epi, int nepi, const CuCoords *co, co
   const Graph *g = f->g;
   int av = g->node[f->anchor].out[0];
   const TensorType *at = &g->val[av].type;
+  /* a member that moves data (a transpose of a square result) keeps the
+   * shape but not the coordinates: the forward walk places it */
   bool all_same = true;
+  for (int i = 0; i < f->grp->nnodes && all_same; i++) {
+    int nd = f->grp->nodes[i];
+    if (nd != f->anchor && f->dep[nd] && (cu_moves_data(g->node[nd].op) || g->node[nd].op == OP_SLICE))
+      all_same = false;
+  }
   for (int i = 0; i < nepi && all_same; i++) {
     const TensorType *t = &g->val[epi[i]].type;
     all_same = t->rank == at->rank;
