@@ -759,7 +759,10 @@ void cu_memo_put(CuFn *f, int v, const CuCoords *co, const CuVal *val) {
   if (f->nmemo == f->cap_memo) {
     int cap = f->cap_memo ? f->cap_memo * 2 : 64;
     CuMemo *m = arena_alloc(&f->arena, sizeof(CuMemo) * (size_t)cap);
-    if (!m) abort();
+    if (!m) {
+      cu_fail(f, ST_NO_MEMORY, "out of memory for the emission memo");
+      return;
+    }
     if (f->nmemo) memcpy(m, f->memo, sizeof(CuMemo) * (size_t)f->nmemo);
     f->memo = m;
     f->cap_memo = cap;
@@ -817,7 +820,10 @@ static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int
 void cu_store_loops(CuFn *f, const int *vals, int n) {
   bool *done = arena_alloc(&f->arena, sizeof(bool) * (size_t)(n ? n : 1));
   int *same = arena_alloc(&f->arena, sizeof(int) * (size_t)(n ? n : 1));
-  if (!done || !same) abort();
+  if (!done || !same) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory for a kernel's store loops");
+    return;
+  }
   for (int a = 0; a < n; a++) {
     if (done[a]) continue;
     const TensorType *t = &f->g->val[vals[a]].type;
@@ -873,7 +879,12 @@ void cu_split_outputs(CuFn *f, int **out_epi, int *out_nepi, int **out_side, int
   int nout = f->k->nargs - f->nin;
   int *epi = arena_alloc(&f->arena, sizeof(int) * (size_t)(nout ? nout : 1));
   int *side = arena_alloc(&f->arena, sizeof(int) * (size_t)(nout ? nout : 1));
-  if (!epi || !side) abort();
+  if (!epi || !side) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory for a kernel's outputs");
+    *out_epi = *out_side = NULL;
+    *out_nepi = *out_nside = 0;
+    return;
+  }
   int ne = 0, ns = 0;
   for (int i = f->nin; i < f->k->nargs; i++) {
     int v = f->k->args[i];
@@ -927,7 +938,10 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
   const Graph *g = f->g;
   int av = g->node[f->anchor].out[0];
   CuCoords **fw = arena_alloc(&f->arena, sizeof(CuCoords *) * (size_t)g->nval);
-  if (!fw) abort();
+  if (!fw) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory for an epilogue");
+    return true;
+  }
   fw[av] = (CuCoords *)co;
   int mark = cu_scope_push(f);
   for (int i = 0; i < f->grp->nnodes; i++) {
@@ -953,7 +967,7 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
       CuVal x;
       cu_emit(f, n->in[0], ci, &x);
       CuCoords *o = arena_alloc(&f->arena, sizeof *o);
-      if (!o) abort();
+      if (!o) goto no_memory;
       *o = *ci;
       o->lanes = 1;
       o->aligned = true;
@@ -968,7 +982,7 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
     if (cu_moves_data(n->op)) {
       if (!fw[n->in[0]]) goto unsupported;
       CuCoords *o = arena_alloc(&f->arena, sizeof *o);
-      if (!o) abort();
+      if (!o) goto no_memory;
       if (!forward_coords(f, n, fw[n->in[0]], o)) {
         cu_scope_pop(f, mark);
         return false;
@@ -1003,6 +1017,10 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
     cu_store(f, epi[i], fw[epi[i]], &r);
   }
   cu_scope_pop(f, mark);
+  return true;
+no_memory:
+  cu_scope_pop(f, mark);
+  cu_fail(f, ST_NO_MEMORY, "out of memory for an epilogue");
   return true;
 unsupported:
   cu_scope_pop(f, mark);
