@@ -50,12 +50,15 @@ static void build_chain(TG *t, const Op *ops) {
 }
 
 /* x [4, 4] -> MIXED steps, each one of: + b (b a [4] constant, broadcast), a
- * transpose, a reshape to [16] and back, a slice of rows 0..4 of a concat
- * of v with itself (axis 0), where(v > 0, v, -v), a gather of v's rows by
+ * transpose, a reshape to [16] and back, a slice of rows 2..6 of a concat
+ * of v and a constant w (axis 0; not v with itself: the CUDA emitter
+ * computes each concat operand in its own branch, so a chain of
+ * concat(v, v) costs 2^depth), where(v > 0, v, -v), a gather of v's rows by
  * a constant permutation; then sin to keep values bounded. */
 static void build_mixed(TG *t) {
   int v = tg_input(t, "x", DT_F32, 2, D(4, 4), DOM_ANY, 0);
   int b = tg_const(t, "b", DT_F32, 1, D(4), DOM_ANY);
+  int w = tg_const(t, "w", DT_F32, 2, D(4, 4), DOM_ANY);
   int64_t perm_rows[4] = {2, 0, 3, 1};
   int idx = ir_add_const(t->g, "perm_rows", tt(DT_I64, 1, D(4)), perm_rows, here);
   int zero = ir_add_const(t->g, "zero", tt(DT_F32, 0, D(0)), (float[]){0.0f}, here);
@@ -81,7 +84,7 @@ static void build_mixed(TG *t) {
     }
     case 3: {
       snprintf(name, sizeof name, "m%d_cat", i);
-      n = tg_node(t, OP_CONCAT, 2, (int[]){v, v}, name);
+      n = tg_node(t, OP_CONCAT, 2, (int[]){v, w}, name);
       ir_set_attr_int(t->g, n, "axis", 0);
       int cat = tg_val(t, n);
       snprintf(name, sizeof name, "m%d", i);
