@@ -90,7 +90,7 @@ def hf_side(args, d, prompts, sm):
         n = min(len(ref), len(got))
         cos = [float(np.dot(ref[i], got[i]) / (np.linalg.norm(ref[i]) * np.linalg.norm(got[i]))) for i in range(n)]
         res[f"cos{ctx}"] = cos
-    for mode in () if args.no_hf_generate else ("eager", "compiled"):
+    for mode in [m for m in args.hf_modes.split(",") if m]:
         try:
             if mode == "compiled":
                 model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
@@ -193,7 +193,8 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--json")
     ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--no-hf-generate", action="store_true", help="skip transformers' generate (eager, compiled)")
+    ap.add_argument("--hf-modes", default="eager,compiled",
+                    help="transformers' generate modes to time (eager, compiled; '' for none)")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     rng = np.random.default_rng(0)
