@@ -253,6 +253,16 @@ static smelt_status lower_group(const Graph *g, int gi, const bool *used_outside
   k->nouts = nargs - nin;
   k->flops = flops;
   for (int i = 0; i < nargs; i++) k->bytes += (double)ir_type_bytes(&g->val[args[i]].type);
+  /* Memory a kernel reads only in part: a scatter into a state reads its
+   * values and indices and writes as many rows of the state (not the whole
+   * state twice); a gather reads the rows it picks (not the whole table). */
+  for (int i = 0; i < gr->nnodes; i++) {
+    const Node *n = &g->node[gr->nodes[i]];
+    if (n->op == OP_SCATTER && ir_state_of(g, n->in[0]) >= 0)
+      k->bytes -= 2.0 * (double)ir_type_bytes(&g->val[n->in[0]].type) - (double)ir_type_bytes(&g->val[n->in[2]].type);
+    else if (n->op == OP_GATHER && g->val[n->in[0]].kind == VK_CONST && gr->nnodes == 1)
+      k->bytes -= (double)ir_type_bytes(&g->val[n->in[0]].type) - (double)ir_type_bytes(&g->val[n->out[0]].type);
+  }
 
   int count;
   int anchor = cg_group_anchor(g, gr, &count);
@@ -309,6 +319,11 @@ smelt_status cg_lower(Graph *g, Kernel **out_kernels, int *out_n) {
       if (producer_group(g, n->in[j]) != n->group) used_outside[n->in[j]] = true;
   }
   for (int i = 0; i < g->noutputs; i++) used_outside[g->outputs[i]] = true;
+  /* a state's update is read by the next run: its kernel writes it */
+  for (int i = 0; i < g->nstates; i++) {
+    int up = ir_state_update(g, g->states[i]);
+    if (up >= 0) used_outside[g->node[up].out[0]] = true;
+  }
 
   /* insertion sort by first member: group counts are small */
   for (int i = 0; i < g->ngroups; i++) {
