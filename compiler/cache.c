@@ -118,13 +118,15 @@ smelt_status sc_cache_key(const char *model_path, const ScCompileOptions *o, cha
     bb_put(&b, "", 1);
   }
   free(text);
-  char *weights = NULL;
-  if (!st) st = fe_yaml_weights_file(model_path, &weights);
-  if (!st && weights) {
+  char **weights = NULL;
+  int nweights = 0;
+  if (!st) st = fe_yaml_weights_files(model_path, &weights, &nweights);
+  for (int i = 0; i < nweights; i++) {
     char abs[PATH_MAX];
-    field(&b, "weights", weights);
-    field(&b, "weights_abs", realpath(weights, abs) ? abs : "?");
-    st = field_file(&b, "weights_content", weights);
+    if (!st) field(&b, "weights", weights[i]);
+    if (!st) field(&b, "weights_abs", realpath(weights[i], abs) ? abs : "?");
+    if (!st) st = field_file(&b, "weights_content", weights[i]);
+    free(weights[i]);
   }
   free(weights);
   bool cpu = false, cuda = false;

@@ -18,4 +18,12 @@ smelt_status fe_read_file(const char *path, size_t max_bytes, unsigned char **ou
  * that the YAML loader can put the error at the `weights:` key instead. */
 smelt_status fe_safetensors_open_bare(const char *path, SafeTensors **out) SMELT_MUST_USE;
 
+/* The most weights files one model reads. */
+#define FE_MAX_WEIGHT_FILES 256
+
+/* The shard files a Hugging Face model.safetensors.index.json names in its
+ * weight_map, each once, in the order they first appear (*out_files and
+ * each name malloc'd, owned by the caller).  Errors are bare messages. */
+smelt_status fe_safetensors_index_files(const char *path, char ***out_files, int *out_n) SMELT_MUST_USE;
+
 #endif

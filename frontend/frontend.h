@@ -22,11 +22,12 @@ typedef struct {
  * filled in, and shapes inferred. */
 smelt_status fe_load_yaml(const char *path, const FeOptions *opts, Graph **out_graph) SMELT_MUST_USE;
 
-/* The weights file the YAML model at path names (its top-level `weights`,
- * resolved against the model's directory as the loader does), malloc'd, or
- * NULL when it names none; reads only the model text.  For the compile
- * cache, which must hash the weights before compiling. */
-smelt_status fe_yaml_weights_file(const char *path, char **out_path) SMELT_MUST_USE;
+/* The weights files a YAML model reads (its top-level `weights:`: one
+ * file, a list, or a model.safetensors.index.json and its shards),
+ * resolved relative to the model as the loader resolves them, without
+ * loading the model (the compile cache keys on their contents).
+ * *out_paths and each path are malloc'd, owned by the caller. */
+smelt_status fe_yaml_weights_files(const char *path, char ***out_paths, int *out_n) SMELT_MUST_USE;
 
 /* ---- safetensors ---- */
 typedef struct SafeTensors SafeTensors;

@@ -302,3 +302,51 @@ int fe_safetensors_count(const SafeTensors *s) { return s->n; }
 const SafeTensor *fe_safetensors_at(const SafeTensors *s, int i) {
   return i >= 0 && i < s->n ? &s->t[i] : NULL;
 }
+
+smelt_status fe_safetensors_index_files(const char *path, char ***out_files, int *out_n) {
+  *out_files = NULL;
+  *out_n = 0;
+  unsigned char *text = NULL;
+  size_t len = 0;
+  RETURN_IF_ERROR(fe_read_file(path, (size_t)64 << 20, &text, &len));
+  json_error_t je;
+  json_t *root = json_loadb((const char *)text, len, 0, &je);
+  free(text);
+  if (!root) return st_error(ST_INVALID_INPUT, "line %d: not JSON: %s", je.line, je.text);
+  json_t *map = json_object_get(root, "weight_map");
+  smelt_status st = NULL;
+  if (!json_is_object(map)) st = st_error(ST_INVALID_INPUT, "no \"weight_map\" object");
+  char **files = NULL;
+  int n = 0;
+  const char *key;
+  json_t *val;
+  json_object_foreach(map, key, val) {
+    if (st) break;
+    const char *f = json_string_value(val);
+    if (!f || !*f || strchr(f, '/') || strstr(f, "..")) {
+      st = st_error(ST_INVALID_INPUT, "weight_map[\"%.80s\"] is not the name of a file beside the index", key);
+      break;
+    }
+    bool seen = false;
+    for (int i = 0; i < n && !seen; i++) seen = strcmp(files[i], f) == 0;
+    if (seen) continue;
+    char **nf = realloc(files, sizeof *files * (size_t)(n + 1));
+    if (!nf || !(nf[n] = strdup(f))) {
+      if (nf) files = nf;
+      st = st_error(ST_NO_MEMORY, "out of memory");
+      break;
+    }
+    files = nf;
+    n++;
+  }
+  json_decref(root);
+  if (!st && n == 0) st = st_error(ST_INVALID_INPUT, "the weight_map names no files");
+  if (st) {
+    for (int i = 0; i < n; i++) free(files[i]);
+    free(files);
+    return st;
+  }
+  *out_files = files;
+  *out_n = n;
+  return NULL;
+}

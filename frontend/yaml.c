@@ -127,9 +127,12 @@ typedef struct {
   Dim *dims;
   int ndims;
   NameIndex dim_index; /* name -> index into dims */
-  SafeTensors *weights;
-  const char *weights_name; /* as written in the YAML */
-  const char *weights_path; /* as opened (in the graph's arena): provenance of the params read from it */
+  /* the weights files, in the order the model lists them (one, a list, or
+   * the files of a Hugging Face model.safetensors.index.json) */
+  SafeTensors *weights[FE_MAX_WEIGHT_FILES];
+  const char *weights_name[FE_MAX_WEIGHT_FILES]; /* as written in the YAML (or the index) */
+  const char *weights_path[FE_MAX_WEIGHT_FILES]; /* as opened (graph arena): provenance of the params read */
+  int nweights;
   yaml_node_t *blocks;      /* mapping, or NULL */
   const char *active[FE_MAX_DEPTH];
   int depth;
@@ -936,11 +939,16 @@ static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const 
   snprintf(what, sizeof what, "param '%s': from", pname);
   RETURN_IF_ERROR(get_text(L, n, what, &raw));
   RETURN_IF_ERROR(subst_index(L, s, n, raw, &tname));
-  if (!L->weights)
+  if (!L->nweights)
     return errf(L, n, "param '%s': 'from: %s' needs a weights file (add 'weights: FILE.safetensors' at the top level)",
                 pname, tname);
-  const SafeTensor *w = fe_safetensors_find(L->weights, tname);
-  if (!w) return errf(L, n, "param '%s': tensor '%s' is not in weights file '%s'", pname, tname, L->weights_name);
+  const SafeTensor *w = NULL;
+  int wf = 0;
+  for (; wf < L->nweights && !w; wf++) w = fe_safetensors_find(L->weights[wf], tname);
+  wf--;
+  if (!w && L->nweights == 1)
+    return errf(L, n, "param '%s': tensor '%s' is not in weights file '%s'", pname, tname, L->weights_name[0]);
+  if (!w) return errf(L, n, "param '%s': tensor '%s' is in none of the %d weights files", pname, tname, L->nweights);
   char have[160], want[160];
   shape_str(w->rank, w->dim, have, sizeof have);
   shape_str(t->rank, t->dim, want, sizeof want);
@@ -959,7 +967,7 @@ static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const 
     IrSource *src = arena_alloc(&L->g->arena, sizeof *src);
     IrCopy *cp = arena_alloc(&L->g->arena, sizeof *cp);
     if (!src || !cp) return st_error(ST_NO_MEMORY, "out of memory");
-    *cp = (IrCopy){.file = L->weights_path, .name = L->weights_name, .src = w->offset, .rows = 1, .cols = 1,
+    *cp = (IrCopy){.file = L->weights_path[wf], .name = L->weights_name[wf], .src = w->offset, .rows = 1, .cols = 1,
                    .elem = w->nbytes};
     src->ncopies = 1;
     src->copies = cp;
@@ -1474,10 +1482,62 @@ static smelt_status parse_yaml(Loader *L) {
 static const char *const top_keys[] = {"smelt", "name", "seed", "dtype", "dims", "weights", "inputs",
                                        "params", "state", "blocks", "nodes", "outputs", NULL};
 
+static smelt_status open_weights_file(Loader *L, yaml_node_t *v, const char *wname);
+
+/* `weights:` one file, a list of files, or a Hugging Face
+ * model.safetensors.index.json (its weight_map names the shards). */
 static smelt_status load_weights(Loader *L, yaml_node_t *v) {
+  if (v->type == YAML_SEQUENCE_NODE) {
+    if (seq_len(v) == 0) return errf(L, v, "weights: an empty list (name .safetensors files, or leave weights out)");
+    if (seq_len(v) > FE_MAX_WEIGHT_FILES)
+      return errf(L, v, "weights: %d files, more than the limit of %d", seq_len(v), FE_MAX_WEIGHT_FILES);
+    for (int i = 0; i < seq_len(v); i++) {
+      const char *w;
+      RETURN_IF_ERROR(get_text(L, seq_item(L, v, i), "weights", &w));
+      RETURN_IF_ERROR(open_weights_file(L, seq_item(L, v, i), w));
+    }
+    return NULL;
+  }
   const char *wname;
   RETURN_IF_ERROR(get_text(L, v, "weights", &wname));
+  size_t wl = strlen(wname);
+  if (wl > 11 && strcmp(wname + wl - 11, ".index.json") == 0) {
+    char **files = NULL;
+    int nfiles = 0;
+    char *ipath = NULL;
+    if (wname[0] == '/' || !L->dir) ipath = strdup(wname);
+    else if ((ipath = malloc(strlen(L->dir) + wl + 2))) sprintf(ipath, "%s/%s", L->dir, wname);
+    if (!ipath) return st_error(ST_NO_MEMORY, "out of memory");
+    smelt_status st = fe_safetensors_index_files(ipath, &files, &nfiles);
+    free(ipath);
+    if (st) {
+      smelt_status located = errf(L, v, "weights index '%s': %s", wname, st_message(st));
+      st_free(st);
+      return located;
+    }
+    const char *slash = strrchr(wname, '/');
+    for (int i = 0; i < nfiles && !st; i++) {
+      /* shards are named relative to the index */
+      char *rel = malloc(strlen(wname) + strlen(files[i]) + 2);
+      if (!rel) st = st_error(ST_NO_MEMORY, "out of memory");
+      else {
+        sprintf(rel, "%.*s%s", slash ? (int)(slash - wname + 1) : 0, wname, files[i]);
+        if (nfiles > FE_MAX_WEIGHT_FILES) st = errf(L, v, "weights index '%s': %d files, more than the limit of %d", wname, nfiles, FE_MAX_WEIGHT_FILES);
+        else st = open_weights_file(L, v, ir_graph_strdup(L->g, rel));
+      }
+      free(rel);
+    }
+    for (int i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
+    return st;
+  }
+  return open_weights_file(L, v, wname);
+}
+
+static smelt_status open_weights_file(Loader *L, yaml_node_t *v, const char *wname) {
   if (!*wname) return errf(L, v, "weights must name a .safetensors file");
+  if (L->nweights == FE_MAX_WEIGHT_FILES)
+    return errf(L, v, "weights: more than the limit of %d files", FE_MAX_WEIGHT_FILES);
   char *path = NULL;
   if (wname[0] == '/' || !L->dir) {
     path = strdup(wname);
@@ -1486,15 +1546,17 @@ static smelt_status load_weights(Loader *L, yaml_node_t *v) {
     if (path) sprintf(path, "%s/%s", L->dir, wname);
   }
   if (!path) return st_error(ST_NO_MEMORY, "out of memory");
-  smelt_status st = fe_safetensors_open_bare(path, &L->weights);
-  if (!st && !(L->weights_path = ir_graph_strdup(L->g, path))) st = st_error(ST_NO_MEMORY, "out of memory");
+  int k = L->nweights;
+  smelt_status st = fe_safetensors_open_bare(path, &L->weights[k]);
+  if (!st) L->nweights++;
+  if (!st && !(L->weights_path[k] = ir_graph_strdup(L->g, path))) st = st_error(ST_NO_MEMORY, "out of memory");
   free(path);
   if (st) {
     smelt_status located = errf(L, v, "weights file '%s': %s", wname, st_message(st));
     st_free(st);
     return located;
   }
-  L->weights_name = ir_graph_strdup(L->g, wname); /* outlives the YAML document: provenance names it */
+  L->weights_name[k] = ir_graph_strdup(L->g, wname); /* outlives the YAML document: provenance names it */
   return NULL;
 }
 
@@ -1568,41 +1630,86 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
 }
 
 /* What the compile cache needs before compiling: the model's text is
- * parsed (small) and only its top-level `weights` key read; the path is
- * resolved as load_weights resolves it. */
-smelt_status fe_yaml_weights_file(const char *path, char **out_path) {
-  *out_path = NULL;
+ * parsed (small) and only its top-level `weights` key read; the paths are
+ * resolved as load_weights resolves them (an index file: the index, then
+ * its shards). */
+static char *resolve_beside(const char *model, const char *w) {
+  const char *slash = strrchr(model, '/');
+  size_t n = strlen(model) + strlen(w) + 2;
+  char *full = malloc(n);
+  if (!full) return NULL;
+  if (w[0] == '/' || !slash) snprintf(full, n, "%s", w);
+  else snprintf(full, n, "%.*s/%s", (int)(slash - model), model, w);
+  return full;
+}
+
+static smelt_status push_path(char ***paths, int *n, char *p) {
+  if (!p) return st_error(ST_NO_MEMORY, "out of memory");
+  char **np = realloc(*paths, sizeof **paths * (size_t)(*n + 1));
+  if (!np) {
+    free(p);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  *paths = np;
+  np[(*n)++] = p;
+  return NULL;
+}
+
+smelt_status fe_yaml_weights_files(const char *path, char ***out_paths, int *out_n) {
+  *out_paths = NULL;
+  *out_n = 0;
   Loader L;
   memset(&L, 0, sizeof L);
   L.file = path;
   smelt_status st = fe_read_file(path, FE_MAX_MODEL_BYTES, &L.text, &L.text_size);
   if (!st) st = parse_yaml(&L);
   yaml_node_t *root = !st ? yaml_document_get_root_node(&L.doc) : NULL;
-  if (!st && root && root->type == YAML_MAPPING_NODE) {
-    for (int i = 0; i < map_len(root) && !st; i++) {
-      yaml_node_t *k = map_key(&L, root, i), *v = map_val(&L, root, i);
-      if (!is_scalar(k) || strcmp(sval(k), "weights") != 0) continue;
-      if (!is_scalar(v) || !sval(v)[0]) {
+  char **paths = NULL;
+  int n = 0;
+  for (int i = 0; !st && root && root->type == YAML_MAPPING_NODE && i < map_len(root); i++) {
+    yaml_node_t *k = map_key(&L, root, i), *v = map_val(&L, root, i);
+    if (!is_scalar(k) || strcmp(sval(k), "weights") != 0) continue;
+    int count = v->type == YAML_SEQUENCE_NODE ? seq_len(v) : 1;
+    for (int j = 0; j < count && !st; j++) {
+      yaml_node_t *item = v->type == YAML_SEQUENCE_NODE ? seq_item(&L, v, j) : v;
+      if (!is_scalar(item) || !sval(item)[0]) {
         st = st_error(ST_INVALID_INPUT, "%s: 'weights' is not a file name", path);
         break;
       }
-      const char *w = sval(v), *slash = strrchr(path, '/');
-      size_t n = strlen(path) + strlen(w) + 2;
-      char *full = malloc(n);
-      if (!full) st = st_error(ST_NO_MEMORY, "out of memory");
-      else if (w[0] == '/' || !slash) snprintf(full, n, "%s", w);
-      else snprintf(full, n, "%.*s/%s", (int)(slash - path), path, w);
-      free(*out_path);
-      *out_path = full;
+      const char *w = sval(item);
+      char *full = resolve_beside(path, w);
+      size_t wl = strlen(w);
+      bool index = wl > 11 && strcmp(w + wl - 11, ".index.json") == 0;
+      char **shards = NULL;
+      int ns = 0;
+      if (index && full) {
+        smelt_status ist = fe_safetensors_index_files(full, &shards, &ns);
+        st_free(ist); /* the compile reports it, located */
+      }
+      st = push_path(&paths, &n, full);
+      for (int s = 0; s < ns; s++) {
+        if (!st) {
+          char *rel = malloc(strlen(w) + strlen(shards[s]) + 2);
+          const char *slash = strrchr(w, '/');
+          if (rel) sprintf(rel, "%.*s%s", slash ? (int)(slash - w + 1) : 0, w, shards[s]);
+          st = push_path(&paths, &n, rel ? resolve_beside(path, rel) : NULL);
+          free(rel);
+        }
+        free(shards[s]);
+      }
+      free(shards);
     }
   }
   if (L.have_doc) yaml_document_delete(&L.doc);
   free(L.text);
   if (st) {
-    free(*out_path);
-    *out_path = NULL;
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    return st;
   }
-  return st;
+  *out_paths = paths;
+  *out_n = n;
+  return NULL;
 }
 
 smelt_status fe_load_yaml(const char *path, const FeOptions *opts, Graph **out_graph) {
@@ -1612,7 +1719,7 @@ smelt_status fe_load_yaml(const char *path, const FeOptions *opts, Graph **out_g
   L.file = path;
   smelt_status st = load_model(&L, path, opts);
   if (L.have_doc) yaml_document_delete(&L.doc);
-  fe_safetensors_close(L.weights);
+  for (int i = 0; i < L.nweights; i++) fe_safetensors_close(L.weights[i]);
   free(L.dims);
   name_index_free(&L.dim_index);
   free(L.dir);
