@@ -24,6 +24,8 @@ static void print_main_help(FILE *f) {
         "                              in a tuning table (--target cuda)\n"
         "  import MODEL.onnx -o Y.yaml write an ONNX model as smelt YAML plus safetensors\n"
         "                              (compile, run and bench also take MODEL.onnx directly)\n"
+        "  import hf DIR -o Y.yaml     write a Hugging Face Llama-family checkpoint as smelt YAML\n"
+        "                              with its KV cache (weights stay in the checkpoint's files)\n"
         "  generate MODEL|OUT.smelt    generate tokens with a causal LM and its KV-cache state\n"
         "                              (prefill, then one step per token)\n"
         "  passes                      list the passes of the default pipeline\n"
