@@ -51,7 +51,12 @@ typedef enum {
 
 
 /* Opens and validates a bundle (sizes, offsets, checksums, versions); a
- * truncated or corrupted file is an error, never a crash. */
+ * truncated or corrupted file is an error, never a crash.  Two checks that
+ * read most of a bundle's bytes are deferred to the first
+ * smelt_session_create on it: the constants section's checksum, and the
+ * content of external weights files (--external-weights; their sizes are
+ * checked here).  A corrupted or changed file is refused there, with the
+ * file named. */
 smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle);
 /* The same for a bundle held in memory (len bytes at data, copied: data
  * may be freed once this returns). */
