@@ -125,7 +125,8 @@ def static_peer(model, prompts, steps, torch):
                l.self_attn.o_proj.weight, l.post_attention_layernorm.weight, l.mlp.gate_proj.weight,
                l.mlp.up_proj.weight, l.mlp.down_proj.weight) for l in model.model.layers]
     emb, norm, head = model.model.embed_tokens.weight, model.model.norm.weight, model.lm_head.weight
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float32) / D))
+    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 1e4)
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, device="cuda", dtype=torch.float32) / D))
     ang = torch.arange(C, device="cuda", dtype=torch.float32)[:, None] * inv[None, :]
     cos, sin = torch.cat([ang.cos()] * 2, -1).half(), torch.cat([ang.sin()] * 2, -1).half()
     kc = torch.zeros(L, 1, KV, C, D, device="cuda", dtype=torch.float16)

@@ -586,6 +586,13 @@ static inline smelt_status h_interp_random(Graph *g, const OpSuite *ranges, void
     data[v] = h_random(&g->val[v].type, lo, hi, (uint64_t)v + 7);
     st = ir_interp_set_input(*it, v, data[v]);
   }
+  /* state tensors start with data too, so that the rows a scatter leaves
+   * alone are compared (the device buffer holds the same) */
+  for (int i = 0; i < g->nstates && !st; i++) {
+    int v = g->states[i];
+    data[v] = h_random(&g->val[v].type, -1, 1, (uint64_t)v + 7);
+    st = ir_interp_set_input(*it, v, data[v]);
+  }
   if (!st) st = ir_interp_run(*it);
   return st;
 }
@@ -598,9 +605,20 @@ static inline smelt_status h_upload_guarded(Exec *e, const Graph *g, const Kerne
                                             size_t offset, uint64_t *buf, bool *stored) {
   smelt_status st = NULL;
   for (int i = 0; i < nk && !st; i++)
+    for (int pass = 0; pass < 2; pass++)
     for (int a = 0; a < k[i].nargs && !st; a++) {
       int v = k[i].args[a];
+      /* the result of a scatter into a state lives in the state's buffer,
+       * as in a session (runtime/cuda_session.c): the states first */
+      int sv = ir_state_of(g, v);
+      bool is_state = sv == v, in_state = sv >= 0 && sv != v;
+      if (pass == 0 && !is_state) continue;
+      if (pass == 1 && is_state) continue;
       if (a >= k[i].nargs - k[i].nouts) stored[v] = true;
+      if (in_state) {
+        buf[v] = buf[sv]; /* the state is an argument of the same kernel: allocated in pass 0 */
+        continue;
+      }
       if (buf[v]) continue;
       size_t bytes = ir_type_bytes(&g->val[v].type), total = bytes + 2 * H_GUARD + offset;
       st = e->alloc(e, total, &buf[v]);
@@ -638,7 +656,7 @@ static inline smelt_status h_download_guarded(Exec *e, const Graph *g, int v, ui
 /* Buffers of h_upload_guarded and inputs of h_interp_random: freed. */
 static inline void h_free_guarded(Exec *e, const Graph *g, uint64_t *buf, bool *stored, void **data) {
   for (int v = 0; v < g->nval; v++) {
-    if (buf && buf[v]) e->free(e, buf[v]);
+    if (buf && buf[v] && !(ir_state_of(g, v) >= 0 && ir_state_of(g, v) != v)) e->free(e, buf[v]); /* aliases: once */
     if (data) free(data[v]);
   }
   free(buf), free(stored), free(data);
@@ -774,7 +792,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   }
   e->unload(e);
   for (int v = 0; v < g->nval; v++)
-    if (buf[v]) e->free(e, buf[v]);
+    if (buf[v] && !(ir_state_of(g, v) >= 0 && ir_state_of(g, v) != v)) e->free(e, buf[v]); /* aliases: once */
   if (ws) e->free(e, ws);
   free(buf), free(stored);
 done:
