@@ -584,6 +584,14 @@ static inline smelt_status h_interp_random(Graph *g, const OpSuite *ranges, void
       for (int j = 0; j < ranges->nin; j++)
         if (ranges->in[j].value == v) lo = ranges->in[j].lo, hi = ranges->in[j].hi;
     data[v] = h_random(&g->val[v].type, lo, hi, (uint64_t)v + 7);
+    const TensorType *t = &g->val[v].type;
+    if (!ranges && dt_is_int(t->dt) && data[v]) {
+      /* integers without a range are positions or ids: 0, 1, 2, ... along
+       * the last axis (as smelt run makes them), valid for rope, scatter,
+       * cache attention and gather */
+      int64_t n = ir_type_numel(t), last = t->rank && t->dim[t->rank - 1] ? t->dim[t->rank - 1] : 1;
+      for (int64_t j = 0; j < n; j++) dt_store(t->dt, data[v], (size_t)j, (double)(j % last));
+    }
     st = ir_interp_set_input(*it, v, data[v]);
   }
   /* state tensors start with data too, so that the rows a scatter leaves
