@@ -302,7 +302,22 @@ static const Attr *must_attr(const Node *n, const char *name) {
   return a;
 }
 
-int64_t ir_attr_int(const Node *n, const char *name) { return must_attr(n, name)->i; }
+/* An int or bool attribute a node lacks but whose schema has a default
+ * (a node built before the attribute existed, or by code that sets only
+ * what it cares about): the default. */
+int64_t ir_attr_int(const Node *n, const char *name) {
+  if (!ir_attr(n, name)) {
+    int na = ir_op_attr_count(n->op);
+    for (int i = 0; i < na; i++) {
+      AttrSpec s;
+      ir_op_attr_spec(n->op, i, &s);
+      if (strcmp(s.name, name) != 0 || !s.has_default) continue;
+      if (s.type == AT_BOOL) return strcmp(s.dflt, "true") == 0;
+      if (s.type == AT_INT) return strtoll(s.dflt, NULL, 10);
+    }
+  }
+  return must_attr(n, name)->i;
+}
 double ir_attr_float(const Node *n, const char *name) { return must_attr(n, name)->f; }
 const char *ir_attr_enum(const Node *n, const char *name) { return must_attr(n, name)->s; }
 

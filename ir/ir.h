@@ -222,7 +222,8 @@ void ir_set_attr_enum(Graph *g, int node, const char *name, const char *word);
 void ir_fill_default_attrs(Graph *g, int node);
 /* NULL when the node has no such attribute. */
 const Attr *ir_attr(const Node *n, const char *name);
-/* Accessors for attributes that the schema guarantees (asserts otherwise). */
+/* Accessors for attributes that the schema guarantees (asserts otherwise;
+ * ir_attr_int gives the schema default of an int or bool the node lacks). */
 int64_t ir_attr_int(const Node *n, const char *name);
 double ir_attr_float(const Node *n, const char *name);
 const char *ir_attr_enum(const Node *n, const char *name);
