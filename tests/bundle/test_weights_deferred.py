@@ -43,6 +43,9 @@ def check(cond, what):
 
 class Api:
     def __init__(self, path):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+        import asan_preload  # noqa: E402
+        asan_preload.reexec_if_sanitized(path)
         L = ctypes.CDLL(path)
         P = ctypes.c_void_p
         L.smelt_status_message.restype = ctypes.c_char_p

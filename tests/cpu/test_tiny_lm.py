@@ -48,6 +48,9 @@ class TensorInfo(ctypes.Structure):
 
 class Smelt:
     def __init__(self, path):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+        import asan_preload  # noqa: E402
+        asan_preload.reexec_if_sanitized(path)
         L = ctypes.CDLL(path)
         P = ctypes.c_void_p
         L.smelt_status_message.restype = ctypes.c_char_p

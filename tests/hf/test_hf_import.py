@@ -255,6 +255,9 @@ class Runtime:
     """The session calls of libsmelt_runtime.so (include/smelt.h) through ctypes."""
 
     def __init__(self, path):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..'))
+        import asan_preload  # noqa: E402
+        asan_preload.reexec_if_sanitized(path)
         L = ctypes.CDLL(path)
         P = ctypes.c_void_p
         L.smelt_status_message.restype = ctypes.c_char_p
