@@ -725,16 +725,22 @@ static smelt_status get_shape(Loader *L, yaml_node_t *n, const char *what, Tenso
 static const char *const input_keys[] = {"shape", "dtype", NULL};
 static const char *const param_keys[] = {"shape", "dtype", "init", "value", "from", NULL};
 
-static smelt_status load_inputs(Loader *L, Scope *s, yaml_node_t *node) {
+/* `inputs:` and `state:` (top level or in a block): tensors declared by
+ * shape and dtype.  State tensors belong to a session, are zero at
+ * creation and persist across runs (SPEC §2); their bytes count against
+ * the same limit as constants. */
+static smelt_status load_tensor_decls(Loader *L, Scope *s, yaml_node_t *node, bool state) {
+  const char *section = state ? "state" : "inputs", *kind = state ? "state" : "input";
   yaml_node_t *map;
-  RETURN_IF_ERROR(get_map(L, node, "inputs", &map));
-  RETURN_IF_ERROR(check_keys(L, map, NULL, "inputs"));
+  RETURN_IF_ERROR(get_map(L, node, section, &map));
+  RETURN_IF_ERROR(check_keys(L, map, NULL, section));
   for (int i = 0; i < map_len(map); i++) {
     yaml_node_t *k = map_key(L, map, i), *spec = map_val(L, map, i);
     const char *name;
-    RETURN_IF_ERROR(get_name(L, k, "input name", &name));
     char what[160];
-    snprintf(what, sizeof what, "input '%s'", name);
+    snprintf(what, sizeof what, "%s name", kind);
+    RETURN_IF_ERROR(get_name(L, k, what, &name));
+    snprintf(what, sizeof what, "%s '%s'", kind, name);
     if (spec->type != YAML_MAPPING_NODE) return errf(L, spec, "%s must be a mapping like {shape: [...]}", what);
     RETURN_IF_ERROR(check_keys(L, spec, input_keys, what));
     TensorType t;
@@ -743,41 +749,16 @@ static smelt_status load_inputs(Loader *L, Scope *s, yaml_node_t *node) {
     if (map_find(L, spec, "dtype")) RETURN_IF_ERROR(get_dtype(L, map_find(L, spec, "dtype"), what, &t.dt));
     if (!map_find(L, spec, "shape")) return errf(L, spec, "%s needs a shape", what);
     RETURN_IF_ERROR(get_shape(L, map_find(L, spec, "shape"), what, &t));
+    if (state) {
+      int64_t bytes = (int64_t)ir_type_bytes(&t);
+      if (bytes > FE_MAX_CONST_BYTES || L->const_bytes + bytes > FE_MAX_TOTAL_CONST_BYTES)
+        return errf(L, map_find(L, spec, "shape"), "%s: %lld bytes is more than smelt keeps for a session's state",
+                    what, (long long)bytes);
+      L->const_bytes += bytes;
+    }
     RETURN_IF_ERROR(scope_check_free(L, s, name, k));
-    int id = ir_add_input(L->g, ir_name(L, s, name), t, loc_of(L, k));
-    RETURN_IF_ERROR(scope_bind(L, s, name, id, k));
-  }
-  return NULL;
-}
-
-/* `state:` (top level or in a block): tensors a session owns, zero at
- * creation, that persist across runs (SPEC §2); the same keys as inputs. */
-static smelt_status load_states(Loader *L, Scope *s, yaml_node_t *node) {
-  if (!node) return NULL;
-  yaml_node_t *map;
-  RETURN_IF_ERROR(get_map(L, node, "state", &map));
-  RETURN_IF_ERROR(check_keys(L, map, NULL, "state"));
-  for (int i = 0; i < map_len(map); i++) {
-    yaml_node_t *k = map_key(L, map, i), *spec = map_val(L, map, i);
-    const char *name;
-    RETURN_IF_ERROR(get_name(L, k, "state name", &name));
-    char what[160];
-    snprintf(what, sizeof what, "state '%s'", name);
-    if (spec->type != YAML_MAPPING_NODE) return errf(L, spec, "%s must be a mapping like {shape: [...]}", what);
-    RETURN_IF_ERROR(check_keys(L, spec, input_keys, what));
-    TensorType t;
-    memset(&t, 0, sizeof t);
-    t.dt = L->dtype;
-    if (map_find(L, spec, "dtype")) RETURN_IF_ERROR(get_dtype(L, map_find(L, spec, "dtype"), what, &t.dt));
-    if (!map_find(L, spec, "shape")) return errf(L, spec, "%s needs a shape", what);
-    RETURN_IF_ERROR(get_shape(L, map_find(L, spec, "shape"), what, &t));
-    int64_t bytes = (int64_t)ir_type_bytes(&t);
-    if (bytes > FE_MAX_CONST_BYTES || L->const_bytes + bytes > FE_MAX_TOTAL_CONST_BYTES)
-      return errf(L, map_find(L, spec, "shape"), "%s: %lld bytes is more than smelt keeps for a session's state", what,
-                  (long long)bytes);
-    L->const_bytes += bytes;
-    RETURN_IF_ERROR(scope_check_free(L, s, name, k));
-    int id = ir_add_state(L->g, ir_name(L, s, name), t, loc_of(L, k));
+    const char *full = ir_name(L, s, name);
+    int id = state ? ir_add_state(L->g, full, t, loc_of(L, k)) : ir_add_input(L->g, full, t, loc_of(L, k));
     RETURN_IF_ERROR(scope_bind(L, s, name, id, k));
   }
   return NULL;
@@ -1244,7 +1225,7 @@ static smelt_status instantiate_block(Loader *L, const Scope *s, const char *bna
   for (int i = 0; i < seq_len(bin) && !st; i++)
     st = scope_bind(L, &cs, sval(seq_item(L, bin, i)), in_vals[i], seq_item(L, bin, i));
   if (!st) st = load_params(L, &cs, map_find(L, block, "params"), "block params");
-  if (!st) st = load_states(L, &cs, map_find(L, block, "state"));
+  if (!st) st = load_tensor_decls(L, &cs, map_find(L, block, "state"), true);
   if (!st) st = load_nodes(L, &cs, map_find(L, block, "nodes"));
   for (int i = 0; i < seq_len(bout) && !st; i++) {
     yaml_node_t *o = seq_item(L, bout, i);
@@ -1619,9 +1600,9 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
   memset(&s, 0, sizeof s);
   s.prefix = "";
   s.copy = -1;
-  st = load_inputs(L, &s, map_find(L, root, "inputs"));
+  st = load_tensor_decls(L, &s, map_find(L, root, "inputs"), false);
   if (!st) st = load_params(L, &s, map_find(L, root, "params"), "params");
-  if (!st) st = load_states(L, &s, map_find(L, root, "state"));
+  if (!st) st = load_tensor_decls(L, &s, map_find(L, root, "state"), true);
   if (!st) st = load_nodes(L, &s, map_find(L, root, "nodes"));
   if (!st) st = load_outputs(L, &s, root);
   if (!st) st = ir_check_states(L->g);
