@@ -578,6 +578,23 @@ static smelt_status infer_argmax(Graph *g, Node *n) {
   return NULL;
 }
 
+static smelt_status infer_topk(Graph *g, Node *n) {
+  const TensorType *x = in_type(g, n, 0);
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), x->rank);
+  if (ax < 0) return fail(g, n, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis"), x->rank);
+  int64_t k = ir_attr_int(n, "k");
+  if (k <= 0) return fail(g, n, "k must be positive, got %lld", (long long)k);
+  if (k > x->dim[ax])
+    return fail(g, n, "k = %lld exceeds the size %lld of axis %d", (long long)k, (long long)x->dim[ax], ax);
+  if (x->dim[ax] > INT32_MAX) return fail(g, n, "axis %d is longer than an i32 index reaches", ax);
+  TensorType t = *x;
+  t.dim[ax] = k;
+  set_out(g, n, 0, t);
+  t.dt = DT_I32;
+  set_out(g, n, 1, t);
+  return NULL;
+}
+
 static smelt_status infer_arange(Graph *g, Node *n) {
   const TensorType *s = in_type(g, n, 0);
   if (!dt_is_int(s->dt)) return fail(g, n, "start must be an integer tensor, got %s", dt_name(s->dt));

@@ -769,6 +769,56 @@ smelt_status ref_argmax(const RefArgs *a) {
   return NULL;
 }
 
+/* topk: the row's (value, index) pairs sorted best first and the first k
+ * kept.  The order is total (NaN above every number, equal values by
+ * index), so the result does not depend on the sort's stability. */
+typedef struct {
+  double v;
+  int64_t i;
+} TopkPair;
+
+static int topk_by_index(const TopkPair *p, const TopkPair *q) { return (p->i > q->i) - (p->i < q->i); }
+
+static int topk_largest_first(const void *a, const void *b) {
+  const TopkPair *p = a, *q = b;
+  bool np = isnan(p->v), nq = isnan(q->v);
+  if (np || nq) return np && nq ? topk_by_index(p, q) : np ? -1 : 1;
+  if (p->v != q->v) return p->v > q->v ? -1 : 1;
+  return topk_by_index(p, q);
+}
+
+static int topk_smallest_first(const void *a, const void *b) {
+  const TopkPair *p = a, *q = b;
+  bool np = isnan(p->v), nq = isnan(q->v);
+  if (np || nq) return np && nq ? topk_by_index(p, q) : np ? 1 : -1;
+  if (p->v != q->v) return p->v < q->v ? -1 : 1;
+  return topk_by_index(p, q);
+}
+
+smelt_status ref_topk(const RefArgs *a) {
+  const TensorType *xt = a->in_type[0];
+  int axis = attr_axis(a, "axis", xt->rank);
+  if (axis < 0) return internal(a, "axis out of range");
+  int64_t outer, len, inner, k = ir_attr_int(a->n, "k");
+  around_axis(xt, axis, &outer, &len, &inner);
+  if (k <= 0 || k > len || outer * k * inner != ir_type_numel(a->out_type[0])) return internal(a, "output size mismatch");
+  bool largest = ir_attr_int(a->n, "largest") != 0;
+  TopkPair *row = malloc(sizeof *row * (size_t)len);
+  if (!row) return st_error(ST_NO_MEMORY, "node '%s' (topk): out of memory", ir_node_name(a->g, a->n));
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < inner; j++) {
+      const double *x = a->in[0] + o * len * inner + j;
+      for (int64_t e = 0; e < len; e++) row[e] = (TopkPair){x[e * inner], e};
+      qsort(row, (size_t)len, sizeof *row, largest ? topk_largest_first : topk_smallest_first);
+      for (int64_t e = 0; e < k; e++) {
+        a->out[0][(o * k + e) * inner + j] = row[e].v;
+        a->out[1][(o * k + e) * inner + j] = (double)row[e].i;
+      }
+    }
+  free(row);
+  return NULL;
+}
+
 smelt_status ref_arange(const RefArgs *a) {
   int64_t n = ir_type_numel(a->out_type[0]);
   for (int64_t i = 0; i < n; i++) a->out[0][i] = a->in[0][0] + (double)i;
