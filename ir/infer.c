@@ -66,7 +66,7 @@ static smelt_status same_dtype(const Graph *g, const Node *n, int i, int j) {
 /* numpy broadcasting of two shapes; false when they do not broadcast. */
 static bool broadcast(const TensorType *a, const TensorType *b, TensorType *out) {
   int r = a->rank > b->rank ? a->rank : b->rank;
-  out->rank = r;
+  *out = (TensorType){.rank = r}; /* every other field zero; callers set dt */
   for (int i = 0; i < r; i++) {
     int ia = i - (r - a->rank), ib = i - (r - b->rank);
     int64_t da = ia >= 0 ? a->dim[ia] : 1, db = ib >= 0 ? b->dim[ib] : 1;

@@ -357,9 +357,15 @@ static bool node_step(CgFn *f, EmitFrame *fr, LLVMValueRef got, EmitNeed *need, 
 #undef DONE
 }
 
-static bool same_coords(LLVMValueRef const *a, LLVMValueRef const *b, int rank) {
-  for (int i = 0; i < rank; i++)
-    if (a[i] != b[i]) return false;
+/* Whether coordinates a and b name the same element of a tensor of type t.
+ * An axis of extent 1 has one coordinate whatever value stands for it: a
+ * broadcast passes the constant 0 where the loop passes its counter (the
+ * [2,1] result of [2,5] @ [5,1] read back by an add with b[1]; a conv2d
+ * whose output is 1 wide), and those are the same element.  (A ranged
+ * axis whose extent at its max is 1 has only that coordinate too.) */
+static bool same_coords(const TensorType *t, LLVMValueRef const *a, LLVMValueRef const *b) {
+  for (int i = 0; i < t->rank; i++)
+    if (a[i] != b[i] && t->dim[i] != 1) return false;
   return true;
 }
 
@@ -379,12 +385,11 @@ static void memo_put(CgFn *f, int v, LLVMValueRef const *c, LLVMValueRef r) {
 static bool emit_leaf(CgFn *f, int v, LLVMValueRef const *c, LLVMValueRef *out) {
   CgMod *m = f->m;
   const Value *val = &f->g->val[v];
-  int rank = val->type.rank;
   LLVMTypeRef ct = cg_ctype(m, val->type.dt);
   *out = LLVMGetUndef(ct);
   if (m->err) return true;
   if (v == f->ov_value) {
-    if (!same_coords(c, f->ov_coords, rank)) {
+    if (!same_coords(&val->type, c, f->ov_coords)) {
       cg_fail(m, ST_UNSUPPORTED,
               "kernel %s: the epilogue reads '%s' at other coordinates than it writes (a reshape, transpose or "
               "broadcast after the anchor); such a consumer cannot be fused",
@@ -395,7 +400,7 @@ static bool emit_leaf(CgFn *f, int v, LLVMValueRef const *c, LLVMValueRef *out) 
     return true;
   }
   for (int i = f->nmemo - 1; i >= 0; i--)
-    if (f->memo[i].value == v && same_coords(f->memo[i].coords, c, rank)) {
+    if (f->memo[i].value == v && same_coords(&val->type, f->memo[i].coords, c)) {
       *out = f->memo[i].result;
       return true;
     }
