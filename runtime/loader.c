@@ -28,6 +28,12 @@
 
 /* ---- bundles ---- */
 
+/* What opening does with the bundle's code: nothing (inspect), load it and
+ * run the prepack functions (sessions), or load it without running any of
+ * it (rt_bundle_check_bytes, for the fuzzers: a mutated bundle may carry
+ * any machine code, and running it would find nothing but itself). */
+typedef enum { CODE_NONE, CODE_LOAD_AND_RUN, CODE_LOAD_ONLY } CodeMode;
+
 void *rt_aligned_buffer(size_t bytes) {
   size_t n = (bytes + 63) / 64 * 64;
   void *p = aligned_alloc(64, n ? n : 64);
@@ -217,7 +223,7 @@ static smelt_status prepack_weights(smelt_bundle *b) {
 
 /* Loads the CPU object, when the bundle has one that runs here; otherwise
  * CPU sessions are refused (b->no_cpu says why) but the bundle opens. */
-static smelt_status load_machine_code(smelt_bundle *b) {
+static smelt_status load_machine_code(smelt_bundle *b, CodeMode mode) {
   const char *path = fmt_file_path(b->file);
   if (b->nkernels == 0) return NULL;
   const void *obj = NULL;
@@ -241,7 +247,7 @@ static smelt_status load_machine_code(smelt_bundle *b) {
      * pointer (dlsym relies on it); the loader hands out code addresses so. */
     b->fns[i] = (RtKernelFn)sym;
   }
-  return prepack_weights(b);
+  return mode == CODE_LOAD_AND_RUN ? prepack_weights(b) : NULL;
 }
 
 static void unload_machine_code(smelt_bundle *b) {
@@ -333,10 +339,10 @@ static smelt_status load_constants(smelt_bundle *b) {
   return NULL;
 }
 
-/* One specialisation's graph, kernel table and (with jit) code, from the
+/* One specialisation's graph, kernel table and (unless CODE_NONE) code, from the
  * sections under b->prefix.  Messages name the specialisation when the
  * bundle has several. */
-static smelt_status load_spec(smelt_bundle *b, bool jit) {
+static smelt_status load_spec(smelt_bundle *b, CodeMode code) {
   const char *path = fmt_file_path(b->file);
   char where[96] = "";
   if (b->prefix[0]) snprintf(where, sizeof where, " specialisation %s (%s):", b->prefix, b->label);
@@ -360,9 +366,9 @@ static smelt_status load_spec(smelt_bundle *b, bool jit) {
   if (b->prefix[0] && !rt_bundle_spec_find(b, FMT_SEC_IR_TEXT, "", &data, &len))
     return st_error(ST_INVALID_INPUT, "%s: error:%s no IR text", path, where);
   if (!(b->signature = fmt_input_signature(b->g))) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
-  if (jit) RETURN_IF_ERROR(load_machine_code(b));
-  if (jit) RETURN_IF_ERROR(load_cuda_table(b));
-  b->code = jit;
+  if (code != CODE_NONE) RETURN_IF_ERROR(load_machine_code(b, code));
+  if (code != CODE_NONE) RETURN_IF_ERROR(load_cuda_table(b));
+  b->code = code != CODE_NONE;
   return NULL;
 }
 
@@ -389,7 +395,7 @@ static smelt_status parse_index_line(const char *path, const char *line, size_t 
  * its sections, take the inputs the index says, and differ in them from
  * every other; all must have the same inputs and outputs by name, dtype and
  * rank (they are one model). */
-static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, bool jit) {
+static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, CodeMode code) {
   const char *path = fmt_file_path(b->file);
   const char *end = index + len, *nl = memchr(index, '\n', len);
   char head[64];
@@ -421,7 +427,7 @@ static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, b
     char *sig;
     RETURN_IF_ERROR(parse_index_line(path, line, (size_t)(nl - line), i, sp, &sig));
     line = nl + 1;
-    smelt_status st = load_spec(sp, jit);
+    smelt_status st = load_spec(sp, code);
     if (!st && strcmp(sig, sp->signature) != 0)
       st = st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %s (%s) takes %s, the index says %s", path,
                     sp->prefix, sp->label, sp->signature, sig);
@@ -451,7 +457,7 @@ static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, b
 
 /* The manifest, then the specialisations: the one of a plain bundle, or
  * those of the index. */
-static smelt_status load_bundle(FmtFile *file, bool jit, smelt_bundle **out_bundle) {
+static smelt_status load_bundle(FmtFile *file, CodeMode code, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   smelt_bundle *b = calloc(1, sizeof *b);
   if (!b) {
@@ -471,7 +477,7 @@ static smelt_status load_bundle(FmtFile *file, bool jit, smelt_bundle **out_bund
   if ((st = parse_manifest(b, data, len))) goto fail;
   if ((st = load_constants(b))) goto fail;
   if (fmt_file_find(file, FMT_SEC_SPECIALISATION, NULL, &data, &len)) {
-    if ((st = load_specs(b, data, len, jit))) goto fail;
+    if ((st = load_specs(b, data, len, code))) goto fail;
   } else {
     if (!(b->label = strdup("")) || !(b->specs = calloc(1, sizeof *b->specs))) {
       st = st_error(ST_NO_MEMORY, "out of memory opening a bundle");
@@ -479,7 +485,7 @@ static smelt_status load_bundle(FmtFile *file, bool jit, smelt_bundle **out_bund
     }
     b->specs[0] = b;
     b->nspecs = 1;
-    if ((st = load_spec(b, jit))) goto fail;
+    if ((st = load_spec(b, code))) goto fail;
   }
   *out_bundle = b;
   return NULL;
@@ -506,7 +512,7 @@ smelt_status smelt_bundle_open(const char *path, smelt_bundle **out_bundle) {
   if (!path) return st_error(ST_INVALID_INPUT, "smelt_bundle_open: no path");
   FmtFile *file;
   RETURN_IF_ERROR(fmt_file_open_deferred(path, FMT_SEC_CONSTANTS, &file));
-  return load_bundle(file, true, out_bundle);
+  return load_bundle(file, CODE_LOAD_AND_RUN, out_bundle);
 }
 
 /* Without code, nothing will start a session to check the constants, so
@@ -515,7 +521,7 @@ smelt_status rt_bundle_open_nojit(const char *path, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   FmtFile *file;
   RETURN_IF_ERROR(fmt_file_open(path, &file));
-  RETURN_IF_ERROR(load_bundle(file, false, out_bundle));
+  RETURN_IF_ERROR(load_bundle(file, CODE_NONE, out_bundle));
   smelt_status st = check_weights(*out_bundle);
   if (st) {
     smelt_bundle_close(*out_bundle);
@@ -528,7 +534,17 @@ smelt_status rt_bundle_open_bytes(const void *data, size_t len, const char *name
   *out_bundle = NULL;
   FmtFile *file;
   RETURN_IF_ERROR(fmt_file_open_memory(data, len, name, &file));
-  return load_bundle(file, true, out_bundle);
+  return load_bundle(file, CODE_LOAD_AND_RUN, out_bundle);
+}
+
+smelt_status rt_bundle_check_bytes(const void *data, size_t len, const char *name) {
+  FmtFile *file;
+  smelt_bundle *b;
+  RETURN_IF_ERROR(fmt_file_open_memory(data, len, name, &file));
+  RETURN_IF_ERROR(load_bundle(file, CODE_LOAD_ONLY, &b));
+  smelt_status st = rt_bundle_check_constants(b);
+  smelt_bundle_close(b);
+  return st;
 }
 
 smelt_status smelt_bundle_open_memory(const void *data, size_t len, smelt_bundle **out_bundle) {

@@ -34,6 +34,13 @@ smelt_status rt_bundle_open_bytes(const void *data, size_t len, const char *name
  * there is one and LLVM is built in, and the CUDA launch table; a session
  * on a device the bundle has no code for is ST_UNSUPPORTED, saying why. */
 smelt_status rt_bundle_open_nojit(const char *path, smelt_bundle **out_bundle) SMELT_MUST_USE;
+/* Checks len bytes at data as opening them with their code does (the CPU
+ * object linked, the CUDA launch table decoded) plus the checks opening
+ * defers to the first session (the constants' and external weights'
+ * content), without running any of the bundle's code (smelt_bundle_open
+ * runs its weight-packing functions), and closes the bundle again.  For
+ * the fuzzers (tests/fuzz). */
+smelt_status rt_bundle_check_bytes(const void *data, size_t len, const char *name) SMELT_MUST_USE;
 
 /* Specialisations: an opened bundle is its first specialisation (so the
  * functions below give that one's graph and kernels); rt_bundle_spec(b, i)

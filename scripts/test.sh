@@ -2,6 +2,12 @@
 # Sets up (scripts/setup.sh), then runs every test: the normal build, then the
 # whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 #   SMELT_SKIP_SANITIZE=1  only the normal build
+#   SMELT_SKIP_FUZZ=1      no fuzz smoke (below)
+#   SMELT_FUZZ_SECONDS     seconds each fuzz target runs (default 20)
+# Last, the fuzz smoke: clang builds the libFuzzer targets of tests/fuzz
+# into build-fuzz (ASan + UBSan + coverage) and each runs for a short fixed
+# time from its committed seeds (ctest label fuzz); scripts/fuzz-long.sh is
+# the long run.
 # A test that skipped as a whole exits 77 and ctest reports it as skipped.
 # Here only the GPU tests (label gpu) may skip: LLVM and NVRTC compilation
 # must run, so any other skip fails the run, and SMELT_TEST_REQUIRE=nvrtc
@@ -34,5 +40,17 @@ if [ "${SMELT_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" 2>&1 | tee build-asan/ctest.log
   no_skips_outside_gpu build-asan/ctest.log
+fi
+if [ "${SMELT_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz smoke: each libFuzzer target for ${SMELT_FUZZ_SECONDS:-20} s =="
+  CC=clang cmake -S . -B build-fuzz -DSMELT_FUZZ=ON -DSMELT_LLVM=OFF -DSMELT_WERROR=ON \
+    -DSMELT_FUZZ_SECONDS="${SMELT_FUZZ_SECONDS:-20}" -DPython3_EXECUTABLE="$(command -v python3)" >/dev/null
+  if ! cmake --build build-fuzz -j"$(nproc)" --target smelt_fuzzers > build-fuzz/build.log 2>&1; then
+    grep -Ev '^\[ *[0-9]+%\]' build-fuzz/build.log >&2
+    echo "error: the fuzz targets did not build (log: build-fuzz/build.log)" >&2
+    exit 1
+  fi
+  ctest --test-dir build-fuzz -L fuzz --output-on-failure -j"$(nproc)" 2>&1 | tee build-fuzz/ctest.log
+  no_skips_outside_gpu build-fuzz/ctest.log
 fi
 echo "all tests passed"
