@@ -907,6 +907,11 @@ static smelt_status cv_tile(OnnxImporter *im) {
   int k = 0;
   for (int i = 0; i < r; i++) {
     if (rep[i] < 0) return on_err(im, "repeats must not be negative");
+    /* the bound of every result (ir_infer_node: 2^50 bytes), checked before
+     * the product below can overflow */
+    if (xt->dim[i] && rep[i] > ((int64_t)1 << 50) / xt->dim[i])
+      return on_err(im, "repeats[%d] = %lld makes axis %d of %lld too large", i, (long long)rep[i], i,
+                    (long long)xt->dim[i]);
     if (rep[i] != 1) s1[k] = 1, s2[k++] = rep[i];
     s1[k] = xt->dim[i], s2[k++] = xt->dim[i];
     s3[i] = xt->dim[i] * rep[i];
