@@ -115,6 +115,10 @@ int64_t cg_kernel_tasks(const Graph *g, int anchor, const TensorType *first_out)
   case OP_MAX_POOL2D:
   case OP_AVG_POOL2D: return y->dim[0] * y->dim[1] * y->dim[2];
   case OP_ATTENTION: return y->dim[0] * y->dim[1] * y->dim[2];
+  case OP_TOPK: { /* its rows: every combination of the other axes */
+    int ax = ir_norm_axis(ir_attr_int(n, "axis"), x->rank);
+    return ax < 0 || x->dim[ax] == 0 ? 1 : ir_type_numel(x) / x->dim[ax];
+  }
   default: return 1;
   }
 }
@@ -207,7 +211,7 @@ static double node_flops(const Graph *g, const Node *n) {
       return 2 * out * (double)(w->dim[1] * w->dim[2] * w->dim[3]);
     }
   case FC_OPAQUE: {
-    if (n->op != OP_ATTENTION) return 0; /* scatter, argmax, arange: data movement */
+    if (n->op != OP_ATTENTION) return 0; /* scatter, argmax, topk, arange: data movement */
     /* attention: q.k and p.v per (query, key) pair */
     const TensorType *k = &g->val[n->in[1]].type;
     double pairs = (double)(x->dim[0] * x->dim[1] * x->dim[2] * k->dim[2]);

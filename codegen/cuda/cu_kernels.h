@@ -12,7 +12,7 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l);
 void cu_emit_contraction(CuFn *f, CuLaunch *l);
 void cu_emit_attention(CuFn *f, CuLaunch *l);
 void cu_emit_pool(CuFn *f, CuLaunch *l);
-/* scatter (in place on a state), argmax, arange (state_ops.c) */
+/* scatter (in place on a state), argmax, topk, arange (state_ops.c) */
 void cu_emit_state_op(CuFn *f, CuLaunch *l);
 
 /* The variants of the kernel's contraction (matmul / conv2d) or attention

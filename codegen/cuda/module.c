@@ -5,7 +5,7 @@
  * arguments, which nodes are members, which depend on the anchor), picks
  * the emitter from the anchor's op (none: elementwise; sum/mean/max/min,
  * softmax, norms, global_avg_pool: row reduction; pools; matmul and conv2d:
- * contraction; attention; scatter, argmax, arange: state_ops.c), and wraps the body in an `extern "C" __global__`
+ * contraction; attention; scatter, argmax, topk, arange: state_ops.c), and wraps the body in an `extern "C" __global__`
  * function whose comment block names the YAML nodes it computes with their
  * shapes, every argument, and the estimated bytes and FLOPs.
  *
@@ -336,7 +336,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     else if (op == OP_MAX_POOL2D || op == OP_AVG_POOL2D) cu_emit_pool(&f, &l);
     else if (op == OP_MATMUL || op == OP_CONV2D) cu_emit_contraction(&f, &l);
     else if (op == OP_ATTENTION) cu_emit_attention(&f, &l);
-    else if (op == OP_SCATTER || op == OP_ARGMAX || op == OP_ARANGE) cu_emit_state_op(&f, &l);
+    else if (op == OP_SCATTER || op == OP_ARGMAX || op == OP_TOPK || op == OP_ARANGE) cu_emit_state_op(&f, &l);
     else cu_fail(&f, ST_UNSUPPORTED, "no CUDA lowering for %s", ir_op_name(op));
   }
   smelt_status st = f.err;

@@ -1,5 +1,5 @@
 /* The ops a causal LM's state and sampling need (ops.def "needed by causal
- * LMs"): scatter, argmax and arange.
+ * LMs"): scatter, argmax, topk and arange.
  *
  * scatter(dst, idx, src) along `axis`: out[o, idx[i], e] = src[o, i, e].
  *   When the result lives in a state's memory (ir_state_of: dst is a state
@@ -22,6 +22,18 @@
  *   the row with 16-byte loads and keeping its best (value, index), then a
  *   warp reduction of the pairs with shuffles and one pair per warp through
  *   shared memory; otherwise a thread per result element walks its axis.
+ * topk(x) along `axis` (values and i32 indices, best first; ties to the
+ *   lower index, NaN the largest): one block per row of up to 256 threads
+ *   (an axis that is not innermost is read with its stride).  Each thread
+ *   walks its elements of the row (threadIdx.x, + blockDim.x, ...) in index
+ *   order and keeps its own best k sorted in local arrays, by insertion (an
+ *   equal value met later stays behind); then k rounds of a block-wide
+ *   argmax over the heads of the threads' lists (shuffles in each warp, one
+ *   pair per warp through shared memory, every thread reducing the warps'
+ *   pairs): the thread whose head won pops it, thread 0 stores it as the
+ *   round's result.  Per-thread lists cost k registers or local memory, so
+ *   k is limited to CU_TOPK_MAX_K (sampling's top-k is 40-50); a larger k
+ *   is refused at compile time.
  * arange(start): start[0] + i, a grid-stride loop.
  * Every value is read with cu_emit, so producers fused into the group are
  * computed where they are read; results go through the group's epilogue
@@ -391,6 +403,133 @@ static void emit_argmax(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   cu_close(f);
 }
 
+/* ---- topk ---- */
+
+#define CU_TOPK_MAX_K 64
+#define CU_TOPK_MAX_THREADS 256
+
+/* Declares the pair comparator: whether (v2, i2) beats (v1, i1) (i < 0: no
+ * element; NaN is the largest; equal values go to the smaller index). */
+static void topk_beats(CuFn *f, const char *ct, bool largest) {
+  cu_line(f, "auto beats = [](%s v1, int i1, %s v2, int i2) -> bool {", ct, ct);
+  cu_line(f, "  if (i2 < 0) return false;");
+  cu_line(f, "  if (i1 < 0) return true;");
+  cu_line(f, "  const bool n1 = v1 != v1, n2 = v2 != v2;");
+  if (largest) {
+    cu_line(f, "  if (n1 || n2) return n2 && (!n1 || i2 < i1);");
+    cu_line(f, "  return v2 > v1 || (v2 == v1 && i2 < i1);");
+  } else {
+    cu_line(f, "  if (n1 || n2) return n1 && (!n2 || i2 < i1);");
+    cu_line(f, "  return v2 < v1 || (v2 == v1 && i2 < i1);");
+  }
+  cu_line(f, "};");
+}
+
+static void emit_topk(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
+  const Graph *g = f->g;
+  const Node *n = &g->node[f->anchor];
+  int xv = n->in[0], vout = n->out[0], iout = n->out[1];
+  const TensorType *xt = &g->val[xv].type;
+  const char *ct = cu_ctype(xt->dt);
+  int ax = norm_axis(ir_attr_int(n, "axis"), xt->rank);
+  int64_t k = ir_attr_int(n, "k");
+  if (ax < 0) {
+    cu_fail(f, ST_INTERNAL, "topk '%s': axis out of range", g->val[vout].name);
+    return;
+  }
+  for (int i = 0; i < nepi; i++)
+    if (epi[i] != vout && epi[i] != iout) {
+      cu_fail(f, ST_UNSUPPORTED, "topk '%s': no CUDA lowering with an epilogue fused behind it", g->val[vout].name);
+      return;
+    }
+  if (k > CU_TOPK_MAX_K) {
+    cu_fail(f, ST_UNSUPPORTED, "topk '%s': k = %lld; the CUDA kernel keeps at most %d per row (per-thread lists)",
+            g->val[vout].name, (long long)k, CU_TOPK_MAX_K);
+    return;
+  }
+  int64_t outer, len, inner;
+  around_axis(xt, ax, &outer, &len, &inner);
+  TensorType *kt = arena_alloc(&f->arena, sizeof *kt);
+  if (!kt) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory");
+    return;
+  }
+  *kt = *xt;
+  kt->dim[ax] = 1;
+  l->kind = "reduction";
+  int64_t rows = outer * inner;
+  if (rows == 0 || len == 0) return;
+  if (rows > 0x7fffffffLL) {
+    cu_fail(f, ST_UNSUPPORTED, "topk '%s': %lld rows exceed the grid", g->val[vout].name, (long long)rows);
+    return;
+  }
+  int threads = 32;
+  while (threads < CU_TOPK_MAX_THREADS && threads < len) threads *= 2;
+  l->block[0] = (unsigned)threads;
+  l->grid[0] = (unsigned)rows;
+  bool largest = ir_attr_int(n, "largest") != 0;
+  cu_line(f, "// topk: one block per row of %lld, %d threads, k = %lld (%s first)", (long long)len, threads, (long long)k,
+          largest ? "largest" : "smallest");
+  topk_beats(f, ct, largest);
+  cu_open(f, "%s", "");
+  cu_line(f, "const %s row = (%s)blockIdx.x;", f->idx, f->idx);
+  CuCoords co;
+  cu_delinearize(f, "row", kt, &co);
+  cu_line(f, "%s tv[%lld];  // this thread's best k so far, best first", ct, (long long)k);
+  cu_line(f, "int ti[%lld];", (long long)k);
+  cu_line(f, "int cnt = 0;");
+  const char *e = cu_tmp(f);
+  cu_open(f, "for (%s %s = threadIdx.x; %s < %lld; %s += blockDim.x)", f->idx, e, e, (long long)len, e);
+  CuCoords xc = co;
+  xc.c[ax] = e;
+  CuVal x;
+  cu_emit(f, xv, &xc, &x);
+  const char *xe = cu_tmp(f);
+  cu_line(f, "const %s %s = %s;", ct, xe, x.l[0]);
+  cu_open(f, "if (cnt < %lld || beats(tv[%lld], ti[%lld], %s, (int)%s))", (long long)k, (long long)k - 1, (long long)k - 1,
+          xe, e);
+  cu_line(f, "int p = cnt < %lld ? cnt++ : %lld;", (long long)k, (long long)k - 1);
+  cu_line(f, "for (; p > 0 && beats(tv[p - 1], ti[p - 1], %s, (int)%s); p--) tv[p] = tv[p - 1], ti[p] = ti[p - 1];", xe,
+          e);
+  cu_line(f, "tv[p] = %s, ti[p] = (int)%s;", xe, e);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "// k rounds: the best head of the threads' lists, popped by its thread");
+  cu_line(f, "__shared__ %s wv[%d];", ct, CU_TOPK_MAX_THREADS / 32);
+  cu_line(f, "__shared__ int wi[%d];", CU_TOPK_MAX_THREADS / 32);
+  cu_line(f, "int h = 0;");
+  cu_open(f, "for (int r = 0; r < %lld; r++)", (long long)k);
+  cu_line(f, "%s bv = h < cnt ? tv[h] : (%s)0;", ct, ct);
+  cu_line(f, "int bi = h < cnt ? ti[h] : -1;");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int o = 16; o > 0; o >>= 1)");
+  cu_line(f, "const %s ov = __shfl_xor_sync(0xffffffffu, bv, o);", ct);
+  cu_line(f, "const int oi = __shfl_xor_sync(0xffffffffu, bi, o);");
+  cu_line(f, "if (beats(bv, bi, ov, oi)) bv = ov, bi = oi;");
+  cu_close(f);
+  cu_line(f, "if (threadIdx.x %% 32 == 0) wv[threadIdx.x / 32] = bv, wi[threadIdx.x / 32] = bi;");
+  cu_line(f, "__syncthreads();");
+  cu_line(f, "bv = wv[0], bi = wi[0];");
+  cu_line(f, "for (int w = 1; w < (int)(blockDim.x / 32); w++)");
+  cu_line(f, "  if (beats(bv, bi, wv[w], wi[w])) bv = wv[w], bi = wi[w];");
+  cu_line(f, "__syncthreads();  // every thread has read wv before the next round writes it");
+  cu_line(f, "if (h < cnt && ti[h] == bi) h++;");
+  cu_open(f, "if (threadIdx.x == 0)");
+  CuCoords oc = co;
+  oc.c[ax] = "r";
+  if (cu_is_output(f, vout)) {
+    CuVal v = {{"bv"}};
+    cu_store(f, vout, &oc, &v);
+  }
+  if (cu_is_output(f, iout)) {
+    CuVal v = {{"(long long)bi"}};
+    cu_store(f, iout, &oc, &v);
+  }
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+}
+
 /* ---- arange ---- */
 
 static void emit_arange(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
@@ -437,6 +576,7 @@ void cu_emit_state_op(CuFn *f, CuLaunch *l) {
   switch (f->g->node[f->anchor].op) {
   case OP_SCATTER: emit_scatter(f, l, epi, nepi); break;
   case OP_ARGMAX: emit_argmax(f, l, epi, nepi); break;
+  case OP_TOPK: emit_topk(f, l, epi, nepi); break;
   case OP_ARANGE: emit_arange(f, l, epi, nepi); break;
   default: cu_fail(f, ST_INTERNAL, "cu_emit_state_op: %s", ir_op_name(f->g->node[f->anchor].op)); break;
   }

@@ -171,9 +171,13 @@ smelt_status cg_llvm_emit_reduction(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_contraction(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_attention(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_pool(CgFn *f) SMELT_MUST_USE;
-/* scatter (in place on a state), argmax and arange (state_ops.c) */
+/* scatter (in place on a state), argmax, topk and arange (state_ops.c) */
 smelt_status cg_llvm_emit_scatter(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_argmax(CgFn *f) SMELT_MUST_USE;
+/* The largest k topk's CPU kernel takes: its k best pairs of a row live on
+ * the worker thread's stack (64 KiB at most). */
+#define CG_TOPK_MAX_K 4096
+smelt_status cg_llvm_emit_topk(CgFn *f) SMELT_MUST_USE;
 smelt_status cg_llvm_emit_arange(CgFn *f) SMELT_MUST_USE;
 
 #endif

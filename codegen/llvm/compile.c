@@ -170,6 +170,7 @@ static smelt_status emit_body(CgFn *f) {
   case OP_MAX_POOL2D: case OP_AVG_POOL2D: return cg_llvm_emit_pool(f);
   case OP_SCATTER: return cg_llvm_emit_scatter(f);
   case OP_ARGMAX: return cg_llvm_emit_argmax(f);
+  case OP_TOPK: return cg_llvm_emit_topk(f);
   case OP_ARANGE: return cg_llvm_emit_arange(f);
   default:
     return st_error(ST_UNSUPPORTED, "kernel %s: no CPU kernel for an anchor '%s' (%s)", f->k->name,

@@ -418,6 +418,22 @@ static inline void oc_transformer_cases(OpSuite *s) {
     ir_set_attr_bool(s->g, n, "keepdims", true);
     oc_node(s, OP_ARGMAX, 1, &x3, "odd");
   }
+  /* a vocabulary-like row (k of sampling), an axis that is not innermost
+   * (strided, smallest first), k = the whole axis (a sort) */
+  OC_CASE(s, "topk") {
+    int x = OC_X(s, "x", 3, 1000), x2 = OC_X(s, "x2", 4, 5, 6), x3 = OC_X(s, "x3", 2, 37);
+    const char *n1[2] = {oc_name(s, "v"), oc_name(s, "i")};
+    int n = ir_add_node(s->g, OP_TOPK, 1, &x, 2, n1, oc_loc);
+    ir_set_attr_int(s->g, n, "k", 50);
+    const char *n2[2] = {oc_name(s, "v_mid"), oc_name(s, "i_mid")};
+    n = ir_add_node(s->g, OP_TOPK, 1, &x2, 2, n2, oc_loc);
+    ir_set_attr_int(s->g, n, "axis", 1);
+    ir_set_attr_int(s->g, n, "k", 2);
+    ir_set_attr_bool(s->g, n, "largest", false);
+    const char *n3[2] = {oc_name(s, "v_all"), oc_name(s, "i_all")};
+    n = ir_add_node(s->g, OP_TOPK, 1, &x3, 2, n3, oc_loc);
+    ir_set_attr_int(s->g, n, "k", 37);
+  }
   OC_CASE(s, "arange") {
     int a = oc_in(s, "start", DT_I32, OC_DIMS(1), 0, 100), b = oc_in(s, "start64", DT_I64, OC_DIMS(1), -50, 50);
     int n = oc_node(s, OP_ARANGE, 1, &a, "y");
@@ -454,6 +470,9 @@ static inline void oc_integer_cases(OpSuite *s) {
     oc_node(s, OP_EQUAL, 2, (int[]){l, l}, "bool_eq");
     int t = oc_in(s, "t", DT_I32, OC_DIMS(6, 5), -9, 9), i = oc_in(s, "i", DT_I32, OC_DIMS(4), 0, 5);
     oc_node(s, OP_GATHER, 2, (int[]){t, i}, "gather");
+    const char *tk[2] = {oc_name(s, "topk_v"), oc_name(s, "topk_i")}; /* small integers: ties */
+    int n2 = ir_add_node(s->g, OP_TOPK, 1, &t, 2, tk, oc_loc);
+    ir_set_attr_int(s->g, n2, "k", 3);
   }
 }
 

@@ -13,7 +13,9 @@
  *   bytes around them (the scatter writes only its rows).
  *   Indices outside the cache (-1, C) are skipped by the scatter: a graph
  *   of one scatter at [-1, 3, C] leaves every slot but 3 as it was.
- *   argmax over a 32000-wide row (and two rows) against the interpreter.
+ *   argmax over a 32000-wide row (and two rows) against the interpreter;
+ *   topk over such rows (k = 50 largest, k = 64 smallest), both results,
+ *   and k = 65 refused by the generator.
  * Used by tests/unit/test_cuda_state_ops.c (the CPU emulation) and
  * tests/gpu/test_cuda_state_ops.c (the GPU).
  */
@@ -360,6 +362,64 @@ static inline int sc_argmax_vocab(Exec *e, DType dt, int64_t rows) {
   return failures;
 }
 
+/* topk of [rows, 32000] (sampling's top-k over the logits), both results
+ * against the interpreter (random logits in [-1, 1): f16 and bf16 rows
+ * have many equal values, which must go to the lower index). */
+static inline int sc_topk_vocab(Exec *e, DType dt, int64_t rows, int64_t k, bool largest) {
+  Graph *g = ir_graph_create("topk_vocab");
+  TensorType xt = {.dt = dt, .rank = 2, .dim = {rows, 32000}};
+  int x = ir_add_input(g, "logits", xt, sc_loc);
+  const char *names[2] = {"top_v", "top_i"};
+  int n = ir_add_node(g, OP_TOPK, 1, &x, 2, names, sc_loc);
+  ir_set_attr_int(g, n, "k", k);
+  ir_set_attr_bool(g, n, "largest", largest);
+  ir_fill_default_attrs(g, n);
+  if (!sc_infer_all(g)) {
+    ir_graph_destroy(g);
+    return 1;
+  }
+  ir_add_output(g, g->node[n].out[0]);
+  ir_add_output(g, g->node[n].out[1]);
+  char what[96];
+  snprintf(what, sizeof what, "topk %s [%lld, 32000] k=%lld%s", dt_name(dt), (long long)rows, (long long)k,
+           largest ? "" : " smallest");
+  int failures = h_check_graph(e, g, NULL, NULL, 0, false, what, NULL);
+  ir_graph_destroy(g);
+  return failures;
+}
+
+/* A k beyond the CUDA kernel's per-thread lists is refused when the
+ * module is generated, naming the node and the limit. */
+static inline int sc_topk_k_limit(void) {
+  Graph *g = ir_graph_create("topk_limit");
+  TensorType xt = {.dt = DT_F32, .rank = 2, .dim = {1, 1000}};
+  int x = ir_add_input(g, "logits", xt, sc_loc);
+  const char *names[2] = {"top_v", "top_i"};
+  int n = ir_add_node(g, OP_TOPK, 1, &x, 2, names, sc_loc);
+  ir_set_attr_int(g, n, "k", 65);
+  ir_fill_default_attrs(g, n);
+  int failures = 0;
+  if (!sc_infer_all(g)) failures++;
+  ir_add_output(g, g->node[n].out[0]);
+  ir_add_output(g, g->node[n].out[1]);
+  Kernel *k = NULL;
+  int nk = 0;
+  FmtCudaModule *m = NULL;
+  smelt_status st = failures ? NULL : cg_single_node_groups(g);
+  if (!st && !failures) st = cg_lower(g, &k, &nk);
+  if (!st && !failures) st = cg_cuda_generate(g, k, nk, NULL, &m);
+  if (!failures && (!st || st_code(st) != ST_UNSUPPORTED || !strstr(st_message(st), "'top_v': k = 65") ||
+                    !strstr(st_message(st), "at most 64"))) {
+    fprintf(stderr, "topk k=65: expected an unsupported-k error, got %s\n", st ? st_message(st) : "success");
+    failures++;
+  }
+  st_free(st);
+  fmt_cuda_module_free(m);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+  return failures;
+}
+
 /* Everything above; failures. */
 static inline int sc_run_all(Exec *e) {
   int failures = 0;
@@ -379,6 +439,17 @@ static inline int sc_run_all(Exec *e) {
     printf("  argmax over 32000 %s: %s\n", dt_name(adt[i]), f ? "FAILED" : "ok");
     failures += f;
   }
+  for (int i = 0; i < 3; i++) {
+    f = sc_topk_vocab(e, adt[i], i == 0 ? 2 : 1, 50, true);
+    printf("  topk k=50 over 32000 %s: %s\n", dt_name(adt[i]), f ? "FAILED" : "ok");
+    failures += f;
+  }
+  f = sc_topk_vocab(e, DT_F32, 1, 64, false);
+  printf("  topk k=64 smallest over 32000 f32: %s\n", f ? "FAILED" : "ok");
+  failures += f;
+  f = sc_topk_k_limit();
+  printf("  topk k=65 refused by the CUDA generator: %s\n", f ? "FAILED" : "ok");
+  failures += f;
   return failures;
 }
 

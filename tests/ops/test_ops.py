@@ -2,7 +2,7 @@
 """Every operator of SPEC §3 against numpy, through `smelt run --device ref`.
 
 The ops of causal LMs (state tensors, scatter, attention over a cache,
-argmax, arange) also run through `smelt run --device cpu` (the model
+argmax, topk, arange) also run through `smelt run --device cpu` (the model
 compiled for the CPU in memory): their cases name the devices they run on,
 and a CPU run is reported as NAME@cpu.
 
@@ -271,7 +271,10 @@ def compare(got, want, mode):
     if mode == "exact" or want.dtype == np.bool_ or np.issubdtype(want.dtype, np.integer):
         if got.dtype != want.dtype and not (mode == "exact" and got.dtype.kind == want.dtype.kind):
             return f"dtype {got.dtype}, want {want.dtype}"
-        bad = np.flatnonzero(got.reshape(-1) != want.reshape(-1))
+        same = got.reshape(-1) == want.reshape(-1)
+        if got.dtype.kind == "f" and want.dtype.kind == "f":  # a NaN where the expectation has one matches
+            same |= np.isnan(got.reshape(-1)) & np.isnan(want.reshape(-1))
+        bad = np.flatnonzero(~same)
         if bad.size:
             i = bad[0]
             return f"{bad.size} element(s) differ, first at {i}: {got.reshape(-1)[i]} vs {want.reshape(-1)[i]}"
@@ -732,8 +735,24 @@ def cache_attention(q, k, v, pos, scale=None):
 LM_DEVICES = ("ref", "cpu")
 
 
+def topk_ref(x, k, axis=-1, largest=True):
+    """numpy's topk: (values, i32 indices) of the k best along axis, best
+    first; NaN counts as the largest, equal values go to the lower index.
+    One lexsort (an argsort on several keys) per row: NaN-ness, then the
+    value (negated for largest), then the index."""
+    xm = np.moveaxis(np.asarray(x), axis, -1)
+    v = xm.astype(np.float64)
+    nan = np.isnan(v)
+    val = np.where(nan, 0.0, v)
+    idx = np.broadcast_to(np.arange(v.shape[-1]), v.shape)
+    keys = (idx, -val, ~nan) if largest else (idx, val, nan)
+    order = np.lexsort(keys, axis=-1)[..., :k]
+    values = np.take_along_axis(xm, order, axis=-1)
+    return np.moveaxis(values, -1, axis), np.moveaxis(order.astype(np.int32), -1, axis)
+
+
 def lm_cases(t):
-    """scatter, attention with cache: true, argmax, arange, on ref and cpu."""
+    """scatter, attention with cache: true, argmax, topk, arange, on ref and cpu."""
     f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
     # scatter out of place (the destination is an input): a copy, then the rows
     dst, src = f32(normal(6, 4)), f32(normal(3, 4))
@@ -817,6 +836,40 @@ def lm_cases(t):
     xl = f32(normal(1, 300))
     t.run_model("argmax_vocab", [("x", "f32", xl.shape)], [(["y"], "argmax", ["x"], {"axis": -1})], ["y"],
                 {"x": xl}, {"y": np.argmax(xl, axis=-1).astype(np.int32)}, "exact", devices=LM_DEVICES)
+    # topk: (values, i32 indices) of the k largest (or smallest), best first
+    def topk_case(name, x, k, axis=-1, largest=True, outs=("v", "i"), dt=None):
+        dt = dt or YAML_DTYPES[x.dtype]
+        v, i = topk_ref(x, k, axis, largest)
+        want = {o: w for o, w in (("v", v), ("i", i)) if o in outs}
+        attrs = {"k": k} | ({"axis": axis} if axis != -1 else {}) | ({} if largest else {"largest": False})
+        t.run_model(name, [("x", dt, x.shape)], [(["v", "i"], "topk", ["x"], attrs)], list(outs), {"x": x}, want,
+                    "exact", devices=LM_DEVICES)
+
+    x = f32(small_ints(3, 5, 7))  # ties
+    topk_case("topk_ties_axis-1_k3", x, 3)
+    topk_case("topk_ties_axis1_k2_smallest", x, 2, axis=1, largest=False)
+    topk_case("topk_ties_axis0_whole_axis", x, 3, axis=0)
+    xs = f32(normal(4, 8))
+    xs[0, [1, 5, 6]] = np.nan
+    xs[1, 2], xs[1, 6], xs[1, 7] = np.inf, -np.inf, np.inf
+    xs[2, :4] = 0.0
+    xs[2, 4:] = -0.0
+    xs[3, :] = -np.inf
+    for largest in (True, False):
+        topk_case(f"topk_nan_inf_zeros_largest{int(largest)}", xs, 5, largest=largest)
+    xi = RNG.integers(-4, 4, (5, 9)).astype(np.int32)
+    topk_case("topk_i32_axis0", xi, 4, axis=0)
+    xu = RNG.integers(0, 6, (3, 10)).astype(np.uint8)
+    topk_case("topk_u8_smallest", xu, 4, largest=False)
+    xh = normal(2, 300).astype(np.float16)  # f16 ties among 300 values
+    topk_case("topk_f16_vocab_k50", xh, 50)
+    xv = f32(normal(2, 32000))
+    topk_case("topk_vocab_32000_k50", xv, 50)
+    topk_case("topk_indices_only", xv, 40, outs=("i",))
+    topk_case("topk_values_only", f32(normal(3, 4, 6)), 2, axis=1, outs=("v",))
+    t.run_model("topk_k_beyond_cpu_limit", [("x", "f32", (1, 5000))], [(["v", "i"], "topk", ["x"], {"k": 4097})],
+                ["v", "i"], {"x": f32(normal(1, 5000))}, {"v": None, "i": None}, "exact",
+                expect_error="keeps at most 4096 per row", devices=("cpu",))
     # arange: start[0] + [0, size) in start's dtype
     for name, start in [("i32", np.array([5], dtype=np.int32)), ("i64_negative", np.array([-3], dtype=np.int64))]:
         dt = YAML_DTYPES[start.dtype]

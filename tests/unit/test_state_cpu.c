@@ -3,7 +3,10 @@
  *   - through the harness (test_llvm_harness.h: against the interpreter,
  *     guards around every buffer, uneven task splits): argmax over each
  *     axis with keepdims, NaN and infinities (f32, f16, bf16, i32, u8),
- *     arange (i32, i64), scatter out of place (a copy then the rows; indices
+ *     topk over each axis, largest and smallest, k from 1 to the whole
+ *     axis, with NaN, infinities and ties (f32, f16, bf16, i32, u8), also
+ *     with only the indices stored, and a k beyond the CPU kernel's limit
+ *     refused; arange (i32, i64), scatter out of place (a copy then the rows; indices
  *     may repeat), attention with cache: true (GQA, i32 and i64 positions,
  *     f32/f16/bf16, a 4th input that is positions and not a mask), also
  *     with rope of q and k computed in its operand loads (one group);
@@ -45,6 +48,36 @@ static void t_argmax(DType dt, int axis, bool keep, Domain dom) {
   ir_set_attr_int(t.g, n, "axis", axis);
   ir_set_attr_bool(t.g, n, "keepdims", keep);
   tg_run(&t, &R);
+}
+
+/* topk of x [3, 5, 7] along axis; only_indices: the values are not a
+ * result of the graph (the kernel then stores the indices alone). */
+static void t_topk(DType dt, int axis, int64_t k, bool largest, Domain dom, bool only_indices) {
+  TG t;
+  tg_init(&t, L("topk %s axis=%d k=%lld largest=%d dom=%d%s", dt_name(dt), axis, (long long)k, largest, dom,
+                only_indices ? " (indices only)" : ""),
+          43);
+  int x = tg_input(&t, "x", dt, 3, D(3, 5, 7), dom, 0);
+  const char *names[2] = {"v", "i"};
+  int n = ir_add_node(t.g, OP_TOPK, 1, &x, 2, names, here);
+  ir_set_attr_int(t.g, n, "axis", axis);
+  ir_set_attr_int(t.g, n, "k", k);
+  ir_set_attr_bool(t.g, n, "largest", largest);
+  if (only_indices) ir_add_output(t.g, t.g->node[n].out[1]);
+  tg_run(&t, &R);
+}
+
+/* A k beyond what the CPU kernel keeps per row is refused at compile time. */
+static void t_topk_too_large(void) {
+  TG t;
+  tg_init(&t, "topk k=5000 (beyond the CPU kernel's 4096)", 44);
+  int x = tg_input(&t, "x", DT_F32, 2, D(1, 6000), DOM_ANY, 0);
+  const char *names[2] = {"v", "i"};
+  int n = ir_add_node(t.g, OP_TOPK, 1, &x, 2, names, here);
+  ir_set_attr_int(t.g, n, "k", 5000);
+  RunOpts ro = R;
+  ro.expect_unsupported = true;
+  tg_run(&t, &ro);
 }
 
 static void t_arange(DType dt) {
@@ -285,6 +318,16 @@ int main(void) {
   t_argmax(DT_I32, -1, true, DOM_ANY);
   t_argmax(DT_U8, 1, false, DOM_ANY);
   t_argmax(DT_F32, 2, false, DOM_SPECIAL);
+  for (int d = 0; d < 3; d++) {
+    t_topk(FLOATS[d], -1, 3, true, DOM_ANY, false);
+    t_topk(FLOATS[d], 1, 5, false, DOM_SPECIAL, false);
+    t_topk(FLOATS[d], 0, 2, true, DOM_SPECIAL, false);
+  }
+  t_topk(DT_F32, -1, 7, false, DOM_SPECIAL, false); /* k = the whole axis: a sort */
+  t_topk(DT_F32, 2, 1, true, DOM_SPECIAL, true);
+  t_topk(DT_I32, -1, 4, true, DOM_ANY, false); /* small integers: many ties */
+  t_topk(DT_U8, 1, 3, false, DOM_ANY, true);
+  t_topk_too_large();
   t_arange(DT_I32);
   t_arange(DT_I64);
   for (int d = 0; d < 3; d++) t_scatter(FLOATS[d], DT_I32, 2, D(1, 2, 9, 4), D(1, 2, 3, 4), 4);
