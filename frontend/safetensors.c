@@ -17,7 +17,8 @@
  * nbytes without further checks.  Note it may be unaligned (nothing in the
  * format forces alignment): copy it with memcpy before typed access.
  *
- * Dtypes that smelt has no type for (I16, U16, U32, U64, F8_*) are accepted
+ * F8_E4M3 and F8_E5M2 are smelt's f8e4m3 and f8e5m2 (quantised weights).
+ * Dtypes that smelt has no type for (I16, U16, U32, U64) are accepted
  * with dt = DT_INVALID, so that a weights file with some such tensor can
  * still provide the others; using one as a param is the loader's error.
  * Tensors are kept sorted by name, so lookups are a binary search and
@@ -58,7 +59,7 @@ static const struct {
     {"F64", DT_F64, 8},      {"F32", DT_F32, 4},      {"F16", DT_F16, 2},     {"BF16", DT_BF16, 2},
     {"I64", DT_I64, 8},      {"I32", DT_I32, 4},      {"I16", DT_INVALID, 2}, {"I8", DT_I8, 1},
     {"U8", DT_U8, 1},        {"BOOL", DT_BOOL, 1},    {"U16", DT_INVALID, 2}, {"U32", DT_INVALID, 4},
-    {"U64", DT_INVALID, 8},  {"F8_E4M3", DT_INVALID, 1}, {"F8_E5M2", DT_INVALID, 1},
+    {"U64", DT_INVALID, 8},  {"F8_E4M3", DT_F8E4M3, 1}, {"F8_E5M2", DT_F8E5M2, 1},
 };
 
 static int find_dtype(const char *name) {

@@ -840,7 +840,7 @@ static smelt_status store_elem(Loader *L, yaml_node_t *n, const char *pname, DTy
   bool b, overflow;
   int64_t iv;
   double fv;
-  if (dt_is_float(dt)) {
+  if (dt_is_float(dt) || dt_is_f8(dt)) {
     if (!scalar_number(n, &fv)) goto bad;
     dt_store(dt, data, (size_t)i, fv);
     return NULL;
@@ -852,8 +852,8 @@ static smelt_status store_elem(Loader *L, yaml_node_t *n, const char *pname, DTy
     return NULL;
   }
   if (!scalar_int(n, &iv, &overflow) || overflow) goto bad;
-  int64_t lo = dt == DT_I32 ? INT32_MIN : dt == DT_I8 ? -128 : dt == DT_U8 ? 0 : INT64_MIN;
-  int64_t hi = dt == DT_I32 ? INT32_MAX : dt == DT_I8 ? 127 : dt == DT_U8 ? 255 : INT64_MAX;
+  int64_t lo = dt == DT_I32 ? INT32_MIN : dt == DT_I8 ? -128 : dt == DT_U8 || dt == DT_U4 ? 0 : dt == DT_I4 ? -8 : INT64_MIN;
+  int64_t hi = dt == DT_I32 ? INT32_MAX : dt == DT_I8 ? 127 : dt == DT_U8 ? 255 : dt == DT_I4 ? 7 : dt == DT_U4 ? 15 : INT64_MAX;
   if (iv < lo || iv > hi) goto bad;
   if (dt == DT_I64) memcpy((int64_t *)data + i, &iv, sizeof iv); /* exact beyond 2^53 */
   else dt_store(dt, data, (size_t)i, (double)iv);

@@ -47,7 +47,8 @@ int64_t ir_type_numel(const TensorType *t) {
   return n;
 }
 
-size_t ir_type_bytes(const TensorType *t) { return (size_t)ir_type_numel(t) * dt_size(t->dt); }
+/* Bits, so that a packed 4-bit tensor of odd size takes its last half byte. */
+size_t ir_type_bytes(const TensorType *t) { return ((size_t)ir_type_numel(t) * (size_t)dt_bits(t->dt) + 7) / 8; }
 
 bool ir_type_equal(const TensorType *a, const TensorType *b) {
   if (a->dt != b->dt || a->rank != b->rank) return false;

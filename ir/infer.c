@@ -619,6 +619,81 @@ static smelt_status infer_rope(Graph *g, Node *n) {
   return NULL;
 }
 
+/* ---- quantised weights ---- */
+
+/* The shape scales (and zeros) must have for qweight q with `group` along
+ * `axis`: q's, with K/group (group 0: 1) along the axis. */
+static TensorType dequant_scale_shape(const TensorType *q, int axis, int64_t group) {
+  TensorType t = *q;
+  t.dim[axis] = group ? q->dim[axis] / group : 1;
+  return t;
+}
+
+static smelt_status infer_dequantize(Graph *g, Node *n) {
+  if (n->nin < 2)
+    return fail(g, n, "dequantize(qweight, scales, zeros?) needs the scales of '%s' as its second input",
+                g->val[n->in[0]].name);
+  const TensorType *q = in_type(g, n, 0), *s = in_type(g, n, 1);
+  DType qd = q->dt;
+  if (!(qd == DT_I8 || qd == DT_U8 || dt_is_storage_only(qd)))
+    return fail(g, n, "qweight '%s' has dtype %s; dequantize reads i8, u8, i4, u4, f8e4m3 or f8e5m2",
+                g->val[n->in[0]].name, dt_name(qd));
+  if (q->rank < 1) return fail(g, n, "qweight '%s' must have rank >= 1", g->val[n->in[0]].name);
+  if (!dt_is_float(s->dt))
+    return fail(g, n, "scales '%s' must be floating point, got %s", g->val[n->in[1]].name, dt_name(s->dt));
+  int axis = ir_norm_axis(ir_attr_int(n, "axis"), q->rank);
+  if (axis < 0)
+    return fail(g, n, "axis %lld is out of range for qweight of rank %d", (long long)ir_attr_int(n, "axis"), q->rank);
+  int64_t group = ir_attr_int(n, "group"), K = q->dim[axis];
+  if (group < 0) return fail(g, n, "group %lld must be 0 (one scale per slice) or positive", (long long)group);
+  if (group > 0 && K % group != 0)
+    return fail(g, n, "group %lld does not divide the %lld elements of qweight '%s' along axis %d", (long long)group,
+                (long long)K, g->val[n->in[0]].name, axis);
+  TensorType want = dequant_scale_shape(q, axis, group);
+  char a[128], b[128], c[128];
+  for (int i = 1; i < n->nin; i++) {
+    const TensorType *t = in_type(g, n, i);
+    bool ok = t->rank == want.rank;
+    for (int d = 0; ok && d < t->rank; d++) ok = t->dim[d] == want.dim[d];
+    if (!ok)
+      return fail(g, n, "%s '%s' has shape %s; qweight %s with group %lld along axis %d needs %s",
+                  i == 1 ? "scales" : "zeros", g->val[n->in[i]].name, shape_str(t, a, sizeof a),
+                  shape_str(q, b, sizeof b), (long long)group, axis, shape_str(&want, c, sizeof c));
+  }
+  if (n->nin > 2) {
+    DType zd = in_type(g, n, 2)->dt;
+    if (zd != s->dt && zd != qd)
+      return fail(g, n, "zeros '%s' has dtype %s; it takes the scales' (%s) or the qweight's (%s)",
+                  g->val[n->in[2]].name, dt_name(zd), dt_name(s->dt), dt_name(qd));
+  }
+  TensorType out = *q;
+  const Attr *to = ir_attr(n, "to");
+  out.dt = to ? to->dt : s->dt;
+  if (!dt_is_float(out.dt)) return fail(g, n, "to: %s is not a floating-point dtype", dt_name(out.dt));
+  set_out(g, n, 0, out);
+  return NULL;
+}
+
+/* Quantised storage types are read only by dequantize (its qweight and
+ * zeros) and cast, and made by no node: the backends have loads for them
+ * and no arithmetic or stores. */
+static smelt_status check_storage_only(const Graph *g, const Node *n) {
+  for (int i = 0; i < n->nin; i++) {
+    DType dt = in_type(g, n, i)->dt;
+    if (!dt_is_storage_only(dt)) continue;
+    if (n->op == OP_CAST || (n->op == OP_DEQUANTIZE && i != 1)) continue;
+    return fail(g, n, "input '%s' has the quantised storage type %s, which only dequantize and cast read",
+                g->val[n->in[i]].name, dt_name(dt));
+  }
+  for (int i = 0; i < n->nout; i++) {
+    DType dt = g->val[n->out[i]].type.dt;
+    if (dt_is_storage_only(dt))
+      return fail(g, n, "result '%s' would have the quantised storage type %s, which no operator computes "
+                  "(quantised weights are constants)", g->val[n->out[i]].name, dt_name(dt));
+  }
+  return NULL;
+}
+
 /* Checks operand counts, runs the rule, then guards against sizes whose byte
  * counts overflow: later stages multiply them freely. */
 smelt_status ir_infer_node(Graph *g, int node) {
@@ -634,6 +709,7 @@ smelt_status ir_infer_node(Graph *g, int node) {
     if (v->type.dt == DT_INVALID) return fail(g, n, "input '%s' has no type", v->name);
   }
   RETURN_IF_ERROR(infer_table[n->op](g, n));
+  RETURN_IF_ERROR(check_storage_only(g, n));
   for (int i = 0; i < n->nout; i++) {
     const TensorType *t = &g->val[n->out[i]].type;
     int64_t bytes = (int64_t)dt_size(t->dt);

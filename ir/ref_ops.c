@@ -824,3 +824,29 @@ smelt_status ref_arange(const RefArgs *a) {
   for (int64_t i = 0; i < n; i++) a->out[0][i] = a->in[0][0] + (double)i;
   return NULL;
 }
+
+/* dequantize: out[i] = (q[i] - z[s(i)]) * s[s(i)], where s(i) is i with its
+ * coordinate along the axis divided by the group (0 when group is 0),
+ * computed in double and rounded once into the result's dtype. */
+smelt_status ref_dequantize(const RefArgs *a) {
+  const TensorType *qt = a->in_type[0];
+  if (a->nin < 2) return internal(a, "no scales");
+  int axis = attr_axis(a, "axis", qt->rank);
+  int64_t group = ir_attr_int(a->n, "group");
+  if (axis < 0 || group < 0 || (group > 0 && qt->dim[axis] % group != 0)) return internal(a, "bad axis or group");
+  int64_t outer = dims_prod(qt, 0, axis), K = qt->dim[axis], inner = dims_prod(qt, axis + 1, qt->rank);
+  int64_t ng = group ? K / group : 1;
+  if (ir_type_numel(a->in_type[1]) != outer * ng * inner || (a->nin > 2 && ir_type_numel(a->in_type[2]) != outer * ng * inner))
+    return internal(a, "scales or zeros of the wrong size");
+  const double *q = a->in[0], *s = a->in[1], *z = a->nin > 2 ? a->in[2] : NULL;
+  double *y = a->out[0];
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t k = 0; k < K; k++) {
+      int64_t gk = group ? k / group : 0;
+      for (int64_t i = 0; i < inner; i++) {
+        int64_t si = (o * ng + gk) * inner + i, qi = (o * K + k) * inner + i;
+        y[qi] = (q[qi] - (z ? z[si] : 0.0)) * s[si];
+      }
+    }
+  return NULL;
+}

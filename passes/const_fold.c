@@ -24,6 +24,10 @@
  *    broadcast of a small constant) stays a node: folding it would bloat the
  *    bundle to save a trivial kernel.
  *
+ * A dequantize of constant weights is never folded: the quantised bytes are
+ * what the kernels read (codegen dequantises inside the matmul), and
+ * folding would store the weights in float again, 2-8x the bytes.
+ *
  * Every fold is noted in the pass log.
  *
  * Requires: topological order (the pipeline compacts before each pass).
@@ -258,6 +262,10 @@ smelt_status pass_const_fold(Graph *g, PassCtx *ctx, bool *changed) {
   for (int id = 0; id < g->nnode; id++) {
     Node *n = &g->node[id];
     if (n->dead || n->nin == 0 || !all_const(g, n, 0)) continue;
+    if (n->op == OP_DEQUANTIZE) {
+      pass_ctx_logf(ctx, "const-fold: kept '%s' (dequantize): its weights stay quantised", ir_node_name(g, n));
+      continue;
+    }
     RETURN_IF_ERROR(fold_node(g, ctx, id, changed));
   }
   return NULL;

@@ -113,6 +113,16 @@ static void load(CuFn *f, int v, const CuCoords *co, CuVal *out) {
   }
   int64_t lstep;
   const char *lin = linear(f, t, co, &lstep);
+  if (dt_is_packed(t->dt)) {
+    /* i4/u4: a nibble per lane (smelt_i4/smelt_u4 of the prelude) */
+    const char *rd = t->dt == DT_I4 ? "smelt_i4" : "smelt_u4";
+    int nl = lstep == 0 ? 1 : co->lanes;
+    for (int j = 0; j < nl; j++)
+      out->l[j] = decl(f, t->dt, cu_fmt(f, "(long long)%s(a%d, %s)", rd, a, cu_addk(f, lin, lstep * j)),
+                       j == 0 ? val->name : NULL);
+    if (nl == 1) replicate(out, co->lanes);
+    return;
+  }
   if (co->lanes == 1 || lstep == 0) {
     out->l[0] = decl(f, t->dt, cu_from_storage(f, t->dt, cu_fmt(f, "a%d[%s]", a, lin)), val->name);
     replicate(out, co->lanes);
@@ -601,6 +611,39 @@ static bool rope_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVa
   return true;
 }
 
+/* dequantize, one lane at a time: q at the coordinates, the scales (and
+ * zeros) at them with the axis coordinate divided by the group; (q - z) * s
+ * in the result's compute type, rounded to its dtype as the reference
+ * stores it.  (The quantised matmul kernels do not come here: they read
+ * the packed weights themselves, qgemv.c.) */
+static bool dequant_step(CuFn *f, const Node *n, CuFrame *fr, int stage, const CuVal *got, CuNeed *need) {
+  const Graph *g = f->g;
+  const CuCoords *co = &fr->co;
+  if (co->lanes > 1) return lanewise_step(f, fr, got, need);
+  const TensorType *qt = &g->val[n->in[0]].type;
+  int axis = ir_norm_axis(ir_attr_int(n, "axis"), qt->rank);
+  int64_t group = ir_attr_int(n, "group");
+  if (stage == 0) NEED(n->in[0], co);
+  if (stage == 1) {
+    fr->ops[0] = *got;
+    fr->ci = *co;
+    fr->ci.c[axis] = group == 0 ? "0" : group == 1 ? co->c[axis] : cu_fmt(f, "(%s) / %lld", co->c[axis], (long long)group);
+    fr->ci.step[axis] = 0;
+    NEED(n->in[1], &fr->ci);
+  }
+  if (stage == 2 && n->nin > 2) {
+    fr->ops[1] = *got;
+    NEED(n->in[2], &fr->ci);
+  }
+  DType ot = g->val[fr->v].type.dt, cdt = ot == DT_F64 ? DT_F64 : DT_F32;
+  const char *sc = n->nin > 2 ? fr->ops[1].l[0] : got->l[0];
+  const char *y = cu_convert(f, fr->ops[0].l[0], qt->dt, cdt);
+  if (n->nin > 2) y = cu_fmt(f, "(%s - %s)", y, cu_convert(f, got->l[0], g->val[n->in[2]].type.dt, cdt));
+  y = cu_fmt(f, "(%s * %s)", y, cu_convert(f, sc, g->val[n->in[1]].type.dt, cdt));
+  fr->out.l[0] = decl(f, ot, cu_convert(f, y, cdt, ot), cu_fmt(f, "%s (dequantize)", g->val[fr->v].name));
+  return true;
+}
+
 /* Advances frame fr given the value it asked for last (got; unset at its
  * first step).  True: fr->out is the result.  False: *need is asked for. */
 static bool node_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
@@ -656,6 +699,7 @@ static bool node_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
   case OP_CONCAT: return concat_step(f, n, fr, stage, got, need);
   case OP_GATHER: return gather_step(f, n, fr, stage, got, need);
   case OP_ROPE: return rope_step(f, n, fr, stage, got, need);
+  case OP_DEQUANTIZE: return dequant_step(f, n, fr, stage, got, need);
   default: break;
   }
   FusionClass fc = ir_op_info(n->op)->fclass;

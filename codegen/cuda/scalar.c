@@ -25,8 +25,9 @@ const char *cu_ctype(DType dt) {
   switch (dt) {
   case DT_F32: case DT_F16: case DT_BF16: return "float";
   case DT_F64: return "double";
-  case DT_I64: case DT_I32: case DT_I8: case DT_U8: return "long long";
+  case DT_I64: case DT_I32: case DT_I8: case DT_U8: case DT_I4: case DT_U4: return "long long";
   case DT_BOOL: return "int";
+  case DT_F8E4M3: case DT_F8E5M2: return "float";
   default: return "void";
   }
 }
@@ -40,7 +41,9 @@ const char *cu_stype(DType dt) {
   case DT_I64: return "long long";
   case DT_I32: return "int";
   case DT_I8: return "signed char";
-  case DT_U8: case DT_BOOL: return "unsigned char";
+  /* the quantised types are bytes: i4/u4 two per byte (emit.c loads the
+   * nibble), f8 one (smelt_f8e4m3/smelt_f8e5m2 widen it) */
+  case DT_U8: case DT_BOOL: case DT_I4: case DT_U4: case DT_F8E4M3: case DT_F8E5M2: return "unsigned char";
   default: return "void";
   }
 }
@@ -66,6 +69,8 @@ const char *cu_from_storage(CuFn *f, DType dt, const char *raw) {
   case DT_BF16: return cu_fmt(f, "__bfloat162float(%s)", raw);
   case DT_F32: case DT_F64: return raw;
   case DT_BOOL: return cu_fmt(f, "(int)(%s != 0)", raw);
+  case DT_F8E4M3: return cu_fmt(f, "smelt_f8e4m3(%s)", raw);
+  case DT_F8E5M2: return cu_fmt(f, "smelt_f8e5m2(%s)", raw);
   default: return cu_fmt(f, "(long long)%s", raw);
   }
 }

@@ -31,9 +31,25 @@
 
 static DType arg_dtype(CgFn *f, int arg) { return f->g->val[f->k->args[arg]].type.dt; }
 
+/* i4/u4: the nibble of byte lin/2 (the high one for odd lin), sign-extended
+ * for i4 with (x ^ 8) - 8. */
+static LLVMValueRef load_nibble(CgFn *f, int arg, DType dt, LLVMValueRef lin) {
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef byte = LLVMBuildLShr(B, lin, cg_i64(m, 1), "");
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(B, m->t_i8, f->base[arg], &byte, 1, "");
+  LLVMValueRef raw = LLVMBuildLoad2(B, m->t_i8, p, "");
+  LLVMSetAlignment(raw, 1);
+  LLVMValueRef sh = LLVMBuildTrunc(B, LLVMBuildShl(B, LLVMBuildAnd(B, lin, cg_i64(m, 1), ""), cg_i64(m, 2), ""), m->t_i8, "");
+  LLVMValueRef v = LLVMBuildAnd(B, LLVMBuildLShr(B, raw, sh, ""), LLVMConstInt(m->t_i8, 15, 0), "");
+  if (dt == DT_I4) v = LLVMBuildSub(B, LLVMBuildXor(B, v, LLVMConstInt(m->t_i8, 8, 0), ""), LLVMConstInt(m->t_i8, 8, 0), "");
+  return v;
+}
+
 LLVMValueRef cg_load_arg(CgFn *f, int arg, LLVMValueRef lin) {
   CgMod *m = f->m;
   DType dt = arg_dtype(f, arg);
+  if (dt_is_packed(dt)) return load_nibble(f, arg, dt, lin);
   LLVMTypeRef st = cg_stype(m, dt);
   LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, st, f->base[arg], &lin, 1, "");
   LLVMValueRef raw = LLVMBuildLoad2(f->b, st, p, "");
@@ -348,6 +364,30 @@ static bool node_step(CgFn *f, EmitFrame *fr, LLVMValueRef got, EmitNeed *need, 
       NEED(n->in[1], c + ot->rank - 2);
     }
     DONE(rope_end(f, n, ot, fr, fr->x[3], fr->x[4], got));
+  case OP_DEQUANTIZE: {
+    /* q at c, then scales (and zeros) at c with the axis coordinate divided
+     * by the group; (q - z) * s in the result's compute type, rounded to
+     * its dtype as the reference stores it */
+    int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
+    int64_t group = ir_attr_int(n, "group");
+    if (stage == 0) NEED(n->in[0], c);
+    if (stage == 1) {
+      fr->x[0] = got;
+      memcpy(fr->ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
+      fr->ic[axis] = group ? LLVMBuildUDiv(f->b, c[axis], cg_i64(m, group), "") : cg_i64(m, 0);
+      NEED(n->in[1], fr->ic);
+    }
+    if (stage == 2 && n->nin > 2) {
+      fr->x[1] = got;
+      NEED(n->in[2], fr->ic);
+    }
+    LLVMValueRef sc = n->nin > 2 ? fr->x[1] : got, zero = n->nin > 2 ? got : NULL;
+    DType cdt = ot->dt == DT_F64 ? DT_F64 : DT_F32, sdt = g->val[n->in[1]].type.dt;
+    LLVMValueRef y = cg_convert(m, fr->x[0], t0->dt, cdt);
+    if (zero) y = LLVMBuildFSub(f->b, y, cg_convert(m, zero, g->val[n->in[2]].type.dt, cdt), "");
+    y = LLVMBuildFMul(f->b, y, cg_convert(m, sc, sdt, cdt), "");
+    DONE(cg_convert(m, y, cdt, ot->dt));
+  }
   default:
     cg_fail(m, ST_UNSUPPORTED, "kernel %s: node '%s' (%s) cannot be computed element by element; a kernel holds one "
             "reduction, contraction or attention node, its anchor", f->k->name, ir_node_name(g, n), ir_op_name(n->op));

@@ -47,9 +47,9 @@ LLVMTypeRef cg_ctype(CgMod *m, DType dt) {
   case DT_F64: return m->t_f64;
   case DT_I64: return m->t_i64;
   case DT_I32: return m->t_i32;
-  case DT_I8: case DT_U8: return m->t_i8;
+  case DT_I8: case DT_U8: case DT_I4: case DT_U4: return m->t_i8;
   case DT_BOOL: return m->t_i1;
-  default: return m->t_f32;
+  default: return m->t_f32; /* f8e4m3, f8e5m2 compute in f32 */
   }
 }
 
@@ -57,8 +57,8 @@ LLVMTypeRef cg_stype(CgMod *m, DType dt) {
   switch (dt) {
   case DT_F16: return m->native_f16 ? m->t_f16 : m->t_i16;
   case DT_BF16: return m->t_i16;
-  case DT_BOOL: return m->t_i8;
-  default: return cg_ctype(m, dt);
+  case DT_BOOL: case DT_F8E4M3: case DT_F8E5M2: return m->t_i8;
+  default: return cg_ctype(m, dt); /* i4, u4: the byte holding the nibble, see cg_load_arg */
   }
 }
 
@@ -66,7 +66,8 @@ LLVMValueRef cg_i64(CgMod *m, int64_t v) { return LLVMConstInt(m->t_i64, (unsign
 LLVMValueRef cg_i32(CgMod *m, int32_t v) { return LLVMConstInt(m->t_i32, (unsigned long long)(int64_t)v, 1); }
 LLVMValueRef cg_fconst(LLVMTypeRef t, double v) { return LLVMConstReal(t, v); }
 
-static bool is_floatish(DType dt) { return dt_is_float(dt); }
+/* f8 values are f32 once loaded. */
+static bool is_floatish(DType dt) { return dt_is_float(dt) || dt_is_f8(dt); }
 
 LLVMValueRef cg_const_of(CgMod *m, DType dt, double v) {
   LLVMTypeRef t = cg_ctype(m, dt);
@@ -186,8 +187,29 @@ static LLVMValueRef f32_to_bf16(CgMod *m, LLVMValueRef f) {
   return LLVMBuildTrunc(B, r, m->t_i16, "");
 }
 
+/* FP8 bits to f32 through a table of the 256 values (dt_f8_to_f32's), one
+ * constant global per format: exact, and a gather when vectorised. */
+static LLVMValueRef f8_to_f32(CgMod *m, DType dt, LLVMValueRef raw) {
+  const char *name = dt == DT_F8E4M3 ? "smelt_f8e4m3_table" : "smelt_f8e5m2_table";
+  LLVMTypeRef at = LLVMArrayType(m->t_f32, 256);
+  LLVMValueRef tab = LLVMGetNamedGlobal(m->mod, name);
+  if (!tab) {
+    LLVMValueRef vals[256];
+    for (int i = 0; i < 256; i++) vals[i] = LLVMConstReal(m->t_f32, dt_f8_to_f32(dt, (uint8_t)i));
+    tab = LLVMAddGlobal(m->mod, at, name);
+    LLVMSetInitializer(tab, LLVMConstArray(m->t_f32, vals, 256));
+    LLVMSetGlobalConstant(tab, 1);
+    LLVMSetLinkage(tab, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddr(tab, 1);
+  }
+  LLVMValueRef idx[2] = {LLVMConstInt(m->t_i64, 0, 0), LLVMBuildZExt(m->b, raw, m->t_i64, "")};
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(m->b, at, tab, idx, 2, "");
+  return LLVMBuildLoad2(m->b, m->t_f32, p, "");
+}
+
 LLVMValueRef cg_from_storage(CgMod *m, DType dt, LLVMValueRef raw) {
   switch (dt) {
+  case DT_F8E4M3: case DT_F8E5M2: return f8_to_f32(m, dt, raw);
   case DT_F16:
     return m->native_f16 ? LLVMBuildFPExt(m->b, raw, m->t_f32, "") : soft_f16_to_f32(m, raw);
   case DT_BF16: return bf16_to_f32(m, raw);
@@ -236,7 +258,7 @@ LLVMValueRef cg_convert(CgMod *m, LLVMValueRef v, DType from, DType to) {
       r = from == DT_F64 && to != DT_F64 ? LLVMBuildFPTrunc(B, v, tt, "")
           : to == DT_F64 && from != DT_F64 ? LLVMBuildFPExt(B, v, tt, "")
                                            : v;
-    } else if (from == DT_U8 || from == DT_BOOL) {
+    } else if (from == DT_U8 || from == DT_U4 || from == DT_BOOL) {
       r = LLVMBuildUIToFP(B, v, tt, "");
     } else {
       r = LLVMBuildSIToFP(B, v, tt, "");

@@ -443,6 +443,33 @@ static inline void oc_transformer_cases(OpSuite *s) {
   }
 }
 
+/* dequantize of every quantised storage type (inputs here, so that every
+ * dtype's loads run on random data; as constants they are what the
+ * quantised matmuls read): groups along axis 0 ([K, N] weights) and 1
+ * ([N, K]), per channel, with and without zeros; odd sizes for the nibble
+ * at the end of a byte. */
+static inline void oc_quant_cases(OpSuite *s) {
+  OC_CASE(s, "dequantize") {
+    int q = oc_in(s, "q", DT_I4, OC_DIMS(64, 24), -8, 8), sc = oc_in(s, "s", s->dt, OC_DIMS(2, 24), 0.01, 0.1);
+    int n = oc_node(s, OP_DEQUANTIZE, 2, (int[]){q, sc}, "g32");
+    ir_set_attr_int(s->g, n, "group", 32);
+    int qu = oc_in(s, "qu", DT_U4, OC_DIMS(5, 33), 0, 16), su = oc_in(s, "su", s->dt, OC_DIMS(5, 11), -0.5, 0.5);
+    int zu = oc_in(s, "zu", DT_U4, OC_DIMS(5, 11), 0, 16);
+    n = oc_node(s, OP_DEQUANTIZE, 3, (int[]){qu, su, zu}, "u4_axis1");
+    ir_set_attr_int(s->g, n, "axis", -1);
+    ir_set_attr_int(s->g, n, "group", 3);
+    int q8 = oc_in(s, "q8", DT_I8, OC_DIMS(6, 40), -127, 127), s8 = oc_in(s, "s8", s->dt, OC_DIMS(6, 1), 0.001, 0.01);
+    int z8 = oc_in(s, "z8", s->dt, OC_DIMS(6, 1), -3, 3);
+    n = oc_node(s, OP_DEQUANTIZE, 3, (int[]){q8, s8, z8}, "i8_channel");
+    ir_set_attr_int(s->g, n, "axis", 1);
+    int qf = oc_in(s, "qf", DT_F8E4M3, OC_DIMS(16, 8), -448, 448), sf = oc_in(s, "sf", s->dt, OC_DIMS(1, 8), 0.5, 2);
+    n = oc_node(s, OP_DEQUANTIZE, 2, (int[]){qf, sf}, "e4m3");
+    int qg = oc_in(s, "qg", DT_F8E5M2, OC_DIMS(4, 10), -1000, 1000), sg = oc_in(s, "sg", s->dt, OC_DIMS(1, 10), 0.5, 2);
+    n = oc_node(s, OP_DEQUANTIZE, 2, (int[]){qg, sg}, "e5m2");
+    ir_set_attr_dtype(s->g, n, "to", s->dt == DT_F64 ? DT_F64 : DT_F16);
+  }
+}
+
 /* Integer and bool cases (added to the f32 suite only). */
 static inline void oc_integer_cases(OpSuite *s) {
   OC_CASE(s, "int") {
@@ -487,6 +514,7 @@ static inline Graph *oc_suite(DType dt, OpSuite *s) {
   oc_contraction_cases(s);
   oc_movement_cases(s);
   oc_transformer_cases(s);
+  oc_quant_cases(s);
   if (dt == DT_F32) oc_integer_cases(s);
   if (s->failed) {
     ir_graph_destroy(s->g);
