@@ -273,65 +273,46 @@ static void print_table(const Report *rep) {
   }
 }
 
-static void put_json_string(const char *s) {
-  putchar('"');
-  for (; s && *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') printf("\\%c", c);
-    else if (c < 0x20) printf("\\u%04x", c);
-    else putchar(c);
-  }
-  putchar('"');
-}
-
-static void json_row(const Row *r, double bw) {
-  printf("{\"name\": ");
-  put_json_string(r->name);
-  printf(", \"median_us\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"gbs\": %.3f, \"gflops\": %.3f, "
-         "\"roofline_pct\": %.2f",
-         r->t * 1e6, r->bytes, r->flops, r->t > 0 ? r->bytes / r->t * 1e-9 : 0, r->t > 0 ? r->flops / r->t * 1e-9 : 0,
-         roofline_pct(r, bw));
-  if (r->res) {
+/* One table row as a JSON object (a kernel or a total). */
+static json_t *json_row(const Row *r, double bw) {
+  json_t *o = json_pack("{s:s, s:f, s:I, s:I, s:f, s:f, s:f}", "name", r->name, "median_us", r->t * 1e6, "bytes",
+                        (json_int_t)(r->bytes + 0.5), "flops", (json_int_t)(r->flops + 0.5), "gbs",
+                        r->t > 0 ? r->bytes / r->t * 1e-9 : 0.0, "gflops", r->t > 0 ? r->flops / r->t * 1e-9 : 0.0,
+                        "roofline_pct", roofline_pct(r, bw));
+  if (o && r->res) {
     /* -1: the driver could not say */
     const KernelRes *k = r->res;
-    printf(", \"kind\": ");
-    put_json_string(k->kind);
-    printf(", \"variant\": ");
-    put_json_string(k->variant);
-    printf(", \"registers\": %d, \"local_bytes\": %d, \"smem_static\": %d, \"smem_dynamic\": %u, "
-           "\"workspace\": %llu",
-           k->regs, k->local_bytes, k->smem_static, k->smem_dynamic, (unsigned long long)k->workspace);
+    json_t *res = json_pack("{s:s, s:s, s:i, s:i, s:i, s:I, s:I}", "kind", k->kind, "variant", k->variant, "registers",
+                            k->regs, "local_bytes", k->local_bytes, "smem_static", k->smem_static, "smem_dynamic",
+                            (json_int_t)k->smem_dynamic, "workspace", (json_int_t)k->workspace);
+    if (!res || json_object_update(o, res)) {
+      json_decref(res);
+      json_decref(o);
+      return NULL;
+    }
+    json_decref(res);
   }
-  printf("}");
+  return o;
 }
 
-static void print_json(const Report *rep) {
-  printf("{\"model\": ");
-  put_json_string(rep->model);
-  printf(", \"device\": ");
-  put_json_string(rep->device);
-  printf(", \"hardware\": ");
-  put_json_string(rep->hw);
-  printf(", \"warmup\": %d, \"iters\": %d, \"copy_bandwidth_gbs\": %.3f, \"copy_method\": ", rep->warmup, rep->iters,
-         rep->copy_bw * 1e-9);
-  put_json_string(rep->copy_how);
-  printf(", \"flop_peak\": ");
-  put_json_string(rep->peak_how);
-  if (rep->res) {
-    printf(", \"resources_note\": ");
-    put_json_string(rep->res_note);
+/* The report as one JSON object on stdout (jansson escapes the names). */
+static smelt_status print_json(const Report *rep) {
+  json_t *root = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:s, s:s}", "model", rep->model, "device", rep->device,
+                           "hardware", rep->hw, "warmup", rep->warmup, "iters", rep->iters, "copy_bandwidth_gbs",
+                           rep->copy_bw * 1e-9, "copy_method", rep->copy_how, "flop_peak", rep->peak_how);
+  json_t *kernels = json_array(), *totals = json_array();
+  bool ok = root && kernels && totals;
+  if (ok && rep->res) ok = json_object_set_new(root, "resources_note", json_string(rep->res_note)) == 0;
+  for (int i = 0; ok && i < rep->nrows; i++) {
+    json_t *row = json_row(&rep->rows[i], rep->copy_bw);
+    ok = row && json_array_append_new(i < rep->nkernels ? kernels : totals, row) == 0;
   }
-  printf(",\n \"kernels\": [");
-  for (int i = 0; i < rep->nkernels; i++) {
-    printf(i ? ",\n  " : "\n  ");
-    json_row(&rep->rows[i], rep->copy_bw);
-  }
-  printf("],\n \"totals\": [");
-  for (int i = rep->nkernels; i < rep->nrows; i++) {
-    printf(i > rep->nkernels ? ",\n  " : "\n  ");
-    json_row(&rep->rows[i], rep->copy_bw);
-  }
-  printf("]}\n");
+  if (ok) ok = json_object_set(root, "kernels", kernels) == 0 && json_object_set(root, "totals", totals) == 0;
+  if (ok) ok = json_dumpf(root, stdout, JSON_INDENT(1) | JSON_PRESERVE_ORDER) == 0 && putchar('\n') != EOF;
+  json_decref(kernels);
+  json_decref(totals);
+  json_decref(root);
+  return ok ? NULL : st_error(ST_IO, "cannot write the JSON report (out of memory, or a name that is not UTF-8)");
 }
 
 /* ---- CPU ---- */
@@ -779,7 +760,7 @@ int cli_bench(int argc, char **argv) {
     st = bench_cpu(s, &rep);
   }
   if (!st) {
-    if (json) print_json(&rep);
+    if (json) st = print_json(&rep);
     else print_table(&rep);
   }
   if (!st && trace) {

@@ -6,7 +6,8 @@ dur, pid, tid; metadata "M" events naming the tracks), that the kernel
 events are those `smelt bench --json` reports, in table order, ordered in
 time and not overlapping on their track, that each carries bytes, FLOPs and
 tasks, and that they fit in the whole run's event.  Bad use: --trace
-without a file, a file that cannot be written.
+without a file, a file that cannot be written.  Also that --json stays
+valid JSON for a model path with a quote, a backslash and a tab.
 
 Usage: test_trace.py --smelt PATH
 """
@@ -61,6 +62,18 @@ def main():
         r = subprocess.run([exe, "bench", "examples/mlp.yaml", "--iters", "1", "--trace", os.path.join(d, "no", "t.json")],
                            capture_output=True, text=True, cwd=ROOT)
         check(r.returncode == 1 and "cannot write the trace" in r.stderr, "an unwritable trace file: exit 1")
+        # --json is written by a JSON library: a model path with a quote, a
+        # backslash and a tab still gives valid JSON that names it exactly
+        odd = os.path.join(d, 'my "mlp"\\\tv1.yaml')
+        with open(os.path.join(ROOT, "examples", "mlp.yaml")) as src, open(odd, "w") as dst:
+            dst.write(src.read())
+        r = subprocess.run([exe, "bench", odd, "--threads", "1", "--iters", "1", "--warmup", "0", "--json"],
+                           capture_output=True, text=True, cwd=ROOT)
+        try:
+            got = json.loads(r.stdout).get("model")
+        except ValueError as e:
+            got = f"invalid JSON ({e})"
+        check(r.returncode == 0 and got == odd, f"--json names a model path with a quote, backslash and tab exactly ({got!r})")
     print("test_trace: " + ("FAILED" if failures else "passed"))
     return 1 if failures else 0
 
