@@ -53,6 +53,16 @@ static const char compile_help[] =
     "                          at load, beside the bundle or where they were; a changed file is refused\n"
     "  --no-cache              compile even when the compile cache has this bundle, and do not store it\n"
     "                          (the cache: $SMELT_CACHE_DIR/bundles, else ~/.cache/smelt/bundles)\n"
+    "  --quantize int8|int4|fp8  store matmul weights quantised (symmetric int8/int4 with a scale per\n"
+    "                          group along K, or fp8 e4m3 with a scale per output channel), read\n"
+    "                          through dequantize inside the matmul kernels; prints each layer's\n"
+    "                          cosine and relative error against the float layer on calibration rows\n"
+    "                          and stores the report in the bundle (a quant-report section)\n"
+    "  --group G               elements of K per scale (default: 128 for int4, 0 = one scale per\n"
+    "                          output channel for int8 and fp8); must divide every K\n"
+    "  --quantize-only GLOB    quantise only matmuls whose weight or result name matches GLOB\n"
+    "  --keep-below COS        keep in float the layers whose cosine is below COS (0.999 is where\n"
+    "                          the report flags them)\n"
     "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (operands rounded to a\n"
     "                          10-bit mantissa, f32 accumulation; relative error ~1e-3), like\n"
     "                          torch.backends.cuda.matmul.allow_tf32; default: f32 throughout\n";
@@ -132,6 +142,8 @@ int cli_compile(int argc, char **argv) {
   bool verbose = false, emit_ir = false;
   const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
   bool no_tune_table = false, allow_tf32 = false, external_weights = false, no_cache = false;
+  QuantOptions qo = {.mode = QM_NONE, .group = -1, .seed = 1};
+  char quant_desc[320] = "";
   char default_arch[32];
   char dims_text[512] = "";
   for (int i = 1; i < argc; i++) {
@@ -202,6 +214,23 @@ int cli_compile(int argc, char **argv) {
       tune_table = v;
     } else if (strcmp(a, "--no-tune-table") == 0) {
       no_tune_table = true;
+    } else if ((v = cli_flag_value("--quantize", argc, argv, &i, &missing)) || missing) {
+      if (missing || (qo.mode = pass_quant_mode(v)) == QM_NONE)
+        return cli_usage("compile", "--quantize takes int8, int4 or fp8%s%s%s", missing ? "" : " (got '", missing ? "" : v,
+                         missing ? "" : "')");
+    } else if ((v = cli_flag_value("--group", argc, argv, &i, &missing)) || missing) {
+      char *end;
+      long long gv = missing ? -1 : strtoll(v, &end, 10);
+      if (missing || *end || gv < 0) return cli_usage("compile", "--group needs 0 or a positive integer");
+      qo.group = gv;
+    } else if ((v = cli_flag_value("--quantize-only", argc, argv, &i, &missing)) || missing) {
+      if (missing) return cli_usage("compile", "--quantize-only needs a pattern (a glob like 'layer.*/w_*')");
+      qo.only = v;
+    } else if ((v = cli_flag_value("--keep-below", argc, argv, &i, &missing)) || missing) {
+      char *end;
+      double kb = missing ? 0 : strtod(v, &end);
+      if (missing || *end || !(kb > 0 && kb <= 1)) return cli_usage("compile", "--keep-below needs a cosine in (0, 1]");
+      qo.keep_below = kb;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
     } else if (strcmp(a, "--external-weights") == 0) {
@@ -231,6 +260,16 @@ int cli_compile(int argc, char **argv) {
     }
   }
   if (!model) return cli_usage("compile", "no model given");
+  if (qo.mode == QM_NONE && (qo.group >= 0 || qo.only || qo.keep_below > 0))
+    return cli_usage("compile", "--group, --quantize-only and --keep-below apply to --quantize");
+  if (qo.mode != QM_NONE) {
+    if (qo.group < 0) qo.group = qo.mode == QM_INT4 ? 128 : 0;
+    if (!passes) passes = pass_quantize_pipeline();
+    else if (!strstr(passes, "quantize"))
+      return cli_usage("compile", "--quantize needs the quantize pass in --passes (before fuse)");
+    snprintf(quant_desc, sizeof quant_desc, "%s group=%lld%s%s keep_below=%g", pass_quant_mode_name(qo.mode),
+             (long long)qo.group, qo.only ? " only=" : "", qo.only ? qo.only : "", qo.keep_below);
+  }
   bool for_cuda = strstr(target, "cuda") != NULL;
   if (arch && !for_cuda) return cli_usage("compile", "--arch applies to --target cuda (or cpu,cuda)");
   if (tune_table && no_tune_table) return cli_usage("compile", "--tune-table and --no-tune-table contradict");
@@ -261,10 +300,12 @@ int cli_compile(int argc, char **argv) {
                          .dims = dims_text[0] ? dims_text : NULL,
                          .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                          .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
-                         .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note};
+                         .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note,
+                         .quantize = quant_desc[0] ? quant_desc : NULL};
   char key[65] = "";
+  /* not with --quantize either: a hit would not print the report */
   bool cacheable = !emit_ir && !no_cache && !d.after_all && !d.nafter && !d.nbefore && !d.dump_dir && !d.graph_after && !verbose &&
-                   !ctx.explain_fusion;
+                   !ctx.explain_fusion && qo.mode == QM_NONE;
   if (cacheable) {
     smelt_status kst = sc_cache_key(model, &co, key);
     if (kst) key[0] = 0; /* not cacheable: compile */
@@ -312,10 +353,20 @@ int cli_compile(int argc, char **argv) {
     st = fe_load_model(model, &fo, &specs[n].g);
     if (!st && d.dump_dir) write_dump(&d, "00-input.ir", "IR from the frontend", specs[n].g);
     PassCtx pc = {.onchip_bytes = ctx.onchip_bytes, .target = ctx.target, .arch = ctx.arch,
-                  .explain_fusion = ctx.explain_fusion};
+                  .explain_fusion = ctx.explain_fusion, .quant = qo.mode != QM_NONE ? &qo : NULL};
     if (!st) st = pass_run_pipeline(specs[n].g, &pc, passes, dump_hook, &d);
     if (!st && d.io_error) st = d.io_error, d.io_error = NULL;
     if (pc.log && (verbose || pc.explain_fusion)) fputs(pc.log, stderr);
+    if (!st && pc.quant_report) {
+      /* the report: printed here, stored in the bundle by the driver */
+      char *text = pass_quant_report_text(pc.quant_report);
+      if (!text) st = st_error(ST_NO_MEMORY, "out of memory");
+      else {
+        if (space.ncombos > 1) printf("specialisation s%d: %s\n", n, labels[n]);
+        fputs(text, stdout);
+        specs[n].quant_report = text;
+      }
+    }
     pass_ctx_free(&pc);
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
@@ -336,7 +387,10 @@ int cli_compile(int argc, char **argv) {
   }
   st_free(d.io_error);
   pass_ctx_free(&ctx);
-  for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
+  for (int i = 0; i < n; i++) {
+    ir_graph_destroy(specs[i].g);
+    free((char *)specs[i].quant_report);
+  }
   sc_dim_space_free(&space);
   for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
   return st ? cli_fail(st) : 0;

@@ -35,6 +35,7 @@ static const char inspect_help[] =
     "                    CUDA its variant and workspace bytes\n"
     "  --source KERNEL   the IR nodes a kernel computes, its CUDA C and its LLVM IR\n"
     "                    (regenerated from the bundle's graph, before optimisation)\n"
+    "  --quant           the per-layer accuracy report of a bundle compiled with --quantize\n"
     "  --memory          the activation arena against the sum of all intermediates,\n"
     "                    and each intermediate's offset, size and lifetime (kernels)\n"
     "  --dump-cubins DIR write every compilation unit's cubin per arch as\n"
@@ -99,6 +100,13 @@ static void print_summary(const smelt_bundle *b) {
   printf("kernels: %d\n", rt_bundle_num_kernels(b));
   if (g->arena_bytes > 0) printf("arena: %lld bytes\n", (long long)g->arena_bytes);
   else printf("arena: none (no memory plan: each intermediate has its own buffer)\n");
+}
+
+static void print_quant(const smelt_bundle *b) {
+  const void *data;
+  size_t len;
+  if (rt_bundle_spec_find(b, FMT_SEC_QUANT_REPORT, "", &data, &len)) fwrite(data, 1, len, stdout);
+  else printf("(the bundle was not compiled with --quantize)\n");
 }
 
 static void print_ir(const smelt_bundle *b) {
@@ -370,7 +378,7 @@ static int print_source(const smelt_bundle *b, const char *kernel) {
 
 int cli_inspect(int argc, char **argv) {
   const char *path = NULL, *source = NULL, *dim = NULL, *cubin_dir = NULL, *graph = NULL;
-  bool ir = false, kernels = false, memory = false;
+  bool ir = false, kernels = false, memory = false, quant = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     bool missing;
@@ -382,6 +390,7 @@ int cli_inspect(int argc, char **argv) {
     if (strcmp(a, "--ir") == 0) ir = true;
     else if (strcmp(a, "--kernels") == 0) kernels = true;
     else if (strcmp(a, "--memory") == 0) memory = true;
+    else if (strcmp(a, "--quant") == 0) quant = true;
     else if ((v = cli_flag_value("--dim", argc, argv, &i, &missing)) || missing) {
       if (missing || !strchr(v, '=')) return cli_usage("inspect", "--dim needs NAME=VALUE");
       dim = v;
@@ -418,11 +427,12 @@ int cli_inspect(int argc, char **argv) {
       return cli_fail(st);
     }
   }
-  if (!ir && !kernels && !memory && !source && !cubin_dir && !graph) print_summary(b);
-  for (int i = first; i <= last && (ir || kernels || memory || source); i++) {
+  if (!ir && !kernels && !memory && !source && !cubin_dir && !graph && !quant) print_summary(b);
+  for (int i = first; i <= last && (ir || kernels || memory || source || quant); i++) {
     const smelt_bundle *sp = rt_bundle_spec(b, i);
     if (rt_bundle_num_specs(b) > 1) printf("%s// ===== specialisation s%d: %s =====\n", i > first ? "\n" : "", i,
                                           rt_bundle_spec_label(sp));
+    if (quant) print_quant(sp);
     if (ir) print_ir(sp);
     if (kernels) print_kernels(sp);
     if (memory) print_memory(sp);

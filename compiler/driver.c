@@ -353,6 +353,7 @@ static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const S
   put_kv(m, "dtype", o->dtype);
   put_kv(m, "passes", o->passes ? o->passes : pass_default_pipeline());
   put_kv(m, "external_weights", o->external_weights ? "1" : "0");
+  if (o->quantize) put_kv(m, "quantize", o->quantize);
   snprintf(num, sizeof num, "%lld", (long long)o->onchip_bytes);
   put_kv(m, "onchip_bytes", num);
   snprintf(num, sizeof num, "%d", o->threads);
@@ -809,6 +810,8 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
     char prefix[16] = "";
     if (nspecs > 1) snprintf(prefix, sizeof prefix, "s%d/", i);
     st = add_spec_sections(w, &sb[i], prefix, cpu);
+    if (!st && specs[i].quant_report)
+      st = fmt_writer_add(w, FMT_SEC_QUANT_REPORT, prefix, specs[i].quant_report, strlen(specs[i].quant_report));
   }
   /* one constants section for every specialisation, after their sections */
   if (!st) st = fmt_const_pool_add_section(cc.pool, w, NULL);

@@ -69,6 +69,7 @@ typedef struct {
   const char *dtype;   /* the dtype override */
   const char *passes;  /* the pass list; NULL = the default pipeline */
   int64_t onchip_bytes;
+  const char *quantize; /* --quantize and its options as given ("int4 group=128"); NULL = none */
 } ScCompileOptions;
 
 /* Which targets a --target list names; ST_INVALID_INPUT for anything but
@@ -121,6 +122,9 @@ void sc_dim_space_label(const ScDimSpace *d, int i, char *buf, size_t cap);
 typedef struct {
   Graph *g;          /* after the pass pipeline */
   const char *label; /* sc_dim_space_label's; ignored when there is one */
+  /* the quantize pass's report (pass_quant_report_text), stored as the
+   * specialisation's quant-report section; NULL = none */
+  const char *quant_report;
 } ScSpecGraph;
 
 /* sc_compile_graph for n specialisations of one model (1 <= n <=

@@ -60,7 +60,8 @@
   X(TUNING, 10, "tuning")                                                              \
   X(SPECIALISATION, 11, "specialisation")                                              \
   X(CUDA_LAUNCH, 12, "cuda-launch")      /* fmt_cuda_launch_encode's launch table */   \
-  X(WEIGHTS, 13, "weights")              /* format/weights.h: external weights files */
+  X(WEIGHTS, 13, "weights")              /* format/weights.h: external weights files */ \
+  X(QUANT_REPORT, 14, "quant-report")    /* text: --quantize's per-layer accuracy */
 
 typedef enum {
 #define X(id, num, name) FMT_SEC_##id = num,

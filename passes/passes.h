@@ -11,6 +11,42 @@
 
 #include "../ir/ir.h"
 
+/* quantize: what to quantise and how (smelt compile --quantize ...). */
+typedef enum { QM_NONE, QM_INT8, QM_INT4, QM_FP8 } QuantMode;
+typedef struct {
+  QuantMode mode;
+  int64_t group;      /* elements of K per scale; 0 = one scale per output channel */
+  const char *only;   /* glob (fnmatch) on the weight's or the matmul's name; NULL = every matmul */
+  double keep_below;  /* layers whose cosine is below this stay in float; 0 = none */
+  uint64_t seed;      /* of the random calibration inputs */
+} QuantOptions;
+
+/* One matmul the quantize pass looked at: its output against the
+ * unquantised one's on the calibration rows (QuantReport). */
+typedef struct {
+  char *layer, *weight; /* the matmul's result and its weight (YAML names) */
+  int64_t K, N, group, rows;
+  double cosine, rel_err; /* cosine similarity, ||y_q - y|| / ||y|| */
+  bool flagged;           /* cosine < 0.999 */
+  bool kept;              /* left in float (--keep-below) */
+  double bytes_before, bytes_after; /* of the weight (and its scales) */
+} QuantLayer;
+
+typedef struct {
+  QuantOptions opt;
+  char *calibration; /* how the calibration rows were made */
+  QuantLayer *layers;
+  int nlayers, cap;
+} QuantReport;
+
+/* The report as text, the table `smelt compile --quantize` prints and the
+ * bundle's quant-report section holds (malloc'd; NULL when out of memory). */
+char *pass_quant_report_text(const QuantReport *r);
+void pass_quant_report_free(QuantReport *r);
+/* "int8", "int4", "fp8" to a mode (QM_NONE when it is none of them). */
+QuantMode pass_quant_mode(const char *name);
+const char *pass_quant_mode_name(QuantMode m);
+
 typedef struct {
   int64_t onchip_bytes; /* fuse: on-chip budget per tile; 0 = target default */
   /* fuse: what the kernels are for, which sets the default budget:
@@ -23,6 +59,10 @@ typedef struct {
    * folding notes); owned by the pass context, freed by pass_ctx_free. */
   char *log;
   size_t log_len, log_cap;
+  /* quantize: its options (NULL: the pass changes nothing) and its report,
+   * owned by the context (pass_ctx_free) */
+  const QuantOptions *quant;
+  QuantReport *quant_report;
 } PassCtx;
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) SMELT_PRINTF(2, 3);
@@ -45,6 +85,7 @@ typedef struct {
   X(fuse_attention, "matmul-scale-mask-softmax-matmul becomes attention")                    \
   X(merge_matmuls, "CUDA: matmuls sharing their input and reading constant weights become one") \
   X(layout, "CUDA: matmul weights stored [N, K] (transpose_b) for the GEMV/tensor-core kernels") \
+  X(quantize, "matmul weights to int8/int4/fp8 with dequantize (--quantize), per-layer accuracy") \
   X(fuse, "cache-bounded fusion into kernels")                                               \
   X(plan_memory, "assign arena offsets to intermediates")
 
@@ -56,6 +97,9 @@ PASS_LIST(X)
 const PassInfo *pass_lookup(const char *name);
 /* "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory" */
 const char *pass_default_pipeline(void);
+/* The default pipeline with quantize before fuse (after layout, so that a
+ * CUDA weight is quantised in its [N, K] layout): --quantize's. */
+const char *pass_quantize_pipeline(void);
 
 /* Called around every pass; `after` is false before it runs.  index counts
  * passes from 1.  Lets the CLI print or dump IR without the library printing. */

@@ -38,6 +38,7 @@ static const PassInfo pass_table[] = {
     ENTRY("fuse-attention", fuse_attention),
     ENTRY("merge-matmuls", merge_matmuls),
     ENTRY("layout", layout),
+    ENTRY("quantize", quantize),
     ENTRY("fuse", fuse),
     ENTRY("plan-memory", plan_memory),
 };
@@ -55,6 +56,10 @@ const PassInfo *pass_lookup(const char *name) {
 
 const char *pass_default_pipeline(void) {
   return "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,fuse,plan-memory";
+}
+
+const char *pass_quantize_pipeline(void) {
+  return "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,quantize,fuse,plan-memory";
 }
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) {
@@ -91,6 +96,11 @@ void pass_ctx_free(PassCtx *ctx) {
   free(ctx->log);
   ctx->log = NULL;
   ctx->log_len = ctx->log_cap = 0;
+  if (ctx->quant_report) {
+    pass_quant_report_free(ctx->quant_report);
+    free(ctx->quant_report);
+    ctx->quant_report = NULL;
+  }
 }
 
 static void known_names(char *buf, size_t cap) {
