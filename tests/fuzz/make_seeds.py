@@ -346,6 +346,12 @@ def seeds_onnx():
     # external data: a side file the fuzzer does not have
     t = fv(1, 4) + fv(2, FLOAT) + fb(8, "w") + fb(13, fb(1, "location") + fb(2, "w.bin")) + fv(14, 1)
     write(d, "external.onnx", model([node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [4])], [("y", FLOAT, None)], [t]))
+    # external data that is there: the first 16 bytes of the model itself
+    # (fuzz_onnx writes each input as model.onnx)
+    t = (fv(1, 4) + fv(2, FLOAT) + fb(8, "w") + fb(13, fb(1, "location") + fb(2, "model.onnx")) +
+         fb(13, fb(1, "offset") + fb(2, "0")) + fb(13, fb(1, "length") + fb(2, "16")) + fv(14, 1))
+    write(d, "external_self.onnx", model([node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [4])], [("y", FLOAT, None)],
+                                         [t]))
 
 
 # ---- bundles and their CPU objects ----
@@ -536,7 +542,11 @@ def dicts():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", default=os.path.join(ROOT, "build", "smelt"))
+    ap.add_argument("--out", help="write the corpora here instead of tests/fuzz/corpus (dictionaries stay)")
     args = ap.parse_args()
+    global CORPUS
+    if args.out:
+        CORPUS = os.path.abspath(args.out)
     seeds_yaml()
     seeds_npy()
     seeds_safetensors()

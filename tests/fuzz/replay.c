@@ -3,13 +3,17 @@
  * oracle (fuzz.h): the seeds (corpus/NAME) and the regression inputs of
  * crashes the fuzzers found (regress/NAME), each fixed since.
  *
- *   replay_NAME FILE|DIR...
+ *   replay_NAME [--ok] FILE|DIR...
  *
  * A regression input FILE may come with FILE.expect, one line: the text
  * its error message must contain, or "ok" when the input must be accepted,
- * so that a fix that merely stops the crash in some other way is noticed. */
+ * so that a fix that merely stops the crash in some other way is noticed.
+ * After --ok, every input without a .expect must be accepted: the bundle
+ * and object seeds, which go stale when a format changes (and then stop at
+ * a version check, a shallow place to fuzz from). */
 #define _DEFAULT_SOURCE /* DT_DIR */
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "fuzz.h"
@@ -18,6 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv) __attribute__((weak));
 
 static int failures, inputs;
+static bool all_ok; /* --ok seen */
 
 static unsigned char *slurp(const char *path, size_t *out_n) {
   FILE *f = fopen(path, "rb");
@@ -55,6 +60,11 @@ static void replay_file(const char *path) {
   snprintf(epath, sizeof epath, "%s.expect", path);
   size_t en = 0;
   char *expect = (char *)slurp(epath, &en);
+  if (!expect && all_ok && fuzz_last_error[0]) {
+    fprintf(stderr, "replay: %s: a seed that must be accepted failed: %s\n  (after a format change, make the seeds "
+            "again: python3 tests/fuzz/make_seeds.py --smelt BUILD/smelt)\n", path, fuzz_last_error);
+    failures++;
+  }
   if (!expect) return;
   while (en && (expect[en - 1] == '\n' || expect[en - 1] == '\r')) en--;
   expect[en] = 0; /* slurp leaves room: cap > n */
@@ -107,9 +117,29 @@ static void replay_path(const char *path) {
   free(names);
 }
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define REPLAY_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define REPLAY_ASAN 1
+#endif
+
 int main(int argc, char **argv) {
+  /* The inputs are small: a reader that asks for gigabytes for one of them
+   * trusted a size it should have checked against the data (libFuzzer's
+   * -malloc_limit_mb, here).  Not under ASan, which reserves terabytes of
+   * address space for its shadow memory. */
+#ifndef REPLAY_ASAN
+  struct rlimit rl = {(rlim_t)4 << 30, (rlim_t)4 << 30};
+  setrlimit(RLIMIT_AS, &rl);
+#endif
   if (LLVMFuzzerInitialize) LLVMFuzzerInitialize(&argc, &argv);
-  for (int i = 1; i < argc; i++) replay_path(argv[i]);
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--ok")) all_ok = true;
+    else replay_path(argv[i]);
+  }
   printf("%s: %d inputs, %d failures\n", argv[0], inputs, failures);
   return failures ? 1 : 0;
 }
