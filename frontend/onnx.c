@@ -482,9 +482,11 @@ static const char *tensor_what(const Onnx__TensorProto *t, const char *name, cha
 }
 
 /* External data: {location, offset, length} relative to the model's folder,
- * mapped read-only and copied into the constant. */
-static smelt_status read_external(OnnxImporter *im, const Onnx__TensorProto *t, const char *what, void *dst,
-                                  size_t nbytes) {
+ * mapped read-only and copied into *out_buf (malloc'd once the file is
+ * known to hold nbytes there). */
+static smelt_status read_external(OnnxImporter *im, const Onnx__TensorProto *t, const char *what, size_t nbytes,
+                                  void **out_buf) {
+  *out_buf = NULL;
   const char *loc = NULL;
   int64_t offset = 0, length = -1;
   for (size_t i = 0; i < t->n_external_data; i++) {
@@ -523,6 +525,8 @@ static smelt_status read_external(OnnxImporter *im, const Onnx__TensorProto *t, 
   } else if ((uint64_t)offset > (uint64_t)sb.st_size || nbytes > (uint64_t)sb.st_size - (uint64_t)offset) {
     st = st_error(ST_INVALID_INPUT, "%s: error: %s: external data [%lld, +%zu) lies outside '%s' (%lld bytes)",
                   im->file, what, (long long)offset, nbytes, path, (long long)sb.st_size);
+  } else if (!(*out_buf = malloc(nbytes ? nbytes : 1))) {
+    st = st_error(ST_NO_MEMORY, "out of memory for %s (%zu bytes)", what, nbytes);
   } else if (nbytes) {
     /* map from the page that holds the offset */
     long page = sysconf(_SC_PAGESIZE);
@@ -532,12 +536,16 @@ static smelt_status read_external(OnnxImporter *im, const Onnx__TensorProto *t, 
     if (m == MAP_FAILED) {
       st = st_error(ST_IO, "%s: error: %s: cannot map '%s': %s", im->file, what, path, strerror(errno));
     } else {
-      memcpy(dst, (const char *)m + skip, nbytes);
+      memcpy(*out_buf, (const char *)m + skip, nbytes);
       munmap(m, nbytes + skip);
     }
   }
   if (fd >= 0) close(fd);
   free(path);
+  if (st) {
+    free(*out_buf);
+    *out_buf = NULL;
+  }
   return st;
 }
 
@@ -567,28 +575,27 @@ smelt_status onnx_tensor_const(OnnxImporter *im, const Onnx__TensorProto *t, con
   TensorType raw = ty;
   raw.dt = raw_dt;
   size_t nbytes = ir_type_bytes(&raw);
-  void *buf = malloc(nbytes ? nbytes : 1);
-  if (!buf) return st_error(ST_NO_MEMORY, "out of memory for %s (%zu bytes)", what, nbytes);
-  smelt_status st = NULL;
   size_t n = (size_t)numel;
-  bool external = t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
-  if (external) {
-    st = read_external(im, t, what, buf, nbytes);
+  /* The data must be there before a buffer for it is had: a few bytes of
+   * file can declare a shape of terabytes. */
+  void *buf = NULL;
+  int code = t->data_type;
+  if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    RETURN_IF_ERROR(read_external(im, t, what, nbytes, &buf));
   } else if (t->has_raw_data) {
     if (t->raw_data.len != nbytes)
-      st = st_error(ST_INVALID_INPUT, "%s: error: %s: raw_data has %zu bytes, its shape needs %zu", im->file, what,
-                    t->raw_data.len, nbytes);
-    else if (nbytes) memcpy(buf, t->raw_data.data, nbytes); /* little endian, as smelt's hosts */
+      return st_error(ST_INVALID_INPUT, "%s: error: %s: raw_data has %zu bytes, its shape needs %zu", im->file, what,
+                      t->raw_data.len, nbytes);
+    if (!(buf = malloc(nbytes ? nbytes : 1))) return st_error(ST_NO_MEMORY, "out of memory for %s (%zu bytes)", what, nbytes);
+    if (nbytes) memcpy(buf, t->raw_data.data, nbytes); /* little endian, as smelt's hosts */
   } else {
-    size_t have = 0;
-    int code = t->data_type;
-    if (code == 1) have = t->n_float_data;
-    else if (code == 7) have = t->n_int64_data;
-    else if (code == 11) have = t->n_double_data;
-    else have = t->n_int32_data; /* INT32, INT8, UINT8, BOOL, FLOAT16, BFLOAT16 (bits) */
-    if (have != n) {
-      st = st_error(ST_INVALID_INPUT, "%s: error: %s holds %zu values, its shape needs %zu", im->file, what, have, n);
-    } else if (code == 1) {
+    /* INT32, INT8, UINT8, BOOL, FLOAT16, BFLOAT16 (their bits) are in int32_data */
+    size_t have = code == 1 ? t->n_float_data : code == 7 ? t->n_int64_data : code == 11 ? t->n_double_data
+                                                                           : t->n_int32_data;
+    if (have != n)
+      return st_error(ST_INVALID_INPUT, "%s: error: %s holds %zu values, its shape needs %zu", im->file, what, have, n);
+    if (!(buf = malloc(nbytes ? nbytes : 1))) return st_error(ST_NO_MEMORY, "out of memory for %s (%zu bytes)", what, nbytes);
+    if (code == 1) {
       store_all_f(DT_F32, buf, t->float_data, n);
     } else if (code == 7) {
       memcpy(buf, t->int64_data, n * 8);
@@ -600,14 +607,12 @@ smelt_status onnx_tensor_const(OnnxImporter *im, const Onnx__TensorProto *t, con
       for (size_t i = 0; i < n; i++) dt_store(raw_dt, buf, i, (double)t->int32_data[i]);
     }
   }
-  if (!st) {
-    int v = on_const(im, name ? name : t->name, ty, raw_dt == src_dt ? buf : NULL);
-    if (raw_dt != src_dt) /* FLOAT under --dtype f16/bf16 */
-      for (size_t i = 0; i < n; i++) dt_store(src_dt, im->g->val[v].data, i, dt_load(DT_F32, buf, i));
-    *out_value = v;
-  }
+  int v = on_const(im, name ? name : t->name, ty, raw_dt == src_dt ? buf : NULL);
+  if (raw_dt != src_dt) /* FLOAT under --dtype f16/bf16 */
+    for (size_t i = 0; i < n; i++) dt_store(src_dt, im->g->val[v].data, i, dt_load(DT_F32, buf, i));
+  *out_value = v;
   free(buf);
-  return st;
+  return NULL;
 }
 
 /* ---- reads ---- */
