@@ -37,6 +37,7 @@
  * --json prints the same numbers as one JSON object instead of the table,
  * for scripts (bench/gpu/bench.py). */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,11 @@ static const char bench_help[] =
     "  --threads N             CPU worker threads (default: the bundle's, else every core)\n"
     "  --warmup N              untimed runs first (default 3)\n"
     "  --iters N               timed runs (default 20)\n"
+    "  --check                 first compare the outputs on the bench's inputs with the reference\n"
+    "                          interpreter (as smelt run --check); a mismatch is reported and\n"
+    "                          nothing is timed (exit 1)\n"
+    "  --rtol R, --atol A      with --check: judge float outputs as numpy.allclose,\n"
+    "                          |x - ref| <= A + R*|ref| (the one not given is 0)\n"
     "  --json                  print the results as one JSON object instead of a table\n"
     "  --trace FILE.json       write the last timed run as a Chrome-trace/Perfetto timeline: every\n"
     "                          kernel under its YAML names, with bytes, FLOPs and variant\n"
@@ -231,6 +237,7 @@ typedef struct {
   double *start, *dur;   /* per kernel, seconds: the last timed run's timeline (--trace) */
   double run_s;          /* that run's length (CPU) or the graph replay's (CUDA) */
   char res_note[240];    /* why some resources are unknown */
+  json_t *check;         /* --check --json: the comparison's findings (owned) */
 } Report;
 
 static double roofline_pct(const Row *r, double bw) {
@@ -303,6 +310,7 @@ static smelt_status print_json(const Report *rep) {
   json_t *kernels = json_array(), *totals = json_array();
   bool ok = root && kernels && totals;
   if (ok && rep->res) ok = json_object_set_new(root, "resources_note", json_string(rep->res_note)) == 0;
+  if (ok && rep->check) ok = json_object_set(root, "check", rep->check) == 0;
   for (int i = 0; ok && i < rep->nrows; i++) {
     json_t *row = json_row(&rep->rows[i], rep->copy_bw);
     ok = row && json_array_append_new(i < rep->nkernels ? kernels : totals, row) == 0;
@@ -313,6 +321,52 @@ static smelt_status print_json(const Report *rep) {
   json_decref(totals);
   json_decref(root);
   return ok ? NULL : st_error(ST_IO, "cannot write the JSON report (out of memory, or a name that is not UTF-8)");
+}
+
+/* ---- --check ---- */
+
+/* The findings of a --check as JSON: pass, then per output its errors,
+ * cosine, pass and the rule that decided; NULL when out of memory. */
+static json_t *check_json(const ScOutputReport *r) {
+  json_t *outs = json_array(), *o = json_pack("{s:b}", "pass", r->pass);
+  bool ok = outs && o;
+  for (int i = 0; ok && i < r->noutputs; i++) {
+    const ScOutputCheck *c = &r->outputs[i];
+    char rule[128];
+    /* JSON has no infinity: a rel L2 that is infinite (a zero reference) is null */
+    json_t *row = json_pack("{s:s, s:f, s:f, s:o, s:f, s:b, s:s}", "name", c->name, "max_abs", c->diff.max_abs,
+                            "max_rel", c->diff.max_rel, "rel_l2",
+                            isfinite(c->diff.rel_l2) ? json_real(c->diff.rel_l2) : json_null(), "cosine", c->diff.cosine,
+                            "pass", c->diff.pass, "rule", sc_rule_text(&c->diff, rule, sizeof rule));
+    ok = row && json_array_append_new(outs, row) == 0;
+  }
+  if (ok) ok = json_object_set(o, "outputs", outs) == 0;
+  json_decref(outs);
+  if (!ok) {
+    json_decref(o);
+    return NULL;
+  }
+  return o;
+}
+
+/* Compares the session's outputs on the bound inputs (kept in `inputs`, in
+ * input order) with the reference; prints the table (or keeps the JSON in
+ * rep->check); *pass says whether every output passed.  The check binds its
+ * own output buffers: the caller binds again before timing. */
+static smelt_status run_check(smelt_session *s, void *const *inputs, const ScTol *tol, bool json, Report *rep,
+                              bool *pass) {
+  ScOutputReport r;
+  RETURN_IF_ERROR(sc_check_outputs_tol(s, (const void *const *)inputs, tol->set ? tol : NULL, &r));
+  *pass = r.pass;
+  smelt_status st = NULL;
+  if (json) {
+    if (!(rep->check = check_json(&r))) st = st_error(ST_NO_MEMORY, "out of memory");
+  } else {
+    cli_print_output_check(&r);
+    if (!r.pass) printf("check FAILED: nothing timed\n");
+  }
+  sc_output_report_free(&r);
+  return st;
 }
 
 /* ---- CPU ---- */
@@ -660,7 +714,8 @@ static bool is_cuda_device(const char *d) {
 int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
-  bool json = false, allow_tf32 = false;
+  bool json = false, allow_tf32 = false, check = false;
+  ScTol tol = {0};
   const char *trace = NULL;
   char dims[1024] = "";
   for (int i = 1; i < argc; i++) {
@@ -672,6 +727,14 @@ int cli_bench(int argc, char **argv) {
     }
     if (strcmp(a, "--json") == 0) {
       json = true;
+    } else if (strcmp(a, "--check") == 0) {
+      check = true;
+    } else if ((v = cli_flag_value("--rtol", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tolerance(v, &tol.rtol)) return cli_usage("bench", "--rtol needs a number >= 0");
+      tol.set = true;
+    } else if ((v = cli_flag_value("--atol", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tolerance(v, &tol.atol)) return cli_usage("bench", "--atol needs a number >= 0");
+      tol.set = true;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
     } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
@@ -701,6 +764,7 @@ int cli_bench(int argc, char **argv) {
     else path = a;
   }
   if (!path) return cli_usage("bench", "which bundle or model? (smelt bench BUNDLE.smelt)");
+  if (tol.set && !check) return cli_usage("bench", "--rtol and --atol set the tolerance of --check: add --check");
   if (dtype && !is_yaml(path)) return cli_usage("bench", "--dtype applies to a YAML model only");
   if (is_yaml(path) && strchr(dims, ','))
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
@@ -725,6 +789,22 @@ int cli_bench(int argc, char **argv) {
   if (!st) st = smelt_session_create(b, device, &so, &s);
   if (!st) st = smelt_session_select(s, spec);
   if (!st) st = bind_random(s, &keep);
+  bool check_pass = true;
+  if (!st && check) {
+    st = run_check(s, keep.bufs, &tol, json, &rep, &check_pass);
+    /* the check bound buffers of its own: bind the bench's again */
+    buffers_free(&keep);
+    keep = (Buffers){0};
+    if (!st) st = bind_random(s, &keep);
+  }
+  if (!st && !check_pass) {
+    if (json) st = print_json(&rep);
+    json_decref(rep.check);
+    buffers_free(&keep);
+    smelt_session_destroy(s);
+    smelt_bundle_close(b);
+    return st ? cli_fail(st) : 1;
+  }
   if (!st) {
     rep.nkernels = rt_bundle_num_kernels(rt_bundle_spec(b, spec));
     if (!(rep.rows = calloc((size_t)rep.nkernels + 2, sizeof *rep.rows))) st = st_error(ST_NO_MEMORY, "out of memory");
@@ -767,6 +847,7 @@ int cli_bench(int argc, char **argv) {
     st = write_trace(trace, &rep, cuda);
     if (!st && !json) printf("trace: %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", trace);
   }
+  json_decref(rep.check);
   free(rep.start);
   free(rep.dur);
   free(rep.rows);

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include "compiler/check.h"
 #include "compiler/driver.h"
 #include "frontend/frontend.h"
 #include "ir/interp.h"
@@ -33,6 +34,13 @@ smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out);
 const char *cli_default_tune_table(void);
 /* Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL if argv[*i] is not that flag. */
 const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool *missing);
+
+/* A tolerance of --check (--rtol, --atol): a finite number >= 0 (cli/flags.c). */
+bool cli_parse_tolerance(const char *s, double *out);
+/* Prints the table of a --check (one row per output: errors, cosine,
+ * pass/FAIL and the rule that decided); returns 0 when every output
+ * passed, else 1 (cli/run.c). */
+int cli_print_output_check(const ScOutputReport *r);
 
 /* Writes g as Graphviz DOT, or SVG through `dot` for a .svg path. */
 smelt_status cli_write_graph(const Graph *g, const char *path);

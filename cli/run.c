@@ -31,6 +31,11 @@ static const char run_help[] =
     "                          per output; exit 1 when one exceeds the tolerance\n"
     "  --check=groups          compare every fused group's results with the unfused reference\n"
     "                          and name the first group that diverges\n"
+    "  --rtol R, --atol A      with --check: judge every float result elementwise as\n"
+    "                          numpy.allclose, |x - ref| <= A + R*|ref| (the one not given is 0),\n"
+    "                          instead of the default rules (f32/f64: rel L2 <= 1e-5; f16/bf16:\n"
+    "                          cosine >= 0.999; a reference ~0: max abs <= 1e-2 / 1e-1);\n"
+    "                          integers stay exact\n"
     "  --input NAME=FILE.npy   an input's data (repeatable); NAME=random for random data\n"
     "                          (inputs not given are random)\n"
     "  --output NAME=FILE.npy  write a value to FILE.npy (repeatable): any value of the model\n"
@@ -187,13 +192,13 @@ static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile 
   return st;
 }
 
-static int print_output_check(const ScOutputReport *r) {
+int cli_print_output_check(const ScOutputReport *r) {
   printf("check against the reference interpreter:\n");
   printf("  %-24s %12s %12s %12s %10s  %-6s %s\n", "output", "max abs", "max rel", "rel L2", "cosine", "result",
          "rule (what decides)");
   for (int i = 0; i < r->noutputs; i++) {
     const ScOutputCheck *o = &r->outputs[i];
-    char rule[64];
+    char rule[128];
     printf("  %-24s %12.3g %12.3g %12.3g %10.6f  %-6s %s\n", o->name, o->diff.max_abs, o->diff.max_rel,
            o->diff.rel_l2, o->diff.cosine, o->diff.pass ? "pass" : "FAIL", sc_rule_text(&o->diff, rule, sizeof rule));
   }
@@ -205,7 +210,7 @@ static int print_group_check(const ScGroupReport *r) {
   printf("  %-28s %-24s %12s %10s  %-6s %s\n", "kernel", "value", "max abs", "cosine", "result", "rule");
   for (int i = 0; i < r->nchecks; i++) {
     const ScValueCheck *c = &r->checks[i];
-    char rule[64];
+    char rule[128];
     printf("  %-28s %-24s %12.3g %10.6f  %-6s %s\n", c->kernel_name, c->value_name, c->diff.max_abs, c->diff.cosine,
            c->clobbered ? "CLOBBERED (memory plan)" : c->diff.pass ? "pass" : "FAIL",
            sc_rule_text(&c->diff, rule, sizeof rule));
@@ -222,7 +227,7 @@ static int print_group_check(const ScGroupReport *r) {
 /* Runs a bundle on a device (cpu, cuda, cuda:N); returns a status, and in
  * *check_rc 1 when a --check found a mismatch. */
 static smelt_status run_device(smelt_bundle *b, int spec, const char *device, int threads, void *const *inputs,
-                               const NameFile *outs, int nout, int check, int *check_rc) {
+                               const NameFile *outs, int nout, int check, const ScTol *tol, int *check_rc) {
   const Graph *g = rt_bundle_graph(rt_bundle_spec(b, spec));
   for (int i = 0; i < nout; i++) {
     int v = ir_find_value(g, outs[i].name);
@@ -240,11 +245,11 @@ static smelt_status run_device(smelt_bundle *b, int spec, const char *device, in
   if (st) {
   } else if (check == 1) {
     ScOutputReport r;
-    st = sc_check_outputs(s, (const void *const *)inputs, &r);
-    if (!st) *check_rc = print_output_check(&r), sc_output_report_free(&r);
+    st = sc_check_outputs_tol(s, (const void *const *)inputs, tol, &r);
+    if (!st) *check_rc = cli_print_output_check(&r), sc_output_report_free(&r);
   } else if (check == 2) {
     ScGroupReport r;
-    st = sc_check_groups(s, (const void *const *)inputs, &r);
+    st = sc_check_groups_tol(s, (const void *const *)inputs, tol, &r);
     if (!st) *check_rc = print_group_check(&r), sc_group_report_free(&r);
   }
   void **res = calloc((size_t)g->noutputs + 1, sizeof(void *));
@@ -336,6 +341,7 @@ int cli_run(int argc, char **argv) {
   uint64_t seed = 0;
   int check = 0, threads = 0;
   bool allow_tf32 = false;
+  ScTol tol = {0};
   for (int i = 1; i < argc && rc == 0; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
@@ -364,6 +370,12 @@ int cli_run(int argc, char **argv) {
       check = 2;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
+    } else if ((v = cli_flag_value("--rtol", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tolerance(v, &tol.rtol)) rc = cli_usage("run", "--rtol needs a number >= 0");
+      tol.set = true;
+    } else if ((v = cli_flag_value("--atol", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tolerance(v, &tol.atol)) rc = cli_usage("run", "--atol needs a number >= 0");
+      tol.set = true;
     } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing)) || missing) {
       char *end = NULL;
       threads = missing ? 0 : (int)strtol(v, &end, 10);
@@ -398,6 +410,10 @@ int cli_run(int argc, char **argv) {
                   strspn(device + 5, "0123456789") == strlen(device + 5));
   if (!is_ref && !is_cpu && !is_cuda) {
     rc = cli_usage("run", "unknown device '%s' (ref, cpu, cuda, cuda:N)", device);
+    goto done;
+  }
+  if (tol.set && !check) {
+    rc = cli_usage("run", "--rtol and --atol set the tolerance of --check: add --check");
     goto done;
   }
   if (check && is_ref) {
@@ -449,7 +465,7 @@ int cli_run(int argc, char **argv) {
   if (!st && !(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *)))) st = st_error(ST_NO_MEMORY, "out of memory");
   if (!st) st = gather_inputs(g, ins, nin, seed, inputs);
   int check_rc = 0;
-  if (!st) st = !is_ref ? run_device(b, spec, device, threads, inputs, outs, nout, check, &check_rc) : run_ref(g, inputs, outs, nout);
+  if (!st) st = !is_ref ? run_device(b, spec, device, threads, inputs, outs, nout, check, &tol, &check_rc) : run_ref(g, inputs, outs, nout);
   for (int k = 0; inputs && k < g->ninputs; k++) free(inputs[k]);
   free(inputs);
   ir_graph_destroy(own);

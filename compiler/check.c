@@ -23,8 +23,12 @@
 #include "compiler/check.h"
 #include "compiler/driver.h"
 
-void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
-  double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0;
+void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) { sc_diff_tol(dt, x, ref, n, NULL, out); }
+
+void sc_diff_tol(DType dt, const void *x, const void *ref, size_t n, const ScTol *tol, ScDiff *out) {
+  bool allclose = tol && tol->set && dt_is_float(dt);
+  double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0, worst = 0;
+  int64_t worst_at = -1;
   int64_t nonfinite = 0, nfinite = 0;
   for (size_t i = 0; i < n; i++) {
     double a = dt_load(dt, x, i), r = dt_load(dt, ref, i);
@@ -38,6 +42,12 @@ void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
     if (d > max_abs) max_abs = d;
     double rel = d / fmax(fabs(r), 1e-6);
     if (rel > max_rel) max_rel = rel;
+    if (allclose) {
+      /* d / bound without dividing by a zero bound (atol = rtol = 0:
+       * exact, any difference infinitely over) */
+      double bound = tol->atol + tol->rtol * fabs(r), ratio = d == 0 ? 0 : bound > 0 ? d / bound : INFINITY;
+      if (worst_at < 0 || ratio > worst) worst = ratio, worst_at = (int64_t)i;
+    }
     sdd += d * d;
     sxx += a * a;
     srr += r * r;
@@ -54,7 +64,15 @@ void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) {
    * meaningless there (inf, 0), so an absolute floor judges */
   bool tiny = nfinite == 0 || sqrt(srr / (double)nfinite) < SC_CHECK_TINY_REF;
   bool close;
-  if (!dt_is_float(dt)) {
+  out->atol = 0;
+  out->worst = worst;
+  out->worst_at = worst_at;
+  if (allclose) {
+    out->rule = SC_RULE_ALLCLOSE;
+    out->limit = tol->rtol;
+    out->atol = tol->atol;
+    close = worst <= 1;
+  } else if (!dt_is_float(dt)) {
     out->rule = SC_RULE_EXACT;
     out->limit = 0;
     close = max_abs == 0;
@@ -80,6 +98,9 @@ const char *sc_rule_text(const ScDiff *d, char *buf, size_t cap) {
   case SC_RULE_COSINE: snprintf(buf, cap, "cosine >= %g", d->limit); break;
   case SC_RULE_ABS_FLOOR: snprintf(buf, cap, "max abs <= %g, reference ~0", d->limit); break;
   case SC_RULE_EXACT: snprintf(buf, cap, "exact"); break;
+  case SC_RULE_ALLCLOSE:
+    snprintf(buf, cap, "|x-ref| <= %g + %g*|ref| (--atol, --rtol), worst %.3g", d->atol, d->limit, d->worst);
+    break;
   }
   return buf;
 }
@@ -139,6 +160,11 @@ static smelt_status run_reference(const Graph *g, const void *const *inputs, Int
 }
 
 smelt_status sc_check_outputs(smelt_session *s, const void *const *inputs, ScOutputReport *out_report) {
+  return sc_check_outputs_tol(s, inputs, NULL, out_report);
+}
+
+smelt_status sc_check_outputs_tol(smelt_session *s, const void *const *inputs, const ScTol *tol,
+                                  ScOutputReport *out_report) {
   memset(out_report, 0, sizeof *out_report);
   const Graph *g = rt_bundle_graph(rt_session_bundle(s));
   OutBufs ob = {0};
@@ -162,7 +188,7 @@ smelt_status sc_check_outputs(smelt_session *s, const void *const *inputs, ScOut
     /* Duplicate slots were bound to the first slot's buffer. */
     for (int j = 0; j < i; j++)
       if (g->outputs[j] == v) memcpy(ob.buf[i], ob.buf[j], ir_type_bytes(&val->type));
-    sc_diff(val->type.dt, ob.buf[i], ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &oc[i].diff);
+    sc_diff_tol(val->type.dt, ob.buf[i], ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), tol, &oc[i].diff);
     pass = pass && oc[i].diff.pass;
   }
   free(ob.buf); /* the buffers now belong to the report */
@@ -196,7 +222,8 @@ static smelt_status add_check(Checks *c, const ScValueCheck *x) {
 }
 
 /* Compares value v as the session holds it now with the reference. */
-static smelt_status compare_value(smelt_session *s, const Interp *it, int k, int v, ScValueCheck *out) {
+static smelt_status compare_value(smelt_session *s, const Interp *it, const ScTol *tol, int k, int v,
+                                  ScValueCheck *out) {
   const smelt_bundle *b = rt_session_bundle(s);
   const Graph *g = rt_bundle_graph(b);
   const Kernel *kn = rt_bundle_kernel(b, k);
@@ -206,12 +233,12 @@ static smelt_status compare_value(smelt_session *s, const Interp *it, int k, int
   const void *data;
   RETURN_IF_ERROR(rt_session_read_value(s, v, &data));
   if (!data) return st_error(ST_INTERNAL, "value '%s' of kernel '%s' has no memory", val->name, kn->name);
-  sc_diff(val->type.dt, data, ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), &out->diff);
+  sc_diff_tol(val->type.dt, data, ir_interp_value(it, v), (size_t)ir_type_numel(&val->type), tol, &out->diff);
   return NULL;
 }
 
 /* Runs every kernel of the session, checking before and after each. */
-static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good, Checks *c) {
+static smelt_status check_kernels(smelt_session *s, const Interp *it, const ScTol *tol, bool *good, Checks *c) {
   const smelt_bundle *b = rt_session_bundle(s);
   const Graph *g = rt_bundle_graph(b);
   for (int k = 0; k < rt_bundle_num_kernels(b); k++) {
@@ -220,7 +247,7 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
     for (int a = 0; a < kn->nargs - kn->nouts; a++) {
       int v = kn->args[a];
       if (g->val[v].kind != VK_NODE || !good[v]) continue;
-      RETURN_IF_ERROR(compare_value(s, it, k, v, &x));
+      RETURN_IF_ERROR(compare_value(s, it, tol, k, v, &x));
       if (x.diff.pass) continue;
       x.clobbered = true;
       good[v] = false; /* reported once */
@@ -228,7 +255,7 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
     }
     RETURN_IF_ERROR(rt_session_run_kernel(s, k));
     for (int a = kn->nargs - kn->nouts; a < kn->nargs; a++) {
-      RETURN_IF_ERROR(compare_value(s, it, k, kn->args[a], &x));
+      RETURN_IF_ERROR(compare_value(s, it, tol, k, kn->args[a], &x));
       good[kn->args[a]] = x.diff.pass;
       RETURN_IF_ERROR(add_check(c, &x));
     }
@@ -237,6 +264,11 @@ static smelt_status check_kernels(smelt_session *s, const Interp *it, bool *good
 }
 
 smelt_status sc_check_groups(smelt_session *s, const void *const *inputs, ScGroupReport *out_report) {
+  return sc_check_groups_tol(s, inputs, NULL, out_report);
+}
+
+smelt_status sc_check_groups_tol(smelt_session *s, const void *const *inputs, const ScTol *tol,
+                                 ScGroupReport *out_report) {
   memset(out_report, 0, sizeof *out_report);
   out_report->first_bad = -1;
   const Graph *g = rt_bundle_graph(rt_session_bundle(s));
@@ -249,7 +281,7 @@ smelt_status sc_check_groups(smelt_session *s, const void *const *inputs, ScGrou
   if (!st && !(good = calloc(g->nval ? (size_t)g->nval : 1, sizeof *good)))
     st = st_error(ST_NO_MEMORY, "out of memory for the report");
   if (!st) st = rt_session_prepare(s);
-  if (!st) st = check_kernels(s, it, good, &c);
+  if (!st) st = check_kernels(s, it, tol, good, &c);
   free(good);
   ir_interp_destroy(it);
   out_bufs_free(&ob);

@@ -24,6 +24,11 @@
  * the f32 rounding error of a row's mean, amplified by 1/sqrt(eps) = 316,
  * is 7.5e-4 for rows of 5.3 and 5.4e-3 for rows of 53 (a real bug gives
  * O(1)).  ScDiff.rule says which rule decided.
+ *
+ * Tolerances given by the user (smelt run --check --rtol R --atol A; ScTol)
+ * replace these rules for float tensors: every element finite in both must
+ * satisfy |x - r| <= atol + rtol * |r|, numpy.allclose's test, and
+ * non-finite elements must still match.  Integers and bools stay exact.
  */
 #ifndef SMELT_RT_CHECK_H
 #define SMELT_RT_CHECK_H
@@ -46,7 +51,14 @@ typedef enum {
   SC_RULE_COSINE,    /* cosine >= limit */
   SC_RULE_ABS_FLOOR, /* the reference is ~0: max_abs <= limit */
   SC_RULE_EXACT,     /* max_abs == 0 */
+  SC_RULE_ALLCLOSE,  /* the user's ScTol: every |x - r| <= atol + rtol * |r| */
 } ScRule;
+
+/* The user's tolerances; set false: the default rules. */
+typedef struct {
+  double rtol, atol;
+  bool set;
+} ScTol;
 
 /* How one tensor compares with its reference.  Over the elements finite in
  * both: max_abs = max |x - r|; max_rel = max |x - r| / max(|r|, 1e-6);
@@ -56,15 +68,23 @@ typedef struct {
   double max_abs, max_rel, rel_l2, cosine;
   int64_t nonfinite; /* elements NaN/inf in one result and not equally so in the other */
   ScRule rule;       /* what decided pass */
-  double limit;      /* the rule's bound */
+  double limit;      /* the rule's bound (SC_RULE_ALLCLOSE: rtol) */
+  double atol;       /* SC_RULE_ALLCLOSE: the absolute tolerance */
+  /* SC_RULE_ALLCLOSE: the largest |x - r| / (atol + rtol * |r|) (pass when
+   * <= 1), and the index of that element */
+  double worst;
+  int64_t worst_at;
   bool pass;
 } ScDiff;
 
-/* Compares n elements of dtype dt (x: the result, ref: the reference). */
+/* Compares n elements of dtype dt (x: the result, ref: the reference) by
+ * the default rules. */
 void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out);
+/* The same, judged by tol when tol && tol->set (floats only). */
+void sc_diff_tol(DType dt, const void *x, const void *ref, size_t n, const ScTol *tol, ScDiff *out);
 
 /* The rule of d in words with its bound ("rel L2 <= 1e-05", "max abs <= 0.001,
- * reference ~0"), into buf (cap bytes, NUL-terminated); returns buf. */
+ * reference ~0", "|x-ref| <= 0.0001 + 0.001*|ref|, worst 0.27"), into buf (cap bytes, NUL-terminated); returns buf. */
 const char *sc_rule_text(const ScDiff *d, char *buf, size_t cap);
 
 typedef struct {
@@ -86,6 +106,9 @@ typedef struct {
  * once.  A failed run is an error status; a numerical mismatch is not (it is
  * in the report).  Release the report with sc_output_report_free. */
 smelt_status sc_check_outputs(smelt_session *s, const void *const *inputs, ScOutputReport *out_report) SMELT_MUST_USE;
+/* The same, judged by tol (NULL: the default rules). */
+smelt_status sc_check_outputs_tol(smelt_session *s, const void *const *inputs, const ScTol *tol,
+                                  ScOutputReport *out_report) SMELT_MUST_USE;
 void sc_output_report_free(ScOutputReport *r);
 
 typedef struct {
@@ -114,6 +137,9 @@ typedef struct {
  * (which finds a value overwritten too early).  Errors accumulate along the
  * graph as in a normal run.  Release the report with sc_group_report_free. */
 smelt_status sc_check_groups(smelt_session *s, const void *const *inputs, ScGroupReport *out_report) SMELT_MUST_USE;
+/* The same, judged by tol (NULL: the default rules). */
+smelt_status sc_check_groups_tol(smelt_session *s, const void *const *inputs, const ScTol *tol,
+                                 ScGroupReport *out_report) SMELT_MUST_USE;
 void sc_group_report_free(ScGroupReport *r);
 
 #endif

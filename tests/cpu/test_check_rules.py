@@ -6,9 +6,16 @@ rounding noise (the f32 error of each row's mean times 1/sqrt(eps)), which a
 relative L2 error calls infinite.  Such a reference is judged by an absolute
 floor, and every row of the table names the rule that decided.
 
+--rtol/--atol (issue 13) replace the rules with numpy.allclose's elementwise
+test for smelt run --check, --check=groups and smelt bench --check: the
+zero reference fails --rtol alone and passes with an --atol above the
+noise, random rows fail a tolerance below f32 rounding and pass one above
+it, and the flags are refused without --check or with a negative value.
+
 Usage: test_check_rules.py --smelt PATH
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -62,6 +69,45 @@ def main():
         rows = [l for l in r.stdout.splitlines() if l.startswith("  y ")]
         check(r.returncode == 0 and rows and rows[0].endswith(" pass   cosine >= 0.999"),
               "--check --dtype f16: by cosine", r.stdout + r.stderr)
+        xin = "x=" + os.path.join(d, "x.npy")
+
+        def run(*args):
+            r = subprocess.run([smelt, *args], capture_output=True, text=True)
+            return r, [l for l in r.stdout.splitlines() if l.startswith("  y ") or l.startswith("  k0")]
+
+        r, rows = run("run", model, "--device", "cpu", "--check", "--input", xin, "--rtol", "1e-3")
+        check(r.returncode == 1 and rows and " FAIL " in rows[0] and
+              rows[0].endswith("|x-ref| <= 0 + 0.001*|ref| (--atol, --rtol), worst inf"),
+              "--rtol alone: a zero reference with rounding noise fails, worst inf", r.stdout + r.stderr)
+        for mode in ("--check", "--check=groups"):
+            r, rows = run("run", model, "--device", "cpu", mode, "--input", xin, "--atol", "0.01", "--rtol", "1e-3")
+            check(r.returncode == 0 and rows and all(" pass " in l and "|x-ref| <= 0.01 + 0.001*|ref|" in l for l in rows),
+                  "%s --atol 0.01: the zero reference passes by the user's tolerance" % mode, r.stdout + r.stderr)
+        r, rows = run("run", model, "--device", "cpu", "--check", "--rtol", "1e-12")
+        worst = float(rows[0].rsplit("worst ", 1)[1]) if rows and "worst " in rows[0] else 0
+        check(r.returncode == 1 and rows and " FAIL " in rows[0] and 1 < worst < float("inf"),
+              "--rtol 1e-12: random rows fail below f32 rounding (worst %g)" % worst, r.stdout + r.stderr)
+        r, rows = run("run", model, "--device", "cpu", "--check", "--rtol", "1e-4", "--atol", "1e-6")
+        check(r.returncode == 0 and rows and " pass " in rows[0], "--rtol 1e-4 --atol 1e-6: random rows pass",
+              r.stdout + r.stderr)
+        r, rows = run("bench", model, "--threads", "1", "--iters", "1", "--warmup", "0", "--check", "--rtol", "1e-12")
+        check(r.returncode == 1 and "check FAILED: nothing timed" in r.stdout and "median(us)" not in r.stdout,
+              "bench --check --rtol 1e-12: the mismatch is reported and nothing timed", r.stdout + r.stderr)
+        r, _ = run("bench", model, "--threads", "1", "--iters", "1", "--warmup", "0", "--check", "--json")
+        try:
+            rep = json.loads(r.stdout)
+        except ValueError:
+            rep = {}
+        chk = rep.get("check", {})
+        check(r.returncode == 0 and chk.get("pass") is True and chk["outputs"][0]["rule"] == "rel L2 <= 1e-05" and
+              rep.get("kernels"), "bench --check --json: the check's findings, then the timings", r.stdout + r.stderr)
+        for args, why in ((["run", model, "--device", "cpu", "--rtol", "1e-3"], "--rtol without --check"),
+                          (["run", model, "--device", "cpu", "--check", "--atol", "-1"], "a negative --atol"),
+                          (["run", model, "--device", "cpu", "--check", "--rtol", "x"], "--rtol x"),
+                          (["bench", model, "--atol", "1e-3"], "bench --atol without --check")):
+            r, _ = run(*args)
+            check(r.returncode == 2 and ("--rtol" in r.stderr or "--atol" in r.stderr), why + ": usage error (exit 2)",
+                  r.stdout + r.stderr)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print("test_check_rules: %d failed" % len(FAILS))

@@ -277,6 +277,32 @@ static void test_diff(void) {
   CHECK(d.pass && d.rule == SC_RULE_EXACT);
   sc_diff(DT_I64, i1, i2, 2, &d);
   CHECK(!d.pass && d.max_abs == 1);
+  /* The user's tolerances (--rtol/--atol): numpy.allclose per element. */
+  float tr[3] = {3, 0, -2}, tx[3] = {3.001f, 0, -2};
+  ScTol rel = {.rtol = 1e-3, .set = true}, none = {.set = true}, abs_only = {.atol = 1e-3, .set = true};
+  sc_diff_tol(DT_F32, tx, tr, 3, &rel, &d);
+  CHECK(d.pass && d.rule == SC_RULE_ALLCLOSE && d.worst_at == 0);
+  CHECK_NEAR(d.worst, 0.001 / 0.003, 1e-4); /* |3.001 - 3| against 1e-3 * 3 */
+  CHECK(strcmp(sc_rule_text(&d, rule, sizeof rule), "|x-ref| <= 0 + 0.001*|ref| (--atol, --rtol), worst 0.333") == 0);
+  sc_diff_tol(DT_F32, tx, tr, 3, &none, &d);
+  CHECK(!d.pass && isinf(d.worst)); /* 0 and 0: exact */
+  tx[1] = 5e-4f; /* a zero reference: only atol can pass it */
+  sc_diff_tol(DT_F32, tx, tr, 3, &rel, &d);
+  CHECK(!d.pass && d.worst_at == 1);
+  sc_diff_tol(DT_F32, tx, tr, 3, &abs_only, &d);
+  CHECK(d.pass && d.rule == SC_RULE_ALLCLOSE); /* 1e-3 and 5e-4 are within 1e-3 */
+  ScTol both = {.rtol = 1e-4, .atol = 5e-4, .set = true};
+  sc_diff_tol(DT_F32, tx, tr, 3, &both, &d);
+  CHECK(!d.pass); /* 1e-3 > 5e-4 + 1e-4 * 3 */
+  tx[2] = NAN;
+  sc_diff_tol(DT_F32, tx, tr, 3, &abs_only, &d);
+  CHECK(!d.pass && d.nonfinite == 1); /* a NaN the reference lacks fails whatever the tolerance */
+  sc_diff_tol(DT_I64, i1, i2, 2, &abs_only, &d);
+  CHECK(!d.pass && d.rule == SC_RULE_EXACT); /* integers stay exact */
+  sc_diff_tol(DT_F16, h, hr, 3, &abs_only, &d);
+  CHECK(!d.pass && d.rule == SC_RULE_ALLCLOSE); /* the f16 sign flip above */
+  sc_diff_tol(DT_F32, x, r, 4, NULL, &d);
+  CHECK(d.rule != SC_RULE_ALLCLOSE); /* no tolerance: the default rules */
 }
 
 int main(void) {
