@@ -598,9 +598,9 @@ smelt_status onnx_tensor_const(OnnxImporter *im, const Onnx__TensorProto *t, con
     if (code == 1) {
       store_all_f(DT_F32, buf, t->float_data, n);
     } else if (code == 7) {
-      memcpy(buf, t->int64_data, n * 8);
+      if (n) memcpy(buf, t->int64_data, n * 8); /* an empty field is NULL, which memcpy must not get */
     } else if (code == 11) {
-      memcpy(buf, t->double_data, n * 8);
+      if (n) memcpy(buf, t->double_data, n * 8);
     } else if (code == 10 || code == 16) {
       for (size_t i = 0; i < n; i++) ((uint16_t *)buf)[i] = (uint16_t)t->int32_data[i];
     } else {
