@@ -759,7 +759,7 @@ int cli_bench(int argc, char **argv) {
     } else if ((v = cli_flag_value("--trace", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("bench", "--trace needs a file name (FILE.json)");
       trace = v;
-    } else if (a[0] == '-' && a[1]) return cli_usage("bench", "unknown flag '%s'", a);
+    } else if (a[0] == '-' && a[1]) return cli_unknown_flag("bench", bench_help, a);
     else if (path) return cli_usage("bench", "one model at a time ('%s' and '%s')", path, a);
     else path = a;
   }

@@ -35,6 +35,14 @@ const char *cli_default_tune_table(void);
 /* Value of "--flag VALUE" or "--flag=VALUE" at argv[*i]; NULL if argv[*i] is not that flag. */
 const char *cli_flag_value(const char *flag, int argc, char **argv, int *i, bool *missing);
 
+/* "Did you mean" (cli/flags.c): the flag of a command's help text nearest
+ * to arg, a misspelled flag, into out; false when none is near. */
+bool cli_suggest_flag(const char *help, const char *arg, char *out, size_t cap);
+/* cli_usage's "unknown flag 'ARG'", with the nearest flag of help when one
+ * is near; returns 2. */
+int cli_unknown_flag(const char *cmd, const char *help, const char *arg);
+/* The word of known[0..n) nearest to word (a misspelled command), or NULL. */
+const char *cli_suggest_word(const char *word, const char *const *known, int n);
 /* A tolerance of --check (--rtol, --atol): a finite number >= 0 (cli/flags.c). */
 bool cli_parse_tolerance(const char *s, double *out);
 /* Prints the table of a --check (one row per output: errors, cosine,

@@ -252,7 +252,7 @@ int cli_compile(int argc, char **argv) {
       if (missing || (strcmp(v, "ir") && strcmp(v, "bundle"))) return cli_usage("compile", "--emit takes bundle or ir");
       emit_ir = strcmp(v, "ir") == 0;
     } else if (a[0] == '-') {
-      return cli_usage("compile", "unknown flag '%s'", a);
+      return cli_unknown_flag("compile", compile_help, a);
     } else if (!model) {
       model = a;
     } else {

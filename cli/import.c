@@ -26,28 +26,28 @@
 
 int cli_import(int argc, char **argv);
 
-static void print_help(FILE *f) {
-  fputs("usage: smelt import MODEL.onnx -o OUT.yaml [--dim NAME=VALUE] [--dtype f16]\n"
-        "       smelt import hf DIR -o OUT.yaml [--ctx N] [--seq N] [--dtype D] [--no-cache]\n"
-        "\n"
-        "Writes the ONNX model as smelt YAML (OUT.yaml) and its constants as OUT.safetensors\n"
-        "next to it.  Symbolic ONNX dims (dim_param) become dims of the same name; --dim sets\n"
-        "the value the import uses (default 1).\n"
-        "\n"
-        "'smelt import hf DIR' writes the Hugging Face checkpoint in DIR (config.json and\n"
-        "model.safetensors, or the shards of model.safetensors.index.json) as smelt YAML that\n"
-        "reads the weights from the checkpoint's files by their HF names (nothing is copied).\n"
-        "Llama-family models: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.\n"
-        "The model takes ids and pos ([seq] i32) and keeps a KV cache per layer (state\n"
-        "k_cache/v_cache [1, kv_heads, ctx, head_dim]); its outputs are the last position's\n"
-        "logits [1, vocab] and their argmax next.  Prefill with --dim seq=L, decode with seq=1.\n"
-        "  --ctx N       KV cache capacity (default min(max_position_embeddings, 2048))\n"
-        "  --seq N       the seq dim's value in the YAML (default 1; compile with --dim seq=N)\n"
-        "  --dtype D     the model's dtype (default: the checkpoint's f32/f16/bf16)\n"
-        "  --no-cache    no KV cache: causal attention over the whole sequence and logits\n"
-        "                [seq, vocab] for every position, as a forward pass in transformers\n",
-        f);
-}
+static const char import_help[] =
+    "usage: smelt import MODEL.onnx -o OUT.yaml [--dim NAME=VALUE] [--dtype f16]\n"
+    "       smelt import hf DIR -o OUT.yaml [--ctx N] [--seq N] [--dtype D] [--no-cache]\n"
+    "\n"
+    "Writes the ONNX model as smelt YAML (OUT.yaml) and its constants as OUT.safetensors\n"
+    "next to it.  Symbolic ONNX dims (dim_param) become dims of the same name; --dim sets\n"
+    "the value the import uses (default 1).\n"
+    "\n"
+    "'smelt import hf DIR' writes the Hugging Face checkpoint in DIR (config.json and\n"
+    "model.safetensors, or the shards of model.safetensors.index.json) as smelt YAML that\n"
+    "reads the weights from the checkpoint's files by their HF names (nothing is copied).\n"
+    "Llama-family models: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.\n"
+    "The model takes ids and pos ([seq] i32) and keeps a KV cache per layer (state\n"
+    "k_cache/v_cache [1, kv_heads, ctx, head_dim]); its outputs are the last position's\n"
+    "logits [1, vocab] and their argmax next.  Prefill with --dim seq=L, decode with seq=1.\n"
+    "  --ctx N       KV cache capacity (default min(max_position_embeddings, 2048))\n"
+    "  --seq N       the seq dim's value in the YAML (default 1; compile with --dim seq=N)\n"
+    "  --dtype D     the model's dtype (default: the checkpoint's f32/f16/bf16)\n"
+    "  --no-cache    no KV cache: causal attention over the whole sequence and logits\n"
+    "                [seq, vocab] for every position, as a forward pass in transformers\n";
+
+static void print_help(FILE *f) { fputs(import_help, f); }
 
 /* ---- names ---- */
 
@@ -359,7 +359,7 @@ static int import_hf(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--no-cache")) {
       o.no_cache = true;
     } else if (argv[i][0] == '-') {
-      return cli_usage("import", "unknown flag '%s' for 'import hf'", argv[i]);
+      return cli_unknown_flag("import hf", import_help, argv[i]);
     } else if (!dir) {
       dir = argv[i];
     } else {
@@ -426,7 +426,7 @@ int cli_import(int argc, char **argv) {
       }
       out = v;
     } else if (argv[i][0] == '-') {
-      rc = cli_usage("import", "unknown flag '%s'", argv[i]);
+      rc = cli_unknown_flag("import", import_help, argv[i]);
       goto done;
     } else if (!model) {
       model = argv[i];

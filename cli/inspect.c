@@ -403,7 +403,7 @@ int cli_inspect(int argc, char **argv) {
     } else if ((v = cli_flag_value("--source", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("inspect", "--source needs a kernel name");
       source = v;
-    } else if (a[0] == '-' && a[1]) return cli_usage("inspect", "unknown flag '%s'", a);
+    } else if (a[0] == '-' && a[1]) return cli_unknown_flag("inspect", inspect_help, a);
     else if (path) return cli_usage("inspect", "one bundle at a time ('%s' and '%s')", path, a);
     else path = a;
   }

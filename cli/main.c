@@ -91,7 +91,10 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "generate") == 0) return cli_generate(argc - 1, argv + 1);
   if (strcmp(cmd, "passes") == 0) return cmd_passes(argc - 1, argv + 1);
   if (strcmp(cmd, "ops") == 0) return cmd_ops(argc - 1, argv + 1);
-  fprintf(stderr, "smelt: unknown command '%s'\n", cmd);
+  static const char *const commands[] = {"compile", "run", "inspect", "bench", "tune", "import", "generate", "passes", "ops"};
+  const char *near = cli_suggest_word(cmd, commands, (int)(sizeof commands / sizeof *commands));
+  if (near) fprintf(stderr, "smelt: unknown command '%s' (did you mean '%s'?)\n", cmd, near);
+  else fprintf(stderr, "smelt: unknown command '%s'\n", cmd);
   print_main_help(stderr);
   return 2;
 }

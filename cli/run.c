@@ -381,7 +381,7 @@ int cli_run(int argc, char **argv) {
       threads = missing ? 0 : (int)strtol(v, &end, 10);
       if (missing || *end || threads < 1) rc = cli_usage("run", "--threads needs a positive integer");
     } else if (a[0] == '-') {
-      rc = cli_usage("run", "unknown flag '%s'", a);
+      rc = cli_unknown_flag("run", run_help, a);
     } else if (!model) {
       model = a;
     } else {

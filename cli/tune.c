@@ -115,7 +115,7 @@ int cli_tune(int argc, char **argv) {
     } else if (strcmp(a, "--allow-tf32") == 0) {
       o.allow_tf32 = true;
     } else if (a[0] == '-' && a[1]) {
-      rc = cli_usage("tune", "unknown flag '%s'", a);
+      rc = cli_unknown_flag("tune", tune_help, a);
     } else if (!o.model) {
       o.model = a;
     } else {
