@@ -331,6 +331,12 @@ smelt_status fe_safetensors_index_files(const char *path, char ***out_files, int
     bool seen = false;
     for (int i = 0; i < n && !seen; i++) seen = strcmp(files[i], f) == 0;
     if (seen) continue;
+    /* checked here, not only by the caller: the search above is linear, and
+     * a 64 MiB index can name a million files */
+    if (n == FE_MAX_WEIGHT_FILES) {
+      st = st_error(ST_INVALID_INPUT, "the weight_map names more than %d files", FE_MAX_WEIGHT_FILES);
+      break;
+    }
     char **nf = realloc(files, sizeof *files * (size_t)(n + 1));
     if (!nf || !(nf[n] = strdup(f))) {
       if (nf) files = nf;

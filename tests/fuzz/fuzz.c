@@ -62,7 +62,9 @@ void fuzz_check_error(smelt_status st, const char *path) {
   if (!st) return;
   const char *msg = st_message(st);
   if (!msg || !*msg) fuzz_fail("an error has a message", "(empty message)");
-  if (!fuzz_last_error[0]) snprintf(fuzz_last_error, sizeof fuzz_last_error, "%s", msg); /* the first */
+  size_t used = strlen(fuzz_last_error);
+  if (used + 4 < sizeof fuzz_last_error) /* each since it was emptied */
+    snprintf(fuzz_last_error + used, sizeof fuzz_last_error - used, "%s%s", used ? " | " : "", msg);
   if (getenv("FUZZ_VERBOSE")) fprintf(stderr, "fuzz: error: %s\n", msg);
   if (st_code(st) == ST_INTERNAL) fuzz_fail("input cannot cause ST_INTERNAL", msg);
   if (path && st_code(st) == ST_INVALID_INPUT && !strstr(msg, path))

@@ -36,9 +36,9 @@ const char *fuzz_put(const char *name, const void *data, size_t size);
 void fuzz_fail(const char *rule, const char *detail) __attribute__((noreturn));
 
 /* Frees st after checking the rules above for an error status about path
- * (NULL: its message need not name a file).  The first message since
- * fuzz_last_error was emptied is kept there (the replay driver compares it
- * with an expectation);
+ * (NULL: its message need not name a file).  The messages since
+ * fuzz_last_error was emptied are kept there, joined by " | " (the replay
+ * driver compares them with an expectation);
  * with $FUZZ_VERBOSE set it is printed. */
 void fuzz_check_error(smelt_status st, const char *path);
 extern char fuzz_last_error[1024];
