@@ -6,12 +6,14 @@ own --help (cli/flags.c): a dropped, doubled or swapped letter, a prefix of
 one flag, a spelled-out value (--check=group).  A flag far from every known
 one gets no suggestion, and a misspelled command gets the nearest command.
 Each refusal is a usage error: exit 2, the message on stderr.  Also: every
-suggestion the test expects is a flag the command's --help lists.
+suggestion the test expects is a flag the command's --help lists, and
+docs/cli.md documents every flag each --help lists.
 
 Usage: test_cli_flags.py --smelt PATH
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -70,6 +72,15 @@ def main():
         first = r.stderr.splitlines()[0] if r.stderr else ""
         expect = f"smelt: unknown command '{typo}'" + (f" (did you mean '{want}'?)" if want else "")
         check(r.returncode == 2 and first == expect, f"smelt {typo}: {expect}", r.stderr)
+    # docs/cli.md documents every flag each command's --help lists
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    doc = open(os.path.join(root, "docs", "cli.md")).read()
+    for cmd in ("compile", "run", "inspect", "bench", "tune", "import", "generate"):
+        h = subprocess.run([smelt, *cmd.split(), "--help"], capture_output=True, text=True).stdout
+        flags = sorted(set(re.findall(r"(?:(?<=\s)|(?<=,))(--[a-z][a-z0-9-]*|-[a-z])\b", h)))
+        missing = [f for f in flags if f"`{f}" not in doc]
+        check(flags and not missing, f"docs/cli.md documents the {len(flags)} flags of smelt {cmd} --help",
+              "missing: " + " ".join(missing))
     print("test_cli_flags: %d failed" % len(FAILS))
     return 1 if FAILS else 0
 
