@@ -93,6 +93,9 @@ smelt_status on_attr_string(OnnxImporter *im, const char *name, const char *dflt
 smelt_status on_attr_ints(OnnxImporter *im, const char *name, int64_t *out, int max, int *out_n) SMELT_MUST_USE;
 
 /* ---- values ---- */
+/* The type of a value: a pointer into g->val, which every value added (by
+ * on_const, on_node and everything built on them) may move; copy the type
+ * when it is needed after adding one. */
 const TensorType *on_type(const OnnxImporter *im, int value);
 bool on_is_const(const OnnxImporter *im, int value);
 /* A fresh IR name derived from the current node's first output. */

@@ -1016,7 +1016,10 @@ static smelt_status cv_shape(OnnxImporter *im) {
   end = end < 0 ? 0 : end > r ? r : end;
   int64_t n = end > start ? end - start : 0;
   TensorType t = {.dt = DT_I64, .rank = 1, .dim = {n}};
-  int v = on_const(im, out0(im), t, xt->dim + start);
+  /* copied out first: xt points into g->val, which adding the constant moves */
+  int64_t dims[IR_MAX_RANK];
+  memcpy(dims, xt->dim + start, sizeof(int64_t) * (size_t)n);
+  int v = on_const(im, out0(im), t, dims);
   return bind0(im, v);
 }
 
@@ -1136,7 +1139,7 @@ static smelt_status cv_trilu(OnnxImporter *im) {
     RETURN_IF_ERROR(on_const_scalar(im, on_in(im, 1), "k", &kd));
     k = (int64_t)kd;
   }
-  const TensorType *xt = on_type(im, x);
+  const TensorType xtype = *on_type(im, x), *xt = &xtype; /* a copy: see on_type */
   if (xt->rank < 2) return on_err(im, "input must have rank >= 2");
   int64_t m = xt->dim[xt->rank - 2], n = xt->dim[xt->rank - 1];
   if (m * n > ONNX_FOLD_MAX_INT) return on_unsupported(im, "a %lldx%lld mask", (long long)m, (long long)n);
@@ -1159,7 +1162,7 @@ static smelt_status cv_scatter_nd(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 2, &u));
   RETURN_IF_ERROR(on_attr_string(im, "reduction", "none", &red));
   if (strcmp(red, "none")) return on_unsupported(im, "reduction '%s' (supported: none)", red);
-  const TensorType *xt = on_type(im, x), *it = on_type(im, iv);
+  const TensorType xtype = *on_type(im, x), itype = *on_type(im, iv), *xt = &xtype, *it = &itype; /* see on_type */
   if (it->rank < 1) return on_err(im, "indices must have rank >= 1");
   int q = (int)it->dim[it->rank - 1];
   if (q < 1 || q > xt->rank) return on_err(im, "the last axis of indices must be in [1, %d]", xt->rank);
@@ -1415,7 +1418,8 @@ static smelt_status cv_rotary(OnnxImporter *im) {
   } else if (r != 4) {
     return on_err(im, "input must be 3-D or 4-D");
   }
-  xt = on_type(im, x); /* [B, H, S, D] */
+  const TensorType xtype = *on_type(im, x); /* [B, H, S, D]; a copy: see on_type */
+  xt = &xtype;
   int64_t D = xt->dim[3];
   if (rd == 0) rd = D;
   if (rd % 2 || rd > D) return on_err(im, "rotary_embedding_dim %lld must be even and at most %lld", (long long)rd, (long long)D);
@@ -1481,7 +1485,7 @@ static smelt_status cv_cumsum(OnnxImporter *im) {
   RETURN_IF_ERROR(on_attr_int(im, "reverse", 0, &rev));
   RETURN_IF_ERROR(on_const_ints(im, av, "axis", &axis, 1, &n));
   if (n != 1) return on_err(im, "axis must hold one value");
-  const TensorType *xt = on_type(im, x);
+  const TensorType xtype = *on_type(im, x), *xt = &xtype; /* a copy: see on_type */
   int r = xt->rank, ax;
   RETURN_IF_ERROR(norm_axis(im, axis, r, "axis", &ax));
   int64_t outer, len = xt->dim[ax], inner = 1;
@@ -1532,7 +1536,7 @@ static smelt_status cv_gather_nd(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 1, &iv));
   RETURN_IF_ERROR(on_attr_int(im, "batch_dims", 0, &bd));
   if (bd != 0) return on_unsupported(im, "batch_dims=%lld (supported: 0)", (long long)bd);
-  const TensorType *xt = on_type(im, x), *it = on_type(im, iv);
+  const TensorType xtype = *on_type(im, x), itype = *on_type(im, iv), *xt = &xtype, *it = &itype; /* see on_type */
   if (it->rank < 1) return on_err(im, "indices must have rank >= 1");
   int q = (int)it->dim[it->rank - 1];
   if (q < 1 || q > xt->rank) return on_err(im, "the last axis of indices must be in [1, %d]", xt->rank);

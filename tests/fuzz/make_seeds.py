@@ -354,6 +354,33 @@ def seeds_onnx():
                                          [t]))
 
 
+def regress_onnx():
+    """tests/fuzz/regress/onnx/moves_*: converters that kept on_type's
+    pointer into g->val while adding values, which moves the array.  Each
+    model chains one op 40 times, with 0 to 2 idle initializers first, so
+    that some application adds the value that grows the array (under ASan,
+    which moves every realloc, the stale read is then reported)."""
+    d = os.path.join(HERE, "regress", "onnx")
+    os.makedirs(d, exist_ok=True)
+    ops = {
+        "trilu": (lambda a, b: node("Trilu", [a], [b], upper=1), [("x", FLOAT, [4, 4])], [], 17),
+        "cumsum": (lambda a, b: node("CumSum", [a, "ax"], [b]), [("x", FLOAT, [3, 4])], [tensor("ax", INT64, 0)], 17),
+        "gathernd": (lambda a, b: node("GatherND", [a, "idx"], [b]), [("x", FLOAT, [4, 3])],
+                     [tensor("idx", INT64, [[1], [2], [0], [3]])], 17),
+        "rotary": (lambda a, b: node("RotaryEmbedding", [a, "cos", "sin", "pos"], [b], interleaved=1),
+                   [("x", FLOAT, [1, 2, 3, 4])],
+                   [tensor("cos", FLOAT, np.ones((3, 2))), tensor("sin", FLOAT, np.zeros((3, 2))),
+                    tensor("pos", INT64, [[0, 1, 2]])], 23),
+    }
+    for name, (make, inputs, inits, opset) in ops.items():
+        for k in range(3):
+            chain = [make("x" if i == 0 else "y%d" % (i - 1), "y%d" % i) for i in range(40)]
+            idle = [tensor("idle%d" % j, FLOAT, [0.0]) for j in range(k)]
+            write(d, "moves_%s_%d.onnx" % (name, k),
+                  model(chain, inputs, [("y39", FLOAT, None)], idle + inits, opset=opset))
+            write(d, "moves_%s_%d.onnx.expect" % (name, k), "ok\n")
+
+
 # ---- bundles and their CPU objects ----
 
 BUNDLE_MODELS = {
@@ -543,10 +570,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", default=os.path.join(ROOT, "build", "smelt"))
     ap.add_argument("--out", help="write the corpora here instead of tests/fuzz/corpus (dictionaries stay)")
+    ap.add_argument("--regress-only", action="store_true", help="only the generated regression inputs")
     args = ap.parse_args()
     global CORPUS
     if args.out:
         CORPUS = os.path.abspath(args.out)
+    regress_onnx()
+    if args.regress_only:
+        return
     seeds_yaml()
     seeds_npy()
     seeds_safetensors()
