@@ -10,11 +10,12 @@
 # the long run.
 # A test that skipped as a whole exits 77 and ctest reports it as skipped.
 # Here only the GPU tests (label gpu) may skip: LLVM and NVRTC compilation
-# must run, so any other skip fails the run, and SMELT_TEST_REQUIRE=nvrtc
-# makes a test that leaves out its NVRTC part fail instead of printing SKIP.
+# must run, so any other skip fails the run, and SMELT_TEST_REQUIRE=nvrtc,llvm
+# makes a test that leaves out its NVRTC or LLVM part fail instead of
+# printing SKIP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export SMELT_TEST_REQUIRE="${SMELT_TEST_REQUIRE-nvrtc}"
+export SMELT_TEST_REQUIRE="${SMELT_TEST_REQUIRE-nvrtc,llvm}"
 
 # Fails when ctest's log ($1) lists a skipped test (or one not run) outside
 # the gpu label: ctest ends with "The following tests did not run:" and one

@@ -7,7 +7,7 @@
  * SKIP_RETURN_CODE, so ctest reports it as skipped instead of passed.  A
  * test that ran but left a part out prints a SKIP line and goes on; where
  * the part needs a capability named in $SMELT_TEST_REQUIRE (a comma list,
- * e.g. "nvrtc"; scripts/test.sh sets it for CI), check_skip_part counts it
+ * "nvrtc", "llvm"; scripts/test.sh sets it for CI), check_skip_part counts it
  * as a failure instead, since that part must run there. */
 #ifndef SMELT_CHECK_H
 #define SMELT_CHECK_H

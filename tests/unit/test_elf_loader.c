@@ -972,7 +972,7 @@ int main(void) {
   test_real_objects();
   test_host_vs_llvm();
 #else
-  printf("SKIP: test_elf_loader: the LLVM-compiled kernels (built without SMELT_LLVM)\n");
+  check_skip_part("llvm", "test_elf_loader: the LLVM-compiled kernels (built without SMELT_LLVM)");
 #endif
   return check_done("test_elf_loader");
 }
