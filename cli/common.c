@@ -63,13 +63,17 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo)
      * take one value per dim refuse repeated names (cli_dims_single). */
     for (const char *p = eq + 1;;) {
       size_t n = strcspn(p, ",");
-      char num[32];
-      int64_t val;
+      char num[64];
+      int64_t val, hi = 0;
       snprintf(num, sizeof num, "%.*s", (int)(n < sizeof num ? n : sizeof num - 1), p);
-      if (n == 0 || n >= sizeof num || !parse_i64(num, &val))
-        return cli_usage(cmd, "--dim %s: '%.*s' is not an integer", v, (int)n, p), 2;
+      char *dots = strstr(num, "..");
+      /* a range "1..2048": one specialisation for every value in it */
+      if (dots) *dots = 0;
+      if (n == 0 || n >= sizeof num || !parse_i64(num, &val) || (dots && (!parse_i64(dots + 2, &hi) || hi <= val)))
+        return cli_usage(cmd, "--dim %s: '%.*s' is not an integer or a range A..B (A < B)", v, (int)n, p), 2;
       if (mo->ndims == (int)(sizeof mo->dims / sizeof mo->dims[0])) return cli_usage(cmd, "too many --dim values"), 2;
       mo->dims[mo->ndims].name = strndup(v, (size_t)(eq - v));
+      mo->dims[mo->ndims].max = hi;
       mo->dims[mo->ndims++].value = val;
       if (!p[n]) break;
       p += n + 1;

@@ -134,6 +134,42 @@ static void dump_hook(void *user, const PassInfo *pass, int index, bool after, b
   }
 }
 
+/* One build of the model at exact dims (compiler/ranges.c may make more:
+ * probes, which print and dump nothing). */
+typedef struct {
+  const char *model;
+  DType dtype;
+  const PassCtx *ctx;
+  const char *passes;
+  DumpOpts *d;
+  bool verbose;
+  const QuantOptions *quant; /* --quantize, or NULL */
+  char *quant_report;        /* the last build's report (pass_quant_report_text), malloc'd */
+} CompileBuild;
+
+static smelt_status compile_build(void *user, const FeDim *dims, int ndims, bool probe, Graph **out) {
+  CompileBuild *c = user;
+  DumpOpts quiet = {.err = c->d->err}, *d = probe ? &quiet : c->d;
+  FeOptions fo = {.dims = dims, .ndims = ndims, .dtype = c->dtype};
+  smelt_status st = fe_load_model(c->model, &fo, out);
+  if (!st && d->dump_dir) write_dump(d, "00-input.ir", "IR from the frontend", *out);
+  PassCtx pc = {.onchip_bytes = c->ctx->onchip_bytes, .target = c->ctx->target, .arch = c->ctx->arch,
+                .explain_fusion = c->ctx->explain_fusion && !probe, .quant = c->quant};
+  if (!st) st = pass_run_pipeline(*out, &pc, c->passes, dump_hook, d);
+  if (!st && d->io_error) st = d->io_error, d->io_error = NULL;
+  if (pc.log && (c->verbose || pc.explain_fusion) && !probe) fputs(pc.log, stderr);
+  if (!st && !probe && pc.quant_report) {
+    free(c->quant_report);
+    if (!(c->quant_report = pass_quant_report_text(pc.quant_report))) st = st_error(ST_NO_MEMORY, "out of memory");
+  }
+  pass_ctx_free(&pc);
+  if (st) {
+    ir_graph_destroy(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
 int cli_compile(int argc, char **argv) {
   const char *model = NULL, *out = NULL, *passes = NULL;
   ModelOpts mo = {.dtype = DT_INVALID};
@@ -349,25 +385,17 @@ int cli_compile(int argc, char **argv) {
       }
       d.dump_dir = dump_dir;
     }
-    FeOptions fo = {.dims = dims, .ndims = space.ndims, .dtype = mo.dtype};
-    st = fe_load_model(model, &fo, &specs[n].g);
-    if (!st && d.dump_dir) write_dump(&d, "00-input.ir", "IR from the frontend", specs[n].g);
-    PassCtx pc = {.onchip_bytes = ctx.onchip_bytes, .target = ctx.target, .arch = ctx.arch,
-                  .explain_fusion = ctx.explain_fusion, .quant = qo.mode != QM_NONE ? &qo : NULL};
-    if (!st) st = pass_run_pipeline(specs[n].g, &pc, passes, dump_hook, &d);
-    if (!st && d.io_error) st = d.io_error, d.io_error = NULL;
-    if (pc.log && (verbose || pc.explain_fusion)) fputs(pc.log, stderr);
-    if (!st && pc.quant_report) {
+    CompileBuild cb = {.model = model, .dtype = mo.dtype, .ctx = &ctx, .passes = passes, .d = &d, .verbose = verbose,
+                       .quant = qo.mode != QM_NONE ? &qo : NULL};
+    st = sc_build_ranged(compile_build, &cb, dims, space.ndims, &specs[n].g);
+    if (!st && cb.quant_report) {
       /* the report: printed here, stored in the bundle by the driver */
-      char *text = pass_quant_report_text(pc.quant_report);
-      if (!text) st = st_error(ST_NO_MEMORY, "out of memory");
-      else {
-        if (space.ncombos > 1) printf("specialisation s%d: %s\n", n, labels[n]);
-        fputs(text, stdout);
-        specs[n].quant_report = text;
-      }
+      if (space.ncombos > 1) printf("specialisation s%d: %s\n", n, labels[n]);
+      fputs(cb.quant_report, stdout);
+      specs[n].quant_report = cb.quant_report;
+    } else {
+      free(cb.quant_report);
     }
-    pass_ctx_free(&pc);
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
   if (!st && !emit_ir) {

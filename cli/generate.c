@@ -159,7 +159,8 @@ typedef struct {
   DType ids_dt, pos_dt;
   int logits, next;      /* output value ids; next = -1 when absent */
   int64_t vocab;
-  int *spec_len;         /* per specialisation: its seq (length of 'ids') */
+  int *spec_len;         /* per specialisation: its seq (length of 'ids'), the max of a range */
+  int *spec_min;         /* per specialisation: the least seq it takes (spec_len but for a range) */
   int nspecs, decode_spec;
   int64_t capacity;      /* positions the states hold (the smallest scatter axis) */
   double weight_bytes;   /* constants the decode kernels read */
@@ -202,13 +203,21 @@ static smelt_status lm_describe(smelt_bundle *b, LmModel *m) {
   if (m->next >= 0 && (ir_type_numel(&g->val[m->next].type) != 1 || !dt_is_int(g->val[m->next].type.dt))) m->next = -1;
   m->nspecs = smelt_bundle_num_specialisations(b);
   m->spec_len = calloc((size_t)m->nspecs, sizeof *m->spec_len);
-  if (!m->spec_len) return st_error(ST_NO_MEMORY, "out of memory");
+  m->spec_min = calloc((size_t)m->nspecs, sizeof *m->spec_min);
+  if (!m->spec_len || !m->spec_min) return st_error(ST_NO_MEMORY, "out of memory");
   m->decode_spec = -1;
   for (int i = 0; i < m->nspecs; i++) {
     const Graph *sg = rt_bundle_graph(rt_bundle_spec(b, i));
     int v = find_named(sg, sg->inputs, sg->ninputs, "ids");
-    m->spec_len[i] = v >= 0 ? (int)sg->val[v].type.dim[0] : 0;
-    if (m->spec_len[i] == 1) m->decode_spec = i;
+    m->spec_len[i] = m->spec_min[i] = v >= 0 ? (int)sg->val[v].type.dim[0] : 0;
+    /* a ranged seq (`--dim seq=1..2048`): any length of its range */
+    if (v >= 0 && sg->val[v].type.dyn[0]) {
+      const TensorType *t = &sg->val[v].type;
+      int64_t lo = (int64_t)t->dyn_a[0] * sg->ranges[t->dyn[0] - 1].min + t->dyn_b[0];
+      m->spec_min[i] = (int)(lo > 1 ? lo : 1);
+    }
+    /* decoding: an exact seq = 1 first, else a range that holds 1 */
+    if (m->spec_len[i] == 1 || (m->spec_min[i] == 1 && m->decode_spec < 0)) m->decode_spec = i;
   }
   if (m->decode_spec < 0)
     return st_error(ST_INVALID_INPUT, "%s: error: the bundle has no specialisation with seq = 1 for decoding "
@@ -346,6 +355,18 @@ static smelt_status step(smelt_session *s, const LmModel *m, const int64_t *tok,
   return smelt_session_run(s);
 }
 
+/* The longest prefill run for `left` prompt tokens that some
+ * specialisation takes (exact lengths, or any length of a range), at
+ * least 1 (the decode one). */
+static int chunk_len(const LmModel *m, int64_t left) {
+  int len = 1;
+  for (int i = 0; i < m->nspecs; i++) {
+    int64_t fit = m->spec_len[i] < left ? m->spec_len[i] : left;
+    if (fit >= m->spec_min[i] && fit > len) len = (int)fit;
+  }
+  return len;
+}
+
 static void keep_logits(Gen *G, const void *logits, DType dt, int64_t vocab) {
   if (!G->dumped || G->ndumped >= G->n) return;
   float *row = G->dumped + (size_t)G->ndumped++ * (size_t)vocab;
@@ -398,9 +419,7 @@ static smelt_status generate(Gen *G, const LmModel *m) {
   bool *warm = calloc((size_t)maxlen + 1, 1);
   if (!st && !warm) st = st_error(ST_NO_MEMORY, "out of memory");
   for (int64_t left = G->prompt.n; !st && left > 0;) {
-    int len = 1;
-    for (int i = 0; i < m->nspecs; i++)
-      if (m->spec_len[i] <= left && m->spec_len[i] > len) len = m->spec_len[i];
+    int len = chunk_len(m, left);
     if (!warm[len]) st = step(s, m, G->prompt.v, len, 0, ids, pos);
     warm[len] = true;
     left -= len;
@@ -414,9 +433,7 @@ static smelt_status generate(Gen *G, const LmModel *m) {
   double t0 = now_s();
   int64_t at = 0;
   while (!st && at < G->prompt.n) {
-    int len = 1;
-    for (int i = 0; i < m->nspecs; i++)
-      if (m->spec_len[i] <= G->prompt.n - at && m->spec_len[i] > len) len = m->spec_len[i];
+    int len = chunk_len(m, G->prompt.n - at);
     st = step(s, m, G->prompt.v + at, len, at, ids, pos);
     at += len;
     G->prefill_runs++;
@@ -708,6 +725,7 @@ int cli_generate(int argc, char **argv) {
   }
   if (!st) report(&G, &m);
   free(m.spec_len);
+  free(m.spec_min);
   smelt_bundle_close(b);
   if (st) rc = cli_fail(st);
 cleanup:

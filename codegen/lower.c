@@ -33,6 +33,9 @@ void cg_elemwise_space(const TensorType *t, CgSpace *out) {
   out->inner = inner;
   out->chunk = inner > CG_CHUNK ? CG_CHUNK : inner;
   out->nchunks = inner > CG_CHUNK ? (inner + CG_CHUNK - 1) / CG_CHUNK : 1;
+  /* a ranged last axis: a task per element, so that a run at a smaller
+   * value runs exactly its elements (codegen/ranges.c) */
+  if (t->rank && t->dyn[t->rank - 1]) out->chunk = 1, out->nchunks = inner;
   if (inner == 0) out->chunk = out->nchunks = 0;
 }
 
@@ -281,7 +284,7 @@ static smelt_status lower_group(const Graph *g, int gi, const bool *used_outside
     if (!main_out || ir_type_numel(t) > ir_type_numel(main_out)) main_out = t;
   }
   k->ntasks = cg_kernel_tasks(g, anchor, main_out);
-  return NULL;
+  return cg_kernel_range(g, anchor, main_out, k);
 }
 
 void cg_kernels_free(Kernel *k, int n) {
@@ -308,6 +311,7 @@ smelt_status cg_lower(Graph *g, Kernel **out_kernels, int *out_n) {
       return st_error(ST_INTERNAL, "node '%s' (%s) belongs to no fusion group; run the fuse pass or cg_single_node_groups",
                       ir_node_name(g, n), ir_op_name(n->op));
   }
+  RETURN_IF_ERROR(cg_check_ranged(g));
   bool *used_outside = calloc((size_t)(g->nval ? g->nval : 1), sizeof *used_outside);
   int *order = malloc(sizeof(int) * (size_t)(g->ngroups ? g->ngroups : 1));
   int *first = malloc(sizeof(int) * (size_t)(g->ngroups ? g->ngroups : 1));

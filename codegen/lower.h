@@ -26,6 +26,17 @@
 smelt_status cg_lower(Graph *g, Kernel **out_kernels, int *out_n) SMELT_MUST_USE;
 void cg_kernels_free(Kernel *k, int n);
 
+/* Ranged dims (codegen/ranges.c): whether every node of g can run at any
+ * value of its ranges (what it refuses is ST_UNSUPPORTED at the node), and
+ * the tasks of kernel k (built around anchor, or over main_out) that a run
+ * at a smaller value runs (k->rg).  cg_lower calls both. */
+smelt_status cg_check_ranged(const Graph *g) SMELT_MUST_USE;
+smelt_status cg_kernel_range(const Graph *g, int anchor, const TensorType *main_out, Kernel *k) SMELT_MUST_USE;
+/* Whether a result of type t, stored over k's tasks in proportion (its
+ * elementwise space spread over [0, ntasks)), has exactly the rows of the
+ * tasks a run at any value of the ranges runs (always true without ranges). */
+bool cg_same_task_rows(const Kernel *k, const TensorType *t);
+
 /* Puts every live node in a group of its own (kind from its fusion class:
  * elementwise, broadcast and injective ops are GK_ELEMWISE, reductions, norms
  * and pooling GK_REDUCTION, matmul and conv2d GK_CONTRACTION, attention

@@ -201,6 +201,10 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   /* Variants are chosen for one arch; for several, only those every
    * sm_80+ GPU runs (the same source is compiled for each). */
   if (c->narch == 1) co.arch = c->arch[0];
+  if (g->nranges)
+    return st_error(ST_UNSUPPORTED, "--target cuda: ranged dims (%s: %lld..%lld) run on the CPU target only in this "
+                    "version; for CUDA compile exact values (--dim %s=A,B,...)", g->ranges[0].name,
+                    (long long)g->ranges[0].min, (long long)g->ranges[0].max, g->ranges[0].name);
   RETURN_IF_ERROR(cg_cuda_generate(g, k, nk, &co, &c->m));
   CgNvrtc *nv;
   smelt_status st = cg_cuda_nvrtc_open(&nv);
@@ -223,6 +227,7 @@ void sc_dim_space_free(ScDimSpace *d) {
   for (int i = 0; i < d->ndims; i++) {
     free(d->name[i]);
     free(d->value[i]);
+    free(d->vmax[i]);
   }
   memset(d, 0, sizeof *d);
 }
@@ -242,10 +247,11 @@ static smelt_status parse_dim_item(char *item, ScDimSpace *d) {
   if (n > FMT_MAX_SPECIALISATIONS)
     return st_error(ST_INVALID_INPUT, "dims '%s=%s': %d values; a bundle holds at most %d specialisations", name, list,
                     n, FMT_MAX_SPECIALISATIONS);
-  int64_t *vals = calloc((size_t)n, sizeof *vals);
+  int64_t *vals = calloc((size_t)n, sizeof *vals), *vmax = calloc((size_t)n, sizeof *vmax);
   char *nm = strdup(name);
-  if (!vals || !nm) {
+  if (!vals || !vmax || !nm) {
     free(vals);
+    free(vmax);
     free(nm);
     return st_error(ST_NO_MEMORY, "out of memory parsing dims");
   }
@@ -253,21 +259,35 @@ static smelt_status parse_dim_item(char *item, ScDimSpace *d) {
   for (int k = 0; k < n; k++) {
     char *end;
     errno = 0;
-    long long v = strtoll(p, &end, 10);
+    long long v = strtoll(p, &end, 10), hi = v;
     smelt_status st = NULL;
-    if (errno || end == p || (*end && *end != ','))
-      st = st_error(ST_INVALID_INPUT, "dims '%s=%s': '%.*s' is not an integer", name, list, (int)strcspn(p, ","), p);
+    if (!errno && end != p && end[0] == '.' && end[1] == '.') {
+      /* a range A..B */
+      const char *q = end + 2;
+      hi = strtoll(q, &end, 10);
+      if (errno || end == q) end = (char *)p; /* reported below */
+      else if (hi <= v)
+        st = st_error(ST_INVALID_INPUT, "dims '%s=%s': the range %lld..%lld is empty (write one value for an exact dim)",
+                      name, list, v, hi);
+    }
+    if (!st && (errno || end == p || (*end && *end != ',')))
+      st = st_error(ST_INVALID_INPUT, "dims '%s=%s': '%.*s' is not an integer or a range A..B", name, list,
+                    (int)strcspn(p, ","), p);
     for (int j = 0; j < k && !st; j++)
-      if (vals[j] == v) st = st_error(ST_INVALID_INPUT, "dims '%s=%s': %lld is listed twice", name, list, v);
+      if (vals[j] <= hi && v <= vmax[j])
+        st = st_error(ST_INVALID_INPUT, "dims '%s=%s': %lld is listed twice", name, list, v > vals[j] ? v : vals[j]);
     if (st) {
       free(vals);
+      free(vmax);
       free(nm);
       return st;
     }
     vals[k] = v;
+    vmax[k] = hi;
     p = *end ? end + 1 : end;
   }
   d->name[d->ndims] = nm;
+  d->vmax[d->ndims] = vmax;
   d->value[d->ndims] = vals;
   d->nvalues[d->ndims++] = n;
   return NULL;
@@ -317,6 +337,8 @@ void sc_dim_space_combo(const ScDimSpace *d, int i, FeDim *out_dims) {
   for (int k = 0; k < d->ndims; k++) {
     out_dims[k].name = d->name[k];
     out_dims[k].value = d->value[k][combo_digit(d, i, k)];
+    out_dims[k].max = d->vmax[k][combo_digit(d, i, k)];
+    if (out_dims[k].max == out_dims[k].value) out_dims[k].max = 0;
   }
 }
 
@@ -325,8 +347,11 @@ void sc_dim_space_label(const ScDimSpace *d, int i, char *buf, size_t cap) {
   buf[0] = 0;
   for (int k = 0; k < d->ndims && len < cap; k++) {
     if (d->nvalues[k] < 2) continue;
-    int w = snprintf(buf + len, cap - len, "%s%s=%lld", len ? " " : "", d->name[k],
-                     (long long)d->value[k][combo_digit(d, i, k)]);
+    int c = combo_digit(d, i, k);
+    int w = d->vmax[k][c] > d->value[k][c]
+                ? snprintf(buf + len, cap - len, "%s%s=%lld..%lld", len ? " " : "", d->name[k],
+                           (long long)d->value[k][c], (long long)d->vmax[k][c])
+                : snprintf(buf + len, cap - len, "%s%s=%lld", len ? " " : "", d->name[k], (long long)d->value[k][c]);
     if (w < 0) break;
     len += (size_t)w;
   }
@@ -875,6 +900,21 @@ smelt_status sc_bundle_from_graph(Graph *g, const ScCompileOptions *o, smelt_bun
 /* YAML → graph → passes for one assignment of dims; the graph is the
  * caller's.  archs: the CUDA archs the fuse pass budgets for (NULL without
  * the cuda target). */
+typedef struct {
+  const char *model_path;
+  const smelt_compile_options *o;
+  const char *archs;
+} BuildCtx;
+
+static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const FeDim *dims,
+                                      int ndims, const char *archs, Graph **out_graph);
+
+static smelt_status build_one(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out) {
+  const BuildCtx *c = ctx;
+  (void)probe;
+  return load_and_optimise(c->model_path, c->o, dims, ndims, c->archs, out);
+}
+
 static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const FeDim *dims,
                                       int ndims, const char *archs, Graph **out_graph) {
   *out_graph = NULL;
@@ -945,7 +985,8 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
     sc_dim_space_combo(&space, n, dims);
     sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
     specs[n].label = labels[n];
-    st = load_and_optimise(model_path, o, dims, space.ndims, archs, &specs[n].g);
+    BuildCtx bc = {model_path, o, archs};
+    st = sc_build_ranged(build_one, &bc, dims, space.ndims, &specs[n].g);
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
   }
   if (!st) {

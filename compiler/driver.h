@@ -103,11 +103,13 @@ typedef struct {
   int ndims;
   char *name[SC_MAX_DIMS];     /* malloc'd */
   int64_t *value[SC_MAX_DIMS]; /* nvalues[i] values each, malloc'd */
+  int64_t *vmax[SC_MAX_DIMS];  /* per value: the max of a range value..max, else the value */
   int nvalues[SC_MAX_DIMS];
   int ncombos;                 /* the product of the nvalues, 1 when there are no dims */
 } ScDimSpace;
 
-/* Parses "seq=1,16;hidden=64" (NULL or "" = no dims).  A name given twice,
+/* Parses "seq=1,16;hidden=64" (NULL or "" = no dims); a value may be a
+ * range "2..2048" (one specialisation that takes any value in it).  A name given twice,
  * a value listed twice, a value that is not an integer, or more than
  * FMT_MAX_SPECIALISATIONS combinations is ST_INVALID_INPUT.  Release with
  * sc_dim_space_free (also after an error: it is then empty). */
@@ -118,6 +120,21 @@ void sc_dim_space_free(ScDimSpace *d);
 void sc_dim_space_combo(const ScDimSpace *d, int i, FeDim *out_dims);
 /* Its label: the dims with several values, "seq=16 batch=2" ("" when none). */
 void sc_dim_space_label(const ScDimSpace *d, int i, char *buf, size_t cap);
+
+/* Builds the graph of one assignment of exact dims (frontend and pass
+ * pipeline); probe: a build only for compiler/ranges.c to compare shapes
+ * (no dumps or notes wanted). */
+typedef smelt_status (*ScBuildFn)(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out);
+
+/* Ranged dims (SPEC §2): builds the graph with every range at its max,
+ * whether the range comes from dims (FeDim.max) or from the model (a YAML
+ * `seq: {max: N}` not overridden), then builds it again at other values of
+ * each range and marks every axis whose extent follows the range
+ * (TensorType.dyn: extent a * d + b, checked at three values), recording
+ * the ranges in (*out)->ranges.  Without ranges it is one build.  A model
+ * whose graphs differ in structure between the values, or whose extents do
+ * not follow a range affinely, is ST_UNSUPPORTED naming the value. */
+smelt_status sc_build_ranged(ScBuildFn build, void *ctx, const FeDim *dims, int ndims, Graph **out) SMELT_MUST_USE;
 
 typedef struct {
   Graph *g;          /* after the pass pipeline */

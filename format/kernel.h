@@ -10,7 +10,9 @@
  *
  * CPU kernel ABI (codegen/llvm):
  *     void NAME(void *const *args, int64_t task_begin, int64_t task_end);
- *   args[i] points at the data of value args[i] of the Kernel; the thread
+ *   args[i] points at the data of value args[i] of the Kernel, and
+ *   args[nargs] at the run's values of the graph's ranged dims (int64_t,
+ *   one per Graph.ranges; the max of each when the graph has none); the thread
  *   pool calls it on disjoint task ranges covering [0, ntasks).
  *     void NAME__prepack(void *const *args);   (optional)
  *   fills the kernel's packed copies of its constant weights (zero-filled
@@ -23,6 +25,18 @@
 
 #include "ir/ir.h"
 
+/* The tasks a kernel runs when a ranged dim (ir.h: TensorType.dyn) is
+ * below its max.  range 0: every run runs [0, ntasks).  Else the tasks form
+ * outer * mid * inner (row-major), their middle index runs along the
+ * ranged axis, and a run with range range-1 at value d runs, for each
+ * o < outer, the tasks [(o * mid) * inner, (o * mid + a * d + b) * inner):
+ * the rows the run has, never one beyond them (codegen/lower.c). */
+typedef struct {
+  int range;
+  int32_t a, b;
+  int64_t outer, mid, inner;
+} KernelRange;
+
 typedef struct {
   char name[96];   /* "k07_layer.3_attn_norm_mul": from the YAML names of its nodes */
   int group;       /* index into g->groups */
@@ -31,6 +45,7 @@ typedef struct {
   int64_t ntasks;  /* independent units of work (rows, tiles, element blocks) */
   double bytes;    /* estimated bytes moved to and from memory */
   double flops;    /* estimated floating-point operations */
+  KernelRange rg;  /* with ranged dims: the tasks a run at a smaller value runs */
 } Kernel;
 
 #endif

@@ -4,7 +4,8 @@
  * It is this file's own little-endian encoding:
  *   header  u8[4] "SKTB", u32 version, u32 count, u32 reserved (0)
  *   kernel  u32 name_len, name bytes (no NUL), i32 group, i32 nargs,
- *           i32 nouts, i64 ntasks, f64 bytes, f64 flops, i32 args[nargs]
+ *           i32 nouts, i64 ntasks, f64 bytes, f64 flops, i32 args[nargs],
+ *           i32 range, and when range > 0: i32 a, i32 b, i64 outer, mid, inner
  * and nothing after the last kernel.  The decoder reads it as untrusted
  * input and then checks it against the graph it is to run on: a kernel may
  * read a graph input, a constant or a result some earlier kernel wrote; it
@@ -28,8 +29,8 @@
 static const unsigned char KT_MAGIC[4] = {'S', 'K', 'T', 'B'};
 #define KT_HEADER_BYTES 16
 /* name_len 4, a name of 1, group, nargs, nouts 4 each, ntasks, bytes, flops 8
- * each, at least one argument 4 */
-#define KT_MIN_KERNEL_BYTES 45
+ * each, at least one argument 4, range 4 */
+#define KT_MIN_KERNEL_BYTES 49
 
 smelt_status fmt_kernel_table_encode(const Kernel *k, int n, void **out_buf, size_t *out_len) {
   *out_buf = NULL;
@@ -50,6 +51,15 @@ smelt_status fmt_kernel_table_encode(const Kernel *k, int n, void **out_buf, siz
     bb_f64(&b, k[i].bytes);
     bb_f64(&b, k[i].flops);
     for (int a = 0; a < k[i].nargs; a++) bb_i32(&b, k[i].args[a]);
+    const KernelRange *rg = &k[i].rg;
+    bb_i32(&b, rg->range);
+    if (rg->range > 0) {
+      bb_i32(&b, rg->a);
+      bb_i32(&b, rg->b);
+      bb_i64(&b, rg->outer);
+      bb_i64(&b, rg->mid);
+      bb_i64(&b, rg->inner);
+    }
   }
   if (b.oom) {
     free(b.p);
@@ -156,6 +166,21 @@ static smelt_status decode_kernel(Rd *r, const Graph *g, Kernel *k) {
   /* int and int32_t are the same on every target smelt builds for. */
   _Static_assert(sizeof(int) == 4, "kernel arguments are stored as 32-bit ints");
   rd(r, k->args, (size_t)k->nargs * 4);
+  KernelRange *rg = &k->rg;
+  if (!rd(r, &rg->range, 4)) return st_error(ST_INVALID_INPUT, "kernel table: truncated in kernel '%s'", k->name);
+  if (rg->range < 0 || rg->range > g->nranges)
+    return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' follows range %d of %d", k->name, rg->range, g->nranges);
+  if (rg->range > 0) {
+    if (!rd(r, &rg->a, 4) || !rd(r, &rg->b, 4) || !rd(r, &rg->outer, 8) || !rd(r, &rg->mid, 8) || !rd(r, &rg->inner, 8))
+      return st_error(ST_INVALID_INPUT, "kernel table: truncated in kernel '%s'", k->name);
+    const IrRange *ir = &g->ranges[rg->range - 1];
+    /* the task split covers ntasks, and every run's rows fit in it */
+    bool ok = rg->a > 0 && rg->outer > 0 && rg->mid > 0 && rg->inner > 0 && rg->outer <= k->ntasks &&
+              rg->mid <= k->ntasks / rg->outer && rg->inner <= k->ntasks / rg->outer / rg->mid &&
+              rg->outer * rg->mid * rg->inner == k->ntasks && (int64_t)rg->a * ir->max + rg->b <= rg->mid &&
+              (int64_t)rg->a * ir->min + rg->b >= 0;
+    if (!ok) return st_error(ST_INVALID_INPUT, "kernel table: kernel '%s' has an inconsistent ranged task split", k->name);
+  }
   return NULL;
 }
 

@@ -10,7 +10,7 @@
 #include "ir/status.h"
 
 /* The version of the kernel-table encoding; the loader accepts exactly it. */
-#define FMT_KERNEL_TABLE_VERSION 1
+#define FMT_KERNEL_TABLE_VERSION 2
 
 /* Encodes n kernels into a malloc'd buffer (free()). */
 smelt_status fmt_kernel_table_encode(const Kernel *k, int n, void **out_buf, size_t *out_len) SMELT_MUST_USE;

@@ -9,6 +9,10 @@
 typedef struct {
   const char *name;
   int64_t value;
+  /* > value: the dim is the range value..max (`--dim seq=1..2048`); the
+   * compiler loads the model at exact values (compiler/ranges.c), the
+   * frontend never sees a range here */
+  int64_t max;
 } FeDim;
 
 typedef struct {

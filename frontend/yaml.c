@@ -676,7 +676,24 @@ static smelt_status load_dims(Loader *L, yaml_node_t *node, const FeOptions *opt
     if (scalar_number(k, &(double){0})) return errf(L, k, "dim name must be a name, got %s", d->name);
     char what[160];
     snprintf(what, sizeof what, "dim '%s'", d->name);
-    RETURN_IF_ERROR(get_int(L, v, what, &d->value));
+    if (v && v->type == YAML_MAPPING_NODE) {
+      /* a range, `seq: {max: 2048}` (min 1 unless given): the model loads
+       * at the max, and the compiler makes one program for the range */
+      static const char *const range_keys[] = {"max", "min", NULL};
+      RETURN_IF_ERROR(check_keys(L, v, range_keys, what));
+      yaml_node_t *mx = map_find(L, v, "max"), *mn = map_find(L, v, "min");
+      if (!mx) return errf(L, v, "%s: a range needs max, as in {max: 2048}", what);
+      int64_t lo = 1;
+      RETURN_IF_ERROR(get_int(L, mx, what, &d->value));
+      if (mn) RETURN_IF_ERROR(get_int(L, mn, what, &lo));
+      if (lo <= 0 || d->value < lo)
+        return errf(L, v, "%s: the range %lld..%lld is empty or not positive", what, (long long)lo, (long long)d->value);
+      if (L->g->nranges == IR_MAX_RANGES) return errf(L, v, "%s: more than %d ranged dims", what, IR_MAX_RANGES);
+      if (lo < d->value)
+        L->g->ranges[L->g->nranges++] = (IrRange){.name = ir_graph_strdup(L->g, d->name), .min = lo, .max = d->value};
+    } else {
+      RETURN_IF_ERROR(get_int(L, v, what, &d->value));
+    }
     if (d->value <= 0) return errf(L, v, "dim '%s' must be positive, got %lld", d->name, (long long)d->value);
     RETURN_IF_ERROR(name_index_add(&L->dim_index, d->name, L->ndims));
     L->ndims++;
@@ -698,6 +715,13 @@ static smelt_status load_dims(Loader *L, yaml_node_t *node, const FeOptions *opt
     if (o->value <= 0)
       return st_at(file, "--dim %s=%lld: a dim must be positive", o->name, (long long)o->value);
     d->value = o->value;
+    /* an exact value replaces a range the model declares (the compiler
+     * passes ranges of its own as the value it loads at) */
+    for (int r = 0; r < L->g->nranges; r++)
+      if (strcmp(L->g->ranges[r].name, o->name) == 0) {
+        L->g->ranges[r] = L->g->ranges[--L->g->nranges];
+        break;
+      }
   }
   return NULL;
 }

@@ -57,10 +57,22 @@ bool ir_type_equal(const TensorType *a, const TensorType *b) {
   return true;
 }
 
+bool ir_type_dynamic(const TensorType *t) {
+  for (int i = 0; i < t->rank; i++)
+    if (t->dyn[i]) return true;
+  return false;
+}
+
+int64_t ir_type_extent(const TensorType *t, int a, const int64_t *dims) {
+  if (!t->dyn[a] || !dims) return t->dim[a];
+  return (int64_t)t->dyn_a[a] * dims[t->dyn[a] - 1] + t->dyn_b[a];
+}
+
+/* A ranged axis prints as "<=MAX" (its extent at the range's max). */
 char *ir_type_str(const TensorType *t, char *buf, size_t n) {
   size_t k = (size_t)snprintf(buf, n, "%s[", dt_name(t->dt));
   for (int i = 0; i < t->rank && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->dim[i]);
+    k += (size_t)snprintf(buf + k, n - k, "%s%s%lld", i ? "," : "", t->dyn[i] ? "<=" : "", (long long)t->dim[i]);
   if (k < n) snprintf(buf + k, n - k, "]");
   return buf;
 }
@@ -497,6 +509,11 @@ Graph *ir_graph_clone(const Graph *g) {
     GROW(c->states, c->nstates, c->cap_states);
     c->states[c->nstates++] = g->states[i];
   }
+  for (int i = 0; i < g->nranges; i++) {
+    c->ranges[i] = g->ranges[i];
+    c->ranges[i].name = xstrdup(c, g->ranges[i].name);
+  }
+  c->nranges = g->nranges;
   for (int k = 0; k < g->ngroups; k++) {
     const Group *s = &g->groups[k];
     int id = ir_add_group(c, s->kind);

@@ -26,13 +26,36 @@
 
 #define IR_MAX_RANK 8
 
+/* Ranged dims (SPEC §2, `seq: {max: 2048}`): a value whose extent along an
+ * axis follows a dim chosen at run time.  dyn[a] is 0 for a fixed axis,
+ * else 1 + the index of the range in Graph.ranges; the axis then holds
+ * dyn_a[a] * d + dyn_b[a] elements for the range's run-time value d, and
+ * dim[a] is that extent at the range's max.  Memory is laid out at the max
+ * (the strides of dim[]): a run with a smaller d uses the leading part of
+ * each ranged axis.  Only the compiler's last step sets these
+ * (compiler/ranges.c); passes and inference see exact shapes. */
+#define IR_MAX_RANGES 4
 typedef struct {
   DType dt;
   int rank;
   int64_t dim[IR_MAX_RANK];
+  int8_t dyn[IR_MAX_RANK];
+  int32_t dyn_a[IR_MAX_RANK];
+  int32_t dyn_b[IR_MAX_RANK];
 } TensorType;
 
+/* A dim declared as a range: a run takes any value in [min, max]. */
+typedef struct {
+  const char *name;
+  int64_t min, max;
+} IrRange;
+
 int64_t ir_type_numel(const TensorType *t);
+/* Whether any axis of t is ranged. */
+bool ir_type_dynamic(const TensorType *t);
+/* The extent of axis a of t when its range's run-time value is d (dims:
+ * the value of each of Graph.ranges; NULL or a fixed axis: dim[a]). */
+int64_t ir_type_extent(const TensorType *t, int a, const int64_t *dims);
 size_t ir_type_bytes(const TensorType *t);
 bool ir_type_equal(const TensorType *a, const TensorType *b);
 /* "f32[16,256]" into buf; returns buf. */
@@ -175,6 +198,9 @@ typedef struct Graph {
    * that is its only user (ir_state_update); that node's result lives in
    * the state's memory. */
   int *states, nstates, cap_states;
+  /* Ranged dims (TensorType.dyn indexes this); names in the arena. */
+  IrRange ranges[IR_MAX_RANGES];
+  int nranges;
   Group *groups; /* fusion groups (fuse pass); node.group indexes this */
   int ngroups;
   int64_t arena_bytes;   /* plan-memory: size of the activation arena; 0 = not planned */

@@ -106,6 +106,8 @@ static void print_node(FILE *f, const Graph *g, const Node *n, const char *inden
 void ir_print(FILE *f, const Graph *g) {
   int *uses = ir_use_counts(g);
   fprintf(f, "graph %s {\n", g->name);
+  for (int i = 0; i < g->nranges; i++)
+    fprintf(f, "  range %s: %lld..%lld\n", g->ranges[i].name, (long long)g->ranges[i].min, (long long)g->ranges[i].max);
   for (int i = 0; i < g->ninputs; i++) {
     const Value *v = &g->val[g->inputs[i]];
     fprintf(f, "  input %s: ", v->name);

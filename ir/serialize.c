@@ -9,7 +9,8 @@
  *            u32 nval, u32 nnode, u32 ngroups, u32 ninputs, u32 noutputs,
  *            u32 nstates
  *   value    str name, u8 kind (W_VK_*), str dtype name ("" = not inferred),
- *            u8 rank, i64 dim[rank], i32 node, i32 out_index, str init
+ *            u8 rank, i64 dim[rank], per axis u8 dyn (0 fixed, else
+ *            1 + range index) and when dyn i32 a, i32 b, i32 node, i32 out_index, str init
  *            (nullable), i32 line, i32 col, i64 mem_offset,
  *            u8 store (W_CS_*: 0 none, 1 constants blob, 2 external
  *            tensor), and unless 0: u64 index (blob offset, a multiple
@@ -22,7 +23,9 @@
  *   group    u8 kind (W_GK_*), i32 anchor, i64 footprint, i64 budget,
  *            str kernel (nullable), u32 nnodes, i32 nodes[nnodes]
  *   then     i32 inputs[ninputs], i32 outputs[noutputs], i32 states[nstates]
- *            (input values that are state tensors, ir.h); nothing after.
+ *            (input values that are state tensors, ir.h), u8 nranges and
+ *            per range str name, i64 min, i64 max (ranged dims, ir.h);
+ *            nothing after.
  *
  * Operators and dtypes are written by name and the small enums (value kind,
  * attribute type, group kind) through the W_* codes below, which are part of
@@ -172,6 +175,12 @@ static smelt_status put_value(ByteBuf *b, const Graph *g, int id, bool used, con
   put_str(b, dtype_wire_name(v->type.dt));
   bb_u8(b, (unsigned)v->type.rank);
   for (int i = 0; i < v->type.rank; i++) bb_i64(b, v->type.dim[i]);
+  for (int i = 0; i < v->type.rank; i++) {
+    bb_u8(b, (unsigned)(uint8_t)v->type.dyn[i]);
+    if (!v->type.dyn[i]) continue;
+    bb_i32(b, v->type.dyn_a[i]);
+    bb_i32(b, v->type.dyn_b[i]);
+  }
   bb_i32(b, v->node);
   bb_i32(b, v->out_index);
   put_str(b, v->init);
@@ -274,6 +283,12 @@ smelt_status ir_graph_serialize(const Graph *g, const IrConstSink *sink, void **
   for (int i = 0; i < g->ninputs && !st; i++) bb_i32(&b, g->inputs[i]);
   for (int i = 0; i < g->noutputs && !st; i++) bb_i32(&b, g->outputs[i]);
   for (int i = 0; i < g->nstates && !st; i++) bb_i32(&b, g->states[i]);
+  bb_u8(&b, (unsigned)g->nranges);
+  for (int i = 0; i < g->nranges && !st; i++) {
+    put_str(&b, g->ranges[i].name);
+    bb_i64(&b, g->ranges[i].min);
+    bb_i64(&b, g->ranges[i].max);
+  }
   if (!st && b.oom) st = st_error(ST_NO_MEMORY, "serialize: out of memory");
   if (st) {
     free(b.p);
@@ -480,6 +495,18 @@ static void rd_value(Reader *r, Graph *g, int id) {
   }
   v->type.rank = (int)rank;
   for (unsigned i = 0; i < rank; i++) v->type.dim[i] = rd_i64(r, "dimension");
+  for (unsigned i = 0; i < rank && !r->st; i++) {
+    unsigned dyn = rd_u8(r, "ranged axis");
+    if (!dyn) continue;
+    if (dyn > IR_MAX_RANGES) {
+      fail(r, "axis %u refers to range %u of at most %d", i, dyn, IR_MAX_RANGES);
+      return;
+    }
+    v->type.dyn[i] = (int8_t)dyn;
+    v->type.dyn_a[i] = rd_i32(r, "ranged axis scale");
+    v->type.dyn_b[i] = rd_i32(r, "ranged axis offset");
+    if (!r->st && v->type.dyn_a[i] <= 0) fail(r, "axis %u: ranged extent %d * d %+d", i, v->type.dyn_a[i], v->type.dyn_b[i]);
+  }
   if (r->st) return;
   const char *fault = type_fault(&v->type);
   if (fault) {
@@ -848,6 +875,28 @@ smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpac
     if (!r.st) {
       g->val[v].state = true;
       g->states[g->nstates++] = v;
+    }
+  }
+  set_ctx(&r, "ranges");
+  unsigned nranges = r.st ? 0 : rd_u8(&r, "range count");
+  if (!r.st && nranges > IR_MAX_RANGES) fail(&r, "%u ranged dims, at most %d", nranges, IR_MAX_RANGES);
+  for (unsigned i = 0; i < nranges && !r.st; i++) {
+    IrRange *rg = &g->ranges[i];
+    rg->name = rd_str(&r, g, false, "range name");
+    rg->min = rd_i64(&r, "range min");
+    rg->max = rd_i64(&r, "range max");
+    if (!r.st && (rg->min < 1 || rg->max < rg->min)) fail(&r, "range '%s' is %lld..%lld", rg->name, (long long)rg->min, (long long)rg->max);
+    if (!r.st) g->nranges = (int)i + 1;
+  }
+  /* every ranged axis refers to a range, and holds its max's extent */
+  for (int v = 0; v < g->nval && !r.st; v++) {
+    const TensorType *t = &g->val[v].type;
+    for (int a = 0; a < t->rank && !r.st; a++) {
+      if (!t->dyn[a]) continue;
+      if (t->dyn[a] > g->nranges) fail(&r, "value %d: axis %d refers to range %d of %d", v, a, t->dyn[a], g->nranges);
+      else if ((int64_t)t->dyn_a[a] * g->ranges[t->dyn[a] - 1].max + t->dyn_b[a] != t->dim[a] ||
+               (int64_t)t->dyn_a[a] * g->ranges[t->dyn[a] - 1].min + t->dyn_b[a] < 0)
+        fail(&r, "value %d: axis %d's ranged extent does not match its size %lld", v, a, (long long)t->dim[a]);
     }
   }
   set_ctx(&r, "end");

@@ -23,7 +23,7 @@
 /* The version of the encoding written by ir_graph_serialize; the reader
  * accepts exactly this version.  2: constants are references into a
  * constants blob or to external tensors, no longer bytes inline. */
-#define IR_SERIAL_VERSION 3
+#define IR_SERIAL_VERSION 4
 
 /* Where a constant's bytes are: at an offset of the constants blob (the
  * bundle's constants section, format/constants.h), or external tensor

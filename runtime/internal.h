@@ -86,8 +86,12 @@ typedef struct {
   void **own;          /* per value: its own buffer, or NULL */
   void **vptr;         /* per value: where it lives during a run */
   void **argv;         /* every kernel's argument pointers, back to back */
-  int *argv_at;        /* per kernel: its first entry in argv */
+  int *argv_at;        /* per kernel: its first entry in argv (on the CPU nargs + 1 each: then the ranges) */
   CudaState *cu;       /* NULL on the CPU */
+  /* Ranged dims (ir.h): each range's value in this run (its max until a
+   * run sets it); inputs and outputs with a ranged axis are copied through
+   * own[v], laid out at the max. */
+  int64_t ranges[IR_MAX_RANGES];
 } RtRun;
 
 /* What was bound to one input or output slot. */

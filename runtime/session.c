@@ -114,7 +114,7 @@ static smelt_status place_intermediates(smelt_session *s) {
 
 /* ---- sessions: specialisations ---- */
 
-static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes);
+static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes, size_t want);
 
 /* The memory of the states and of the scatter results that update them
  * (ir.h: ir_state_of) is the session's state memory. */
@@ -152,15 +152,18 @@ static smelt_status make_run(smelt_session *s, int i) {
   const Graph *g = b->g;
   size_t nval = (size_t)g->nval, nargs = 0;
   for (int k = 0; k < b->nkernels; k++) nargs += (size_t)b->kernels[k].nargs;
+  /* on the CPU each kernel's arguments are followed by the ranges (format/kernel.h) */
+  size_t slots = nargs + (s->cuda ? 0 : (size_t)b->nkernels);
+  for (int r = 0; r < g->nranges; r++) s->r->ranges[r] = g->ranges[r].max;
   s->r->own = calloc(nval ? nval : 1, sizeof *s->r->own);
   s->r->vptr = calloc(nval ? nval : 1, sizeof *s->r->vptr);
-  s->r->argv = calloc(nargs ? nargs : 1, sizeof *s->r->argv);
+  s->r->argv = calloc(slots ? slots : 1, sizeof *s->r->argv);
   s->r->argv_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *s->r->argv_at);
   if (!s->r->own || !s->r->vptr || !s->r->argv || !s->r->argv_at)
     return st_error(ST_NO_MEMORY, "out of memory creating a session");
   for (int k = 0, at = 0; k < b->nkernels; k++) {
     s->r->argv_at[k] = at;
-    at += b->kernels[k].nargs;
+    at += b->kernels[k].nargs + (s->cuda ? 0 : 1);
   }
   if (s->cuda) return rt_cuda_session_create(s, nargs);
   place_states(s);
@@ -224,16 +227,65 @@ static const char *shape_str(const TensorType *t, char *buf, size_t cap) {
 
 static int slot_value(const Graph *g, bool input, int slot) { return input ? g->inputs[slot] : g->outputs[slot]; }
 
+/* The value d of range r (of graph g) that gives a ranged axis the extent
+ * e (extent a * d + b, ir.h), into rv[r]: false when no d in the range
+ * does, or rv[r] already holds another (-1: not known yet). */
+static bool solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv) {
+  int r = t->dyn[a] - 1;
+  int64_t num = e - t->dyn_b[a];
+  if (num < 0 || num % t->dyn_a[a]) return false;
+  int64_t d = num / t->dyn_a[a];
+  if (d < g->ranges[r].min || d > g->ranges[r].max || (rv[r] >= 0 && rv[r] != d)) return false;
+  rv[r] = d;
+  return true;
+}
+
 /* Whether specialisation sp takes binding bd in that input/output slot:
- * the same shape when bound with one, else the same size. */
-static bool takes(const smelt_bundle *sp, bool input, int slot, const Binding *bd) {
-  const TensorType *t = &sp->g->val[slot_value(sp->g, input, slot)].type;
+ * the same shape when bound with one, else the same size; a ranged axis
+ * takes any extent of its range, and fixes the range's value in rv
+ * (which must agree with what earlier bindings fixed). */
+static bool fits(const smelt_bundle *sp, bool input, int slot, const Binding *bd, int64_t *rv) {
+  const Graph *g = sp->g;
+  const TensorType *t = &g->val[slot_value(g, input, slot)].type;
+  int64_t save[IR_MAX_RANGES];
+  memcpy(save, rv, sizeof save);
+  bool ok = true;
   if (bd->shaped) {
-    if (bd->shape.rank != t->rank) return false;
-    for (int d = 0; d < t->rank; d++)
-      if (bd->shape.dim[d] != t->dim[d]) return false;
+    ok = bd->shape.rank == t->rank;
+    for (int d = 0; d < t->rank && ok; d++)
+      ok = t->dyn[d] ? solve_range(g, t, d, bd->shape.dim[d], rv) : bd->shape.dim[d] == t->dim[d];
+    if (ok) ok = bd->bytes == (size_t)ir_type_numel(&bd->shape) * dt_size(t->dt);
+  } else if (!ir_type_dynamic(t)) {
+    ok = ir_type_bytes(t) == bd->bytes;
+  } else {
+    /* by size: the one ranged axis (codegen/ranges.c) takes the rest */
+    size_t unit = dt_size(t->dt);
+    int a = -1;
+    for (int d = 0; d < t->rank; d++) {
+      if (t->dyn[d]) a = d;
+      else unit *= (size_t)t->dim[d];
+    }
+    ok = unit > 0 && bd->bytes % unit == 0 && solve_range(g, t, a, (int64_t)(bd->bytes / unit), rv);
   }
-  return ir_type_bytes(t) == bd->bytes;
+  if (!ok) memcpy(rv, save, sizeof save);
+  return ok;
+}
+
+static void ranges_unknown(int64_t *rv) {
+  for (int r = 0; r < IR_MAX_RANGES; r++) rv[r] = -1;
+}
+
+static bool takes(const smelt_bundle *sp, bool input, int slot, const Binding *bd) {
+  int64_t rv[IR_MAX_RANGES];
+  ranges_unknown(rv);
+  return fits(sp, input, slot, bd, rv);
+}
+
+/* The bytes of a tensor of type t with the ranges at rv. */
+static size_t run_bytes(const TensorType *t, const int64_t *rv) {
+  TensorType u = *t;
+  for (int a = 0; a < t->rank; a++) u.dim[a] = ir_type_extent(t, a, rv);
+  return ir_type_bytes(&u);
 }
 
 /* Checks a binding against specialisation sp (the message of a bundle of
@@ -242,12 +294,25 @@ static smelt_status check_against(const smelt_bundle *sp, bool input, int slot, 
   const Graph *g = sp->g;
   int v = slot_value(g, input, slot);
   const Value *val = &g->val[v];
+  if (ir_type_dynamic(&val->type)) {
+    char ty[128], sh[128], rs[160] = "";
+    if (takes(sp, input, slot, bd)) return check_binding(g, v, input ? "input" : "output", data, bd->bytes, bd->bytes);
+    for (int r = 0; r < g->nranges; r++) {
+      size_t k = strlen(rs);
+      snprintf(rs + k, sizeof rs - k, "%s%s in %lld..%lld", r ? ", " : "", g->ranges[r].name,
+               (long long)g->ranges[r].min, (long long)g->ranges[r].max);
+    }
+    if (bd->shaped) shape_str(&bd->shape, sh, sizeof sh);
+    else snprintf(sh, sizeof sh, "%zu bytes", bd->bytes);
+    return st_error(ST_INVALID_INPUT, "%s '%s' is %s (%s); the bound tensor has %s%s", input ? "input" : "output",
+                    val->name, ir_type_str(&val->type, ty, sizeof ty), rs, bd->shaped ? "shape " : "", sh);
+  }
   if (bd->shaped && !takes(sp, input, slot, bd) && ir_type_bytes(&val->type) == bd->bytes) {
     char ty[128], sh[128];
     return st_error(ST_INVALID_INPUT, "%s '%s' is %s; the bound tensor has shape %s", input ? "input" : "output",
                     val->name, ir_type_str(&val->type, ty, sizeof ty), shape_str(&bd->shape, sh, sizeof sh));
   }
-  return check_binding(g, v, input ? "input" : "output", data, bd->bytes);
+  return check_binding(g, v, input ? "input" : "output", data, bd->bytes, ir_type_bytes(&val->type));
 }
 
 /* Checks a binding before it is recorded: against the chosen
@@ -267,23 +332,41 @@ static smelt_status check_slot(smelt_session *s, bool input, int slot, const voi
 
 /* Picks the specialisation of the next run: the one chosen with
  * smelt_session_select, else the only one that takes every binding. */
+/* Whether specialisation sp takes every binding together, with the
+ * values of its ranges they fix in rv (-1: none fixes it). */
+static bool fits_all(const smelt_session *s, const smelt_bundle *sp, int64_t *rv) {
+  const Graph *g = s->root->g;
+  ranges_unknown(rv);
+  bool ok = true;
+  for (int k = 0; k < g->ninputs && ok; k++) ok = !s->in_bind[k].bound || fits(sp, true, k, &s->in_bind[k], rv);
+  for (int k = 0; k < g->noutputs && ok; k++) ok = !s->out_bind[k].bound || fits(sp, false, k, &s->out_bind[k], rv);
+  return ok;
+}
+
+/* Activates specialisation i for the next run, with its ranges at the
+ * values the bindings give (their max where none does). */
+static smelt_status activate_with_ranges(smelt_session *s, int i) {
+  RETURN_IF_ERROR(activate(s, i));
+  int64_t rv[IR_MAX_RANGES];
+  if (!fits_all(s, s->b, rv)) return NULL; /* check_against says which binding */
+  for (int r = 0; r < s->b->g->nranges; r++) s->r->ranges[r] = rv[r] >= 0 ? rv[r] : s->b->g->ranges[r].max;
+  return NULL;
+}
+
 static smelt_status choose(smelt_session *s) {
   const smelt_bundle *root = s->root;
-  if (s->pinned >= 0) return activate(s, s->pinned);
+  if (s->pinned >= 0) return activate_with_ranges(s, s->pinned);
   const Graph *g = root->g;
   int found = -1, count = 0;
   char list[512], fits[512] = "";
   for (int i = 0; i < root->nspecs; i++) {
-    bool ok = true;
-    for (int k = 0; k < g->ninputs && ok; k++) ok = !s->in_bind[k].bound || takes(root->specs[i], true, k, &s->in_bind[k]);
-    for (int k = 0; k < g->noutputs && ok; k++)
-      ok = !s->out_bind[k].bound || takes(root->specs[i], false, k, &s->out_bind[k]);
-    if (!ok) continue;
+    int64_t rv[IR_MAX_RANGES];
+    if (!fits_all(s, root->specs[i], rv)) continue;
     size_t n = strlen(fits);
     snprintf(fits + n, sizeof fits - n, "%s%s", count ? ", " : "", root->specs[i]->label);
     if (count++ == 0 || i == s->active) found = i;
   }
-  if (count == 1) return activate(s, found);
+  if (count == 1) return activate_with_ranges(s, found);
   if (count == 0) {
     /* each binding fits some specialisation, but not the same one */
     char what[1024] = "", sh[160];
@@ -583,7 +666,7 @@ static smelt_status check_positions(smelt_session *s) {
     if (slot < 0 || !s->in_ptr[slot]) continue;
     if (s->cuda && rt_cuda_is_device_pointer(s->dev, s->in_ptr[slot])) continue;
     const Value *pv = &g->val[iv];
-    int64_t cnt = ir_type_numel(&pv->type);
+    int64_t cnt = (int64_t)(run_bytes(&pv->type, s->r->ranges) / dt_size(pv->type.dt));
     for (int64_t j = 0; j < cnt; j++) {
       int64_t p = pv->type.dt == DT_I64 ? ((const int64_t *)s->in_ptr[slot])[j]
                   : pv->type.dt == DT_I32 ? ((const int32_t *)s->in_ptr[slot])[j]
@@ -607,6 +690,10 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   bool cuda;
   int ordinal;
   RETURN_IF_ERROR(parse_device(device, &cuda, &ordinal));
+  for (int i = 0; cuda && i < b->nspecs; i++)
+    if (b->specs[i]->g->nranges)
+      return st_error(ST_UNSUPPORTED, "specialisation %s has ranged dims, which run on the CPU only in this version",
+                      b->specs[i]->label[0] ? b->specs[i]->label : "0");
   if (!b->code)
     return st_error(ST_INVALID_INPUT, "%s: the bundle was opened without its machine code", fmt_file_path(b->file));
   if (!cuda && b->no_cpu) return st_error(ST_UNSUPPORTED, "%s", b->no_cpu);
@@ -690,6 +777,9 @@ static void tensor_info(const smelt_session *s, bool input, int slot, smelt_tens
   out->rank = val->type.rank;
   for (int i = 0; i < val->type.rank && i < 8; i++) {
     out->dims[i] = val->type.dim[i];
+    /* a ranged axis: its extent in the chosen specialisation's last (or
+     * next) run */
+    if (val->type.dyn[i]) out->dims[i] = s->r ? ir_type_extent(&val->type, i, s->r->ranges) : -1;
     for (int j = 0; !s->r && j < s->root->nspecs; j++) {
       const Graph *o = s->root->specs[j]->g;
       if (o->val[slot_value(o, input, slot)].type.dim[i] != val->type.dim[i]) out->dims[i] = -1;
@@ -719,9 +809,8 @@ static const char *name_list(const Graph *g, const int *vals, int n, char *buf, 
 }
 
 /* Checks size and alignment of memory bound to value v. */
-static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes) {
+static smelt_status check_binding(const Graph *g, int v, const char *what, const void *data, size_t bytes, size_t want) {
   const Value *val = &g->val[v];
-  size_t want = ir_type_bytes(&val->type);
   char ty[128];
   if (bytes != want)
     return st_error(ST_INVALID_INPUT, "%s '%s' is %s (%zu bytes); the bound memory has %zu bytes", what, val->name,
@@ -786,6 +875,40 @@ smelt_status smelt_session_bind_output(smelt_session *s, const char *name, void 
 }
 /* ---- running, on either device ---- */
 
+/* Copies between a tensor of type t with the ranges at rv, packed (run),
+ * and the same laid out at the max (full): the rows of its ranged axis
+ * are the leading ones of each block (ir.h). */
+static void copy_ranged(const TensorType *t, const int64_t *rv, void *full, const void *run, bool to_full) {
+  size_t es = dt_size(t->dt), before = 1, after = es;
+  int a = 0;
+  while (a < t->rank && !t->dyn[a]) a++;
+  for (int i = 0; i < a; i++) before *= (size_t)t->dim[i];
+  for (int i = a + 1; i < t->rank; i++) after *= (size_t)t->dim[i];
+  size_t e = (size_t)ir_type_extent(t, a, rv), m = (size_t)t->dim[a];
+  for (size_t p = 0; p < before; p++) {
+    char *f = (char *)full + p * m * after;
+    char *r = (char *)run + p * e * after;
+    if (to_full) memcpy(f, r, e * after);
+    else memcpy(r, f, e * after);
+  }
+}
+
+/* A graph input or output v with a ranged axis runs in a buffer of its own
+ * laid out at the max (zeroed once, so that rows beyond a run's are never
+ * uninitialised); an input is copied in from data. */
+static smelt_status stage(smelt_session *s, int v, const void *data) {
+  const Graph *g = s->b->g;
+  const Value *val = &g->val[v];
+  if (!s->r->own[v]) {
+    size_t n = ir_type_bytes(&val->type);
+    if (!(s->r->own[v] = rt_aligned_buffer(n))) return st_error(ST_NO_MEMORY, "out of memory: buffer of '%s'", val->name);
+    memset(s->r->own[v], 0, n);
+  }
+  s->r->vptr[v] = s->r->own[v];
+  if (data) copy_ranged(&val->type, s->r->ranges, s->r->own[v], data, true);
+  return NULL;
+}
+
 smelt_status rt_session_prepare(smelt_session *s) {
   RETURN_IF_ERROR(choose(s));
   const smelt_bundle *b = s->b;
@@ -807,8 +930,16 @@ smelt_status rt_session_prepare(smelt_session *s) {
   /* Outputs first, then inputs and constants over them: a value that is
    * both an input and an output is read from the input, and the output gets
    * a copy in rt_session_finish. */
-  for (int i = g->noutputs - 1; i >= 0; i--) s->r->vptr[g->outputs[i]] = s->out_ptr[i];
-  for (int i = 0; i < g->ninputs; i++) s->r->vptr[g->inputs[i]] = (void *)s->in_ptr[i];
+  for (int i = g->noutputs - 1; i >= 0; i--) {
+    int v = g->outputs[i];
+    s->r->vptr[v] = s->out_ptr[i];
+    if (ir_type_dynamic(&g->val[v].type)) RETURN_IF_ERROR(stage(s, v, NULL));
+  }
+  for (int i = 0; i < g->ninputs; i++) {
+    int v = g->inputs[i];
+    s->r->vptr[v] = (void *)s->in_ptr[i];
+    if (ir_type_dynamic(&g->val[v].type)) RETURN_IF_ERROR(stage(s, v, s->in_ptr[i]));
+  }
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
     void **argv = s->r->argv + s->r->argv_at[k];
@@ -818,6 +949,7 @@ smelt_status rt_session_prepare(smelt_session *s) {
        * constant or an input: their memory is only read. */
       argv[a] = g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
     }
+    argv[kn->nargs] = s->r->ranges;
   }
   return NULL;
 }
@@ -832,6 +964,24 @@ static void call_kernel(void *ctx, int64_t begin, int64_t end) {
   c->fn(c->args, begin, end);
 }
 
+/* A ranged kernel's tasks (format/kernel.h: KernelRange): [begin, end) of
+ * the outer * run * inner tasks this run has, back to back, become the
+ * pieces of the kernel's own task space that hold them. */
+typedef struct {
+  KernelCall call;
+  int64_t block, mid_inner; /* run * inner tasks per outer index; mid * inner */
+} RangedCall;
+
+static void call_ranged(void *ctx, int64_t begin, int64_t end) {
+  const RangedCall *c = ctx;
+  while (begin < end) {
+    int64_t o = begin / c->block, r = begin % c->block;
+    int64_t n = c->block - r < end - begin ? c->block - r : end - begin;
+    c->call.fn(c->call.args, o * c->mid_inner + r, o * c->mid_inner + r + n);
+    begin += n;
+  }
+}
+
 smelt_status rt_session_run_kernel(smelt_session *s, int i) {
   const Kernel *kn = &s->b->kernels[i];
   if (s->r->cu) {
@@ -841,10 +991,19 @@ smelt_status rt_session_run_kernel(smelt_session *s, int i) {
   }
   KernelCall c = {.fn = s->b->fns[i], .args = s->r->argv + s->r->argv_at[i]};
   double work = kn->bytes + kn->flops;
+  const KernelRange *rg = &kn->rg;
+  int64_t run = rg->range ? (int64_t)rg->a * s->r->ranges[rg->range - 1] + rg->b : 0;
+  if (rg->range && rg->mid > 0) work *= (double)run / (double)rg->mid;
   int max_parts = 0;
   if (work > 0) max_parts = work / RT_WORK_PER_THREAD >= 4096 ? 4096 : (int)(work / RT_WORK_PER_THREAD);
   if (work > 0 && max_parts < 1) max_parts = 1;
-  rt_pool_parallel_for(s->pool, kn->ntasks, max_parts, call_kernel, &c);
+  if (!rg->range) {
+    rt_pool_parallel_for(s->pool, kn->ntasks, max_parts, call_kernel, &c);
+    return NULL;
+  }
+  /* a ranged dim below its max: only the tasks of the rows this run has */
+  RangedCall rc = {.call = c, .block = run * rg->inner, .mid_inner = rg->mid * rg->inner};
+  if (rc.block > 0) rt_pool_parallel_for(s->pool, rg->outer * rc.block, max_parts, call_ranged, &rc);
   return NULL;
 }
 
@@ -854,6 +1013,10 @@ smelt_status rt_session_finish(smelt_session *s) {
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
     const void *src = g->val[v].kind == VK_CONST ? g->val[v].data : s->r->vptr[v];
+    if (ir_type_dynamic(&g->val[v].type)) {
+      copy_ranged(&g->val[v].type, s->r->ranges, (void *)src, s->out_ptr[i], false);
+      continue;
+    }
     size_t n = ir_type_bytes(&g->val[v].type);
     if (src != s->out_ptr[i] && n > 0) memmove(s->out_ptr[i], src, n);
   }

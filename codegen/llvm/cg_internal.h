@@ -59,6 +59,7 @@ struct CgFn {
   LLVMBuilderRef ab;       /* positioned at the end of entry */
   LLVMValueRef *base;      /* per argument: pointer to its storage element type */
   LLVMValueRef task_begin, task_end;
+  LLVMValueRef ranges;     /* i64 *: the run's value of each ranged dim (Graph.ranges) */
   int nin;                 /* arguments [0, nin) are inputs, [nin, nargs) outputs */
   int *arg_of;             /* per value: its argument index, -1 if none */
   bool *member;            /* per node: in this group */
@@ -143,6 +144,10 @@ LLVMValueRef cg_max(CgFn *f, LLVMValueRef a, LLVMValueRef b);
  * [0, n) (no division for the outermost dim, none at all when n == 1). */
 LLVMValueRef cg_linear(CgFn *f, const TensorType *t, LLVMValueRef const *coords);
 void cg_delinearize(CgFn *f, LLVMValueRef lin, const int64_t *dims, int n, LLVMValueRef *out);
+/* The extent of axis a of t in this run: dim[a], or a * d + b for a
+ * ranged axis (ir.h) with d read from the run's ranges. */
+LLVMValueRef cg_extent(CgFn *f, const TensorType *t, int a);
+
 /* Task range [tb, te) of ntasks mapped onto [0, total) in proportion. */
 void cg_task_span(CgFn *f, int64_t ntasks, int64_t total, LLVMValueRef *out_begin, LLVMValueRef *out_end);
 

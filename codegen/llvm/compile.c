@@ -219,7 +219,7 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
 
   /* NAME.body: one pointer per argument, then the task range */
   int na = k->nargs;
-  LLVMTypeRef *pt = malloc(sizeof(LLVMTypeRef) * (size_t)(na + 2));
+  LLVMTypeRef *pt = malloc(sizeof(LLVMTypeRef) * (size_t)(na + 3));
   CgFn *f = calloc(1, sizeof *f);
   int *arg_of = malloc(sizeof(int) * (size_t)(g->nval ? g->nval : 1));
   bool *member = calloc((size_t)(g->nnode ? g->nnode : 1), sizeof(bool));
@@ -233,7 +233,8 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
   }
   for (int i = 0; i < na; i++) pt[i] = m->t_ptr;
   pt[na] = pt[na + 1] = m->t_i64;
-  LLVMTypeRef body_ty = LLVMFunctionType(m->t_void, pt, (unsigned)na + 2, 0);
+  pt[na + 2] = m->t_ptr; /* the run's values of the ranged dims (format/kernel.h) */
+  LLVMTypeRef body_ty = LLVMFunctionType(m->t_void, pt, (unsigned)na + 3, 0);
   char name[128];
   snprintf(name, sizeof name, "%s.body", k->name);
   LLVMValueRef body = LLVMAddFunction(m->mod, name, body_ty);
@@ -278,6 +279,7 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
   }
   f->task_begin = LLVMGetParam(body, (unsigned)na);
   f->task_end = LLVMGetParam(body, (unsigned)na + 1);
+  f->ranges = LLVMBuildBitCast(f->ab, LLVMGetParam(body, (unsigned)na + 2), LLVMPointerType(m->t_i64, 0), "ranges");
   LLVMPositionBuilderAtEnd(m->b, start);
   st = emit_body(f);
   if (!st && m->err) {
@@ -298,7 +300,7 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
   LLVMValueRef api = LLVMAddFunction(m->mod, k->name, api_ty);
   add_attr(m, api, LLVMAttributeFunctionIndex, "nounwind");
   LLVMPositionBuilderAtEnd(m->b, LLVMAppendBasicBlockInContext(m->ctx, api, "entry"));
-  LLVMValueRef *cargs = malloc(sizeof(LLVMValueRef) * (size_t)(na + 2));
+  LLVMValueRef *cargs = malloc(sizeof(LLVMValueRef) * (size_t)(na + 3));
   if (!cargs) {
     st = st_error(ST_NO_MEMORY, "out of memory compiling kernel %s", k->name);
     goto done;
@@ -310,7 +312,12 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
   }
   cargs[na] = LLVMGetParam(api, 1);
   cargs[na + 1] = LLVMGetParam(api, 2);
-  LLVMBuildCall2(m->b, body_ty, body, cargs, (unsigned)na + 2, "");
+  cargs[na + 2] = LLVMConstNull(m->t_ptr);
+  if (g->nranges) {
+    LLVMValueRef idx = cg_i64(m, na);
+    cargs[na + 2] = LLVMBuildLoad2(m->b, m->t_ptr, LLVMBuildInBoundsGEP2(m->b, m->t_ptr, LLVMGetParam(api, 0), &idx, 1, ""), "");
+  }
+  LLVMBuildCall2(m->b, body_ty, body, cargs, (unsigned)na + 3, "");
   LLVMBuildRetVoid(m->b);
   free(cargs);
 done:

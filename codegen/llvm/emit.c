@@ -322,7 +322,17 @@ static bool node_step(CgFn *f, EmitFrame *fr, LLVMValueRef got, EmitNeed *need, 
       int64_t step = ir_attr_int(n, "step"), start, end, len;
       ir_slice_bounds(t0->dim[axis], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &start, &end, &len);
       memcpy(fr->ic, c, sizeof(LLVMValueRef) * (size_t)ot->rank);
-      fr->ic[axis] = cg_add(f, cg_i64(m, start), cg_mulc(f, c[axis], step));
+      LLVMValueRef st0 = cg_i64(m, start);
+      if (t0->dyn[axis]) {
+        /* along a ranged axis (step 1, codegen/ranges.c) a start counted
+         * from the end moves with this run's extent; one from the front
+         * stays (clamped to the extent, as ir_slice_bounds does) */
+        int64_t s0 = ir_attr_int(n, "start");
+        LLVMValueRef e = cg_extent(f, t0, axis);
+        st0 = s0 < 0 ? cg_add(f, e, cg_i64(m, s0)) : cg_min(f, cg_i64(m, s0), e);
+        st0 = LLVMBuildSelect(f->b, LLVMBuildICmp(f->b, LLVMIntSLT, st0, cg_i64(m, 0), ""), cg_i64(m, 0), st0, "");
+      }
+      fr->ic[axis] = cg_add(f, st0, cg_mulc(f, c[axis], step));
     } else if (n->op == OP_SPLIT) {
       int axis = ir_norm_axis(ir_attr_int(n, "axis"), t0->rank);
       int64_t off = 0;
@@ -578,6 +588,12 @@ void cg_store_loops(CgFn *f, const int *vals, int n) {
     cg_elemwise_space(t, &sp);
     int64_t total = sp.rows * sp.nchunks;
     if (total == 0) continue;
+    if (!cg_same_task_rows(f->k, t)) {
+      char ty[128];
+      cg_fail(m, ST_UNSUPPORTED, "kernel %s: result '%s' %s is stored over tasks that do not follow its ranged dim; "
+              "compile exact values of the dim instead", f->k->name, g->val[vals[i]].name, ir_type_str(t, ty, sizeof ty));
+      return;
+    }
     LLVMValueRef tb, te;
     cg_task_span(f, f->k->ntasks, total, &tb, &te);
     CgLoop lt;

@@ -137,6 +137,14 @@ static LLVMValueRef scale_task(CgFn *f, LLVMValueRef t, int64_t ntasks, int64_t 
   return LLVMBuildSelect(f->b, LLVMBuildICmp(f->b, LLVMIntEQ, t, cg_i64(m, ntasks), ""), cg_i64(m, total), r, "");
 }
 
+LLVMValueRef cg_extent(CgFn *f, const TensorType *t, int a) {
+  CgMod *m = f->m;
+  if (!t->dyn[a]) return cg_i64(m, t->dim[a]);
+  LLVMValueRef idx = cg_i64(m, t->dyn[a] - 1);
+  LLVMValueRef d = LLVMBuildLoad2(f->b, m->t_i64, LLVMBuildInBoundsGEP2(f->b, m->t_i64, f->ranges, &idx, 1, ""), "d");
+  return cg_add(f, cg_mulc(f, d, t->dyn_a[a]), cg_i64(m, t->dyn_b[a]));
+}
+
 void cg_task_span(CgFn *f, int64_t ntasks, int64_t total, LLVMValueRef *out_begin, LLVMValueRef *out_end) {
   *out_begin = scale_task(f, f->task_begin, ntasks, total);
   *out_end = scale_task(f, f->task_end, ntasks, total);

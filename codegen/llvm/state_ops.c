@@ -100,7 +100,11 @@ smelt_status cg_llvm_emit_scatter(CgFn *f) {
     cg_store_epilogue(f, c, cg_emit(f, dv, c));
     cg_loop_end(f, &le, false);
   }
-  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), cg_i64(m, nidx), "i");
+  /* with a ranged index count, the indices this run has */
+  LLVMValueRef nidx_run = cg_i64(m, nidx);
+  for (int a = 0; a < it->rank; a++)
+    if (it->dyn[a] && it->dim[a] > 0) nidx_run = cg_mulc(f, cg_extent(f, it, a), nidx / it->dim[a]);
+  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), nidx_run, "i");
   LLVMValueRef ic0[1] = {i};
   LLVMValueRef k = cg_convert(m, cg_emit(f, iv, ic0), it->dt, DT_I64);
   /* unsigned: a negative index is out of range too */

@@ -204,7 +204,7 @@ static void test_basic(void) {
 
 static void test_dims_override(void) {
   const char *p = write_text("dims.yaml", model_text);
-  FeDim d[2] = {{"seq", 2}, {"layers", 5}};
+  FeDim d[2] = {{"seq", 2, 0}, {"layers", 5, 0}};
   FeOptions o = {d, 2, DT_INVALID};
   Graph *g = load_ok(p, &o);
   if (g) {
@@ -213,10 +213,10 @@ static void test_dims_override(void) {
     CHECK(ir_find_value(g, "layer.4/y") >= 0 && ir_find_value(g, "layer.5/y") < 0);
     ir_graph_destroy(g);
   }
-  FeDim bad = {"sq", 2};
+  FeDim bad = {"sq", 2, 0};
   FeOptions ob = {&bad, 1, DT_INVALID};
   EXPECT_ERROR(p, &ob, "the model has no dim 'sq'");
-  FeDim neg = {"seq", 0};
+  FeDim neg = {"seq", 0, 0};
   FeOptions on = {&neg, 1, DT_INVALID};
   EXPECT_ERROR(p, &on, "must be positive");
   /* --dtype retypes inputs and params without a dtype of their own */
@@ -607,7 +607,7 @@ static void test_safetensors(void) {
 static void test_npy(void) {
   DType dts[] = {DT_F32, DT_F16, DT_F64, DT_I64, DT_I32, DT_I8, DT_U8, DT_BOOL};
   for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
-    TensorType t = {dts[i], 3, {2, 1, 3}};
+    TensorType t = {.dt = dts[i], .rank = 3, .dim = {2, 1, 3}};
     unsigned char data[6 * 8];
     for (int k = 0; k < 6; k++) dt_store(dts[i], data, (size_t)k, k % 2 ? k : 0);
     const char *p = tpath("rt.npy");
@@ -620,7 +620,7 @@ static void test_npy(void) {
     free(back);
   }
   /* scalar and 1-d shapes, and data aligned at 64 bytes as numpy writes it */
-  TensorType s0 = {DT_F32, 0, {0}}, s1 = {DT_F32, 1, {5}};
+  TensorType s0 = {.dt = DT_F32, .rank = 0, .dim = {0}}, s1 = {.dt = DT_F32, .rank = 1, .dim = {5}};
   float f[5] = {1, 2, 3, 4, 5};
   const char *p = tpath("s.npy");
   CHECK_OK(fe_npy_write(p, &s0, f));
@@ -638,7 +638,7 @@ static void test_npy(void) {
   CHECK(back && u.rank == 1 && u.dim[0] == 5 && ((float *)back)[4] == 5);
   free(back);
   /* bf16 is written as f32 (numpy has no bfloat16) */
-  TensorType tb = {DT_BF16, 1, {2}};
+  TensorType tb = {.dt = DT_BF16, .rank = 1, .dim = {2}};
   uint16_t bf[2] = {dt_f32_to_bf16(1.5f), dt_f32_to_bf16(-3.0f)};
   CHECK_OK(fe_npy_write(p, &tb, bf));
   CHECK_OK(fe_npy_read(p, &u, &back));
@@ -688,9 +688,9 @@ static void test_npy(void) {
    * [2^61, 0] of u8, which the writer refuses. */
   const int64_t big = (int64_t)1 << 61, half = (int64_t)1 << 30;
   TensorType shapes[] = {
-      {DT_U8, 2, {big, 0}},      {DT_U8, 2, {0, big}},        {DT_F32, 3, {half, half, 0}},
-      {DT_F32, 3, {half / 2, half, 0}}, {DT_I64, 2, {(int64_t)1 << 59, 0}}, {DT_F32, 1, {0}},
-      {DT_BOOL, 3, {big, big, 0}},
+      {.dt = DT_U8, .rank = 2, .dim = {big, 0}},      {.dt = DT_U8, .rank = 2, .dim = {0, big}},        {.dt = DT_F32, .rank = 3, .dim = {half, half, 0}},
+      {.dt = DT_F32, .rank = 3, .dim = {half / 2, half, 0}}, {.dt = DT_I64, .rank = 2, .dim = {(int64_t)1 << 59, 0}}, {.dt = DT_F32, .rank = 1, .dim = {0}},
+      {.dt = DT_BOOL, .rank = 3, .dim = {big, big, 0}},
   };
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
     const TensorType *t = &shapes[i];

@@ -267,10 +267,12 @@ static void test_round_trips(void) {
     CHECK(ir_state_update(sd, cs) == sc && ir_state_of(sd, out0(sd, sc)) == cs);
     ir_graph_destroy(sd);
   }
-  /* the last i32 is the state's value id: pointing it at a node result is refused */
+  /* the last i32 before the range count (u8 0) is the state's value id:
+   * pointing it at a node result is refused */
   if (sbuf) {
     unsigned char *bb = sbuf;
-    put32(bb + slen - 4, (uint32_t)out0(st, sm));
+    CHECK(bb[slen - 1] == 0);
+    put32(bb + slen - 5, (uint32_t)out0(st, sm));
     Graph *bad = NULL;
     smelt_status e = decode(bb, slen, &bad);
     CHECK(e && !bad && strstr(st_message(e), "which is not a free input"));
@@ -278,6 +280,43 @@ static void test_round_trips(void) {
   }
   free(sbuf);
   ir_graph_destroy(st);
+
+  /* ranged dims: the ranges and each value's ranged axes round-trip; an
+   * axis whose extent does not match its range's max is refused */
+  Graph *rg = ir_graph_create("ranged");
+  int rx = ir_add_input(rg, "x", tt(DT_F32, 2, (int64_t[]){16, 4}), (SrcLoc){0});
+  int rn = add1(rg, OP_NEG, 1, (int[]){rx}, "y", 2);
+  finish(rg, rn);
+  ir_add_output(rg, out0(rg, rn));
+  rg->ranges[0] = (IrRange){ir_graph_strdup(rg, "seq"), 2, 8};
+  rg->nranges = 1;
+  for (int v = 0; v < rg->nval; v++) {
+    rg->val[v].type.dyn[0] = 1;
+    rg->val[v].type.dyn_a[0] = 2; /* 2 * seq: 16 at the max 8 */
+    rg->val[v].type.dyn_b[0] = 0;
+  }
+  size_t rlen;
+  void *rbuf = encode(rg, &rlen);
+  Graph *rd = NULL;
+  if (rbuf) CHECK_OK(decode(rbuf, rlen, &rd));
+  if (rd) {
+    CHECK(rd->nranges == 1 && strcmp(rd->ranges[0].name, "seq") == 0 && rd->ranges[0].min == 2 && rd->ranges[0].max == 8);
+    CHECK(rd->val[rx].type.dyn[0] == 1 && rd->val[rx].type.dyn_a[0] == 2 && rd->val[rx].type.dyn[1] == 0);
+    int64_t d5[1] = {5};
+    CHECK(ir_type_extent(&rd->val[out0(rd, rn)].type, 0, d5) == 10);
+    ir_graph_destroy(rd);
+  }
+  if (rbuf) {
+    /* the range's max, the graph's last i64, made 9: 2 * 9 != 16 */
+    unsigned char *bb = rbuf;
+    bb[rlen - 8] = 9;
+    Graph *bad = NULL;
+    smelt_status e = decode(bb, rlen, &bad);
+    CHECK(e && !bad && strstr(st_message(e), "ranged extent does not match"));
+    st_free(e);
+  }
+  free(rbuf);
+  ir_graph_destroy(rg);
 
   /* the smallest graph: an input passed through; no file name */
   Graph *t = ir_graph_create("id");
@@ -394,7 +433,7 @@ static void test_bad_bytes(void) {
   EXPECT_REJECT(b, len, "bad magic");
   FRESH();
   put32(b + 4, 1);
-  EXPECT_REJECT(b, len, "unsupported encoding version 1 (this smelt reads version 3)");
+  EXPECT_REJECT(b, len, "unsupported encoding version 1 (this smelt reads version 4)");
   /* header: magic 4, version 4, "tiny" 8, "model.yaml" 14, two i64, then nval */
   size_t counts = 4 + 4 + 8 + 14 + 16;
   FRESH();
