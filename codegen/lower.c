@@ -374,8 +374,10 @@ smelt_status cg_single_node_groups(Graph *g) {
                      : fc == FC_CONTRACTION ? GK_CONTRACTION
                                             : GK_OPAQUE;
     int gi = ir_add_group(g, kind);
+    int *mem = gi < 0 ? NULL : ir_graph_alloc(g, sizeof(int));
+    if (!mem) return ir_graph_status(g);
     Group *gr = &g->groups[gi];
-    gr->nodes = ir_graph_alloc(g, sizeof(int));
+    gr->nodes = mem;
     gr->nodes[0] = i;
     gr->nnodes = 1;
     gr->anchor = i;

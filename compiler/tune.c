@@ -778,8 +778,8 @@ static smelt_status tune_job(Tuner *tu, const Graph *g, const Kernel *k, const J
       snprintf(r.rest, sizeof r.rest, "%s", j->key.rest);
       snprintf(r.variant, sizeof r.variant, "%s", c[best].used);
       row_note(tu, k, c[best].ms, best == 0 ? 0 : speedup, r.note, sizeof r.note);
-      cg_tune_table_put(tu->table, &r);
-      *out_put = true;
+      if (cg_tune_table_put(tu->table, &r)) *out_put = true;
+      else st = st_error(ST_NO_MEMORY, "out of memory in the tuning table");
     }
   }
   job_buffers_free(tu, &b);
@@ -853,7 +853,7 @@ static smelt_status table_open(Tuner *tu) {
   if (errno != ENOENT)
     return st_error(ST_IO, "%s: error: cannot read the tuning table: %s", tu->out_path, strerror(errno));
   tu->table = cg_tune_table_new();
-  return NULL;
+  return tu->table ? NULL : st_error(ST_NO_MEMORY, "out of memory");
 }
 
 /* The GPU, and the arch it runs (o->arch, else the GPU's, else in a dry run

@@ -650,7 +650,7 @@ static void scope_free(Scope *s) {
 
 /* The IR name of a local name, in the graph's arena. */
 static const char *ir_name(Loader *L, const Scope *s, const char *local) {
-  return arena_printf(&L->g->arena, "%s%s", s->prefix, local);
+  return ir_graph_printf(L->g, "%s%s", s->prefix, local);
 }
 
 static const char *shape_str(int rank, const int64_t *dim, char *buf, size_t cap) {
@@ -851,7 +851,7 @@ static smelt_status param_init(Loader *L, yaml_node_t *n, const char *pname, con
       dt_store(t->dt, data, (size_t)i, std * r * cos(a));
       if (i + 1 < count) dt_store(t->dt, data, (size_t)i + 1, std * r * sin(a));
     }
-    *desc = arena_printf(&L->g->arena, "normal(%g)", std);
+    *desc = ir_graph_printf(L->g, "normal(%g)", std);
     return NULL;
   }
   yaml_node_t *lohi;
@@ -863,7 +863,7 @@ static smelt_status param_init(Loader *L, yaml_node_t *n, const char *pname, con
   if (!(lo <= hi) || isinf(lo) || isinf(hi))
     return errf(L, arg, "%s: need finite LO <= HI, got %s", what, render(L, arg, tmp, sizeof tmp));
   for (int64_t i = 0; i < count; i++) dt_store(t->dt, data, (size_t)i, lo + (hi - lo) * unit_draw(&state));
-  *desc = arena_printf(&L->g->arena, "uniform(%g,%g)", lo, hi);
+  *desc = ir_graph_printf(L->g, "uniform(%g,%g)", lo, hi);
   return NULL;
 }
 
@@ -996,7 +996,7 @@ static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const 
     for (int64_t i = 0; i < count; i++) dt_store(t->dt, data, (size_t)i, dt_load(w->dt, tmp, (size_t)i));
     free(tmp);
   }
-  *desc = arena_printf(&L->g->arena, "from(%s)", tname);
+  *desc = ir_graph_printf(L->g, "from(%s)", tname);
   return NULL;
 }
 
@@ -1027,6 +1027,7 @@ static smelt_status load_param(Loader *L, Scope *s, yaml_node_t *k, yaml_node_t 
   L->const_bytes += bytes;
   int id = ir_add_const(L->g, full, t, NULL, loc_of(L, k));
   void *data = L->g->val[id].data;
+  if (!data) return ir_graph_status(L->g);
   const char *desc = "value";
   if (src[0]) RETURN_IF_ERROR(param_init(L, src[0], full, &t, data, &desc));
   else if (src[1]) RETURN_IF_ERROR(param_value(L, src[1], full, &t, data));
@@ -1251,7 +1252,7 @@ static smelt_status instantiate_block(Loader *L, const Scope *s, const char *bna
                                       int copy, const int *in_vals, int *out_vals) {
   Scope cs;
   memset(&cs, 0, sizeof cs);
-  cs.prefix = arena_printf(&L->g->arena, "%s%s.%d/", s->prefix, bname, number);
+  cs.prefix = ir_graph_printf(L->g, "%s%s.%d/", s->prefix, bname, number);
   cs.copy = copy;
   if (!cs.prefix) return st_error(ST_NO_MEMORY, "out of memory");
   yaml_node_t *bin = map_find(L, block, "inputs"), *bout = map_find(L, block, "outputs");
@@ -1589,7 +1590,7 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
   snprintf(defname, sizeof defname, "%.*s", (int)(blen && blen < 200 ? blen : 200), blen ? base : "model");
   L->g = ir_graph_create(defname);
   if (!L->g) return st_error(ST_NO_MEMORY, "out of memory");
-  L->g->file = arena_strdup(&L->g->arena, path);
+  L->g->file = ir_graph_strdup(L->g, path);
   L->file = L->g->file;
   if (strrchr(path, '/')) {
     L->dir = strndup(path, (size_t)(strrchr(path, '/') - path));
@@ -1613,7 +1614,7 @@ static smelt_status load_model(Loader *L, const char *path, const FeOptions *opt
   if ((v = map_find(L, root, "name"))) {
     const char *name;
     RETURN_IF_ERROR(get_text(L, v, "name", &name));
-    L->g->name = arena_strdup(&L->g->arena, name);
+    L->g->name = ir_graph_strdup(L->g, name);
   }
   if ((v = map_find(L, root, "seed"))) {
     int64_t seed;
@@ -1733,6 +1734,12 @@ smelt_status fe_load_yaml(const char *path, const FeOptions *opts, Graph **out_g
   memset(&L, 0, sizeof L);
   L.file = path;
   smelt_status st = load_model(&L, path, opts);
+  /* out of memory while building the graph: whatever error the scratch
+   * storage led to later, that is the error (ir.h, "Out of memory") */
+  if (L.g && L.g->oom) {
+    st_free(st);
+    st = ir_graph_status(L.g);
+  }
   if (L.have_doc) yaml_document_delete(&L.doc);
   for (int i = 0; i < L.nweights; i++) fe_safetensors_close(L.weights[i]);
   free(L.dims);

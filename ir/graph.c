@@ -7,39 +7,64 @@
  * later drops dead nodes and restores topological order with a stable
  * depth-first sort, so passes may append nodes wherever convenient. */
 #include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
 
-static void *xrealloc(void *p, size_t n) {
-  void *q = realloc(p, n);
-  if (!q && n) {
-    fputs("smelt: out of memory\n", stderr);
-    abort();
+/* Out of memory.  Adding to a graph does not fail where it is called (a
+ * frontend or a pass adds many values and nodes between two points where it
+ * returns a status): a failed allocation marks the graph (g->oom, as ByteBuf
+ * marks itself in ir/bytes.c) and the call carries on with scratch storage
+ * that is safe to read and write, so that the caller can finish its step and
+ * return ir_graph_status(g), ST_NO_MEMORY.  A graph so marked is only fit to
+ * be destroyed.  The scratch: a value or node that found no room is built in
+ * the slot past the end of its array (there is always one: reserve()) and
+ * not counted; operand and result lists too long for the arena go to a
+ * per-thread buffer; a name becomes ""; a node whose attributes could not
+ * be stored has none and reads every attribute as zero (lost_attrs). */
+enum { SINK_IDS = 1024, SINK_INTS = 64 };
+static _Thread_local int sink_in[SINK_IDS], sink_out[SINK_IDS];
+static _Thread_local Attr sink_attr;
+static const int64_t zero_ints[SINK_INTS];
+static const Attr lost_attrs[1];
+static const Attr zero_attr = {.name = "", .type = AT_INT, .ints = zero_ints, .s = ""};
+
+/* Makes room for n + 2 elements in *arr (the next one and the spare slot);
+ * false, with the graph marked, when there is no memory for it. */
+static bool reserve(Graph *g, void **arr, int n, int *cap, size_t elem) {
+  if (n + 2 <= *cap) return true;
+  int c = *cap ? *cap : 8;
+  while (c < n + 2) c *= 2;
+  void *p = realloc(*arr, (size_t)c * elem);
+  if (!p) {
+    g->oom = true;
+    return false;
   }
-  return q;
+  *arr = p;
+  *cap = c;
+  return true;
 }
 
-static void *xarena(Arena *a, size_t n) {
-  void *p = arena_alloc(a, n);
-  if (!p) {
-    fputs("smelt: out of memory\n", stderr);
-    abort();
-  }
+static void *xarena(Graph *g, size_t n) {
+  void *p = arena_alloc(&g->arena, n);
+  if (!p) g->oom = true;
   return p;
 }
 
-static const char *xstrdup(Graph *g, const char *s) { return s ? strcpy(xarena(&g->arena, strlen(s) + 1), s) : NULL; }
+static const char *xstrdup(Graph *g, const char *s) {
+  if (!s) return NULL;
+  char *p = xarena(g, strlen(s) + 1);
+  return p ? strcpy(p, s) : "";
+}
 
-#define GROW(arr, n, cap)                                                   \
-  do {                                                                      \
-    if ((n) == (cap)) {                                                     \
-      (cap) = (cap) ? 2 * (cap) : 16;                                       \
-      (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));               \
-    }                                                                       \
-  } while (0)
+#define GROW(gr, arr, n, cap) reserve((gr), (void **)&(arr), (n), &(cap), sizeof *(arr))
+
+smelt_status ir_graph_status(const Graph *g) {
+  return g->oom ? st_error(ST_NO_MEMORY, "out of memory building the graph") : NULL;
+}
 
 int64_t ir_type_numel(const TensorType *t) {
   int64_t n = 1;
@@ -81,6 +106,13 @@ Graph *ir_graph_create(const char *name) {
   Graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
   g->name = xstrdup(g, name ? name : "model");
+  /* the spare slots exist from the start */
+  GROW(g, g->val, 0, g->cap_val);
+  GROW(g, g->node, 0, g->cap_node);
+  if (g->oom) {
+    ir_graph_destroy(g);
+    return NULL;
+  }
   return g;
 }
 
@@ -97,22 +129,23 @@ void ir_graph_destroy(Graph *g) {
 }
 
 static int new_value(Graph *g, const char *name, ValueKind kind, SrcLoc loc) {
-  GROW(g->val, g->nval, g->cap_val);
-  Value *v = &g->val[g->nval];
+  bool room = GROW(g, g->val, g->nval, g->cap_val);
+  int id = g->nval; /* without room, the spare slot (see "Out of memory") */
+  Value *v = &g->val[id];
   memset(v, 0, sizeof *v);
   v->name = xstrdup(g, name);
   v->kind = kind;
   v->node = -1;
   v->loc = loc;
   v->mem_offset = -1;
-  return g->nval++;
+  if (room) g->nval++;
+  return id;
 }
 
 int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc) {
   int v = new_value(g, name, VK_INPUT, loc);
   g->val[v].type = t;
-  GROW(g->inputs, g->ninputs, g->cap_inputs);
-  g->inputs[g->ninputs++] = v;
+  if (GROW(g, g->inputs, g->ninputs, g->cap_inputs)) g->inputs[g->ninputs++] = v;
   return v;
 }
 
@@ -120,8 +153,7 @@ int ir_add_state(Graph *g, const char *name, TensorType t, SrcLoc loc) {
   int v = new_value(g, name, VK_INPUT, loc);
   g->val[v].type = t;
   g->val[v].state = true;
-  GROW(g->states, g->nstates, g->cap_states);
-  g->states[g->nstates++] = v;
+  if (GROW(g, g->states, g->nstates, g->cap_states)) g->states[g->nstates++] = v;
   return v;
 }
 
@@ -147,8 +179,8 @@ int ir_state_of(const Graph *g, int v) {
 int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc) {
   int v = new_value(g, name, VK_CONST, loc);
   size_t n = ir_type_bytes(&t);
-  void *p = xarena(&g->arena, n ? n : 1);
-  if (data) memcpy(p, data, n);
+  void *p = xarena(g, n ? n : 1); /* NULL when out of memory: see ir.h */
+  if (data && p) memcpy(p, data, n);
   g->val[v].type = t;
   g->val[v].data = p;
   return v;
@@ -157,17 +189,21 @@ int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, Src
 int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *const *out_names,
                 SrcLoc loc) {
   assert(op >= 0 && op < OP_COUNT && nin >= 0 && nout >= 1);
-  GROW(g->node, g->nnode, g->cap_node);
-  int id = g->nnode++;
+  bool room = GROW(g, g->node, g->nnode, g->cap_node);
+  int id = g->nnode; /* without room, the spare slot */
+  if (room) g->nnode++;
   Node *n = &g->node[id];
   memset(n, 0, sizeof *n);
   n->op = op;
+  n->in = xarena(g, sizeof(int) * (size_t)(nin ? nin : 1));
+  n->out = xarena(g, sizeof(int) * (size_t)nout);
+  if (!n->in) n->in = sink_in, nin = nin < SINK_IDS ? nin : SINK_IDS;
+  if (!n->out) n->out = sink_out, nout = nout < SINK_IDS ? nout : SINK_IDS;
   n->nin = nin;
   n->nout = nout;
-  n->in = xarena(&g->arena, sizeof(int) * (size_t)(nin ? nin : 1));
-  n->out = xarena(&g->arena, sizeof(int) * (size_t)nout);
   for (int i = 0; i < nin; i++) {
-    assert(in[i] >= 0 && in[i] < g->nval);
+    /* a value added without room sits just past the end */
+    assert(in[i] >= 0 && in[i] < g->nval + (g->oom ? 1 : 0));
     n->in[i] = in[i];
   }
   n->loc = loc;
@@ -181,8 +217,27 @@ int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *c
   return id;
 }
 
-void *ir_graph_alloc(Graph *g, size_t bytes) { return xarena(&g->arena, bytes ? bytes : 1); }
+void *ir_graph_alloc(Graph *g, size_t bytes) { return xarena(g, bytes ? bytes : 1); }
 const char *ir_graph_strdup(Graph *g, const char *s) { return xstrdup(g, s); }
+
+const char *ir_graph_printf(Graph *g, const char *fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  va_end(ap);
+  if (n < 0) return "";
+  char *p = xarena(g, (size_t)n + 1);
+  if (!p) return "";
+  if ((size_t)n < sizeof small) {
+    memcpy(p, small, (size_t)n + 1);
+  } else {
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+  }
+  return p;
+}
 
 const char *ir_group_kind_name(GroupKind k) {
   static const char *names[] = {"elementwise", "reduction", "contraction", "opaque"};
@@ -190,7 +245,11 @@ const char *ir_group_kind_name(GroupKind k) {
 }
 
 int ir_add_group(Graph *g, GroupKind kind) {
-  Group *ng = xrealloc(g->groups, sizeof(Group) * (size_t)(g->ngroups + 1));
+  Group *ng = realloc(g->groups, sizeof(Group) * (size_t)(g->ngroups + 1));
+  if (!ng) {
+    g->oom = true;
+    return -1;
+  }
   g->groups = ng;
   Group *gr = &g->groups[g->ngroups];
   memset(gr, 0, sizeof *gr);
@@ -200,8 +259,7 @@ int ir_add_group(Graph *g, GroupKind kind) {
 }
 
 void ir_add_output(Graph *g, int value) {
-  GROW(g->outputs, g->noutputs, g->cap_outputs);
-  g->outputs[g->noutputs++] = value;
+  if (GROW(g, g->outputs, g->noutputs, g->cap_outputs)) g->outputs[g->noutputs++] = value;
 }
 
 /* A value is live when it is an input, a used constant, or produced by a
@@ -222,7 +280,13 @@ static Attr *attr_slot(Graph *g, int node, const char *name) {
   Node *n = &g->node[node];
   for (int i = 0; i < n->nattr; i++)
     if (strcmp(n->attr[i].name, name) == 0) return &n->attr[i];
-  Attr *a = xarena(&g->arena, sizeof(Attr) * (size_t)(n->nattr + 1));
+  /* out of memory: the node keeps no attributes (see "Out of memory") */
+  Attr *a = n->attr == lost_attrs ? NULL : xarena(g, sizeof(Attr) * (size_t)(n->nattr + 1));
+  if (!a) {
+    n->attr = (Attr *)lost_attrs, n->nattr = 0;
+    memset(&sink_attr, 0, sizeof sink_attr);
+    return &sink_attr;
+  }
   if (n->nattr) memcpy(a, n->attr, sizeof(Attr) * (size_t)n->nattr);
   n->attr = a;
   Attr *s = &a[n->nattr++];
@@ -251,11 +315,11 @@ void ir_set_attr_float(Graph *g, int node, const char *name, double v) {
 
 void ir_set_attr_ints(Graph *g, int node, const char *name, const int64_t *v, int n) {
   Attr *a = attr_slot(g, node, name);
-  int64_t *p = xarena(&g->arena, sizeof(int64_t) * (size_t)(n ? n : 1));
-  if (n) memcpy(p, v, sizeof(int64_t) * (size_t)n);
+  int64_t *p = xarena(g, sizeof(int64_t) * (size_t)(n ? n : 1));
+  if (p && n) memcpy(p, v, sizeof(int64_t) * (size_t)n);
   a->type = AT_INTS;
-  a->ints = p;
-  a->n = n;
+  a->ints = p ? p : zero_ints;
+  a->n = p ? n : 0;
 }
 
 void ir_set_attr_dtype(Graph *g, int node, const char *name, DType dt) {
@@ -308,6 +372,7 @@ const Attr *ir_attr(const Node *n, const char *name) {
 
 static const Attr *must_attr(const Node *n, const char *name) {
   const Attr *a = ir_attr(n, name);
+  if (!a && n->attr == lost_attrs) return &zero_attr; /* out of memory: the graph is marked */
   if (!a) {
     fprintf(stderr, "smelt: internal error: %s node lacks attribute '%s'\n", ir_op_name(n->op), name);
     abort();
@@ -348,8 +413,8 @@ void ir_replace_all_uses(Graph *g, int from, int to) {
 }
 
 int *ir_use_counts(const Graph *g) {
-  int *c = xrealloc(NULL, sizeof(int) * (size_t)(g->nval ? g->nval : 1));
-  memset(c, 0, sizeof(int) * (size_t)(g->nval ? g->nval : 1));
+  int *c = calloc((size_t)(g->nval ? g->nval : 1), sizeof(int));
+  if (!c) return NULL;
   for (int i = 0; i < g->nnode; i++) {
     const Node *n = &g->node[i];
     if (n->dead) continue;
@@ -409,8 +474,10 @@ smelt_status ir_graph_compact(Graph *g) {
       }
     }
   }
+  /* room for the spare slot too (see "Out of memory") */
+  Node *nodes = st ? NULL : malloc(sizeof(Node) * ((size_t)norder + 2));
+  if (!st && !nodes) st = st_error(ST_NO_MEMORY, "out of memory");
   if (!st) {
-    Node *nodes = xrealloc(NULL, sizeof(Node) * (size_t)(norder ? norder : 1));
     int *newid = state; /* reuse: old id -> new id */
     for (int i = 0; i < n; i++) newid[i] = -1;
     for (int i = 0; i < norder; i++) {
@@ -435,7 +502,8 @@ smelt_status ir_graph_compact(Graph *g) {
     }
     free(g->node);
     g->node = nodes;
-    g->nnode = g->cap_node = norder;
+    g->nnode = norder;
+    g->cap_node = norder + 2;
   }
   free(state), free(order), free(stack), free(pos);
   return st;
@@ -448,13 +516,15 @@ int ir_norm_axis(int64_t axis, int rank) {
   return axis >= 0 && axis < rank ? (int)axis : -1;
 }
 
+/* A clone that runs out of memory is destroyed (NULL): every step below
+ * checks c->oom before it copies into what it allocated. */
 Graph *ir_graph_clone(const Graph *g) {
   Graph *c = ir_graph_create(g->name);
   if (!c) return NULL;
   c->file = xstrdup(c, g->file);
-  for (int v = 0; v < g->nval; v++) {
+  for (int v = 0; v < g->nval && !c->oom; v++) {
     const Value *s = &g->val[v];
-    GROW(c->val, c->nval, c->cap_val);
+    if (!GROW(c, c->val, c->nval, c->cap_val)) break;
     Value *d = &c->val[c->nval++];
     *d = *s;
     d->name = xstrdup(c, s->name);
@@ -462,12 +532,13 @@ Graph *ir_graph_clone(const Graph *g) {
     if (s->init) d->init = xstrdup(c, s->init);
     if (s->kind == VK_CONST && s->data) {
       size_t n = ir_type_bytes(&s->type);
-      d->data = xarena(&c->arena, n ? n : 1);
+      if (!(d->data = xarena(c, n ? n : 1))) break;
       memcpy(d->data, s->data, n);
     }
     if (s->source) { /* into the clone's arena, like everything else */
-      IrSource *src = xarena(&c->arena, sizeof *src);
-      IrCopy *cp = xarena(&c->arena, sizeof *cp * (size_t)(s->source->ncopies ? s->source->ncopies : 1));
+      IrSource *src = xarena(c, sizeof *src);
+      IrCopy *cp = xarena(c, sizeof *cp * (size_t)(s->source->ncopies ? s->source->ncopies : 1));
+      if (!src || !cp) break;
       for (int k = 0; k < s->source->ncopies; k++) {
         cp[k] = s->source->copies[k];
         cp[k].file = xstrdup(c, cp[k].file);
@@ -478,50 +549,54 @@ Graph *ir_graph_clone(const Graph *g) {
       d->source = src;
     }
   }
-  for (int i = 0; i < g->nnode; i++) {
+  for (int i = 0; i < g->nnode && !c->oom; i++) {
     const Node *s = &g->node[i];
-    GROW(c->node, c->nnode, c->cap_node);
+    if (!GROW(c, c->node, c->nnode, c->cap_node)) break;
     Node *d = &c->node[c->nnode++];
     *d = *s;
     d->loc.file = c->file;
-    d->in = xarena(&c->arena, sizeof(int) * (size_t)(s->nin ? s->nin : 1));
-    d->out = xarena(&c->arena, sizeof(int) * (size_t)s->nout);
+    d->in = xarena(c, sizeof(int) * (size_t)(s->nin ? s->nin : 1));
+    d->out = xarena(c, sizeof(int) * (size_t)s->nout);
+    d->attr = xarena(c, sizeof(Attr) * (size_t)(s->nattr ? s->nattr : 1));
+    if (!d->in || !d->out || !d->attr) break;
     memcpy(d->in, s->in, sizeof(int) * (size_t)s->nin);
     memcpy(d->out, s->out, sizeof(int) * (size_t)s->nout);
-    d->attr = xarena(&c->arena, sizeof(Attr) * (size_t)(s->nattr ? s->nattr : 1));
     for (int a = 0; a < s->nattr; a++) {
       d->attr[a] = s->attr[a];
       d->attr[a].name = xstrdup(c, s->attr[a].name);
       if (s->attr[a].s) d->attr[a].s = xstrdup(c, s->attr[a].s);
       if (s->attr[a].type == AT_INTS) {
-        int64_t *p = xarena(&c->arena, sizeof(int64_t) * (size_t)(s->attr[a].n ? s->attr[a].n : 1));
+        int64_t *p = xarena(c, sizeof(int64_t) * (size_t)(s->attr[a].n ? s->attr[a].n : 1));
+        if (!p) break;
         memcpy(p, s->attr[a].ints, sizeof(int64_t) * (size_t)s->attr[a].n);
         d->attr[a].ints = p;
       }
     }
   }
-  for (int i = 0; i < g->ninputs; i++) {
-    GROW(c->inputs, c->ninputs, c->cap_inputs);
-    c->inputs[c->ninputs++] = g->inputs[i];
-  }
+  for (int i = 0; i < g->ninputs; i++)
+    if (GROW(c, c->inputs, c->ninputs, c->cap_inputs)) c->inputs[c->ninputs++] = g->inputs[i];
   for (int i = 0; i < g->noutputs; i++) ir_add_output(c, g->outputs[i]);
-  for (int i = 0; i < g->nstates; i++) {
-    GROW(c->states, c->nstates, c->cap_states);
-    c->states[c->nstates++] = g->states[i];
-  }
+  for (int i = 0; i < g->nstates; i++)
+    if (GROW(c, c->states, c->nstates, c->cap_states)) c->states[c->nstates++] = g->states[i];
   for (int i = 0; i < g->nranges; i++) {
     c->ranges[i] = g->ranges[i];
     c->ranges[i].name = xstrdup(c, g->ranges[i].name);
   }
   c->nranges = g->nranges;
-  for (int k = 0; k < g->ngroups; k++) {
+  for (int k = 0; k < g->ngroups && !c->oom; k++) {
     const Group *s = &g->groups[k];
     int id = ir_add_group(c, s->kind);
+    if (id < 0) break;
     Group *d = &c->groups[id];
     *d = *s;
-    d->nodes = xarena(&c->arena, sizeof(int) * (size_t)(s->nnodes ? s->nnodes : 1));
+    d->nodes = xarena(c, sizeof(int) * (size_t)(s->nnodes ? s->nnodes : 1));
+    if (!d->nodes) break;
     memcpy(d->nodes, s->nodes, sizeof(int) * (size_t)s->nnodes);
     d->kernel = xstrdup(c, s->kernel);
+  }
+  if (c->oom) {
+    ir_graph_destroy(c);
+    return NULL;
   }
   c->arena_bytes = g->arena_bytes;
   c->unplanned_bytes = g->unplanned_bytes;

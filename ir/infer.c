@@ -697,6 +697,8 @@ static smelt_status check_storage_only(const Graph *g, const Node *n) {
 /* Checks operand counts, runs the rule, then guards against sizes whose byte
  * counts overflow: later stages multiply them freely. */
 smelt_status ir_infer_node(Graph *g, int node) {
+  /* a node built out of memory may lack operands and attributes */
+  if (g->oom) return ir_graph_status(g);
   Node *n = &g->node[node];
   const OpInfo *oi = ir_op_info(n->op);
   if (n->nin < oi->min_in || n->nin > oi->max_in) {

@@ -205,12 +205,26 @@ typedef struct Graph {
   int ngroups;
   int64_t arena_bytes;   /* plan-memory: size of the activation arena; 0 = not planned */
   int64_t unplanned_bytes; /* plan-memory: sum of all intermediates without sharing */
+  /* An allocation failed while the graph was built or rewritten: the
+   * functions below carried on with scratch storage (ir/graph.c, "Out of
+   * memory") and the graph is only fit to be destroyed. */
+  bool oom;
 } Graph;
 
-/* Objects returned by ir_graph_create are owned by the caller. */
+/* Out of memory.  The functions that add to a graph do not fail: when
+ * memory runs out they mark the graph (g->oom) and return ids and storage
+ * that are safe to use, so a frontend or a pass finishes its step and then
+ * returns ir_graph_status(g).  The exceptions, which the caller checks:
+ * ir_add_const leaves .data NULL, ir_graph_alloc returns NULL, ir_add_group
+ * returns -1, ir_use_counts and ir_graph_clone return NULL. */
+/* ST_NO_MEMORY when g is marked out of memory, else NULL. */
+smelt_status ir_graph_status(const Graph *g) SMELT_MUST_USE;
+
+/* Objects returned by ir_graph_create are owned by the caller; NULL when
+ * out of memory. */
 Graph *ir_graph_create(const char *name);
 void ir_graph_destroy(Graph *g);
-/* A deep copy (constants included). */
+/* A deep copy (constants included); NULL when out of memory. */
 Graph *ir_graph_clone(const Graph *g);
 
 int ir_add_input(Graph *g, const char *name, TensorType t, SrcLoc loc);
@@ -222,7 +236,8 @@ int ir_state_update(const Graph *g, int state);
 /* For a value that lives in a state's memory (a state, or the result of
  * the scatter that updates it), that state's value id; else -1. */
 int ir_state_of(const Graph *g, int v);
-/* data is copied into the graph; NULL leaves the constant zero-filled. */
+/* data is copied into the graph; NULL leaves the constant zero-filled.
+ * Out of memory: the value's .data is NULL. */
 int ir_add_const(Graph *g, const char *name, TensorType t, const void *data, SrcLoc loc);
 /* Adds a node with fresh output values named out_names[i] (types left
  * DT_INVALID until ir_infer_node). Returns the node id. */
@@ -230,11 +245,14 @@ int ir_add_node(Graph *g, Op op, int nin, const int *in, int nout, const char *c
                 SrcLoc loc);
 void ir_add_output(Graph *g, int value);
 /* Adds an empty group and returns its id; members are set by the caller
- * (nodes array allocated with ir_graph_alloc). */
+ * (nodes array allocated with ir_graph_alloc).  -1 when out of memory. */
 int ir_add_group(Graph *g, GroupKind kind);
-/* Memory owned by the graph (zeroed, freed with it). */
+/* Memory owned by the graph (zeroed, freed with it); NULL when out of memory. */
 void *ir_graph_alloc(Graph *g, size_t bytes);
+/* A copy in the graph's arena; "" when out of memory (the graph is marked). */
 const char *ir_graph_strdup(Graph *g, const char *s);
+/* A formatted string in the graph's arena; "" when out of memory (marked). */
+const char *ir_graph_printf(Graph *g, const char *fmt, ...) SMELT_PRINTF(2, 3);
 /* Looks a value up by name among live values; -1 if absent. */
 int ir_find_value(const Graph *g, const char *name);
 
@@ -262,7 +280,8 @@ smelt_status ir_infer_node(Graph *g, int node) SMELT_MUST_USE;
 void ir_replace_all_uses(Graph *g, int from, int to);
 /* use_count[v] = number of node operands plus graph outputs that name v,
  * plus one for the scatter result that updates a state (the next run reads it).
- * The array has g->nval entries and is owned by the caller (free()). */
+ * The array has g->nval entries and is owned by the caller (free());
+ * NULL when out of memory. */
 int *ir_use_counts(const Graph *g);
 /* Sorts live nodes topologically (stable), drops dead ones; value ids stay,
  * node ids change (group member lists are renumbered with them). */

@@ -123,7 +123,7 @@ void ir_print(FILE *f, const Graph *g) {
     fputc('\n', f);
   }
   for (int v = 0; v < g->nval; v++)
-    if (g->val[v].kind == VK_CONST && uses[v] > 0) print_const(f, &g->val[v]);
+    if (g->val[v].kind == VK_CONST && (!uses || uses[v] > 0)) print_const(f, &g->val[v]); /* !uses: out of memory */
   int open_group = -1;
   for (int i = 0; i < g->nnode; i++) {
     const Node *n = &g->node[i];

@@ -320,6 +320,10 @@ static void fail(Reader *r, const char *fmt, ...) {
   r->st = st_error(ST_INVALID_INPUT, "graph section: %s: %s", r->ctx, msg);
 }
 
+static void fail_oom(Reader *r) {
+  if (!r->st) r->st = st_error(ST_NO_MEMORY, "out of memory reading the graph");
+}
+
 static void set_ctx(Reader *r, const char *fmt, ...) SMELT_PRINTF(2, 3);
 static void set_ctx(Reader *r, const char *fmt, ...) {
   va_list ap;
@@ -414,6 +418,10 @@ static const char *rd_str(Reader *r, Graph *g, bool nullable, const char *what) 
     return NULL;
   }
   char *d = ir_graph_alloc(g, n + 1);
+  if (!d) {
+    fail_oom(r);
+    return NULL;
+  }
   memcpy(d, s, n);
   return d;
 }
@@ -669,6 +677,7 @@ static void rd_attr(Reader *r, Graph *g, int id) {
 /* Reads n value ids into an arena array, each checked against nval. */
 static int *rd_ids(Reader *r, Graph *g, int n, const char *what) {
   int *ids = ir_graph_alloc(g, sizeof(int) * (size_t)(n ? n : 1));
+  if (!ids) fail_oom(r);
   for (int i = 0; i < n && !r->st; i++) {
     ids[i] = rd_i32(r, what);
     if (!r->st && (ids[i] < 0 || ids[i] >= g->nval)) fail(r, "%s %d is value %d of %d", what, i, ids[i], g->nval);
@@ -723,6 +732,10 @@ static void rd_group(Reader *r, Graph *g) {
   default: fail(r, "unknown group kind %u", kind); return;
   }
   int k = ir_add_group(g, gk); /* reallocates g->groups: index after the call */
+  if (k < 0) {
+    fail_oom(r);
+    return;
+  }
   Group *gr = &g->groups[k];
   gr->anchor = rd_i32(r, "anchor");
   gr->footprint = rd_i64(r, "footprint");
@@ -730,6 +743,10 @@ static void rd_group(Reader *r, Graph *g) {
   gr->kernel = rd_str(r, g, true, "kernel name");
   gr->nnodes = rd_count(r, 4, "member count");
   gr->nodes = ir_graph_alloc(g, sizeof(int) * (size_t)(gr->nnodes ? gr->nnodes : 1));
+  if (!gr->nodes) {
+    gr->nnodes = 0;
+    fail_oom(r);
+  }
   for (int i = 0; i < gr->nnodes && !r->st; i++) {
     gr->nodes[i] = rd_i32(r, "member");
     if (!r->st && (gr->nodes[i] < 0 || gr->nodes[i] >= g->nnode))
@@ -831,11 +848,14 @@ smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpac
     fail(&r, "%u values, %u nodes, %u groups, %u inputs and %u outputs need at least %llu bytes, only %zu are left",
          nval, nnode, ngroups, nin, nout, (unsigned long long)need, left(&r));
   if (!r.st) {
-    /* need <= left(&r) bounds every count far below INT_MAX */
-    g->nval = g->cap_val = (int)nval;
-    g->nnode = g->cap_node = (int)nnode;
-    g->val = calloc(nval ? nval : 1, sizeof(Value));
-    g->node = calloc(nnode ? nnode : 1, sizeof(Node));
+    /* need <= left(&r) bounds every count far below INT_MAX; one slot
+     * more than the count, the spare that ir/graph.c keeps */
+    free(g->val);
+    free(g->node);
+    g->nval = (int)nval, g->cap_val = (int)nval + 1;
+    g->nnode = (int)nnode, g->cap_node = (int)nnode + 1;
+    g->val = calloc((size_t)nval + 1, sizeof(Value));
+    g->node = calloc((size_t)nnode + 1, sizeof(Node));
     g->inputs = calloc(nin ? nin : 1, sizeof(int));
     g->cap_inputs = (int)(nin ? nin : 1);
     if (!g->val || !g->node || !g->inputs) r.st = st_error(ST_NO_MEMORY, "out of memory");
@@ -900,11 +920,14 @@ smelt_status ir_graph_deserialize(const void *buf, size_t len, const IrConstSpac
     }
   }
   set_ctx(&r, "end");
+  if (!r.st && g->oom) fail_oom(&r); /* an attribute or a name could not be stored */
   if (!r.st && left(&r)) fail(&r, "%zu unexpected bytes after the graph", left(&r));
   if (!r.st) check_links(&r, g);
   if (!r.st) {
     smelt_status vst = ir_verify(g);
-    if (vst) {
+    if (vst && st_code(vst) == ST_NO_MEMORY) {
+      r.st = vst;
+    } else if (vst) {
       r.st = st_error(ST_INVALID_INPUT, "graph section: the decoded graph is inconsistent: %s", st_message(vst));
       st_free(vst);
     }

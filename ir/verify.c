@@ -129,6 +129,7 @@ smelt_status ir_verify(const Graph *g) {
   }
   /* live names must be unique: sort them and compare neighbours */
   int *uses = st ? NULL : ir_use_counts(g);
+  if (!st && !uses) st = st_error(ST_NO_MEMORY, "out of memory");
   const char **names = uses ? malloc(sizeof(char *) * ((size_t)g->nval + 1)) : NULL;
   int nnames = 0;
   for (int a = 0; names && a < g->nval; a++)

@@ -108,6 +108,10 @@ static smelt_status fold_bn_into_conv(Graph *g, PassCtx *ctx, int bn_id, int con
   snprintf(base, sizeof base, "%s.bn", g->val[w].name);
   SrcLoc loc = bn->loc;
   int w2 = new_const_like(g, w, base, loc);
+  if (g->oom) { /* the new constants have no storage */
+    bn_affine_free(&aff);
+    return ir_graph_status(g);
+  }
   int64_t per_o = wt.dim[0] ? ir_type_numel(&wt) / wt.dim[0] : 0;
   for (int64_t o = 0; o < wt.dim[0]; o++)
     for (int64_t k = 0; k < per_o; k++) {
@@ -118,6 +122,10 @@ static smelt_status fold_bn_into_conv(Graph *g, PassCtx *ctx, int bn_id, int con
   TensorType bt = {.dt = wt.dt, .rank = 1, .dim = {wt.dim[0]}};
   int b2 = ir_add_const(g, pass_fresh_name(g, base), bt, NULL, loc);
   g->val[b2].init = "folded";
+  if (g->oom) {
+    bn_affine_free(&aff);
+    return ir_graph_status(g);
+  }
   for (int64_t o = 0; o < wt.dim[0]; o++) {
     double bo = b >= 0 ? dt_load(g->val[b].type.dt, g->val[b].data, (size_t)o) : 0.0;
     dt_store(wt.dt, g->val[b2].data, (size_t)o, bo * aff.s[o] + aff.shift[o]);
@@ -155,6 +163,10 @@ static smelt_status fold_bn_into_matmul(Graph *g, PassCtx *ctx, int bn_id, int m
   snprintf(base, sizeof base, "%s.bn", g->val[w].name);
   SrcLoc loc = bn->loc;
   int w2 = new_const_like(g, w, base, loc);
+  if (g->oom) {
+    bn_affine_free(&aff);
+    return ir_graph_status(g);
+  }
   for (int64_t k = 0; k < K; k++)
     for (int64_t n = 0; n < N; n++) {
       size_t i = (size_t)(tb ? n * K + k : k * N + n);
@@ -164,6 +176,10 @@ static smelt_status fold_bn_into_matmul(Graph *g, PassCtx *ctx, int bn_id, int m
   TensorType bt = {.dt = wt.dt, .rank = 1, .dim = {N}};
   int b2 = ir_add_const(g, pass_fresh_name(g, base), bt, NULL, loc);
   g->val[b2].init = "folded";
+  if (g->oom) {
+    bn_affine_free(&aff);
+    return ir_graph_status(g);
+  }
   for (int64_t n = 0; n < N; n++) dt_store(wt.dt, g->val[b2].data, (size_t)n, aff.shift[n]);
   bn_affine_free(&aff);
 
@@ -226,6 +242,7 @@ static smelt_status fold_node(Graph *g, PassCtx *ctx, int id, bool *done) {
     consts[i] = ir_add_const(g, g->val[v].name, g->val[v].type, NULL, g->val[v].loc);
     g->val[consts[i]].init = "folded";
   }
+  if (g->oom) return ir_graph_status(g); /* the constants have no storage */
   n = &g->node[id];
   for (int i = 0; i < n->nin; i++) in[i] = g->val[n->in[i]].data; /* g->val may have moved */
   for (int i = 0; i < nout; i++) out[i] = g->val[consts[i]].data;
@@ -246,6 +263,7 @@ static smelt_status fold_node(Graph *g, PassCtx *ctx, int id, bool *done) {
 smelt_status pass_const_fold(Graph *g, PassCtx *ctx, bool *changed) {
   *changed = false;
   int *uses = ir_use_counts(g);
+  if (!uses) return st_error(ST_NO_MEMORY, "out of memory");
   bool bn_folded = false;
   int nnode = g->nnode; /* nodes added by the bn folds need no second look */
   smelt_status st = NULL;

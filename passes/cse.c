@@ -162,7 +162,8 @@ static bool cse_nodes(Graph *g) {
 static bool cse_consts(Graph *g) {
   int *uses = ir_use_counts(g);
   Table t;
-  if (!table_init(&t, (size_t)g->nval)) {
+  /* out of memory: constants stay as they are (cse is an optimisation) */
+  if (!uses || !table_init(&t, (size_t)g->nval)) {
     free(uses);
     return false;
   }

@@ -19,6 +19,7 @@ smelt_status pass_dce(Graph *g, PassCtx *ctx, bool *changed) {
   (void)ctx;
   *changed = false;
   int *uses = ir_use_counts(g); /* counts only live nodes' operands and outputs */
+  if (!uses) return st_error(ST_NO_MEMORY, "out of memory");
   for (bool again = true; again;) {
     again = false;
     for (int id = g->nnode - 1; id >= 0; id--) {

@@ -1166,10 +1166,14 @@ static smelt_status emit_groups(Fuser *f, int *final) {
   for (int k = 0; k < norders; k++) {
     int G = order[k];
     int id = ir_add_group(g, f->kind[G]);
-    Group *gr = &g->groups[id];
     int cnt = 0;
     for (int m = f->head[G]; m >= 0; m = f->next[m]) cnt++;
-    int *mem = ir_graph_alloc(g, sizeof(int) * (size_t)cnt);
+    int *mem = id < 0 ? NULL : ir_graph_alloc(g, sizeof(int) * (size_t)cnt);
+    if (!mem) {
+      st = ir_graph_status(g);
+      goto done;
+    }
+    Group *gr = &g->groups[id];
     cnt = 0;
     for (int m = f->head[G]; m >= 0; m = f->next[m]) mem[cnt++] = newid[m];
     qsort(mem, (size_t)cnt, sizeof(int), cmp_int);

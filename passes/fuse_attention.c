@@ -275,6 +275,7 @@ static void decide_mask(Graph *g, Match *m) {
     snprintf(base, sizeof base, "%s.not", cv->name);
     int nv = ir_add_const(g, pass_fresh_name(g, base), g->val[m->mask].type, NULL, g->val[m->mask].loc);
     g->val[nv].init = "folded";
+    if (!g->val[nv].data) return; /* out of memory: the graph is marked */
     int64_t n = ir_type_numel(&g->val[nv].type);
     for (int64_t i = 0; i < n; i++)
       dt_store(DT_BOOL, g->val[nv].data, (size_t)i, dt_load(DT_BOOL, g->val[m->mask].data, (size_t)i) != 0 ? 0 : 1);
@@ -288,7 +289,7 @@ static void decide_mask(Graph *g, Match *m) {
  * dce runs before this pass) does not keep them. */
 static void remove_unused_spares(Graph *g, const Match *m) {
   int *uses = ir_use_counts(g); /* live nodes only: the replaced chain is dead */
-  for (int i = 0; i < m->nspare; i++) {
+  for (int i = 0; uses && i < m->nspare; i++) { /* out of memory: dce drops them later */
     Node *n = &g->node[m->spare[i]];
     if (n->dead || uses[n->out[0]] > 0) continue;
     n->dead = true;
@@ -350,6 +351,7 @@ smelt_status pass_fuse_attention(Graph *g, PassCtx *ctx, bool *changed) {
   int *uses = ir_use_counts(g);
   int nnode = g->nnode; /* attention nodes appended below are not softmaxes */
   for (int id = 0; id < nnode; id++) {
+    if (!uses) return st_error(ST_NO_MEMORY, "out of memory");
     if (g->node[id].dead || g->node[id].op != OP_SOFTMAX) continue;
     bool done = false;
     smelt_status st = try_fuse(g, ctx, uses, id, &done);

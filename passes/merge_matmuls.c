@@ -114,6 +114,7 @@ static const IrSource *merged_source(Graph *g, const int *ids, int n, bool glu, 
   }
   IrSource *src = ir_graph_alloc(g, sizeof *src);
   IrCopy *cp = ir_graph_alloc(g, sizeof *cp * (size_t)n);
+  if (!src || !cp) return NULL; /* out of memory: the graph is marked */
   uint64_t e = es, k = (uint64_t)K, nt = (uint64_t)Ntot, off = 0;
   for (int i = 0; i < n; i++) {
     const IrCopy *c = &g->val[g->node[ids[i]].in[1]].source->copies[0];
@@ -161,6 +162,7 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   int w = ir_add_const(g, pass_fresh_name(g, base), wt, NULL, g->val[first->in[1]].loc);
   g->val[w].init = "merged";
   unsigned char *dst = g->val[w].data;
+  if (!dst) return ir_graph_status(g);
   int64_t off = 0;
   bool glu = n == 2 && gated_pair(g, ids[0], ids[1]);
   for (int i = 0; glu && i < n; i++) {

@@ -154,6 +154,7 @@ smelt_status pass_run_pipeline(Graph *g, PassCtx *ctx, const char *passes, PassH
 
   /* A graph that is already broken would be blamed on the first pass. */
   smelt_status st = ir_verify(g);
+  if (st && st_code(st) == ST_NO_MEMORY) return st;
   if (st) return st_prefix(st, "internal error: IR invalid before the first pass");
 
   for (int i = 0; i < n; i++) {
@@ -161,6 +162,13 @@ smelt_status pass_run_pipeline(Graph *g, PassCtx *ctx, const char *passes, PassH
     if (hook) hook(user, pi, i + 1, false, false, g);
     bool changed = false;
     st = pi->run(g, ctx, &changed);
+    /* out of memory while the pass added to the graph: whatever else the
+     * pass made of the scratch it was given, that is the error */
+    if (g->oom) {
+      st_free(st);
+      return ir_graph_status(g);
+    }
+    if (st && st_code(st) == ST_NO_MEMORY) return st;
     /* A user error found by a pass (const-fold evaluating a gather whose
      * constant index is out of range) is located in the model and reads
      * "file:line:col: error: ..."; it stays that way.  Anything else gets
@@ -168,8 +176,10 @@ smelt_status pass_run_pipeline(Graph *g, PassCtx *ctx, const char *passes, PassH
     if (st && st_code(st) == ST_INVALID_INPUT) return st;
     if (st) return st_prefix(st, "pass '%s'", pi->name);
     st = ir_graph_compact(g);
+    if (st && st_code(st) == ST_NO_MEMORY) return st;
     if (st) return st_prefix(st, "internal error: after pass '%s'", pi->name);
     st = ir_verify(g);
+    if (st && st_code(st) == ST_NO_MEMORY) return st;
     if (st) {
       smelt_status err = st_error(ST_INTERNAL, "internal error: IR invalid after pass '%s': %s",
                                   pi->name, st_message(st));

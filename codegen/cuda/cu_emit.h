@@ -48,15 +48,21 @@
 #define CU_MAX_DEPTH 64
 
 /* ---- text ---- */
+/* Out of memory marks the buffer (oom, sticky, as ByteBuf in ir/bytes.c):
+ * its text is then incomplete, and whoever uses it checks the mark. */
 typedef struct {
   char *s;
   size_t len, cap;
+  bool oom;
 } CuBuf;
 
 void cu_buf_printf(CuBuf *b, const char *fmt, ...) SMELT_PRINTF(2, 3);
 void cu_buf_append(CuBuf *b, const char *s, size_t n);
+/* Appends src's text; src's out-of-memory mark carries over. */
+void cu_buf_append_buf(CuBuf *b, const CuBuf *src);
 void cu_buf_free(CuBuf *b);
-/* Takes the text out of b (a malloc'd string; "" when empty) and resets b. */
+/* Takes the text out of b (a malloc'd string; "" when empty) and resets b;
+ * NULL when b is marked out of memory or the string cannot be made. */
 char *cu_buf_take(CuBuf *b);
 
 /* ---- coordinates and values ---- */
@@ -115,6 +121,9 @@ void cu_fail(CuFn *f, StatusCode code, const char *fmt, ...) SMELT_PRINTF(3, 4);
 void cu_line(CuFn *f, const char *fmt, ...) SMELT_PRINTF(2, 3);
 /* A fresh temporary name "tN". */
 const char *cu_tmp(CuFn *f);
+/* b's text in f's arena (b stays the caller's); "" and f failed with
+ * ST_NO_MEMORY when b is marked out of memory. */
+const char *cu_buf_str(CuFn *f, const CuBuf *b);
 const char *cu_fmt(CuFn *f, const char *fmt, ...) SMELT_PRINTF(2, 3);
 /* Opens / closes a C block ("{" / "}") with its memo scope. */
 void cu_open(CuFn *f, const char *fmt, ...) SMELT_PRINTF(2, 3);

@@ -37,7 +37,7 @@ static const char *coords_key(CuFn *f, const CuCoords *co) {
   CuBuf b = {0};
   cu_buf_printf(&b, "%d|", co->lanes);
   for (int d = 0; d < co->rank; d++) cu_buf_printf(&b, "%s:%lld,", co->c[d], (long long)co->step[d]);
-  const char *k = cu_fmt(f, "%s", b.s ? b.s : "");
+  const char *k = cu_buf_str(f, &b);
   cu_buf_free(&b);
   return k;
 }
@@ -832,7 +832,7 @@ const char *cu_vec_condition(CuFn *f) {
   CuBuf b = {0};
   for (int a = 0; a < f->k->nargs; a++)
     if (f->vec_bytes[a]) cu_buf_printf(&b, "%ssmelt_aligned(a%d, %d)", b.len ? " && " : "", a, f->vec_bytes[a]);
-  const char *c = cu_fmt(f, "%s", b.s ? b.s : "");
+  const char *c = cu_buf_str(f, &b);
   cu_buf_free(&b);
   return c;
 }
@@ -902,11 +902,11 @@ void cu_store_loops(CuFn *f, const int *vals, int n) {
     if (!cond[0] || f->opt->args_aligned) {
       /* every access is scalar anyway, or alignment is guaranteed */
       cu_open(f, "%s", "");
-      cu_buf_append(f->out, vec.s, vec.len);
+      cu_buf_append_buf(f->out, &vec);
       cu_close(f);
     } else {
       cu_open(f, "if (%s)", cond);
-      cu_buf_append(f->out, vec.s, vec.len);
+      cu_buf_append_buf(f->out, &vec);
       f->indent--;
       cu_line(f, "} else {");
       f->indent++;

@@ -203,7 +203,7 @@ const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const
     if (od >= 0) stride *= t->dim[od];
     below *= rd;
   }
-  const char *e = cu_fmt(f, "%s", b.len ? b.s : "0LL");
+  const char *e = b.len || b.oom ? cu_buf_str(f, &b) : "0LL";
   cu_buf_free(&b);
   return e;
 }

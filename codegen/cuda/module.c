@@ -360,6 +360,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
   smelt_status st = f.err;
   f.err = NULL;
   if (!st && !opt->emulation) drop_host_side(&body);
+  if (!st && body.oom) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
   if (!st) {
     header(&f, out, &l, symbol);
     cu_buf_append(out, body.s ? body.s : "", body.len);
@@ -377,6 +378,12 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     launch->ntmaps = l.ntmaps;
     memcpy(launch->tmaps, l.tmaps, sizeof l.tmaps);
     *out_key = kernel_key(&f, &l, &body);
+    if (f.err) { /* out of memory in the header */
+      st = f.err;
+      f.err = NULL;
+    } else if (out->oom || !*out_key) {
+      st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
+    }
   }
   cu_buf_free(&body);
   cu_fn_fini(&f);
@@ -445,9 +452,10 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
     for (int i = j + 1; i < nk; i++)
       if (dup_of[i] == j) cu_buf_printf(&t, " %s", m->kernels[i].name);
     cu_buf_printf(&t, " (the same code).\n");
-    cu_buf_append(&t, texts[j].s ? texts[j].s : "", texts[j].len);
+    cu_buf_append_buf(&t, &texts[j]);
     cu_buf_free(&texts[j]);
     texts[j] = t;
+    if (t.oom) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
   }
   if (!st) {
     int nu = 0;
@@ -474,9 +482,10 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
       for (int x = first; x < last; x++) {
         int i = uniq_idx[x];
         m->kernels[i].unit = u;
-        cu_buf_append(&src, texts[i].s ? texts[i].s : "", texts[i].len);
+        cu_buf_append_buf(&src, &texts[i]);
       }
       m->units[u] = cu_buf_take(&src);
+      if (!m->units[u]) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
     }
     for (int i = 0; i < nk && !st; i++)
       if (dup_of[i] >= 0) m->kernels[i].unit = m->kernels[dup_of[i]].unit;

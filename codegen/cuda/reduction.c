@@ -207,7 +207,8 @@ static void body(CuFn *f, const Red *r, int lanes) {
     int *row_epi = arena_alloc(&f->arena, sizeof(int) * (size_t)(r->nepi + 1));
     int *out_epi = arena_alloc(&f->arena, sizeof(int) * (size_t)(r->nepi + 1));
     int nrow = 0, nout = 0;
-    for (int i = 0; i < r->nepi; i++) {
+    if (!row_epi || !out_epi) cu_fail(f, ST_NO_MEMORY, "out of memory"); /* and no epilogue */
+    for (int i = 0; row_epi && out_epi && i < r->nepi; i++) {
       const TensorType *t = &g->val[r->epi[i]].type;
       bool is_out = t->rank == av->type.rank, is_row = t->rank == r->xt->rank;
       for (int d = 0; d < t->rank; d++) {
@@ -343,6 +344,10 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l) {
    * loops of their own */
   r.side_x = arena_alloc(&f->arena, sizeof(int) * (size_t)(nside ? nside : 1));
   int *other = arena_alloc(&f->arena, sizeof(int) * (size_t)(nside ? nside : 1));
+  if (!r.side_x || !other) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory");
+    return;
+  }
   int nother = 0;
   for (int i = 0; i < nside; i++) {
     const TensorType *t = &g->val[side[i]].type;
@@ -356,6 +361,10 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l) {
   int lanes = 1;
   if (r.xt->rank > 0 && r.red[r.xt->rank - 1] && r.len > 0) {
     int *types = arena_alloc(&f->arena, sizeof(int) * (size_t)(f->k->nargs - f->nin + 1));
+    if (!types) {
+      cu_fail(f, ST_NO_MEMORY, "out of memory");
+      return;
+    }
     int nt = 0;
     types[nt++] = r.x;
     for (int i = 0; i < r.nepi; i++)
@@ -410,13 +419,13 @@ void cu_emit_reduction(CuFn *f, CuLaunch *l) {
   const char *cond = cu_vec_condition(f);
   if (!cond[0] || f->opt->args_aligned) {
     cu_open(f, "%s", "");
-    cu_buf_append(f->out, vec.s, vec.len);
+    cu_buf_append_buf(f->out, &vec);
     cu_close(f);
   } else {
     /* the test is the same in every thread of the block: no divergence
      * around the __syncthreads inside */
     cu_open(f, "if (%s)", cond);
-    cu_buf_append(f->out, vec.s, vec.len);
+    cu_buf_append_buf(f->out, &vec);
     f->indent--;
     cu_line(f, "} else {");
     f->indent++;

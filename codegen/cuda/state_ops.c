@@ -80,11 +80,11 @@ static void vector_or_scalar(CuFn *f, LoopBody body, const void *ctx, int lanes)
   const char *cond = cu_vec_condition(f);
   if (!cond[0] || f->opt->args_aligned) {
     cu_open(f, "%s", "");
-    cu_buf_append(f->out, vec.s ? vec.s : "", vec.len);
+    cu_buf_append_buf(f->out, &vec);
     cu_close(f);
   } else {
     cu_open(f, "if (%s)", cond);
-    cu_buf_append(f->out, vec.s ? vec.s : "", vec.len);
+    cu_buf_append_buf(f->out, &vec);
     f->indent--;
     cu_line(f, "} else {");
     f->indent++;

@@ -41,16 +41,9 @@
 #define MAX_FIELDS 48
 #define MAX_SHAPE_TOKENS 32
 
-static void oom(void) {
-  fprintf(stderr, "smelt: out of memory in the tuning table\n");
-  abort();
-}
+static smelt_status oom(void) { return st_error(ST_NO_MEMORY, "out of memory in the tuning table"); }
 
-CgTuneTable *cg_tune_table_new(void) {
-  CgTuneTable *t = calloc(1, sizeof *t);
-  if (!t) oom();
-  return t;
-}
+CgTuneTable *cg_tune_table_new(void) { return calloc(1, sizeof(CgTuneTable)); }
 
 void cg_tune_table_free(CgTuneTable *t) {
   if (!t) return;
@@ -58,15 +51,16 @@ void cg_tune_table_free(CgTuneTable *t) {
   free(t);
 }
 
-static void append_row(CgTuneTable *t, const CgTuneRow *r) {
+static bool append_row(CgTuneTable *t, const CgTuneRow *r) {
   if (t->n == t->cap) {
     int cap = t->cap ? t->cap * 2 : 16;
     CgTuneRow *p = realloc(t->rows, sizeof *p * (size_t)cap);
-    if (!p) oom();
+    if (!p) return false;
     t->rows = p;
     t->cap = cap;
   }
   t->rows[t->n++] = *r;
+  return true;
 }
 
 /* ---- shapes ---- */
@@ -336,6 +330,7 @@ smelt_status cg_tune_table_parse(const char *text, size_t len, const char *path,
   *out = NULL;
   if (!path) path = "<tuning table>";
   CgTuneTable *t = cg_tune_table_new();
+  if (!t) return oom();
   int *line_of = NULL; /* per row: its line, for messages about duplicates */
   int line_cap = 0;
   int lineno = 0;
@@ -365,11 +360,14 @@ smelt_status cg_tune_table_parse(const char *text, size_t len, const char *path,
     if (t->n == line_cap) {
       line_cap = line_cap ? line_cap * 2 : 16;
       int *p = realloc(line_of, sizeof *p * (size_t)line_cap);
-      if (!p) oom();
+      if (!p) {
+        st = oom();
+        break;
+      }
       line_of = p;
     }
     line_of[t->n] = lineno;
-    append_row(t, &r);
+    if (!append_row(t, &r)) st = oom();
   }
   free(line_of);
   if (st) {
@@ -448,7 +446,12 @@ char *cg_tune_table_format(const CgTuneTable *t) {
   cu_buf_printf(&b, "%s", header);
   if (t->n == 0) return cu_buf_take(&b);
   const CgTuneRow **rows = malloc(sizeof *rows * (size_t)t->n);
-  if (!rows) oom();
+  char (*rng)[48] = malloc(sizeof *rng * (size_t)t->n);
+  if (!rows || !rng) {
+    free(rows), free(rng);
+    cu_buf_free(&b);
+    return NULL;
+  }
   for (int i = 0; i < t->n; i++) rows[i] = &t->rows[i];
   qsort(rows, (size_t)t->n, sizeof *rows, row_cmp);
 
@@ -457,8 +460,6 @@ char *cg_tune_table_format(const CgTuneTable *t) {
   static const char *labels[] = {"# op", "dtype", "arch", "rows", "shape", "variant"};
   int w[6];
   for (int c = 0; c < 6; c++) w[c] = (int)strlen(labels[c]);
-  char (*rng)[48] = malloc(sizeof *rng * (size_t)t->n);
-  if (!rng) oom();
   for (int i = 0; i < t->n; i++) {
     const CgTuneRow *r = rows[i];
     snprintf(rng[i], sizeof rng[i], "m=%lld..%lld", (long long)r->m_lo, (long long)r->m_hi);
@@ -489,12 +490,15 @@ char *cg_tune_table_format(const CgTuneTable *t) {
 
 smelt_status cg_tune_table_save(const CgTuneTable *t, const char *path) {
   char *text = cg_tune_table_format(t);
-  size_t n = strlen(text);
   /* next to the target (rename does not cross file systems), named by the
    * process so that two tuners do not write into one temporary */
   size_t cap = strlen(path) + 32;
-  char *tmp = malloc(cap);
-  if (!tmp) oom();
+  char *tmp = text ? malloc(cap) : NULL;
+  if (!tmp) {
+    free(text);
+    return oom();
+  }
+  size_t n = strlen(text);
   snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
   smelt_status st = NULL;
   FILE *f = fopen(tmp, "wb");
@@ -515,7 +519,7 @@ smelt_status cg_tune_table_save(const CgTuneTable *t, const char *path) {
 
 /* ---- merging and lookup ---- */
 
-void cg_tune_table_put(CgTuneTable *t, const CgTuneRow *r) {
+bool cg_tune_table_put(CgTuneTable *t, const CgTuneRow *r) {
   CgTuneRow row = *r;
   /* the row's own strings may not be NUL-terminated if the caller filled
    * them carelessly; terminate before reading */
@@ -526,9 +530,9 @@ void cg_tune_table_put(CgTuneTable *t, const CgTuneRow *r) {
   for (int i = 0; i < t->n; i++)
     if (same_slot(&t->rows[i], &row)) {
       t->rows[i] = row;
-      return;
+      return true;
     }
-  append_row(t, &row);
+  return append_row(t, &row);
 }
 
 const CgTuneRow *cg_tune_lookup(const CgTuneTable *t, const char *arch, const CgTuneKey *key) {

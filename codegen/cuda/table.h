@@ -50,18 +50,21 @@ struct CgTuneTable {
   int n, cap;
 };
 
+/* An empty table (the caller's, free with cg_tune_table_free); NULL when
+ * out of memory. */
 CgTuneTable *cg_tune_table_new(void);
 void cg_tune_table_free(CgTuneTable *t);
 /* Parses a table's text; `path` names it in errors (file:line:col). */
 smelt_status cg_tune_table_parse(const char *text, size_t len, const char *path, CgTuneTable **out) SMELT_MUST_USE;
 smelt_status cg_tune_table_load(const char *path, CgTuneTable **out) SMELT_MUST_USE;
 /* The text of t (malloc'd): a header comment, rows sorted by op, dtype,
- * arch, shape and interval, columns aligned. */
+ * arch, shape and interval, columns aligned.  NULL when out of memory. */
 char *cg_tune_table_format(const CgTuneTable *t);
 /* Writes the text atomically (temporary file + rename). */
 smelt_status cg_tune_table_save(const CgTuneTable *t, const char *path) SMELT_MUST_USE;
-/* Adds row r, replacing a row with the same op, dtype, arch, interval and shape. */
-void cg_tune_table_put(CgTuneTable *t, const CgTuneRow *r);
+/* Adds row r, replacing a row with the same op, dtype, arch, interval and
+ * shape; false (t unchanged) when out of memory. */
+bool cg_tune_table_put(CgTuneTable *t, const CgTuneRow *r);
 /* The row for key on arch, or NULL. */
 const CgTuneRow *cg_tune_lookup(const CgTuneTable *t, const char *arch, const CgTuneKey *key);
 /* The interval a tuned M stands for: powers of two, [2^(j-1)+1, 2^j]

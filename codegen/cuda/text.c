@@ -14,23 +14,28 @@
 
 #include "codegen/cuda/cu_emit.h"
 
-static void oom(void) {
-  fprintf(stderr, "smelt: out of memory generating CUDA code\n");
-  abort();
-}
-
+/* Out of memory marks the buffer; see CuBuf. */
 void cu_buf_append(CuBuf *b, const char *s, size_t n) {
+  if (b->oom) return;
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 1024;
     while (cap < b->len + n + 1) cap *= 2;
     char *p = realloc(b->s, cap);
-    if (!p) oom();
+    if (!p) {
+      b->oom = true;
+      return;
+    }
     b->s = p;
     b->cap = cap;
   }
-  memcpy(b->s + b->len, s, n);
+  if (n) memcpy(b->s + b->len, s, n);
   b->len += n;
   b->s[b->len] = 0;
+}
+
+void cu_buf_append_buf(CuBuf *b, const CuBuf *src) {
+  if (src->oom) b->oom = true;
+  cu_buf_append(b, src->s ? src->s : "", src->len);
 }
 
 void cu_buf_printf(CuBuf *b, const char *fmt, ...) {
@@ -45,7 +50,10 @@ void cu_buf_printf(CuBuf *b, const char *fmt, ...) {
     return;
   }
   char *big = malloc((size_t)n + 1);
-  if (!big) oom();
+  if (!big) {
+    b->oom = true;
+    return;
+  }
   va_start(ap, fmt);
   vsnprintf(big, (size_t)n + 1, fmt, ap);
   va_end(ap);
@@ -57,16 +65,15 @@ void cu_buf_free(CuBuf *b) {
   free(b->s);
   b->s = NULL;
   b->len = b->cap = 0;
+  b->oom = false;
 }
 
 char *cu_buf_take(CuBuf *b) {
-  char *s = b->s;
-  if (!s) {
-    s = calloc(1, 1);
-    if (!s) oom();
-  }
+  char *s = b->oom ? NULL : b->s ? b->s : calloc(1, 1);
+  if (!s) free(b->s);
   b->s = NULL;
   b->len = b->cap = 0;
+  b->oom = false;
   return s;
 }
 
@@ -91,7 +98,10 @@ void cu_line(CuFn *f, const char *fmt, ...) {
     cu_buf_append(f->out, small, (size_t)n);
   } else if (n >= 0) {
     char *big = malloc((size_t)n + 1);
-    if (!big) oom();
+    if (!big) {
+      f->out->oom = true;
+      return;
+    }
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -109,7 +119,10 @@ const char *cu_fmt(CuFn *f, const char *fmt, ...) {
   va_end(ap);
   if (n < 0) return "";
   char *p = arena_alloc(&f->arena, (size_t)n + 1);
-  if (!p) oom();
+  if (!p) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory");
+    return "";
+  }
   if ((size_t)n < sizeof small) {
     memcpy(p, small, (size_t)n + 1);
   } else {
@@ -121,6 +134,14 @@ const char *cu_fmt(CuFn *f, const char *fmt, ...) {
 }
 
 const char *cu_tmp(CuFn *f) { return cu_fmt(f, "t%d", f->tmp++); }
+
+const char *cu_buf_str(CuFn *f, const CuBuf *b) {
+  if (b->oom) {
+    cu_fail(f, ST_NO_MEMORY, "out of memory");
+    return "";
+  }
+  return cu_fmt(f, "%s", b->s ? b->s : "");
+}
 
 int cu_scope_push(CuFn *f) { return f->nmemo; }
 void cu_scope_pop(CuFn *f, int mark) {

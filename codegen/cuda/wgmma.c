@@ -607,8 +607,8 @@ static void helpers(CuFn *f, const Wg *w) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", NH + 2);
   cu_line(f, "             \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {%s}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n\"",
-          p->BN, w->ptx_type, w->ptx_type, regs.s, NH, NH + 1);
-  cu_line(f, "             : %s", cons.s);
+          p->BN, w->ptx_type, w->ptx_type, cu_buf_str(f, &regs), NH, NH + 1);
+  cu_line(f, "             : %s", cu_buf_str(f, &cons));
   cu_line(f, "             : \"l\"(da), \"l\"(db), \"r\"(1));");
   cu_line(f, "#else");
   cu_line(f, "// fragment: value i is row 16 warp + lane/4 (+8 when i & 2), column 8 (i/4) + 2 (lane%%4) + (i & 1);");
