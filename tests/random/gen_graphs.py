@@ -168,7 +168,7 @@ class Model:
         """v, or v brought back to a small magnitude (tanh or a norm)."""
         if self.vals[v].mag <= limit:
             return v
-        if self.chance(0.5) or len(self.shape(v)) == 0:
+        if self.chance(0.5) or len(self.shape(v)) == 0 or self.shape(v)[-1] < 2:
             return self.add("tanh", [v], self.shape(v), mag=1.0)
         d = self.shape(v)[-1]
         g = self.new_param((d,), ("uniform", 0.5, 1.5))
@@ -312,13 +312,19 @@ class Model:
         return True
 
     def f_norm(self):
-        x = self.operand(lambda v: len(v.shape) >= 1)
+        # a norm over one element makes +-gamma, values that a later norm
+        # turns into rounding noise over sqrt(eps) (ill-conditioned: found
+        # as a "mismatch" of 3e-5 rel L2 by seed 2, graph 488)
+        x = self.operand(lambda v: len(v.shape) >= 1 and max(v.shape) >= 2)
         s = self.shape(x)
         rank = len(s)
-        ax = -1 if self.chance(0.6) else self.ri(-rank, rank - 1)
+        axes = [a - rank for a in range(rank) if s[a] >= 2]
+        if not axes:
+            return False
+        ax = -1 if -1 in axes and self.chance(0.6) else self.choice(axes)
         d = s[ax]
         op = self.choice(["layer_norm", "rms_norm", "batch_norm"]) if rank >= 2 else self.choice(["layer_norm", "rms_norm"])
-        if op == "batch_norm":
+        if op == "batch_norm":  # per channel, no reduction: any channel count
             c = s[1]
             ins = [x, self.new_param((c,), ("uniform", 0.5, 1.5)), self.new_param((c,), ("normal", 0.5)),
                    self.new_param((c,), ("normal", 0.5)), self.new_param((c,), ("uniform", 0.5, 1.5))]
@@ -489,10 +495,13 @@ class Model:
                 return False
             ax = self.ri(0, rank - 1)
             d = s[ax]
-            step = self.choice([1, 1, 2, 3, -1, -2])
-            start = self.ri(-d, d - 1) if d > 0 else 0
-            end = self.ri(-d - 1, d + 1)
-            length = len(range(*slice(start, end, step).indices(d)))
+            for _ in range(8):  # most random bounds select nothing: try a few
+                step = self.choice([1, 1, 2, 3, -1, -2])
+                start = self.ri(-d, d - 1) if d > 0 else 0
+                end = self.ri(-d - 1, d + 1)
+                length = len(range(*slice(start, end, step).indices(d)))
+                if length >= 1:
+                    break
             if length < 1:
                 return False
             attrs = {"axis": ax - rank if self.chance(0.3) else ax, "start": start, "end": end}
@@ -633,7 +642,9 @@ class Model:
         value in an f16/bf16 model."""
         r = self.rng.random()
         if r < 0.35 and self.dtype != "f32":
-            x = self.operand()
+            # from an input: an f32 value computed from computed bf16 values
+            # is only as close as bf16, but --check judges it as f32
+            x = self.new_input(self.rand_shape())
             w = self.add("cast", [x], self.shape(x), dt="f32", mag=self.vals[x].mag, pool=False, to="f32")
             u = self.add("sigmoid", [w], self.shape(x), dt="f32", mag=1.0, pool=False)
             self.add("cast", [u], self.shape(x), dt=self.dtype, mag=1.0, to=self.dtype)
