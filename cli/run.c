@@ -114,14 +114,36 @@ static void *random_tensor(const Graph *g, int v, uint64_t seed) {
   return p;
 }
 
-static smelt_status load_input(const Graph *g, int v, const char *file, void **out) {
+/* The value of the range of ranged axis a of t that gives it extent e,
+ * into rv[] (-1: not known yet); false when none does or rv disagrees. */
+static bool solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv) {
+  int r = t->dyn[a] - 1;
+  int64_t num = e - t->dyn_b[a];
+  if (num < 0 || num % t->dyn_a[a]) return false;
+  int64_t d = num / t->dyn_a[a];
+  if (d < g->ranges[r].min || d > g->ranges[r].max || (rv[r] >= 0 && rv[r] != d)) return false;
+  rv[r] = d;
+  return true;
+}
+
+/* The shape of a tensor of type t in a run with the ranges at rv. */
+static TensorType run_type(const TensorType *t, const int64_t *rv) {
+  TensorType u = *t;
+  for (int a = 0; a < t->rank; a++) u.dim[a] = ir_type_extent(t, a, rv), u.dyn[a] = 0;
+  return u;
+}
+
+static smelt_status load_input(const Graph *g, int v, const char *file, void **out, TensorType *shape, int64_t *rv) {
   TensorType t;
   void *data;
   RETURN_IF_ERROR(fe_npy_read(file, &t, &data));
   const TensorType *want = &g->val[v].type;
   char a[256], b[256];
   bool same_shape = t.rank == want->rank;
-  for (int i = 0; same_shape && i < t.rank; i++) same_shape = t.dim[i] == want->dim[i];
+  /* a ranged axis takes any extent of its range (the same value in every input) */
+  for (int i = 0; same_shape && i < t.rank; i++)
+    same_shape = want->dyn[i] ? solve_range(g, want, i, t.dim[i], rv) : t.dim[i] == want->dim[i];
+  *shape = t;
   if (!same_shape || (t.dt != want->dt && !(want->dt == DT_BF16 && t.dt == DT_F32))) {
     free(data);
     return st_error(ST_INVALID_INPUT, "%s: error: input '%s' is %s, the file holds %s", file, g->val[v].name,
@@ -136,8 +158,9 @@ static smelt_status load_input(const Graph *g, int v, const char *file, void **o
   return NULL;
 }
 
-static void summarise(const Graph *g, int v, const void *data) {
-  const TensorType *t = &g->val[v].type;
+static void summarise(const Graph *g, int v, const void *data, const int64_t *rv) {
+  TensorType rt = run_type(&g->val[v].type, rv);
+  const TensorType *t = &rt;
   char buf[256];
   size_t n = (size_t)ir_type_numel(t);
   double sum = 0, sq = 0, mn = INFINITY, mx = -INFINITY;
@@ -154,7 +177,9 @@ static void summarise(const Graph *g, int v, const void *data) {
 }
 
 /* Reads or makes the data of every graph input, in graph input order. */
-static smelt_status gather_inputs(const Graph *g, const NameFile *ins, int nin, uint64_t seed, void **data) {
+static smelt_status gather_inputs(const Graph *g, const NameFile *ins, int nin, uint64_t seed, void **data,
+                                  TensorType *shapes, int64_t *rv) {
+  for (int r = 0; r < IR_MAX_RANGES; r++) rv[r] = -1;
   for (int i = 0; i < nin; i++) {
     int v = ir_find_value(g, ins[i].name);
     if (v < 0 || g->val[v].kind != VK_INPUT)
@@ -165,9 +190,27 @@ static smelt_status gather_inputs(const Graph *g, const NameFile *ins, int nin, 
     const char *file = NULL;
     for (int i = 0; i < nin; i++)
       if (strcmp(ins[i].name, g->val[v].name) == 0) file = ins[i].file;
-    if (file && strcmp(file, "random") != 0) RETURN_IF_ERROR(load_input(g, v, file, &data[k]));
-    else if (!(data[k] = random_tensor(g, v, seed))) return st_error(ST_NO_MEMORY, "out of memory");
+    if (file && strcmp(file, "random") != 0) RETURN_IF_ERROR(load_input(g, v, file, &data[k], &shapes[k], rv));
   }
+  for (int k = 0; k < g->ninputs; k++) {
+    int v = g->inputs[k];
+    if (data[k]) continue;
+    /* random: at the max of its ranges, unless an input file set one */
+    const TensorType *t = &g->val[v].type;
+    for (int a = 0; a < t->rank; a++) {
+      int r = t->dyn[a] - 1;
+      if (r < 0) continue;
+      if (rv[r] >= 0 && rv[r] != g->ranges[r].max)
+        return st_error(ST_INVALID_INPUT, "error: input '%s' is ranged along '%s', which the --input files set to %lld: "
+                        "give it as a file too (random inputs take the range's max, %lld)", t->rank ? g->val[v].name : "",
+                        g->ranges[r].name, (long long)rv[r], (long long)g->ranges[r].max);
+      rv[r] = g->ranges[r].max;
+    }
+    if (!(data[k] = random_tensor(g, v, seed))) return st_error(ST_NO_MEMORY, "out of memory");
+    shapes[k] = run_type(t, NULL);
+  }
+  for (int r = 0; r < g->nranges; r++)
+    if (rv[r] < 0) rv[r] = g->ranges[r].max;
   return NULL;
 }
 
@@ -187,7 +230,7 @@ static smelt_status run_ref(const Graph *g, void *const *inputs, const NameFile 
     else st = fe_npy_write(outs[i].file, &g->val[v].type, data);
   }
   if (!st && nout == 0)
-    for (int i = 0; i < g->noutputs; i++) summarise(g, g->outputs[i], ir_interp_value(it, g->outputs[i]));
+    for (int i = 0; i < g->noutputs; i++) summarise(g, g->outputs[i], ir_interp_value(it, g->outputs[i]), NULL);
   ir_interp_destroy(it);
   return st;
 }
@@ -227,7 +270,8 @@ static int print_group_check(const ScGroupReport *r) {
 /* Runs a bundle on a device (cpu, cuda, cuda:N); returns a status, and in
  * *check_rc 1 when a --check found a mismatch. */
 static smelt_status run_device(smelt_bundle *b, int spec, const char *device, int threads, void *const *inputs,
-                               const NameFile *outs, int nout, int check, const ScTol *tol, int *check_rc) {
+                               const TensorType *shapes, const int64_t *rv, const NameFile *outs, int nout, int check,
+                               const ScTol *tol, int *check_rc) {
   const Graph *g = rt_bundle_graph(rt_bundle_spec(b, spec));
   for (int i = 0; i < nout; i++) {
     int v = ir_find_value(g, outs[i].name);
@@ -256,21 +300,25 @@ static smelt_status run_device(smelt_bundle *b, int spec, const char *device, in
   if (!res) st = st ? st : st_error(ST_NO_MEMORY, "out of memory");
   for (int k = 0; k < g->ninputs && !st; k++) {
     const Value *v = &g->val[g->inputs[k]];
-    st = smelt_session_bind_input(s, v->name, inputs[k], ir_type_bytes(&v->type));
+    st = smelt_session_bind_input_shaped(s, v->name, inputs[k], shapes[k].rank, shapes[k].dim, ir_type_bytes(&shapes[k]));
   }
   for (int k = 0; k < g->noutputs && !st; k++) {
     const Value *v = &g->val[g->outputs[k]];
-    if (!(res[k] = malloc(ir_type_bytes(&v->type) + 1))) st = st_error(ST_NO_MEMORY, "out of memory");
-    else st = smelt_session_bind_output(s, v->name, res[k], ir_type_bytes(&v->type));
+    TensorType t = run_type(&v->type, rv);
+    if (!(res[k] = malloc(ir_type_bytes(&t) + 1))) st = st_error(ST_NO_MEMORY, "out of memory");
+    else st = smelt_session_bind_output(s, v->name, res[k], ir_type_bytes(&t));
   }
   if (!st) st = smelt_session_run(s);
   for (int i = 0; i < nout && !st; i++) {
     int v = ir_find_value(g, outs[i].name);
     for (int k = 0; k < g->noutputs && !st; k++)
-      if (g->outputs[k] == v) st = fe_npy_write(outs[i].file, &g->val[v].type, res[k]);
+      if (g->outputs[k] == v) {
+        TensorType t = run_type(&g->val[v].type, rv);
+        st = fe_npy_write(outs[i].file, &t, res[k]);
+      }
   }
   if (!st && nout == 0 && !check)
-    for (int k = 0; k < g->noutputs; k++) summarise(g, g->outputs[k], res[k]);
+    for (int k = 0; k < g->noutputs; k++) summarise(g, g->outputs[k], res[k], rv);
   for (int k = 0; res && k < g->noutputs; k++) free(res[k]);
   free(res);
   smelt_session_destroy(s);
@@ -321,7 +369,10 @@ static void dims_string(const ModelOpts *mo, char *buf, size_t n) {
   buf[0] = 0;
   for (int i = 0; i < mo->ndims; i++) {
     size_t k = strlen(buf);
-    snprintf(buf + k, n - k, "%s%s=%lld", i ? ";" : "", mo->dims[i].name, (long long)mo->dims[i].value);
+    if (mo->dims[i].max > 0)
+      snprintf(buf + k, n - k, "%s%s=%lld..%lld", i ? ";" : "", mo->dims[i].name, (long long)mo->dims[i].value,
+               (long long)mo->dims[i].max);
+    else snprintf(buf + k, n - k, "%s%s=%lld", i ? ";" : "", mo->dims[i].name, (long long)mo->dims[i].value);
   }
 }
 
@@ -462,10 +513,20 @@ int cli_run(int argc, char **argv) {
     g = own;
   }
   void **inputs = NULL;
-  if (!st && !(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *)))) st = st_error(ST_NO_MEMORY, "out of memory");
-  if (!st) st = gather_inputs(g, ins, nin, seed, inputs);
+  TensorType *shapes = NULL;
+  int64_t rv[IR_MAX_RANGES];
+  if (!st && (!(inputs = calloc((size_t)g->ninputs + 1, sizeof(void *))) ||
+              !(shapes = calloc((size_t)g->ninputs + 1, sizeof *shapes))))
+    st = st_error(ST_NO_MEMORY, "out of memory");
+  if (!st) st = gather_inputs(g, ins, nin, seed, inputs, shapes, rv);
   int check_rc = 0;
-  if (!st) st = !is_ref ? run_device(b, spec, device, threads, inputs, outs, nout, check, &tol, &check_rc) : run_ref(g, inputs, outs, nout);
+  if (!st && check && g->nranges)
+    for (int r = 0; r < g->nranges && !st; r++)
+      if (rv[r] != g->ranges[r].max)
+        st = st_error(ST_INVALID_INPUT, "error: --check runs a ranged model at the max of its ranges (%s = %lld); "
+                      "without --check any value runs", g->ranges[r].name, (long long)g->ranges[r].max);
+  if (!st) st = !is_ref ? run_device(b, spec, device, threads, inputs, shapes, rv, outs, nout, check, &tol, &check_rc) : run_ref(g, inputs, outs, nout);
+  free(shapes);
   for (int k = 0; inputs && k < g->ninputs; k++) free(inputs[k]);
   free(inputs);
   ir_graph_destroy(own);
