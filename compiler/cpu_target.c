@@ -59,6 +59,22 @@ const char *sc_cpu_known_names(void) {
          "sapphirerapids znver1 znver2 znver3";
 }
 
+bool sc_cpu_name_known(const char *name) {
+  for (size_t i = 0; i < sizeof CPUS / sizeof *CPUS; i++)
+    if (strcmp(CPUS[i].name, name) == 0) return true;
+#ifdef SMELT_HAVE_LLVM
+  char *cpu = NULL, *feats = NULL;
+  smelt_status st = cg_llvm_host_target(&cpu, &feats);
+  bool host = !st && strcmp(cpu, name) == 0;
+  st_free(st);
+  free(cpu);
+  free(feats);
+  return host;
+#else
+  return false;
+#endif
+}
+
 void sc_cpu_targets_free(ScCpuTargets *t) {
   for (int i = 0; i < t->n; i++) {
     free(t->v[i].features);

@@ -41,5 +41,11 @@ smelt_status sc_cpu_targets_parse(const char *list, ScCpuTargets *out) SMELT_MUS
 void sc_cpu_targets_free(ScCpuTargets *t);
 /* The known names, space-separated (a static string). */
 const char *sc_cpu_known_names(void);
+/* Whether LLVM may be handed `name` as a CPU: one of the known names, or
+ * this machine's CPU as LLVM names it (what a native variant records).  A
+ * name LLVM does not know makes it print to stderr and, with some feature
+ * strings, abort ("64-bit code requested on a subtarget that doesn't
+ * support it!"). */
+bool sc_cpu_name_known(const char *name);
 
 #endif

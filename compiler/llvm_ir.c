@@ -9,6 +9,7 @@
 
 #include "codegen/llvm/cg_llvm.h"
 #include "ir/bytes.h"
+#include "compiler/cpu_target.h"
 #include "compiler/driver.h"
 
 /* Whether a "define" line defines @name or one of its helpers @name.xyz
@@ -64,6 +65,13 @@ smelt_status sc_bundle_kernel_llvm_ir(const smelt_bundle *b, int kernel, char **
   const char *cpus = rt_bundle_manifest_get(b, "cpu");
   char cpu[64] = "";
   if (cpus) snprintf(cpu, sizeof cpu, "%.*s", (int)strcspn(cpus, ","), cpus);
+  /* the bundle is untrusted, and may come from a newer LLVM: a name this
+   * LLVM does not know must not reach it (compiler/cpu_target.h) */
+  if (cpu[0] && strcmp(cpu, "unknown") != 0 && !sc_cpu_name_known(cpu))
+    return st_error(ST_UNSUPPORTED,
+                    "the bundle's CPU code is for '%s', a CPU this smelt does not know, so its LLVM IR cannot be "
+                    "made again here (known: %s; or inspect it where it was compiled)",
+                    cpu, sc_cpu_known_names());
   CgLlvmOptions lo = {.cpu = cpu[0] && strcmp(cpu, "unknown") != 0 ? cpu : NULL};
   char *module;
 #ifdef SMELT_HAVE_LLVM
