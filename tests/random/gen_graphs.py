@@ -46,6 +46,7 @@ COMPARE = ["less", "greater", "equal"]
 REDUCE = ["sum", "mean", "max", "min"]
 MAX_NUMEL = 2048
 SMALL_DIMS = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16]
+WIDE_DIMS = [17, 33, 64, 100]
 
 
 def numel(shape):
@@ -161,6 +162,8 @@ class Model:
         rank = self.ri(1, 4) if rank is None else rank
         while True:
             s = tuple(self.choice(SMALL_DIMS) for _ in range(rank))
+            if self.chance(0.4):  # a long row: several vectors and a tail
+                s = s[:-1] + (self.choice(WIDE_DIMS),)
             if numel(s) <= cap:
                 return s
 
