@@ -5,13 +5,14 @@ A model is grown one node at a time over a pool of live values.  Each step
 picks an operator family, takes its operands from the pool (recent values
 first) or makes new inputs and params of shapes that fit, and works out the
 result's shape itself, the way ir/infer.c does; the model is written as
-smelt YAML (format 1).  The families cover every op of `smelt ops` except
-scatter and the quantised ones: unary math, casts, broadcasting binaries,
+smelt YAML (format 1).  The families cover every op of `smelt ops` but
+the quantised ones: unary math, casts, broadcasting binaries,
 comparisons and where, reductions with and without keepdims, softmax and
 the norms, batch_norm, matmul (transpose flags, batch broadcasting, 1-D
 operands), conv2d (strides, pads, dilations, groups, bias), pools, every
 data-movement op, attention (causal, grouped-query, masks, scale), rope
-(both styles, partial rotary_dim), argmax and arange; in f32, f16 and bf16.
+(both styles, partial rotary_dim), argmax, arange and a session state
+updated in place by scatter; in f32, f16 and bf16.
 
 What keeps a random model's comparison meaningful:
   - ops with a restricted domain get it: log/sqrt/rsqrt/reciprocal and
@@ -103,6 +104,7 @@ class Model:
         self.dtype = dtype or ("f32" if r < 0.7 else "f16" if r < 0.85 else "bf16")
         self.vals = {}  # name -> Value
         self.inputs, self.params, self.nodes = [], [], []  # names; params: (name, init); nodes: dicts
+        self.states = []  # session state tensors, each updated by one scatter
         self.pool = []  # float values computed from inputs: operands for later nodes
         self.outputs = []
         self.families = []  # the families used, in order (for the driver's counts)
@@ -689,10 +691,32 @@ class Model:
         self.add("add", [x, ramp], self.shape(x), mag=self.vals[x].mag + n / 8.0)
         return True
 
+    def f_state(self):
+        """A session state [T, D] updated in place: scatter(state, pos, x)
+        writes the rows of x at positions 0..S-1 (smelt run gives integer
+        inputs 0, 1, 2, ...); the state starts zeroed, so the other rows
+        read as zero."""
+        x = self.pick(lambda v: len(v.shape) == 2 and v.shape[0] <= 8)
+        x = self.tame(x) if x is not None and self.chance(0.7) else self.new_input((self.ri(1, 4), self.choice([4, 8, 16])))
+        s, d = self.shape(x)
+        t = s + self.ri(0, 4)
+        name = self.fresh("s")
+        self.vals[name] = Value(name, (t, d), self.vals[x].dt, "state", 0.0)
+        self.states.append(name)
+        pos = self.new_input((s,), dt=self.choice(["i32", "i64"]))
+        c = self.add("scatter", [name, pos, x], (t, d), mag=self.vals[x].mag, pool=False, axis=self.choice([0, -2]))
+        # the update lives in the state's memory and is no model output:
+        # what the model makes of it is
+        if self.chance(0.5):
+            self.add("sum", [c], (1, d), mag=self.vals[x].mag * t, axes=[0], keepdims=True)
+        else:
+            self.add("mul", [c, self.new_param((d,), ("uniform", 0.5, 1.5))], (t, d), mag=self.vals[x].mag * 1.5)
+        return True
+
     FAMILIES = [("unary", f_unary, 14), ("binary", f_binary, 16), ("where", f_where, 4), ("reduce", f_reduce, 8),
                 ("softmax", f_softmax, 5), ("norm", f_norm, 6), ("matmul", f_matmul, 12), ("conv", f_conv, 5),
                 ("pool", f_pool, 4), ("move", f_move, 16), ("attention", f_attention, 4), ("rope", f_rope, 3),
-                ("cast", f_cast, 3), ("index", f_index, 2)]
+                ("cast", f_cast, 3), ("index", f_index, 2), ("state", f_state, 2)]
 
     def grow(self, steps):
         names = [f[0] for f in self.FAMILIES]
@@ -736,6 +760,7 @@ class Model:
                 need.update(n["in"])
         self.nodes = list(reversed(keep))
         self.inputs = [x for x in self.inputs if x in need]
+        self.states = [x for x in self.states if x in need]
         self.params = [p for p in self.params if p[0] in need]
         return self
 
@@ -744,6 +769,7 @@ class Model:
         m.__dict__.update(self.__dict__)
         m.vals = dict(self.vals)
         m.inputs, m.params, m.outputs = list(self.inputs), list(self.params), list(self.outputs)
+        m.states = list(self.states)
         m.nodes = [dict(n, **{"in": list(n["in"])}) for n in self.nodes]
         return m
 
@@ -778,6 +804,10 @@ class Model:
             v = self.vals[x]
             dt = "" if v.dt == self.dtype else ", dtype: %s" % v.dt
             lines.append("  %s: {shape: %s%s}" % (x, fmt(list(v.shape)), dt))
+        if self.states:
+            lines.append("state:")
+            for x in self.states:
+                lines.append("  %s: {shape: %s}" % (x, fmt(list(self.vals[x].shape))))
         if self.params:
             lines.append("params:")
             for p, init in self.params:
