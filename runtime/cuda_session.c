@@ -86,13 +86,67 @@ static smelt_status cuda_load_modules(smelt_session *s) {
   return NULL;
 }
 
+/* The device address of every constant of g (into ptrs, by value id):
+ * a tensor another specialisation of the session already uploaded (the
+ * same host bytes) is shared; the others go into one new block. */
+static smelt_status place_constants(smelt_session *s, const Graph *g, RtCudaPtr *ptrs) {
+  RtCudaDevice *d = s->dev;
+  size_t total = 0;
+  for (int v = 0; v < g->nval; v++) {
+    ptrs[v] = 0;
+    const Value *val = &g->val[v];
+    if (val->kind != VK_CONST) continue;
+    size_t n = ir_type_bytes(&val->type);
+    for (int i = 0; val->data && i < s->nconsts && !ptrs[v]; i++)
+      if (s->consts[i].host == val->data && s->consts[i].bytes == n) ptrs[v] = s->consts[i].dev;
+    if (!ptrs[v]) total = (total + 255) / 256 * 256 + n;
+  }
+  if (total == 0) return NULL;
+  RtCudaPtr *blocks = realloc(s->const_blocks, sizeof *blocks * (size_t)(s->nblocks + 1));
+  if (!blocks) return st_error(ST_NO_MEMORY, "out of memory");
+  s->const_blocks = blocks;
+  RtCudaPtr block;
+  RETURN_IF_ERROR(rt_cuda_alloc(d, total, &block));
+  s->const_blocks[s->nblocks++] = block;
+  size_t off = 0;
+  for (int v = 0; v < g->nval; v++) {
+    const Value *val = &g->val[v];
+    if (val->kind != VK_CONST || ptrs[v]) continue;
+    off = (off + 255) / 256 * 256;
+    size_t n = ir_type_bytes(&val->type);
+    smelt_status st = val->data ? rt_cuda_upload(d, block + off, val->data, n) : rt_cuda_memset(d, block + off, 0, n);
+    if (st) return st_prefix(st, "constant '%s'", val->name);
+    ptrs[v] = block + off;
+    off += n;
+    if (!val->data) continue;
+    if (s->nconsts == s->cap_consts) {
+      int cap = s->cap_consts ? 2 * s->cap_consts : 64;
+      RtCudaConst *c = realloc(s->consts, sizeof *c * (size_t)cap);
+      if (!c) return st_error(ST_NO_MEMORY, "out of memory");
+      s->consts = c;
+      s->cap_consts = cap;
+    }
+    s->consts[s->nconsts++] = (RtCudaConst){val->data, n, ptrs[v]};
+  }
+  return NULL;
+}
+
+void rt_cuda_session_free_constants(smelt_session *s) {
+  for (int i = 0; s->dev && i < s->nblocks; i++) rt_cuda_free(s->dev, s->const_blocks[i]);
+  free(s->const_blocks);
+  free(s->consts);
+  s->const_blocks = NULL;
+  s->consts = NULL;
+  s->nblocks = s->nconsts = s->cap_consts = 0;
+}
+
 /* Device memory for what lives on the device for the session's life:
  * constants, the arena, intermediates off the plan. */
 static smelt_status cuda_place(smelt_session *s) {
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
   CudaState *cu = s->r->cu;
-  RETURN_IF_ERROR(rt_cuda_upload_constants(cu->dev, g, &cu->const_block, cu->const_ptr));
+  RETURN_IF_ERROR(place_constants(s, g, cu->const_ptr));
   if (g->arena_bytes > 0) RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, (size_t)g->arena_bytes, &cu->arena));
   /* states and the scatter results that update them: the session's memory */
   for (int v = 0; v < g->nval; v++) {

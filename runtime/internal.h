@@ -120,6 +120,13 @@ struct smelt_session {
   size_t *state_bytes;
   void **state;        /* CPU sessions: per state, its memory */
   RtCudaPtr *state_dev; /* CUDA sessions: per state, its device memory */
+  /* CUDA sessions: constants on the device, shared by every specialisation
+   * (their graphs' constants point at the same host bytes, the bundle's
+   * constants section or its weights): one upload per distinct tensor. */
+  struct RtCudaConst *consts;
+  int nconsts, cap_consts;
+  RtCudaPtr *const_blocks; /* allocations the entries point into */
+  int nblocks;
   const void **in_ptr; /* per graph input slot: bound memory */
   void **out_ptr;      /* per graph output slot: bound memory */
   Binding *in_bind, *out_bind;
@@ -140,7 +147,15 @@ bool rt_is_graph_output(const Graph *g, int v);
 
 /* Creates the CUDA state of the session's active run: modules, constants,
  * device memory, argument arrays; nargs is the total argument count. */
+typedef struct RtCudaConst {
+  const void *host;
+  size_t bytes;
+  RtCudaPtr dev;
+} RtCudaConst;
+
 smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) SMELT_MUST_USE;
+/* Frees the session's shared device constants (smelt_session_destroy). */
+void rt_cuda_session_free_constants(smelt_session *s);
 /* Frees it (nothing when the run is on the CPU). */
 void rt_cuda_session_destroy(smelt_session *s);
 /* Binds inputs and outputs to device addresses, copies staged inputs in

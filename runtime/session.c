@@ -753,6 +753,7 @@ void smelt_session_destroy(smelt_session *s) {
     free_run(s);
   }
   destroy_states(s);
+  rt_cuda_session_free_constants(s);
   if (s->dev) rt_cuda_device_destroy(s->dev);
   rt_pool_destroy(s->pool);
   free(s->runs);
