@@ -594,6 +594,47 @@ static void place_alone(Fuser *f, int n, GroupKind kind) {
   note_cands(f, n, c, nc, "");
 }
 
+/* ---- quantised weights ----
+ * A matmul whose weight is dequantize(constants) with no other user (what
+ * the quantize pass makes) takes the dequantize into its kernel when its
+ * rows are few (decode): the quantised kernels (codegen/llvm/qmatmul.c,
+ * codegen/cuda/qgemv.c) read the packed weight and its scales and never
+ * store the float weight (rows: up to 16 on the CPU, up to 8, the GEMV's,
+ * when CUDA is a target).  With more rows the dequantize stays a kernel of
+ * its own and the matmul runs the float GEMM (tensor cores on CUDA) on its
+ * result: there the weight is read once per row block, not once per row,
+ * and compute is the bound, not the weight's bytes. */
+enum { QUANT_FUSE_MAX_M = 16, QUANT_FUSE_MAX_M_CUDA = 8 /* the quantised GEMV's, qgemv.c */ };
+
+/* The group of the dequantize node that computes n's weight, when it may
+ * join n's kernel; else -1. */
+static int quant_weight_group(const Fuser *f, int n) {
+  const Node *nn = &f->g->node[n];
+  if (nn->op != OP_MATMUL || nn->nin != 2 || ir_attr_int(nn, "transpose_a")) return -1;
+  const TensorType *a = vtype(f, nn->in[0]);
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < a->rank; i++) rows *= a->dim[i];
+  bool cuda = f->ctx->target && strstr(f->ctx->target, "cuda");
+  if (rows > (cuda ? QUANT_FUSE_MAX_M_CUDA : QUANT_FUSE_MAX_M)) return -1;
+  int v = nn->in[1], p = producer(f, v);
+  if (p < 0 || f->g->node[p].op != OP_DEQUANTIZE || f->is_out[v]) return -1;
+  const Node *dq = &f->g->node[p];
+  for (int j = 0; j < dq->nin; j++)
+    if (f->g->val[dq->in[j]].kind != VK_CONST) return -1;
+  for (int i = f->ustart[v]; i < f->ustart[v + 1]; i++)
+    if (f->unode[i] != n) return -1;
+  int G = f->gid[p];
+  return G >= 0 && f->size[G] == 1 && f->kind[G] == GK_ELEMWISE ? G : -1;
+}
+
+/* The matmul with its dequantize: one contraction group. */
+static void place_quant_matmul(Fuser *f, int n, int G) {
+  note(f, "fuse: %s: dequantised in the loads of %s (quantised weight)", nd(f, f->tail[G]), nd(f, n));
+  group_append(f, G, n);
+  f->kind[G] = GK_CONTRACTION;
+  f->anchor[G] = n;
+}
+
 /* ---- prologues of opaque attention and decode matmuls (CUDA) ----
  *
  * The CUDA kernels of attention and of the decode matmul (M <= 8, the
@@ -685,7 +726,8 @@ static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
     int64_t S = vtype(f, nn->in[0])->dim[2];
     ok[0] = ok[1] = ok[2] = S <= ATT_PROLOGUE_MAX_S;
   } else {
-    ok[0] = true; /* A of the GEMV; B is the weight */
+    ok[0] = true; /* A of the GEMV; B is the weight, */
+    ok[1] = quant_weight_group(f, n) >= 0; /* or its dequantize */
   }
   cand_begin(f, n);
   int grps[PRO_MAX];
@@ -1368,6 +1410,7 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
   }
 
   for (int n = 0; n < g->nnode; n++) {
+    int qg;
     switch (f.role[n]) {
     case ROLE_OPAQUE:
       if (takes_prologue(&f, n)) place_with_prologue(&f, n, GK_OPAQUE);
@@ -1375,6 +1418,7 @@ smelt_status pass_fuse(Graph *g, PassCtx *ctx, bool *changed) {
       break;
     case ROLE_CON:
       if (takes_prologue(&f, n)) place_with_prologue(&f, n, GK_CONTRACTION);
+      else if ((qg = quant_weight_group(&f, n)) >= 0) place_quant_matmul(&f, n, qg);
       else place_alone(&f, n, GK_CONTRACTION);
       break;
     case ROLE_RED: place_reduction(&f, n); break;

@@ -14,11 +14,14 @@
  * amax is the group's largest magnitude, round() is ties-to-even
  * (nearbyint, as torch.round), and S is stored in the weight's dtype and
  * read back before dividing, so that Wq is the best grid point for the
- * scale the kernels actually see.  K lies along axis 0 of a [K, N] weight
- * and along axis 1 of an [N, K] one (transpose_b, what the layout pass
- * makes for CUDA), so the dequantize node's axis follows the matmul.
- * The kernels dequantise inside the matmul (codegen); const-fold keeps
- * dequantize nodes.
+ * scale the kernels actually see.  Wq is stored [N, K] whatever the
+ * weight's layout ([K, N] or [N, K] with transpose_b), S [N, K/G], the
+ * dequantize's axis is 1 and the matmul reads it with transpose_b: each
+ * output channel's weights and scales are then one contiguous run along K,
+ * what the decode GEMVs stream (codegen/llvm/qmatmul.c, codegen/cuda/
+ * qgemv.c; a [K, N] int4 weight read 128 columns at a time touches a page
+ * per k, and ran 10x slower on the CPU).  The kernels dequantise inside
+ * the matmul; const-fold keeps dequantize nodes.
  *
  * Accuracy.  Each rewritten matmul's output is compared with the
  * unquantised one on calibration rows: the rows of its input x that the
@@ -170,6 +173,8 @@ typedef struct {
   TensorType qt, st; /* Wq's and S's types */
   void *q, *s;       /* their bytes (malloc'd) */
   int qv, sv;        /* the constants made from them, -1 until then */
+  int axis;          /* K's axis in the float weight it was made from */
+  int next;          /* another entry of the same weight (the other axis), -1 */
 } QuantWeight;
 
 static double qmax_of(QuantMode m) { return m == QM_INT8 ? 127 : m == QM_INT4 ? 7 : 448; }
@@ -180,12 +185,15 @@ static size_t at(int axis, int64_t k, int64_t n, int64_t len, int64_t N) {
   return (size_t)(axis == 0 ? k * N + n : n * len + k);
 }
 
+/* Wq [N, K] and S [N, K/G] whatever the weight's layout: see the top. */
 static smelt_status quantise_weight(const Graph *g, int w, int axis, int64_t group, QuantMode mode, QuantWeight *out) {
   const TensorType wt = g->val[w].type;
   int64_t K = wt.dim[axis], N = wt.dim[1 - axis], G = group ? group : K, ng = K / G;
   out->qt = out->st = wt;
   out->qt.dt = mode == QM_INT8 ? DT_I8 : mode == QM_INT4 ? DT_I4 : DT_F8E4M3;
-  out->st.dim[axis] = ng;
+  out->qt.dim[0] = out->st.dim[0] = N;
+  out->qt.dim[1] = K;
+  out->st.dim[1] = ng;
   out->qv = out->sv = -1;
   out->q = calloc(ir_type_bytes(&out->qt) + 1, 1);
   out->s = calloc(ir_type_bytes(&out->st) + 1, 1);
@@ -199,14 +207,13 @@ static smelt_status quantise_weight(const Graph *g, int w, int axis, int64_t gro
         double a = fabs(dt_load(wt.dt, wd, at(axis, k, n, K, N)));
         if (a > amax) amax = a;
       }
-      size_t si = at(axis, gi, n, ng, N);
+      size_t si = (size_t)(n * ng + gi);
       dt_store(wt.dt, out->s, si, amax / qmax);
       double sc = dt_load(wt.dt, out->s, si); /* as the kernels read it */
       for (int64_t k = gi * G; k < (gi + 1) * G; k++) {
-        size_t wi = at(axis, k, n, K, N);
-        double v = sc > 0 ? dt_load(wt.dt, wd, wi) / sc : 0;
+        double v = sc > 0 ? dt_load(wt.dt, wd, at(axis, k, n, K, N)) / sc : 0;
         if (mode != QM_FP8) v = nearbyint(v);
-        dt_store(out->qt.dt, out->q, wi, v); /* saturates at the dtype's range */
+        dt_store(out->qt.dt, out->q, (size_t)(n * K + k), v); /* saturates at the dtype's range */
       }
     }
   return NULL;
@@ -331,9 +338,8 @@ static void compare_layer(const Graph *g, int w, const QuantWeight *qw, int axis
   }
   for (int64_t k = 0; k < K; k++) {
     for (int64_t n = 0; n < N; n++) {
-      size_t wi = at(axis, k, n, K, N), si = at(axis, k / G, n, ng, N);
-      wrow[n] = dt_load(wt->dt, g->val[w].data, wi);
-      qrow[n] = dt_load(qw->qt.dt, qw->q, wi) * dt_load(qw->st.dt, qw->s, si);
+      wrow[n] = dt_load(wt->dt, g->val[w].data, at(axis, k, n, K, N));
+      qrow[n] = dt_load(qw->qt.dt, qw->q, (size_t)(n * K + k)) * dt_load(qw->st.dt, qw->s, (size_t)(n * ng + k / G));
     }
     for (int64_t r = 0; r < rows; r++) {
       double xv = x[r * K + k];
@@ -445,8 +451,9 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
   int *wq = st ? NULL : malloc(sizeof(int) * (size_t)(nval0 + 1)); /* weight -> its entry of qws, -1 */
   QuantWeight *qws = st ? NULL : calloc((size_t)ncand + 1, sizeof *qws);
   bool *keep = st ? NULL : calloc((size_t)ncand + 1, sizeof *keep);
+  int *qent = st ? NULL : calloc((size_t)ncand + 1, sizeof *qent); /* candidate -> its entry of qws */
   int nqw = 0;
-  if (!st && (!x || !wq || !qws || !keep)) st = st_error(ST_NO_MEMORY, "out of memory");
+  if (!st && (!x || !wq || !qws || !keep || !qent)) st = st_error(ST_NO_MEMORY, "out of memory");
   for (int v = 0; !st && v < nval0; v++) wq[v] = -1;
   uint64_t rng = o->seed * 0x2545F4914F6CDD1Dull + 7;
 
@@ -455,11 +462,19 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
     const Node *n = &g->node[cand[c]];
     int w = n->in[1], axis = ir_attr_int(n, "transpose_b") ? 1 : 0;
     const TensorType *wt = &g->val[w].type;
-    if (wq[w] < 0) {
-      wq[w] = nqw++;
-      if ((st = quantise_weight(g, w, axis, o->group, o->mode, &qws[wq[w]]))) break;
+    /* one quantised form per weight and K axis (a square weight may be
+     * read both ways) */
+    int e = wq[w];
+    while (e >= 0 && qws[e].axis != axis) e = qws[e].next;
+    if (e < 0) {
+      e = nqw++;
+      if ((st = quantise_weight(g, w, axis, o->group, o->mode, &qws[e]))) break;
+      qws[e].axis = axis;
+      qws[e].next = wq[w];
+      wq[w] = e;
     }
-    const QuantWeight *qw = &qws[wq[w]];
+    qent[c] = e;
+    const QuantWeight *qw = &qws[e];
     QuantLayer l = {.K = wt->dim[axis], .N = wt->dim[1 - axis], .group = o->group};
     l.rows = calib_rows(g, n, it, l.K, &rng, x);
     compare_layer(g, w, qw, axis, o->group, x, l.rows, &l.cosine, &l.rel_err);
@@ -487,7 +502,7 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
                     o->keep_below);
       continue;
     }
-    QuantWeight *qw = &qws[wq[w]];
+    QuantWeight *qw = &qws[qent[c]];
     if (qw->qv < 0) {
       char base[512];
       SrcLoc wloc = g->val[w].loc;
@@ -501,13 +516,14 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
     snprintf(base, sizeof base, "%s.dq", g->val[w].name);
     const char *name = pass_fresh_name(g, base);
     DType wdt = g->val[w].type.dt;
-    int axis = ir_attr_int(&g->node[id], "transpose_b") ? 1 : 0;
     int dq = ir_add_node(g, OP_DEQUANTIZE, 2, (int[]){qw->qv, qw->sv}, 1, &name, g->node[id].loc);
-    ir_set_attr_int(g, dq, "axis", axis);
+    ir_set_attr_int(g, dq, "axis", 1);
     ir_set_attr_int(g, dq, "group", o->group);
     ir_set_attr_dtype(g, dq, "to", wdt);
     if ((st = ir_infer_node(g, dq))) break;
     g->node[id].in[1] = g->node[dq].out[0];
+    ir_set_attr_bool(g, id, "transpose_b", true);
+    if ((st = ir_infer_node(g, id))) break;
     pass_ctx_logf(ctx, "quantize: '%s' reads %s %s through dequantize (cosine %.6f, rel.err %.3e)", l->layer,
                   dt_name(qw->qt.dt), g->val[qw->qv].name, l->cosine, l->rel_err);
     *changed = true;
@@ -516,6 +532,7 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
   free(qws);
   free(wq);
   free(keep);
+  free(qent);
   free(x);
   free(cand);
   ir_interp_destroy(it);

@@ -59,7 +59,9 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
 }
 
 /* The GEMM families, in the heuristic's order of preference: M <= 8
- * (decode) is bound by reading B once: the GEMV; on Hopper (sm_90a)
+ * (decode) is bound by reading B once: the quantised GEMV when B is a
+ * dequantize of a quantised weight in the kernel (qgemv.c), else the
+ * GEMV; on Hopper (sm_90a)
  * f16/bf16 with K-major operands: wgmma + TMA (686 TFLOP/s at 4096^3 on
  * the H200 against 223 for mma.sync); f16/bf16 with 16-byte rows: tensor
  * cores through mma.sync; f32 when the user allows TF32
@@ -67,7 +69,8 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
  * cores (tf32.c; a table row naming tf32 does not change an f32 matmul's
  * numerics unasked: the family is not eligible then).  Every family is
  * for matmuls only; conv2d and everything else gets the simple kernel. */
-static const CuGemmFamily *const families[] = {&cu_family_gemv, &cu_family_wgmma, &cu_family_mma, &cu_family_tf32};
+static const CuGemmFamily *const families[] = {&cu_family_qgemv, &cu_family_gemv, &cu_family_wgmma, &cu_family_mma,
+                                               &cu_family_tf32};
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 
 static bool family_applies(const CuFn *f, const Gemm *gm, const CuGemmFamily *fam) {

@@ -26,6 +26,9 @@ typedef struct {
 } CuGemmFamily;
 
 extern const CuGemmFamily cu_family_gemv, cu_family_wgmma, cu_family_mma, cu_family_tf32;
+/* qgemv.c: M <= 8 against a weight dequantize(q, s) computed in the kernel
+ * (int4/int8/fp8 [N, K], a scale per group of K); token "qgemv:w=4,c=2,u=4". */
+extern const CuGemmFamily cu_family_qgemv;
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */

@@ -2,8 +2,10 @@
  *
  * cg_llvm_emit_contraction is the one entry point: a matmul or conv2d whose
  * weight is a constant goes to the register-blocked GEMM with pre-packed
- * weights (gemm.c; conv2d as an implicit GEMM); what it does not take is
- * done here, by the generic, obviously correct loop nests below.
+ * weights (gemm.c; conv2d as an implicit GEMM), a matmul whose weight is a
+ * dequantize of quantised constants in the same kernel to the quantised
+ * GEMV (qmatmul.c); what they do not take is done here, by the generic,
+ * obviously correct loop nests below.
  *
  * matmul: one task per output row (batch index and m), and per block of
  * CG_MM_COLS columns when the rows are few (lower.h, cg_matmul_space).  The
@@ -32,6 +34,7 @@
 
 #include "codegen/llvm/cg_internal.h"
 #include "codegen/llvm/gemm.h"
+#include "codegen/llvm/qmatmul.h"
 
 #define CG_NTILE 256
 
@@ -233,6 +236,8 @@ smelt_status cg_llvm_emit_contraction(CgFn *f) {
   const Node *n = &f->g->node[f->anchor];
   if (n->op == OP_MATMUL) {
     bool done;
+    RETURN_IF_ERROR(cg_qmatmul_try(f, &done)); /* a quantised weight dequantised in the kernel */
+    if (done) return NULL;
     RETURN_IF_ERROR(cg_gemm_try(f, &done));
     return done ? NULL : emit_matmul(f);
   }

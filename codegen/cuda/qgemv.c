@@ -1,0 +1,397 @@
+/* The quantised decode matmul: M <= 8 rows of A against a weight stored
+ * quantised (int4 two per byte, int8, fp8 e4m3/e5m2) with a scale per
+ * group of G elements along K, dequantised in registers, f32 accumulation.
+ *
+ * At decode a matmul is bound by the bytes of its weight: int4 with
+ * groups of 128 reads ~3.9x fewer than f16.  The quantize pass stores
+ * every quantised weight [N, K] (passes/quantize.c): each output column's
+ * K values, and its K/G scales, are contiguous, which is the prepacked
+ * layout this kernel streams (no repacking at load).  Mapping, as the f16
+ * GEMV's [N, K] path (gemv.c): warp w of block b owns the C columns
+ * n0 = (b * W + w) * C ...; its lanes read 16-byte chunks along k (a warp
+ * step is 512 contiguous bytes per column: 1024 int4 weights), U chunks
+ * per column issued together before any is used, streamed past L1 with
+ * ld.global.nc.L1::no_allocate (the weight is read once).  A chunk holds
+ * E = 32 (int4) or 16 (int8, fp8) consecutive k's and lies inside one
+ * group (G a multiple of E) or holds whole groups of whole 32-bit words
+ * (int4 with G = 16 or 8), so per chunk, group and column the kernel sums
+ * x[k] * q[k] and multiplies that by the group's one scale: (x . q) s,
+ * the reference's x . (q s) reassociated.  Widening:
+ *   int4  nibble i of a little-endian 32-bit word is element i (ir/dtype.h);
+ *         with the word xor 0x88888888 a nibble is its value + 8, and
+ *         float(0x4B000000 | nibble) - (2^23 + 8) is exactly the value
+ *         (the mantissa trick: one LOP3, one FADD, no conversion);
+ *   int8  the same with byte ^ 0x80 and 2^23 + 128;
+ *   fp8   on sm_89+ two at a time by cvt.rn.f16x2.e4m3x2 / .e5m2x2 and
+ *         cvt.f32.f16; elsewhere (and in the CPU emulation) with the
+ *         prelude's exact integer decoders (smelt_f8e4m3, smelt_f8e5m2).
+ * A's chunk of E elements is read per row (16-byte packs when A is a plain
+ * argument and aligned, else element loads, or through cu_emit when a
+ * prologue computes it); it stays in L1 (every warp reads the same row).
+ * At the end the lanes' C x M partial sums are added with the transpose
+ * reduction of gemv.c (copied: the families do not call each other) and
+ * each result goes through the group's epilogue.
+ * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
+ * warp, U chunks per column in flight.
+ * Not taken (the simple kernel dequantises element by element instead):
+ * zero points, u4/u8 weights, a [K, N] weight, groups that split a 32-bit
+ * word, A transposed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/cuda/cu_families.h"
+
+typedef struct {
+  int warps, cols, unroll;
+} QgParams;
+
+typedef struct {
+  const CuGemm *gm;
+  const QgParams *p;
+  const int *epi;
+  int nepi;
+  const Node *dq;
+  DType qdt, sdt, adt;
+  int q0, s0, a0; /* argument indices of the weight, its scales and A (-1: A computed) */
+  int E;          /* elements per 16-byte chunk */
+  int64_t G, ng, KC, row_bytes;
+  int M;
+  const char *z;
+} Qg;
+
+/* The dequantize that computes the matmul's weight in this kernel, or NULL. */
+static const Node *weight_dequant(const CuFn *f, const CuGemm *gm) {
+  const Value *b = &f->g->val[gm->an->in[1]];
+  if (b->kind != VK_NODE || !f->member[b->node]) return NULL;
+  const Node *dq = &f->g->node[b->node];
+  return dq->op == OP_DEQUANTIZE ? dq : NULL;
+}
+
+static int elems_per_chunk(DType qdt) { return qdt == DT_I4 ? 32 : 16; }
+
+static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
+  if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
+    return false;
+  const Node *dq = weight_dequant(f, gm);
+  if (!dq || dq->nin != 2) return false;
+  const Graph *g = f->g;
+  int qv = dq->in[0], sv = dq->in[1];
+  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0) return false;
+  const TensorType *qt = &g->val[qv].type;
+  DType qdt = qt->dt, sdt = g->val[sv].type.dt, adt = gm->at->dt;
+  if (qdt != DT_I4 && qdt != DT_I8 && !dt_is_f8(qdt)) return false;
+  if (!dt_is_float(sdt) || sdt == DT_F64) return false;
+  if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
+  if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
+  int64_t G = ir_attr_int(dq, "group");
+  if (G == 0) G = gm->K;
+  int E = elems_per_chunk(qdt), epw = qdt == DT_I4 ? 8 : 4;
+  /* a chunk inside one group, or whole groups of whole 32-bit words */
+  return gm->K % E == 0 && gm->K % G == 0 && (G % E == 0 || (E % G == 0 && G % epw == 0));
+}
+
+static bool qg_parse(const char *tok, QgParams *out) {
+  int w, c, u, used = 0;
+  if (sscanf(tok, "qgemv:w=%d,c=%d,u=%d%n", &w, &c, &u, &used) != 3 || tok[used] != 0) return false;
+  if (w < 1 || w > 32 || c < 1 || c > 8 || u < 1 || u > 8) return false;
+  *out = (QgParams){w, c, u};
+  return true;
+}
+
+static void qg_format(const QgParams *p, char out[CG_VARIANT_LEN]) {
+  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d", p->warps, p->cols, p->unroll);
+}
+
+/* 4 warps of 2 columns with 4 chunks per column in flight (128 bytes per
+ * lane, like the f16 GEMV's default); 2 chunks at M > 4, where every chunk
+ * holds more partial sums in registers. */
+static void qg_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
+  (void)f;
+  QgParams p = {4, 2, gm->M > 4 ? 2 : 4};
+  qg_format(&p, out);
+}
+
+static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  static const QgParams alt[] = {{4, 2, 4}, {4, 2, 2}, {4, 4, 2}, {8, 2, 4}, {4, 1, 8}, {2, 2, 4}, {4, 2, 8}};
+  int n = 0;
+  char d[CG_VARIANT_LEN];
+  qg_default(f, gm, d);
+  if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
+  for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
+    char tok[CG_VARIANT_LEN];
+    qg_format(&alt[i], tok);
+    if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
+  }
+  return n;
+}
+
+static int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+/* The transpose reduction of gemv.c: P values acc[0..P) (a power of two)
+ * over the 32 lanes; lane l ends with R = P / 32 values l R .. l R + R - 1
+ * when P >= 32, else with value l / (32 / P).  Returns R. */
+static int transpose_reduce(CuFn *f, int P) {
+  int cnt = P;
+  cu_line(f, "// add the partial sums of the lanes: each shuffle step halves the values a lane keeps");
+  for (int o = 16; o >= 1; o >>= 1) {
+    if (cnt > 1) {
+      int H = cnt / 2;
+      cu_open(f, "%s", "");
+      cu_line(f, "const bool up = (lane & %d) != 0;", o);
+      cu_line(f, "#pragma unroll");
+      cu_open(f, "for (int i = 0; i < %d; i++)", H);
+      cu_line(f, "const float send = up ? acc[i] : acc[i + %d], keep = up ? acc[i + %d] : acc[i];", H, H);
+      cu_line(f, "acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, %d);", o);
+      cu_close(f);
+      cu_close(f);
+      cnt = H;
+    } else {
+      cu_line(f, "acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], %d);", o);
+    }
+  }
+  return cnt;
+}
+
+/* The anchor's value at (m, n) from the f32 sum, through the epilogue. */
+static void finish(CuFn *f, const Qg *v, const char *m, const char *n, const char *sum) {
+  const CuGemm *gm = v->gm;
+  CuCoords co;
+  CuVal val;
+  gm->result(f, gm, v->z, m, n, sum, &co, &val);
+  const Value *av = &f->g->val[gm->an->out[0]];
+  const char *r = cu_tmp(f);
+  cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
+  val.l[0] = r;
+  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+}
+
+/* xs[0..E) = A[m][k .. k + E) as floats. */
+static void load_x(CuFn *f, const Qg *v, bool packs) {
+  const CuGemm *gm = v->gm;
+  int E = v->E;
+  if (v->a0 >= 0 && packs) {
+    int per = 16 / (int)dt_size(v->adt);
+    const char *sa = cu_stype(v->adt);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int p = 0; p < %d; p++)", E / per);
+    cu_line(f, "const smelt_pack<%s, %d> xp = *reinterpret_cast<const smelt_pack<%s, %d> *>(X + m * %lldLL + k + p * %d);",
+            sa, per, sa, per, (long long)gm->K, per);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < %d; e++) xs[p * %d + e] = %s;", per, per, cu_from_storage(f, v->adt, "xp.v[e]"));
+    cu_close(f);
+    return;
+  }
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < %d; e++)", E);
+  if (v->a0 >= 0) {
+    cu_line(f, "xs[e] = %s;", cu_from_storage(f, v->adt, cu_fmt(f, "X[m * %lldLL + k + e]", (long long)gm->K)));
+  } else {
+    CuVal x;
+    gm->load_a(f, gm, v->z, "m", "(k + e)", &x);
+    cu_line(f, "xs[e] = (float)%s;", x.l[0]);
+  }
+  cu_close(f);
+}
+
+/* Groups in one chunk: 1, or E / G when the groups are smaller. */
+static int subgroups(const Qg *v) { return v->G >= v->E ? 1 : (int)(v->E / v->G); }
+
+/* acc[j * MP + m] += the chunk's dot product with A's row, group by group:
+ * part = sum of xs[e] * q[e] over a group's words of w (four 32-bit
+ * words), times the group's scale sc[j][h]. */
+static void chunk_dot(CuFn *f, const Qg *v) {
+  int SUB = subgroups(v), WPS = 4 / SUB, MP = pow2_at_least(v->M);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
+  cu_line(f, "float part = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = h * %d; e < (h + 1) * %d; e++)", WPS, WPS);
+  switch (v->qdt) {
+  case DT_I4:
+    cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int s = 0; s < 8; s++)  // nibble s is element 8 e + s; 2^23 + (value + 8), less 2^23 + 8");
+    cu_line(f, "  part += xs[e * 8 + s] * (__int_as_float(0x4B000000 | ((wd >> (4 * s)) & 15u)) - 8388616.0f);");
+    break;
+  case DT_I8:
+    cu_line(f, "const unsigned wd = w.v[e];");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int s = 0; s < 4; s++)  // byte s is element 4 e + s; 2^23 + (byte + 128), less 2^23 + 128");
+    cu_line(f, "  part += xs[e * 4 + s] * (__int_as_float(0x4B000000 | (((wd >> (8 * s)) & 255u) ^ 128u)) - 8388736.0f);");
+    break;
+  default: {
+    const char *fmt = v->qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
+    cu_line(f, "const unsigned wd = w.v[e];");
+    cu_line(f, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "// two fp8 a conversion to f16x2, then to f32");
+    cu_open(f, "for (int s = 0; s < 2; s++)");
+    cu_line(f, "const unsigned short pair = (unsigned short)(wd >> (16 * s));");
+    cu_line(f, "unsigned short h0, h1;");
+    cu_line(f, "asm(\"{.reg .b32 t; cvt.rn.f16x2.%sx2 t, %%2; mov.b32 {%%0, %%1}, t;}\" : \"=h\"(h0), \"=h\"(h1) : \"h\"(pair));", fmt);
+    cu_line(f, "float f0, f1;");
+    cu_line(f, "asm(\"cvt.f32.f16 %%0, %%1;\" : \"=f\"(f0) : \"h\"(h0));");
+    cu_line(f, "asm(\"cvt.f32.f16 %%0, %%1;\" : \"=f\"(f1) : \"h\"(h1));");
+    cu_line(f, "part += xs[e * 4 + 2 * s] * f0 + xs[e * 4 + 2 * s + 1] * f1;");
+    cu_close(f);
+    cu_line(f, "#else");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int s = 0; s < 4; s++) part += xs[e * 4 + s] * smelt_f8%s((wd >> (8 * s)) & 255u);", fmt);
+    cu_line(f, "#endif");
+  }
+  }
+  cu_close(f);
+  cu_line(f, "acc[j * %d + m] += part * sc[j][h];", MP);
+  cu_close(f);
+}
+
+/* The lanes' stream over the K/E chunks of the warp's columns. */
+static void stream(CuFn *f, const Qg *v, bool packs) {
+  int U = v->p->unroll, C = v->p->cols;
+  cu_open(f, "for (int c = lane; c < %lld; c += %d)", (long long)v->KC, 32 * U);
+  cu_line(f, "smelt_pack<unsigned, 4> wq[%d][%d];  // U x C chunks issued before any is used", U, C);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int j = 0; j < %d; j++) wq[u][j] = load_q(qr[j] + (c + 32 * u < %lld ? c + 32 * u : %lld));", C,
+          (long long)v->KC, (long long)v->KC - 1);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "if (c + 32 * u >= %lld) break;", (long long)v->KC);
+  cu_line(f, "const %s k = (%s)(c + 32 * u) * %d;", f->idx, f->idx, v->E);
+  int SUB = subgroups(v);
+  cu_line(f, "const %s g = k / %lld;  // the chunk's (first) group", f->idx, (long long)v->G);
+  cu_line(f, "float sc[%d][%d];", C, SUB);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int h = 0; h < %d; h++) sc[j][h] = %s;", SUB,
+          cu_from_storage(f, v->sdt, cu_fmt(f, "S[nc[j] * %lldLL + g + h]", (long long)v->ng)));
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int m = 0; m < %d; m++)", v->M);
+  cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->E, v->E - 1);
+  load_x(f, v, packs);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "const smelt_pack<unsigned, 4> w = wq[u][j];");
+  chunk_dot(f, v);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+}
+
+static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *dq = weight_dequant(f, gm);
+  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .dq = dq, .M = (int)gm->M};
+  v.qdt = g->val[dq->in[0]].type.dt;
+  v.sdt = g->val[dq->in[1]].type.dt;
+  v.adt = gm->at->dt;
+  v.q0 = f->arg_of[dq->in[0]];
+  v.s0 = f->arg_of[dq->in[1]];
+  const Value *av = &g->val[gm->an->in[0]];
+  v.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
+  v.E = elems_per_chunk(v.qdt);
+  v.G = ir_attr_int(dq, "group");
+  if (v.G == 0) v.G = gm->K;
+  v.ng = gm->K / v.G;
+  v.KC = gm->K / v.E;
+  v.row_bytes = gm->K * dt_bits(v.qdt) / 8;
+  int W = p->warps, C = p->cols, MP = pow2_at_least(v.M), P = C * MP;
+  qg_format(p, l->variant);
+  l->kind = "matmul";
+  int64_t gx = (gm->N + (int64_t)W * C - 1) / ((int64_t)W * C);
+  if (gx > 0x7fffffffLL || v.KC > 0x3fffffffLL) {
+    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
+    return;
+  }
+  l->block[0] = (unsigned)(32 * W);
+  l->grid[0] = (unsigned)gx;
+  l->grid[1] = 1;
+  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
+  l->workspace = 0;
+  if (gm->Z == 0) return;
+  cu_line(f, "// variant: quantised GEMV for M = %d (decode): %s (%s [N, K], a scale per %lld of K) read once with", v.M,
+          g->val[dq->in[0]].name, dt_name(v.qdt), (long long)v.G);
+  cu_line(f, "// 16-byte loads and dequantised in registers, f32 accumulation; warp w of block b owns columns (b * %d + w) * %d ..", W, C);
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
+  cu_line(f, "// 16-byte loads of the weight that bypass L1: it is read once");
+  cu_open(f, "auto load_q = [](const smelt_pack<unsigned, 4> *p)");
+  cu_line(f, "smelt_pack<unsigned, 4> r;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(r.v[0]), \"=r\"(r.v[1]), "
+             "\"=r\"(r.v[2]), \"=r\"(r.v[3]) : \"l\"(p));");
+  cu_line(f, "#else");
+  cu_line(f, "r = *p;");
+  cu_line(f, "#endif");
+  cu_line(f, "return r;");
+  f->indent--;
+  cu_line(f, "};");
+  v.z = cu_tmp(f);
+  cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
+  if (v.a0 >= 0)
+    cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
+  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
+  cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
+  cu_line(f, "float acc[%d];  // acc[j * %d + m]: column n0 + j, row m", P, MP);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", P);
+  cu_open(f, "if (n0 < %lldLL)", (long long)gm->N);
+  cu_line(f, "long long nc[%d];  // the columns (past N: the last one, its sums unused)", C);
+  cu_line(f, "const smelt_pack<unsigned, 4> *qr[%d];", C);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "nc[j] = n0 + j < %lldLL ? n0 + j : %lldLL;", (long long)gm->N, (long long)gm->N - 1);
+  cu_line(f, "qr[j] = reinterpret_cast<const smelt_pack<unsigned, 4> *>(reinterpret_cast<const unsigned char *>(a%d) + nc[j] * %lldLL);",
+          v.q0, (long long)v.row_bytes);
+  cu_close(f);
+  /* 16-byte packs of A need its base aligned to 16 (a uniform test) */
+  bool x_packs = v.a0 >= 0;
+  if (x_packs) {
+    cu_open(f, "if (smelt_aligned(X, 16))");
+    stream(f, &v, true);
+    cu_close(f);
+    cu_open(f, "else");
+    stream(f, &v, false);
+    cu_close(f);
+  } else {
+    stream(f, &v, false);
+  }
+  cu_close(f);
+  int R = transpose_reduce(f, P);
+  for (int r = 0; r < R; r++) {
+    if (P >= 32) {
+      cu_open(f, "%s", "");
+      cu_line(f, "const int i = lane * %d + %d;", R, r);
+      cu_line(f, "const float s = acc[%d];", r);
+    } else {
+      cu_open(f, "if (lane %% %d == 0)", 32 / P);
+      cu_line(f, "const int i = lane / %d;  // the same sum in %d lanes", 32 / P, 32 / P);
+      cu_line(f, "const float s = acc[0];");
+    }
+    const char *m = cu_tmp(f), *n = cu_tmp(f);
+    cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
+    cu_open(f, "if (%s < %d && %s < %lld)", m, v.M, n, (long long)gm->N);
+    finish(f, &v, m, n, "s");
+    cu_close(f);
+    cu_close(f);
+  }
+  cu_close(f); /* z */
+}
+
+/* ---- the family's entry (cu_families.h) ---- */
+
+static bool qg_emit(CuFn *f, const CuGemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  QgParams p;
+  if (!qg_parse(tok, &p)) return false;
+  qg_emit_kernel(f, gm, &p, epi, nepi, l);
+  return true;
+}
+
+const CuGemmFamily cu_family_qgemv = {"qgemv", qg_eligible, qg_default, qg_candidates, qg_emit};

@@ -1,0 +1,536 @@
+/* The quantised GEMV of the CPU backend: y = x @ dequantize(Wq, S) with
+ * the weight read packed (int8, int4 two per byte, fp8) and dequantised in
+ * registers, never stored in float.
+ *
+ * At decode (a few rows of x) a matmul is bound by the bytes of its weight;
+ * int4 with groups of 128 reads ~1/7 of f32's.  The kernel:
+ *   - tasks are cg_matmul_space's (lower.h): one output row and one block
+ *     of CG_MM_COLS columns each when the rows are few, so M = 1 spreads
+ *     its columns, and with them the weight's bytes, over the threads;
+ *   - the task's row of x is read once, through cg_emit (so a fused
+ *     prologue and f16 inputs work), into a float buffer on the stack;
+ *   - the weight's elements are loaded VL at a time (VL = 16 lanes of f32
+ *     with AVX-512, 8 with AVX/AVX2, else 4: the host's width, as gemm.c)
+ *     and widened to float in registers: int8 by sign extension; int4 by
+ *     loading VL/2 bytes, splitting low and high nibbles and interleaving
+ *     them (element 2i is the low nibble of byte i, ir/dtype.h), then
+ *     (v ^ 8) - 8 for the sign; fp8 by moving exponent and mantissa into
+ *     float's place (exponent rebiased, subnormal codes m * 2^(1-bias-M)
+ *     exactly, NaN and the sign bit restored);
+ *   - scales are applied once per group, not per element: for each group
+ *     of G elements along K the products x[k] * q[k, n] are summed into a
+ *     partial vector, which is then multiplied by the group's scales and
+ *     added to the accumulator.  This is the reference's arithmetic
+ *     reassociated (sum_k x_k q_k s = s sum_k x_k q_k): the results agree
+ *     to f32 rounding, and the dequantised weight is not rounded to its
+ *     f16/bf16 `to` dtype as the reference's stored dequantize is (the
+ *     kernel is the more exact of the two; the difference is within the
+ *     output's own rounding in f16, about one step in bf16);
+ *   - [K, N] weights (the YAML layout; dequantize axis 0): per k, the VL
+ *     consecutive columns of a vector; four vectors (4 VL columns) of
+ *     independent accumulators per pass over K, then single vectors, then
+ *     leftover columns one by one through the generic element-wise
+ *     dequantize;
+ *   - [N, K] weights (transpose_b, axis 1; Hugging Face's layout): each
+ *     output column is a dot product along K; four columns at once share
+ *     the x vector, each sums VL lanes, reduced at the end;
+ *   - the block's outputs go through a stack tile to the epilogue (bias,
+ *     activation, residual: cg_store_epilogue), as in gemm.c.
+ * Not taken here (the generic loop nest dequantises element by element):
+ * zero points, u8/u4 weights, f16 scales without hardware conversion,
+ * weights the kernel does not receive as arguments, A transposed or 1-D,
+ * batched or broadcast weights, K over QMM_MAX_K (the row buffer), a K or
+ * group that is not a multiple of VL for [N, K], an odd N for int4 [K, N].
+ */
+#include <math.h>
+#include <string.h>
+
+#include <llvm-c/TargetMachine.h>
+
+#include "codegen/llvm/qmatmul.h"
+
+#define QMM_MAX_K 16384 /* floats of the row buffer: 64 KiB of the worker's stack */
+#define QMM_VECS 4      /* vectors (or columns) of accumulators per pass over K */
+#define QMM_MAX_TILE 256
+
+typedef struct {
+  CgFn *f;
+  CgMod *m;
+  LLVMBuilderRef B;
+  const Node *mm, *dq;
+  int av, bv, qarg, sarg;
+  DType qdt, sdt;
+  bool tb; /* [N, K] weight */
+  int64_t K, N, G, ng;
+  int vl;
+  LLVMTypeRef vf, vi;  /* <vl x float>, <vl x i32> */
+  LLVMValueRef xrow;   /* float[K]: the task's row of A (de-interleaved when split) */
+  LLVMValueRef xsum;   /* float[ng]: its sum over each group (split) */
+  bool split;          /* int4 [N, K]: even and odd k apart, nibbles unsigned (see nk_split) */
+  LLVMValueRef tile;   /* float[tile]: the block's outputs before the epilogue */
+  LLVMValueRef acc[QMM_VECS], part[QMM_VECS]; /* <vl x float> allocas */
+} Qmm;
+
+/* Vector lanes of f32 on the host: 16 with AVX-512, 8 with AVX, else 4. */
+static int host_lanes(void) {
+  char *feat = LLVMGetHostCPUFeatures();
+  int vl = 4;
+  if (feat && strstr(feat, "+avx512f")) vl = 16;
+  else if (feat && strstr(feat, "+avx")) vl = 8;
+  LLVMDisposeMessage(feat);
+  return vl;
+}
+
+/* ---- vector helpers ---- */
+
+static LLVMValueRef vconst_i32(Qmm *q, int64_t v) {
+  LLVMValueRef e[16];
+  for (int i = 0; i < q->vl; i++) e[i] = LLVMConstInt(q->m->t_i32, (unsigned long long)v, 1);
+  return LLVMConstVector(e, (unsigned)q->vl);
+}
+
+static LLVMValueRef vconst_f32(Qmm *q, double v) {
+  LLVMValueRef e[16];
+  for (int i = 0; i < q->vl; i++) e[i] = LLVMConstReal(q->m->t_f32, v);
+  return LLVMConstVector(e, (unsigned)q->vl);
+}
+
+static LLVMValueRef splat(Qmm *q, LLVMValueRef x) {
+  LLVMValueRef v = LLVMBuildInsertElement(q->B, LLVMGetUndef(q->vf), x, cg_i32(q->m, 0), "");
+  LLVMValueRef zeros = LLVMConstNull(LLVMVectorType(q->m->t_i32, (unsigned)q->vl));
+  return LLVMBuildShuffleVector(q->B, v, LLVMGetUndef(q->vf), zeros, "");
+}
+
+/* n elements of type elt at base[idx], as one vector load. */
+static LLVMValueRef load_vec(Qmm *q, LLVMTypeRef elt, int n, LLVMValueRef base, LLVMValueRef idx, unsigned align) {
+  LLVMTypeRef vt = LLVMVectorType(elt, (unsigned)n);
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(q->B, elt, base, &idx, 1, "");
+  p = LLVMBuildBitCast(q->B, p, LLVMPointerType(vt, 0), "");
+  LLVMValueRef v = LLVMBuildLoad2(q->B, vt, p, "");
+  LLVMSetAlignment(v, align);
+  return v;
+}
+
+static LLVMValueRef fmadd(Qmm *q, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c) {
+  LLVMTypeRef t = LLVMTypeOf(a);
+  LLVMValueRef args[3] = {a, b, c};
+  return cg_intrinsic(q->m, "llvm.fmuladd", &t, 1, args, 3);
+}
+
+/* FP8 codes (zero-extended to <vl x i32>) to float: see the top. */
+static LLVMValueRef f8_vec(Qmm *q, LLVMValueRef b) {
+  LLVMBuilderRef B = q->B;
+  bool e5 = q->qdt == DT_F8E5M2;
+  int M = e5 ? 2 : 3, bias = e5 ? 15 : 7;
+  LLVMValueRef mag = LLVMBuildAnd(B, b, vconst_i32(q, 0x7f), "");
+  LLVMValueRef e = LLVMBuildLShr(B, mag, vconst_i32(q, M), "");
+  LLVMValueRef man = LLVMBuildAnd(B, mag, vconst_i32(q, (1 << M) - 1), "");
+  LLVMValueRef normal = LLVMBuildAdd(B, LLVMBuildShl(B, mag, vconst_i32(q, 23 - M), ""),
+                                     vconst_i32(q, (int64_t)(127 - bias) << 23), "");
+  LLVMValueRef sub = LLVMBuildFMul(B, LLVMBuildSIToFP(B, man, q->vf, ""), vconst_f32(q, ldexp(1.0, 1 - bias - M)), "");
+  LLVMValueRef is_sub = LLVMBuildICmp(B, LLVMIntEQ, e, vconst_i32(q, 0), "");
+  LLVMValueRef v = LLVMBuildSelect(B, is_sub, sub, LLVMBuildBitCast(B, normal, q->vf, ""), "");
+  if (e5) {
+    LLVMValueRef top = LLVMBuildICmp(B, LLVMIntEQ, e, vconst_i32(q, 31), "");
+    LLVMValueRef special = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntEQ, man, vconst_i32(q, 0), ""),
+                                           vconst_f32(q, INFINITY), vconst_f32(q, NAN), "");
+    v = LLVMBuildSelect(B, top, special, v, "");
+  } else {
+    v = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntEQ, mag, vconst_i32(q, 0x7f), ""), vconst_f32(q, NAN), v, "");
+  }
+  LLVMValueRef sign = LLVMBuildShl(B, LLVMBuildAnd(B, b, vconst_i32(q, 0x80), ""), vconst_i32(q, 24), "");
+  return LLVMBuildBitCast(B, LLVMBuildOr(B, LLVMBuildBitCast(B, v, q->vi, ""), sign, ""), q->vf, "");
+}
+
+/* With a hardware f16 conversion (F16C): e5m2 is the top byte of an f16,
+ * and e4m3's exponent and mantissa bits shifted into f16's place are an
+ * f16 of 2^-8 times the value (bias 15 against 7; subnormal codes land on
+ * f16 subnormals, converted exactly), so the scale is applied as 256 times
+ * it (f8_scale).  The e4m3 NaN code gives 480 there: it is put back. */
+static LLVMValueRef vconst_i16(Qmm *q, int v) {
+  LLVMValueRef e[16];
+  for (int i = 0; i < q->vl; i++) e[i] = LLVMConstInt(q->m->t_i16, (unsigned long long)v, 0);
+  return LLVMConstVector(e, (unsigned)q->vl);
+}
+
+static LLVMValueRef f8_via_f16(Qmm *q, LLVMValueRef bytes) {
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  LLVMValueRef w = LLVMBuildZExt(B, bytes, LLVMVectorType(m->t_i16, (unsigned)q->vl), "");
+  LLVMValueRef h;
+  if (q->qdt == DT_F8E5M2) {
+    h = LLVMBuildShl(B, w, vconst_i16(q, 8), "");
+  } else {
+    LLVMValueRef mag = LLVMBuildShl(B, LLVMBuildAnd(B, w, vconst_i16(q, 0x7f), ""), vconst_i16(q, 7), "");
+    LLVMValueRef sign = LLVMBuildShl(B, LLVMBuildAnd(B, w, vconst_i16(q, 0x80), ""), vconst_i16(q, 8), "");
+    h = LLVMBuildOr(B, mag, sign, "");
+  }
+  LLVMValueRef v = LLVMBuildFPExt(B, LLVMBuildBitCast(B, h, LLVMVectorType(m->t_f16, (unsigned)q->vl), ""), q->vf, "");
+  if (q->qdt == DT_F8E4M3) {
+    LLVMValueRef nan = LLVMBuildICmp(B, LLVMIntEQ, LLVMBuildAnd(B, w, vconst_i16(q, 0x7f), ""), vconst_i16(q, 0x7f), "");
+    v = LLVMBuildSelect(B, nan, vconst_f32(q, NAN), v, "");
+  }
+  return v;
+}
+
+/* What the scales are multiplied by for the values qvals gives: 256 for
+ * e4m3 through f16 (f8_via_f16), else 1. */
+static double f8_scale(const Qmm *q) { return q->qdt == DT_F8E4M3 && q->m->native_f16 ? 256.0 : 1.0; }
+
+/* The quantised values of vl consecutive elements from element lin (even
+ * for int4), as floats (not yet scaled). */
+static LLVMValueRef qvals(Qmm *q, LLVMValueRef lin) {
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  LLVMValueRef base = q->f->base[q->qarg];
+  switch (q->qdt) {
+  case DT_I8: return LLVMBuildSIToFP(B, load_vec(q, m->t_i8, q->vl, base, lin, 1), q->vf, "");
+  case DT_I4: {
+    int h = q->vl / 2;
+    LLVMTypeRef hi32 = LLVMVectorType(m->t_i32, (unsigned)h);
+    LLVMValueRef bytes = LLVMBuildZExt(B, load_vec(q, m->t_i8, h, base, LLVMBuildLShr(B, lin, cg_i64(m, 1), ""), 1), hi32, "");
+    LLVMValueRef e15[8], e4[8], mask[16];
+    for (int i = 0; i < h; i++) {
+      e15[i] = LLVMConstInt(m->t_i32, 15, 0);
+      e4[i] = LLVMConstInt(m->t_i32, 4, 0);
+    }
+    LLVMValueRef lo = LLVMBuildAnd(B, bytes, LLVMConstVector(e15, (unsigned)h), "");
+    LLVMValueRef hi = LLVMBuildLShr(B, bytes, LLVMConstVector(e4, (unsigned)h), "");
+    for (int i = 0; i < q->vl; i++) mask[i] = cg_i32(m, (i & 1) ? h + i / 2 : i / 2);
+    LLVMValueRef v = LLVMBuildShuffleVector(B, lo, hi, LLVMConstVector(mask, (unsigned)q->vl), "");
+    v = LLVMBuildSub(B, LLVMBuildXor(B, v, vconst_i32(q, 8), ""), vconst_i32(q, 8), "");
+    return LLVMBuildSIToFP(B, v, q->vf, "");
+  }
+  default: /* f8 */
+    if (m->native_f16) return f8_via_f16(q, load_vec(q, m->t_i8, q->vl, base, lin, 1));
+    return f8_vec(q, LLVMBuildZExt(B, load_vec(q, m->t_i8, q->vl, base, lin, 1), q->vi, ""));
+  }
+}
+
+/* vl consecutive scales from element lin, as floats. */
+static LLVMValueRef svals(Qmm *q, LLVMValueRef lin) {
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  LLVMValueRef base = q->f->base[q->sarg];
+  switch (q->sdt) {
+  case DT_F32: return load_vec(q, m->t_f32, q->vl, base, lin, 4);
+  case DT_F16: return LLVMBuildFPExt(B, load_vec(q, m->t_f16, q->vl, base, lin, 2), q->vf, "");
+  default: { /* bf16: the top half of an f32 */
+    LLVMValueRef w = LLVMBuildZExt(B, load_vec(q, m->t_i16, q->vl, base, lin, 2), q->vi, "");
+    return LLVMBuildBitCast(B, LLVMBuildShl(B, w, vconst_i32(q, 16), ""), q->vf, "");
+  }
+  }
+}
+
+static LLVMValueRef vload(Qmm *q, LLVMValueRef slot) { return LLVMBuildLoad2(q->B, q->vf, slot, ""); }
+static void vstore(Qmm *q, LLVMValueRef v, LLVMValueRef slot) { LLVMBuildStore(q->B, v, slot); }
+
+static LLVMValueRef fslot(Qmm *q, LLVMValueRef buf, LLVMValueRef i) {
+  return LLVMBuildInBoundsGEP2(q->B, q->m->t_f32, buf, &i, 1, "");
+}
+
+/* ---- [K, N]: VL columns a vector ---- */
+
+/* nv vectors of columns from c0 (of the tile starting at n0): per group,
+ * partial sums of x[k] * q[k, :], then times the group's scales. */
+static void kn_columns(Qmm *q, int nv, LLVMValueRef c0, LLVMValueRef n0) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  for (int j = 0; j < nv; j++) vstore(q, vconst_f32(q, 0), q->acc[j]);
+  CgLoop lg, lk;
+  LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q->ng), "group");
+  for (int j = 0; j < nv; j++) vstore(q, vconst_f32(q, 0), q->part[j]);
+  LLVMValueRef k0 = cg_mulc(f, gi, q->G);
+  LLVMValueRef k = cg_loop_begin(f, &lk, k0, cg_add(f, k0, cg_i64(m, q->G)), "k");
+  LLVMValueRef xk = splat(q, LLVMBuildLoad2(q->B, m->t_f32, fslot(q, q->xrow, k), ""));
+  LLVMValueRef row = cg_add(f, cg_mulc(f, k, q->N), c0);
+  for (int j = 0; j < nv; j++) {
+    LLVMValueRef w = qvals(q, cg_add(f, row, cg_i64(m, (int64_t)j * q->vl)));
+    vstore(q, fmadd(q, xk, w, vload(q, q->part[j])), q->part[j]);
+  }
+  cg_loop_end(f, &lk, false);
+  LLVMValueRef srow = cg_add(f, cg_mulc(f, gi, q->N), c0);
+  for (int j = 0; j < nv; j++) {
+    LLVMValueRef s = svals(q, cg_add(f, srow, cg_i64(m, (int64_t)j * q->vl)));
+    if (f8_scale(q) != 1.0) s = LLVMBuildFMul(q->B, s, vconst_f32(q, f8_scale(q)), "");
+    vstore(q, fmadd(q, vload(q, q->part[j]), s, vload(q, q->acc[j])), q->acc[j]);
+  }
+  cg_loop_end(f, &lg, false);
+  LLVMValueRef off = LLVMBuildNSWSub(q->B, c0, n0, "");
+  for (int j = 0; j < nv; j++) {
+    LLVMValueRef p = fslot(q, q->tile, cg_add(f, off, cg_i64(m, (int64_t)j * q->vl)));
+    p = LLVMBuildBitCast(q->B, p, LLVMPointerType(q->vf, 0), "");
+    LLVMSetAlignment(LLVMBuildStore(q->B, vload(q, q->acc[j]), p), 4);
+  }
+}
+
+/* One column n the generic way: the dequantize member emitted element by
+ * element (leftover columns, fewer than VL). */
+static void scalar_column(Qmm *q, LLVMValueRef n, LLVMValueRef n0) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMValueRef sum = cg_alloca(f, m->t_f32, 1, "sum");
+  LLVMBuildStore(q->B, LLVMConstReal(m->t_f32, 0), sum);
+  CgLoop lk;
+  LLVMValueRef k = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, q->K), "k");
+  LLVMValueRef bc[2] = {q->tb ? n : k, q->tb ? k : n};
+  LLVMValueRef w = cg_emit(f, q->bv, bc);
+  LLVMValueRef x = LLVMBuildLoad2(q->B, m->t_f32, fslot(q, q->xrow, k), "");
+  LLVMTypeRef t = m->t_f32;
+  LLVMValueRef args[3] = {x, w, LLVMBuildLoad2(q->B, t, sum, "")};
+  LLVMBuildStore(q->B, cg_intrinsic(m, "llvm.fmuladd", &t, 1, args, 3), sum);
+  cg_loop_end(f, &lk, false);
+  LLVMBuildStore(q->B, LLVMBuildLoad2(q->B, t, sum, ""), fslot(q, q->tile, LLVMBuildNSWSub(q->B, n, n0, "")));
+}
+
+static void kn_tile(Qmm *q, LLVMValueRef n0, LLVMValueRef n1) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  int64_t wide = (int64_t)QMM_VECS * q->vl;
+  LLVMValueRef width = LLVMBuildNSWSub(B, n1, n0, "");
+  LLVMValueRef nwide = LLVMBuildUDiv(B, width, cg_i64(m, wide), "");
+  CgLoop l;
+  LLVMValueRef i = cg_loop_begin(f, &l, cg_i64(m, 0), nwide, "wide");
+  kn_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, wide)), n0);
+  cg_loop_end(f, &l, false);
+  LLVMValueRef done = cg_add(f, n0, cg_mulc(f, nwide, wide));
+  LLVMValueRef nsingle = LLVMBuildUDiv(B, LLVMBuildNSWSub(B, n1, done, ""), cg_i64(m, q->vl), "");
+  i = cg_loop_begin(f, &l, cg_i64(m, 0), nsingle, "vec");
+  kn_columns(q, 1, cg_add(f, done, cg_mulc(f, i, q->vl)), n0);
+  cg_loop_end(f, &l, false);
+  done = cg_add(f, done, cg_mulc(f, nsingle, q->vl));
+  LLVMValueRef n = cg_loop_begin(f, &l, done, n1, "col");
+  scalar_column(q, n, n0);
+  cg_loop_end(f, &l, false);
+}
+
+/* ---- [N, K]: a dot product a column ---- */
+
+static LLVMValueRef hsum(Qmm *q, LLVMValueRef v) {
+  LLVMValueRef s = LLVMBuildExtractElement(q->B, v, cg_i32(q->m, 0), "");
+  for (int i = 1; i < q->vl; i++) s = LLVMBuildFAdd(q->B, s, LLVMBuildExtractElement(q->B, v, cg_i32(q->m, i), ""), "");
+  return s;
+}
+
+/* nc columns from c (of the tile starting at n0). */
+static void nk_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  for (int j = 0; j < nc; j++) vstore(q, vconst_f32(q, 0), q->acc[j]);
+  CgLoop lg, lk;
+  LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q->ng), "group");
+  for (int j = 0; j < nc; j++) vstore(q, vconst_f32(q, 0), q->part[j]);
+  LLVMValueRef kv = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, q->G / q->vl), "kv");
+  LLVMValueRef k = cg_add(f, cg_mulc(f, gi, q->G), cg_mulc(f, kv, q->vl));
+  LLVMValueRef x = load_vec(q, m->t_f32, q->vl, q->xrow, k, 4);
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
+    LLVMValueRef w = qvals(q, cg_add(f, cg_mulc(f, col, q->K), k));
+    vstore(q, fmadd(q, x, w, vload(q, q->part[j])), q->part[j]);
+  }
+  cg_loop_end(f, &lk, false);
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
+    LLVMValueRef sc = cg_load_arg(f, q->sarg, cg_add(f, cg_mulc(f, col, q->ng), gi));
+    if (f8_scale(q) != 1.0) sc = LLVMBuildFMul(q->B, sc, LLVMConstReal(m->t_f32, f8_scale(q)), "");
+    vstore(q, fmadd(q, vload(q, q->part[j]), splat(q, sc), vload(q, q->acc[j])), q->acc[j]);
+  }
+  cg_loop_end(f, &lg, false);
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef off = LLVMBuildNSWSub(q->B, cg_add(f, c, cg_i64(m, j)), n0, "");
+    LLVMBuildStore(q->B, hsum(q, vload(q, q->acc[j])), fslot(q, q->tile, off));
+  }
+}
+
+/* int4 [N, K] with groups of a multiple of 2 VL: VL bytes hold 2 VL
+ * consecutive k's, the low nibbles the even ones and the high nibbles the
+ * odd ones, so x is staged with each block of 2 VL de-interleaved (evens,
+ * then odds) and the nibbles need no shuffle.  They are taken unsigned:
+ * u = nibble ^ 8 is the i4 value plus 8, and per group
+ *   sum_k x_k (u_k - 8) s = s (sum_k x_k u_k) - 8 s sum_k x_k,
+ * the second term from the group sums of x computed once per row. */
+static void nk_split_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LLVMValueRef *corr) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  LLVMTypeRef t = m->t_f32;
+  for (int j = 0; j < nc; j++) {
+    vstore(q, vconst_f32(q, 0), q->acc[j]);
+    LLVMBuildStore(B, LLVMConstReal(t, 0), corr[j]);
+  }
+  LLVMValueRef x88[16], x15[16], x4[16];
+  for (int i = 0; i < q->vl; i++) {
+    x88[i] = LLVMConstInt(m->t_i8, 0x88, 0);
+    x15[i] = LLVMConstInt(m->t_i32, 15, 0);
+    x4[i] = LLVMConstInt(m->t_i32, 4, 0);
+  }
+  LLVMValueRef c88 = LLVMConstVector(x88, (unsigned)q->vl), c15 = LLVMConstVector(x15, (unsigned)q->vl);
+  LLVMValueRef c4 = LLVMConstVector(x4, (unsigned)q->vl);
+  CgLoop lg, lk;
+  LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q->ng), "group");
+  for (int j = 0; j < nc; j++) vstore(q, vconst_f32(q, 0), q->part[j]);
+  LLVMValueRef kv = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, q->G / (2 * q->vl)), "kv");
+  LLVMValueRef k = cg_add(f, cg_mulc(f, gi, q->G), cg_mulc(f, kv, 2 * q->vl));
+  LLVMValueRef xe = load_vec(q, t, q->vl, q->xrow, k, 4);
+  LLVMValueRef xo = load_vec(q, t, q->vl, q->xrow, cg_add(f, k, cg_i64(m, q->vl)), 4);
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
+    LLVMValueRef byte = LLVMBuildLShr(B, cg_add(f, cg_mulc(f, col, q->K), k), cg_i64(m, 1), "");
+    LLVMValueRef b8 = LLVMBuildXor(B, load_vec(q, m->t_i8, q->vl, q->f->base[q->qarg], byte, 1), c88, "");
+    LLVMValueRef w = LLVMBuildZExt(B, b8, q->vi, "");
+    LLVMValueRef lo = LLVMBuildUIToFP(B, LLVMBuildAnd(B, w, c15, ""), q->vf, "");
+    LLVMValueRef hi = LLVMBuildUIToFP(B, LLVMBuildLShr(B, w, c4, ""), q->vf, "");
+    LLVMValueRef p = fmadd(q, xe, lo, vload(q, q->part[j]));
+    vstore(q, fmadd(q, xo, hi, p), q->part[j]);
+  }
+  cg_loop_end(f, &lk, false);
+  LLVMValueRef xs = LLVMBuildLoad2(B, t, fslot(q, q->xsum, gi), "");
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
+    LLVMValueRef sc = cg_load_arg(f, q->sarg, cg_add(f, cg_mulc(f, col, q->ng), gi));
+    vstore(q, fmadd(q, vload(q, q->part[j]), splat(q, sc), vload(q, q->acc[j])), q->acc[j]);
+    LLVMValueRef args[3] = {sc, xs, LLVMBuildLoad2(B, t, corr[j], "")};
+    LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &t, 1, args, 3), corr[j]);
+  }
+  cg_loop_end(f, &lg, false);
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef off = LLVMBuildNSWSub(B, cg_add(f, c, cg_i64(m, j)), n0, "");
+    LLVMValueRef y = LLVMBuildFSub(B, hsum(q, vload(q, q->acc[j])),
+                                   LLVMBuildFMul(B, LLVMConstReal(t, 8), LLVMBuildLoad2(B, t, corr[j], ""), ""), "");
+    LLVMBuildStore(B, y, fslot(q, q->tile, off));
+  }
+}
+
+static void nk_tile(Qmm *q, LLVMValueRef n0, LLVMValueRef n1) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMValueRef nwide = LLVMBuildUDiv(q->B, LLVMBuildNSWSub(q->B, n1, n0, ""), cg_i64(m, QMM_VECS), "");
+  LLVMValueRef corr[QMM_VECS];
+  for (int j = 0; j < QMM_VECS && q->split; j++) corr[j] = cg_alloca(f, m->t_f32, 1, "corr");
+  CgLoop l;
+  LLVMValueRef i = cg_loop_begin(f, &l, cg_i64(m, 0), nwide, "cols");
+  if (q->split) nk_split_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, QMM_VECS)), n0, corr);
+  else nk_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, QMM_VECS)), n0);
+  cg_loop_end(f, &l, false);
+  LLVMValueRef n = cg_loop_begin(f, &l, cg_add(f, n0, cg_mulc(f, nwide, QMM_VECS)), n1, "col");
+  if (q->split) nk_split_columns(q, 1, n, n0, corr);
+  else nk_columns(q, 1, n, n0);
+  cg_loop_end(f, &l, false);
+}
+
+/* ---- the kernel ---- */
+
+/* Whether this kernel is one qmatmul takes (see the top); fills q. */
+static bool eligible(CgFn *f, Qmm *q) {
+  Graph *g = f->g;
+  const Node *n = &g->node[f->anchor];
+  if (n->op != OP_MATMUL || n->nin != 2 || ir_attr_int(n, "transpose_a")) return false;
+  int bv = n->in[1];
+  const Value *b = &g->val[bv];
+  if (b->kind != VK_NODE || !f->member[b->node]) return false;
+  const Node *dq = &g->node[b->node];
+  if (dq->op != OP_DEQUANTIZE || dq->nin != 2) return false;
+  int qv = dq->in[0], sv = dq->in[1];
+  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0) return false;
+  const TensorType *qt = &g->val[qv].type, *at = &g->val[n->in[0]].type, *yt = &g->val[n->out[0]].type;
+  DType qdt = qt->dt, sdt = g->val[sv].type.dt, ydt = b->type.dt;
+  if (qdt != DT_I8 && qdt != DT_I4 && !dt_is_f8(qdt)) return false;
+  if (sdt != DT_F32 && sdt != DT_BF16 && !(sdt == DT_F16 && f->m->native_f16)) return false;
+  if (ydt != DT_F32 && ydt != DT_F16 && ydt != DT_BF16) return false;
+  if (qt->rank != 2 || at->rank < 2 || at->rank != yt->rank || at->dt != ydt) return false;
+  for (int i = 0; i + 2 < at->rank; i++)
+    if (at->dim[i] != yt->dim[i]) return false;
+  bool tb = ir_attr_int(n, "transpose_b") != 0;
+  int axis = ir_norm_axis(ir_attr_int(dq, "axis"), 2);
+  if (axis != (tb ? 1 : 0)) return false;
+  int64_t K = qt->dim[axis], N = qt->dim[1 - axis], G = ir_attr_int(dq, "group");
+  if (G == 0) G = K;
+  int vl = host_lanes();
+  if (K <= 0 || N <= 0 || K > QMM_MAX_K || K % G) return false;
+  if (tb && G % vl) return false;
+  if (!tb && qdt == DT_I4 && N % 2) return false;
+  *q = (Qmm){.f = f, .m = f->m, .B = f->b, .mm = n, .dq = dq, .av = n->in[0], .bv = bv, .qarg = f->arg_of[qv],
+             .sarg = f->arg_of[sv], .qdt = qdt, .sdt = sdt, .tb = tb, .K = K, .N = N, .G = G, .ng = K / G, .vl = vl};
+  return true;
+}
+
+smelt_status cg_qmatmul_try(CgFn *f, bool *out_done) {
+  *out_done = false;
+  Qmm q;
+  if (!eligible(f, &q)) return NULL;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  const TensorType *yt = cg_anchor_type(f), *at = &f->g->val[q.av].type;
+  q.vf = LLVMVectorType(m->t_f32, (unsigned)q.vl);
+  q.vi = LLVMVectorType(m->t_i32, (unsigned)q.vl);
+  int64_t rows, ncb;
+  cg_matmul_space(f->g, q.mm, &rows, &ncb);
+  int64_t tile = ncb > 1 ? CG_MM_COLS : q.N < QMM_MAX_TILE ? q.N : QMM_MAX_TILE, ntiles = (q.N + tile - 1) / tile;
+  q.xrow = cg_alloca(f, m->t_f32, q.K, "xrow");
+  q.split = q.tb && q.qdt == DT_I4 && q.G % (2 * q.vl) == 0;
+  if (q.split) q.xsum = cg_alloca(f, m->t_f32, q.ng, "xsum");
+  q.tile = cg_alloca(f, m->t_f32, tile, "ytile");
+  for (int j = 0; j < QMM_VECS; j++) {
+    q.acc[j] = LLVMBuildAlloca(f->ab, q.vf, "acc");
+    q.part[j] = LLVMBuildAlloca(f->ab, q.vf, "part");
+  }
+  int prefix = yt->rank - 1; /* output dims that index a row */
+
+  cg_store_loops(f, f->side, f->nside);
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, rows * ncb, &ub, &ue);
+  CgLoop lrow, ltile, lk, ln;
+  LLVMValueRef unit = cg_loop_begin(f, &lrow, ub, ue, "unit");
+  LLVMValueRef row = unit, t0 = cg_i64(m, 0), t1 = cg_i64(m, ntiles);
+  if (ncb > 1) {
+    row = LLVMBuildURem(B, unit, cg_i64(m, rows), "row");
+    t0 = LLVMBuildUDiv(B, unit, cg_i64(m, rows), "");
+    t1 = cg_add(f, t0, cg_i64(m, 1));
+  }
+  LLVMValueRef pc[IR_MAX_RANK], ac[IR_MAX_RANK], oc[IR_MAX_RANK];
+  cg_delinearize(f, row, yt->dim, prefix, pc);
+  /* the task's row of A, once */
+  for (int i = 0; i < prefix; i++) ac[i] = pc[i];
+  LLVMValueRef k = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, q.K), "xk");
+  ac[at->rank - 1] = k;
+  LLVMValueRef x = cg_convert(m, cg_emit(f, q.av, ac), at->dt, DT_F32), dst = k;
+  if (q.split) {
+    /* within each block of 2 VL: the even k's, then the odd ones */
+    int64_t blk = 2 * q.vl;
+    LLVMValueRef r = LLVMBuildAnd(B, k, cg_i64(m, blk - 1), "");
+    dst = cg_add(f, LLVMBuildNSWSub(B, k, r, ""),
+                 cg_add(f, cg_mulc(f, LLVMBuildAnd(B, r, cg_i64(m, 1), ""), q.vl), LLVMBuildLShr(B, r, cg_i64(m, 1), "")));
+  }
+  LLVMBuildStore(B, x, fslot(&q, q.xrow, dst));
+  cg_loop_end(f, &lk, false);
+  if (q.split) {
+    CgLoop lg;
+    LLVMValueRef sum = cg_alloca(f, m->t_f32, 1, "xs");
+    LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q.ng), "xg");
+    LLVMBuildStore(B, LLVMConstReal(m->t_f32, 0), sum);
+    LLVMValueRef kk = cg_loop_begin(f, &lk, cg_mulc(f, gi, q.G), cg_add(f, cg_mulc(f, gi, q.G), cg_i64(m, q.G)), "xgk");
+    LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, m->t_f32, sum, ""),
+                                    LLVMBuildLoad2(B, m->t_f32, fslot(&q, q.xrow, kk), ""), ""), sum);
+    cg_loop_end(f, &lk, false);
+    LLVMBuildStore(B, LLVMBuildLoad2(B, m->t_f32, sum, ""), fslot(&q, q.xsum, gi));
+    cg_loop_end(f, &lg, false);
+  }
+
+  LLVMValueRef ti = cg_loop_begin(f, &ltile, t0, t1, "tile");
+  LLVMValueRef n0 = cg_mulc(f, ti, tile);
+  LLVMValueRef n1 = cg_min(f, cg_add(f, n0, cg_i64(m, tile)), cg_i64(m, q.N));
+  if (q.tb) nk_tile(&q, n0, n1);
+  else kn_tile(&q, n0, n1);
+  /* the epilogue over the tile */
+  LLVMValueRef n = cg_loop_begin(f, &ln, n0, n1, "n");
+  for (int i = 0; i < prefix; i++) oc[i] = pc[i];
+  oc[prefix] = n;
+  LLVMValueRef y = LLVMBuildLoad2(B, m->t_f32, fslot(&q, q.tile, LLVMBuildNSWSub(B, n, n0, "")), "");
+  cg_store_epilogue(f, oc, y);
+  cg_loop_end(f, &ln, false);
+  cg_loop_end(f, &ltile, false);
+  cg_loop_end(f, &lrow, false);
+  *out_done = true;
+  return NULL;
+}

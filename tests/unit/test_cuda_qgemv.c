@@ -1,0 +1,275 @@
+/* The CUDA quantised GEMV (codegen/cuda/qgemv.c) without a GPU: NVRTC
+ * compiles it and the CPU emulation (tests/gpu/cuda_emu.hpp) runs it
+ * against the reference interpreter, which computes the same quantised
+ * arithmetic exactly (dequantize in double, rounded to its `to` dtype, then
+ * the matmul in double).
+ *
+ * One graph holds every case as an independent matmul y = silu(x @ W^T +
+ * b) with W = dequantize(q, s) stored [N, K] (the quantize pass's layout),
+ * grouped by the fuse pass for a CUDA target (the dequantize joins the
+ * matmul's kernel for M <= 8): int4 with groups of 128, 32 and 16 (two
+ * groups in one 16-byte chunk), int8 per channel and with groups of 64,
+ * fp8 e4m3 and e5m2 per channel (special codes included: NaN, infinities,
+ * subnormals); x in f32, f16 and bf16, scales in f32 and f16; M = 1, 3
+ * and 8; N with columns past the last warp's (40, 130); x computed in the
+ * kernel (a transpose prologue) for one case.  Checked:
+ *   - every matmul kernel's variant is qgemv's (the heuristic), for sm_90a
+ *     and for portable builds;
+ *   - NVRTC compiles the module for sm_90a and sm_80 (fp8 takes the
+ *     cvt.rn.f16x2 path there, the integer decoders elsewhere);
+ *   - emulated, every stored element is the interpreter's within the
+ *     harness's tolerance by dtype, guard bytes intact, with buffers
+ *     aligned and 8 bytes off (A's element loads);
+ *   - a tuning candidate list that starts with the default, every token
+ *     parsing back (qgemv:w=..,c=..,u=..), each forced on one case.
+ */
+#define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codegen/cuda/cg_cuda.h"
+#include "codegen/cuda/cu_families.h"
+#include "codegen/lower.h"
+#include "passes/passes.h"
+#include "tests/gpu/harness.h"
+#include "tests/unit/check.h"
+
+static const SrcLoc loc = {"test_cuda_qgemv", 1, 1};
+
+typedef struct {
+  DType qdt, adt, sdt;
+  int64_t M, K, N, G;
+  bool special, prologue;
+} QCase;
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint64_t next_rand(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static int add_const(Graph *g, const char *name, TensorType t) {
+  return ir_add_const(g, ir_graph_strdup(g, name), t, NULL, loc);
+}
+
+/* Adds case c (its inputs, constants and nodes, result an output). */
+static void add_case(Graph *g, int i, const QCase *c) {
+  char nm[64];
+  int64_t ng = c->G ? c->K / c->G : 1;
+  snprintf(nm, sizeof nm, "c%d/x", i);
+  int x;
+  if (c->prologue) {
+    /* x^T given: the kernel reads x through a transpose it computes */
+    x = ir_add_input(g, ir_graph_strdup(g, nm), (TensorType){.dt = c->adt, .rank = 2, .dim = {c->K, c->M}}, loc);
+    snprintf(nm, sizeof nm, "c%d/xt", i);
+    const char *n1 = ir_graph_strdup(g, nm);
+    int t = ir_add_node(g, OP_TRANSPOSE, 1, &x, 1, &n1, loc);
+    ir_fill_default_attrs(g, t);
+    CHECK_OK(ir_infer_node(g, t));
+    x = g->node[t].out[0];
+  } else {
+    x = ir_add_input(g, ir_graph_strdup(g, nm), (TensorType){.dt = c->adt, .rank = 2, .dim = {c->M, c->K}}, loc);
+  }
+  snprintf(nm, sizeof nm, "c%d/q", i);
+  int q = add_const(g, nm, (TensorType){.dt = c->qdt, .rank = 2, .dim = {c->N, c->K}});
+  uint8_t *qd = g->val[q].data;
+  int64_t nq = c->N * c->K;
+  for (int64_t e = 0; e < nq; e++) {
+    uint64_t r = next_rand();
+    switch (c->qdt) {
+    case DT_I4: dt_store(DT_I4, qd, (size_t)e, (double)((int64_t)(r % 16) - 8)); break;
+    case DT_I8: qd[e] = (uint8_t)r; break;
+    case DT_F8E4M3: qd[e] = (uint8_t)((r % 0x7f) | ((r >> 9) & 1 ? 0x80 : 0)); break;
+    default: qd[e] = (uint8_t)((r % 0x5c) | ((r >> 9) & 1 ? 0x80 : 0)); break; /* e5m2 up to 224, as e4m3's 448 */
+    }
+  }
+  if (c->special) {
+    /* a NaN in column 1, an infinity (e5m2) or the largest value in column 2, subnormals in column 3 */
+    qd[1 * c->K + 5] = c->qdt == DT_F8E4M3 ? 0x7f : 0xfe;
+    qd[2 * c->K + 7] = c->qdt == DT_F8E4M3 ? 0x7e : 0x7c;
+    for (int64_t k = 0; k < c->K; k++) qd[3 * c->K + k] = (uint8_t)(k % 8 | (k % 3 ? 0 : 0x80));
+  }
+  snprintf(nm, sizeof nm, "c%d/s", i);
+  int s = add_const(g, nm, (TensorType){.dt = c->sdt, .rank = 2, .dim = {c->N, ng}});
+  /* weights of magnitude ~0.1, as quantised weights are (fp8 codes reach
+   * 448): with larger ones the f16 rounding of the reference's dequantised
+   * weight and of its matmul result (which the kernel keeps in f32) would
+   * dominate the comparison after the bias and silu */
+  double smax = dt_is_f8(c->qdt) ? 0.0005 : 0.02;
+  for (int64_t e = 0; e < c->N * ng; e++)
+    dt_store(c->sdt, g->val[s].data, (size_t)e, smax * (0.1 + 0.9 * (double)(next_rand() >> 11) / 9007199254740992.0));
+  snprintf(nm, sizeof nm, "c%d/w", i);
+  const char *wn = ir_graph_strdup(g, nm);
+  int dq = ir_add_node(g, OP_DEQUANTIZE, 2, (int[]){q, s}, 1, &wn, loc);
+  ir_set_attr_int(g, dq, "axis", 1);
+  ir_set_attr_int(g, dq, "group", c->G);
+  ir_set_attr_dtype(g, dq, "to", c->adt);
+  CHECK_OK(ir_infer_node(g, dq));
+  snprintf(nm, sizeof nm, "c%d/y0", i);
+  const char *y0 = ir_graph_strdup(g, nm);
+  int mm = ir_add_node(g, OP_MATMUL, 2, (int[]){x, g->node[dq].out[0]}, 1, &y0, loc);
+  ir_set_attr_bool(g, mm, "transpose_b", true);
+  ir_fill_default_attrs(g, mm);
+  CHECK_OK(ir_infer_node(g, mm));
+  snprintf(nm, sizeof nm, "c%d/b", i);
+  int b = add_const(g, nm, (TensorType){.dt = c->adt, .rank = 1, .dim = {c->N}});
+  for (int64_t e = 0; e < c->N; e++) dt_store(c->adt, g->val[b].data, (size_t)e, (double)(next_rand() % 200) / 100 - 1);
+  snprintf(nm, sizeof nm, "c%d/y1", i);
+  const char *y1 = ir_graph_strdup(g, nm);
+  int ad = ir_add_node(g, OP_ADD, 2, (int[]){g->node[mm].out[0], b}, 1, &y1, loc);
+  CHECK_OK(ir_infer_node(g, ad));
+  snprintf(nm, sizeof nm, "c%d/y", i);
+  const char *yn = ir_graph_strdup(g, nm);
+  int sl = ir_add_node(g, OP_SILU, 1, (int[]){g->node[ad].out[0]}, 1, &yn, loc);
+  CHECK_OK(ir_infer_node(g, sl));
+  ir_add_output(g, g->node[sl].out[0]);
+}
+
+static const QCase cases[] = {
+    {DT_I4, DT_F32, DT_F32, 1, 512, 130, 128, false, false},
+    {DT_I4, DT_F16, DT_F16, 3, 256, 40, 32, false, false},
+    {DT_I4, DT_BF16, DT_F32, 8, 256, 40, 16, false, false},
+    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 128, false, true},
+    {DT_I8, DT_F32, DT_F32, 1, 256, 130, 0, false, false},
+    {DT_I8, DT_F16, DT_F16, 8, 128, 40, 64, false, false},
+    {DT_F8E4M3, DT_F32, DT_F32, 1, 128, 40, 0, true, false},
+    {DT_F8E4M3, DT_F16, DT_F32, 3, 256, 40, 0, false, false},
+    {DT_F8E5M2, DT_F32, DT_F32, 1, 128, 40, 0, true, false},
+    {DT_F8E5M2, DT_BF16, DT_F32, 3, 128, 40, 32, false, false},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* The graph of cases which[0..n) (all when which is NULL), fused for a
+ * CUDA target. */
+static Graph *cases_graph(const int *which, int n) {
+  Graph *g = ir_graph_create("qgemv");
+  g->file = "test_cuda_qgemv";
+  if (!which) n = NCASES;
+  for (int i = 0; i < n; i++) add_case(g, i, &cases[which ? which[i] : i]);
+  CHECK_OK(ir_verify(g));
+  PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
+  CHECK_OK(pass_run_pipeline(g, &ctx, "fuse", NULL, NULL));
+  pass_ctx_free(&ctx);
+  return g;
+}
+
+static int is_matmul_kernel(const Graph *g, const Kernel *k) {
+  const Group *gr = &g->groups[k->group];
+  return g->node[gr->anchor].op == OP_MATMUL;
+}
+
+/* Every matmul kernel is qgemv's (its heuristic) for arch. */
+static void check_variants(Graph *g, const char *arch) {
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  int nmm = 0;
+  for (int i = 0; i < nk; i++) {
+    if (!is_matmul_kernel(g, &k[i])) continue;
+    nmm++;
+    char got[32][CG_VARIANT_LEN];
+    int n = cg_cuda_variants(g, &k[i], arch, got, 32);
+    if (n < 1 || strncmp(got[0], "qgemv:", 6) != 0) {
+      fprintf(stderr, "%s (%s): heuristic %s, not qgemv\n", k[i].name, arch ? arch : "portable", n ? got[0] : "(none)");
+      check_failures++;
+    }
+    for (int j = 0; j < n; j++)
+      if (!strncmp(got[j], "qgemv:", 6)) {
+        char back[CG_VARIANT_LEN];
+        int w, c, u;
+        CHECK(sscanf(got[j], "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
+        snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d", w, c, u);
+        CHECK(strcmp(back, got[j]) == 0);
+      }
+  }
+  CHECK(nmm == NCASES);
+  cg_kernels_free(k, nk);
+}
+
+/* Cases 0 (int4) and 4 (int8) with every matmul forced to tok, emulated. */
+static void check_forced(Exec *e, const char *tok, HStats *stats) {
+  Graph *c = cases_graph((const int[]){0, 4}, 2);
+  Kernel *kk = NULL;
+  int n = 0;
+  CHECK_OK(cg_lower(c, &kk, &n));
+  const char **fc = calloc((size_t)n + 1, sizeof *fc);
+  for (int i = 0; i < n; i++)
+    if (is_matmul_kernel(c, &kk[i])) fc[i] = tok;
+  cg_kernels_free(kk, n);
+  CgCudaOptions opt = {.max_units = 1, .arch = "sm_90a", .force = fc};
+  char what[96];
+  snprintf(what, sizeof what, "qgemv cases forced to %s", tok);
+  CHECK(h_check_graph(e, c, NULL, &opt, 0, false, what, stats) == 0);
+  free(fc);
+  ir_graph_destroy(c);
+}
+
+static bool same_token(const char *forced, const char *used, const char *arch) {
+  (void)arch;
+  return strcmp(forced, used) == 0;
+}
+
+int main(void) {
+  char dir[] = "/tmp/smelt-qgemv-cache-XXXXXX";
+  bool dir_ok = false;
+  CgCudaCompileOptions copts = {0};
+  CgNvrtc *nvrtc = h_nvrtc_open(dir, &copts, &dir_ok);
+  Graph *g = cases_graph(NULL, 0);
+  check_variants(g, "sm_90a");
+  check_variants(g, NULL);
+
+  /* NVRTC: sm_90a with aligned arguments, sm_80 with the run-time tests */
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  const char **force = calloc((size_t)nk + 1, sizeof *force);
+  const char *archs[] = {"sm_90a", "sm_80"};
+  for (int a = 0; a < 2; a++) {
+    CgCudaOptions opt = {.args_aligned = a == 0, .max_units = 2, .force = force, .arch = archs[a]};
+    check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases", same_token);
+  }
+  /* other parameters, forced on the first case */
+  char toks[16][CG_VARIANT_LEN];
+  int ntok = 0;
+  for (int i = 0; i < nk && !ntok; i++)
+    if (is_matmul_kernel(g, &k[i])) ntok = cg_cuda_variants(g, &k[i], "sm_90a", toks, 16);
+  int nq = 0;
+  for (int j = 0; j < ntok; j++) nq += strncmp(toks[j], "qgemv:", 6) == 0;
+  CHECK(nq >= 4);
+
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  HStats stats = {0};
+  if (skip) {
+    printf("SKIP: emulated runs: %s\n", skip);
+  } else {
+    for (size_t off = 0; off <= 8; off += 8) {
+      Graph *c = ir_graph_clone(g);
+      CgCudaOptions opt = {.max_units = 1, .arch = "sm_90a"};
+      char what[64];
+      snprintf(what, sizeof what, "qgemv cases, offset %zu", off);
+      CHECK(h_check_graph(&e, c, NULL, &opt, off, false, what, &stats) == 0);
+      ir_graph_destroy(c);
+    }
+    /* each qgemv candidate but the default (run above) forced on two cases */
+    for (int j = 1; j < ntok; j++)
+      if (!strncmp(toks[j], "qgemv:", 6)) check_forced(&e, toks[j], &stats);
+    h_exec_close(&e);
+    printf("emulated qgemv: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, "
+           "worst %.2f of tolerance\n", stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
+  }
+  free(force);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+  if (nvrtc) cg_cuda_nvrtc_close(nvrtc);
+  if (dir_ok) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+  }
+  return check_done("test_cuda_qgemv");
+}
