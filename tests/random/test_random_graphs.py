@@ -97,8 +97,13 @@ def check_model(smelt, path, tmp, env, cuda, nvrtc):
             r, cmd = run(smelt, args, env)
             if r.returncode != 0:
                 raise Fail(classify(r, step), cmd, r.stdout + r.stderr)
-        if cuda and nvrtc[0]:
-            args = ["compile", path, "-o", os.path.join(tmp, "cuda.smelt"), "--target", "cuda", "--no-cache"] + extra
+        # --target cuda fuses by the CUDA-only rules (layout epilogues,
+        # merged siblings); cpu,cuda hands the CPU's groups to the CUDA
+        # lowering too
+        for target in (["cuda"] if budget else ["cuda", "cpu,cuda"]):
+            if not (cuda and nvrtc[0]):
+                break
+            args = ["compile", path, "-o", os.path.join(tmp, "cuda.smelt"), "--target", target, "--no-cache"] + extra
             r, cmd = run(smelt, args, env)
             out = r.stdout + r.stderr
             if r.returncode != 0 and re.search(r"no NVRTC|NVRTC library lacks|nvrtcVersion failed", out):
@@ -245,7 +250,8 @@ def main():
           "f32 %d, f16 %d, bf16 %d" % (args.seed, args.count, args.start, stats["model"], TINY, stats["f32"],
                                        stats["f16"], stats["bf16"]))
     if nvrtc[0]:
-        print("CUDA (NVRTC, no GPU): %d compiles passed (every %d-th model and every case, both budgets)"
+        print("CUDA (NVRTC, no GPU): %d compiles passed (every %d-th model and every case: cuda at both budgets, "
+              "cpu,cuda)"
               % (stats["cuda compiles"], args.cuda_every))
     else:
         print("SKIPPED: CUDA compiles (%s)" % nvrtc[1])
