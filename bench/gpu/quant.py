@@ -161,8 +161,9 @@ def torch_fp8(torch, x, ws_np):
         return (a.float() / sa).to(torch.float8_e4m3fn), sa
 
     def mm(a, w):
+        # row-wise scales take a bf16 output in cuBLASLt (torch refuses f16 there)
         qa, sa = act(a)
-        return torch._scaled_mm(qa, w[0], scale_a=sa, scale_b=w[1], out_dtype=torch.float16)
+        return torch._scaled_mm(qa, w[0], scale_a=sa, scale_b=w[1], out_dtype=torch.bfloat16).to(torch.float16)
 
     if len(ws) == 1:
         return lambda: mm(xp, ws[0])[: x.shape[0]]

@@ -133,9 +133,18 @@ bool cg_cuda_tune_key(const Graph *g, const Kernel *k, CgTuneKey *out) {
     snprintf(out->op, sizeof out->op, "matmul");
     snprintf(out->dtype, sizeof out->dtype, "%s", dtype_name(yt->dt));
     out->m = M;
+    /* a weight dequantised in the kernel (qgemv.c) is another kernel than
+     * the float one: its group and quantised dtype join the key (left out
+     * otherwise, so that the keys of the tables stay) */
+    char quant[48] = "";
+    const Value *b = &g->val[an->in[1]];
+    if (b->kind == VK_NODE && g->node[b->node].op == OP_DEQUANTIZE && g->node[b->node].group == k->group) {
+      const Node *dq = &g->node[b->node];
+      snprintf(quant, sizeof quant, " g=%lld q=%s", (long long)ir_attr_int(dq, "group"), dtype_name(g->val[dq->in[0]].type.dt));
+    }
     /* sorted by name, as the table keeps them */
-    snprintf(out->rest, sizeof out->rest, "K=%lld N=%lld Z=%lld ta=%d tb=%d", (long long)K, (long long)N, (long long)Z,
-             ta, tb);
+    snprintf(out->rest, sizeof out->rest, "K=%lld N=%lld Z=%lld%s ta=%d tb=%d", (long long)K, (long long)N, (long long)Z,
+             quant, ta, tb);
     return true;
   }
   if (an->op == OP_ATTENTION) {
