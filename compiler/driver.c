@@ -984,7 +984,7 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
     FeDim dims[SC_MAX_DIMS];
     sc_dim_space_combo(&space, n, dims);
     sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
-    specs[n].label = labels[n];
+    specs[n] = (ScSpecGraph){.label = labels[n]}; /* no quant_report: smelt_compile does not quantize */
     BuildCtx bc = {model_path, o, archs};
     st = sc_build_ranged(build_one, &bc, dims, space.ndims, &specs[n].g);
     if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
