@@ -114,18 +114,6 @@ static void *random_tensor(const Graph *g, int v, uint64_t seed) {
   return p;
 }
 
-/* The value of the range of ranged axis a of t that gives it extent e,
- * into rv[] (-1: not known yet); false when none does or rv disagrees. */
-static bool solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv) {
-  int r = t->dyn[a] - 1;
-  int64_t num = e - t->dyn_b[a];
-  if (num < 0 || num % t->dyn_a[a]) return false;
-  int64_t d = num / t->dyn_a[a];
-  if (d < g->ranges[r].min || d > g->ranges[r].max || (rv[r] >= 0 && rv[r] != d)) return false;
-  rv[r] = d;
-  return true;
-}
-
 /* The shape of a tensor of type t in a run with the ranges at rv. */
 static TensorType run_type(const TensorType *t, const int64_t *rv) {
   TensorType u = *t;
@@ -142,7 +130,7 @@ static smelt_status load_input(const Graph *g, int v, const char *file, void **o
   bool same_shape = t.rank == want->rank;
   /* a ranged axis takes any extent of its range (the same value in every input) */
   for (int i = 0; same_shape && i < t.rank; i++)
-    same_shape = want->dyn[i] ? solve_range(g, want, i, t.dim[i], rv) : t.dim[i] == want->dim[i];
+    same_shape = want->dyn[i] ? rt_solve_range(g, want, i, t.dim[i], rv) : t.dim[i] == want->dim[i];
   *shape = t;
   if (!same_shape || (t.dt != want->dt && !(want->dt == DT_BF16 && t.dt == DT_F32))) {
     free(data);

@@ -58,6 +58,12 @@ smelt_status rt_bundle_find_spec(const smelt_bundle *b, const char *dims, int *o
 /* The specialisation that takes inputs of these shapes (n named inputs,
  * the others unconstrained; the dtypes are not compared); errors as for
  * smelt_session_bind_input_shaped, and when several fit. */
+/* Ranged dims (ir.h: TensorType.dyn): the value d of the range of graph g
+ * that gives ranged axis a of t the extent e, into rv[range] (-1: not
+ * known yet).  False when no d in the range does, or rv already holds
+ * another value. */
+bool rt_solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv);
+
 smelt_status rt_bundle_match_inputs(const smelt_bundle *b, const char *const *names, const TensorType *shapes, int n,
                                     int *out_index) SMELT_MUST_USE;
 /* Finds the section of that kind named `name` under b's prefix (NULL: the

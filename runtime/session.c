@@ -227,10 +227,7 @@ static const char *shape_str(const TensorType *t, char *buf, size_t cap) {
 
 static int slot_value(const Graph *g, bool input, int slot) { return input ? g->inputs[slot] : g->outputs[slot]; }
 
-/* The value d of range r (of graph g) that gives a ranged axis the extent
- * e (extent a * d + b, ir.h), into rv[r]: false when no d in the range
- * does, or rv[r] already holds another (-1: not known yet). */
-static bool solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv) {
+bool rt_solve_range(const Graph *g, const TensorType *t, int a, int64_t e, int64_t *rv) {
   int r = t->dyn[a] - 1;
   int64_t num = e - t->dyn_b[a];
   if (num < 0 || num % t->dyn_a[a]) return false;
@@ -253,7 +250,7 @@ static bool fits(const smelt_bundle *sp, bool input, int slot, const Binding *bd
   if (bd->shaped) {
     ok = bd->shape.rank == t->rank;
     for (int d = 0; d < t->rank && ok; d++)
-      ok = t->dyn[d] ? solve_range(g, t, d, bd->shape.dim[d], rv) : bd->shape.dim[d] == t->dim[d];
+      ok = t->dyn[d] ? rt_solve_range(g, t, d, bd->shape.dim[d], rv) : bd->shape.dim[d] == t->dim[d];
     if (ok) ok = bd->bytes == (size_t)ir_type_numel(&bd->shape) * dt_size(t->dt);
   } else if (!ir_type_dynamic(t)) {
     ok = ir_type_bytes(t) == bd->bytes;
@@ -265,7 +262,7 @@ static bool fits(const smelt_bundle *sp, bool input, int slot, const Binding *bd
       if (t->dyn[d]) a = d;
       else unit *= (size_t)t->dim[d];
     }
-    ok = unit > 0 && bd->bytes % unit == 0 && solve_range(g, t, a, (int64_t)(bd->bytes / unit), rv);
+    ok = unit > 0 && bd->bytes % unit == 0 && rt_solve_range(g, t, a, (int64_t)(bd->bytes / unit), rv);
   }
   if (!ok) memcpy(rv, save, sizeof save);
   return ok;
