@@ -18,6 +18,9 @@ What keeps a random model's comparison meaningful:
   - ops with a restricted domain get it: log/sqrt/rsqrt/reciprocal and
     divisors read abs(x) + 0.5, exp reads tanh(x) or x / 4, pow's base is
     positive and its exponent a param in [0.5, 2];
+  - sums and means read positive values (abs(x) + 0.5), which cannot
+    cancel; layer_norm reads rows with noise of their own (no constant
+    rows) over at least four elements;
   - ops that are not continuous (comparisons, casts to integers or to a
     narrower float, argmax) read only inputs and params, whose values the
     kernels and the reference see bit for bit, so a rounding difference
@@ -179,11 +182,11 @@ class Model:
         g = self.new_param((d,), ("uniform", 0.5, 1.5))
         return self.add("rms_norm", [v, g], self.shape(v), mag=4.0 * math.sqrt(d), eps=1e-5)
 
-    def positive(self, v):
-        """abs(v) + 0.5: a value in a positive domain, at least 0.5."""
+    def positive(self, v, offset=0.5):
+        """abs(v) + offset: a value in a positive domain, at least offset."""
         a = self.add("abs", [v], self.shape(v), mag=self.vals[v].mag)
-        h = self.new_param((), ("value", 0.5), mag=0.5)
-        return self.add("add", [a, h], self.shape(v), mag=self.vals[v].mag + 0.5)
+        h = self.new_param((), ("value", offset), mag=offset)
+        return self.add("add", [a, h], self.shape(v), mag=self.vals[v].mag + offset)
 
     def operand(self, ok=lambda v: True, shape=None):
         """A pool value (tamed), else a new input."""
@@ -204,7 +207,10 @@ class Model:
         op = self.choice(UNARY_SAFE + UNARY_POS + ["exp"])
         attrs = {}
         if op in UNARY_POS:
-            x = self.positive(x)
+            # log near 1 is near 0: an f16/bf16 argument's rounding (2^-8
+            # of it) is then a large part of the result (seed 3, graph 3379:
+            # cosine 0.99897 over values ~0.1); from 2.5 on it is not
+            x = self.positive(x, 2.5 if op == "log" and self.dtype != "f32" else 0.5)
         elif op == "exp":
             if self.chance(0.5):
                 x = self.add("tanh", [x], self.shape(x), mag=1.0)
@@ -288,6 +294,12 @@ class Model:
         x = self.operand(lambda v: len(v.shape) >= 1)
         s = self.shape(x)
         op = self.choice(REDUCE)
+        if op in ("sum", "mean"):
+            # a sum of values of both signs may cancel, and then its
+            # relative error is that of the terms times sum|x| / |sum x|
+            # (seed 6: graphs 916 and 1201, a sum of rope's output; 1106,
+            # the mean of a layer_norm's result over its own axis)
+            x = self.positive(x)
         attrs = {}
         rank = len(s)
         if self.chance(0.15):
@@ -328,13 +340,26 @@ class Model:
             return False
         ax = -1 if -1 in axes and self.chance(0.6) else self.choice(axes)
         d = s[ax]
-        op = self.choice(["layer_norm", "rms_norm", "batch_norm"]) if rank >= 2 else self.choice(["layer_norm", "rms_norm"])
+        # layer_norm of two elements is +-1 scaled by |a - b| / sqrt((a - b)^2
+        # + 4 eps): steep where a and b nearly agree (seed 4, graph 1171)
+        ops = ["rms_norm"] + (["layer_norm"] if d >= 4 else []) + (["batch_norm"] if rank >= 2 else [])
+        op = self.choice(ops)
         if op == "batch_norm":  # per channel, no reduction: any channel count
             c = s[1]
             ins = [x, self.new_param((c,), ("uniform", 0.5, 1.5)), self.new_param((c,), ("normal", 0.5)),
                    self.new_param((c,), ("normal", 0.5)), self.new_param((c,), ("uniform", 0.5, 1.5))]
             self.add(op, ins, s, mag=3 * self.vals[x].mag + 1)
             return True
+        if op == "layer_norm":
+            # a row that is constant (a broadcast operand, a saturated tanh)
+            # has a variance of rounding noise, which layer_norm divides by
+            # sqrt(eps): the result is noise, different in kernel and
+            # reference (seed 3, graphs 1891, 2158, 4859; the errors sat
+            # only on rows of std ~1e-7).  A little noise of its own keeps
+            # every row's std above ~0.07.
+            n = self.new_input(s)
+            q = self.new_param((), ("value", 0.25), mag=0.25)
+            x = self.add("add", [x, self.add("mul", [n, q], s, mag=0.25)], s, mag=self.vals[x].mag + 0.25)
         ins = [x, self.new_param((d,), ("uniform", 0.5, 1.5))]
         if op == "layer_norm" and self.chance(0.5):
             ins.append(self.new_param((d,), ("normal", 0.5)))

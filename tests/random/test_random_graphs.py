@@ -20,7 +20,7 @@ outputs dropped, while the same class of failure stays); with --keep DIR the
 model and its minimised form are written there.
 
 Modes:
-  default (ctest)          200 models, ~2 min on 2 idle cores
+  default (ctest)          400 models, ~2 min on 2 idle cores
   SMELT_RANDOM_LONG=1      5000 models (and CUDA every 10th)
   SMELT_RANDOM_COUNT=N, SMELT_RANDOM_SEED=S   override
 Usage: test_random_graphs.py --smelt PATH [--count N] [--seed S] [--jobs J]
@@ -162,7 +162,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", required=True)
     long_mode = os.environ.get("SMELT_RANDOM_LONG", "") not in ("", "0")
-    ap.add_argument("--count", type=int, default=int(os.environ.get("SMELT_RANDOM_COUNT", 5000 if long_mode else 200)))
+    ap.add_argument("--count", type=int, default=int(os.environ.get("SMELT_RANDOM_COUNT", 5000 if long_mode else 400)))
     ap.add_argument("--seed", type=int, default=int(os.environ.get("SMELT_RANDOM_SEED", 1)))
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
