@@ -29,6 +29,10 @@ extern const CuGemmFamily cu_family_gemv, cu_family_wgmma, cu_family_mma, cu_fam
 /* qgemv.c: M <= 8 against a weight dequantize(q, s) computed in the kernel
  * (int4/int8/fp8 [N, K], a scale per group of K); token "qgemv:w=4,c=2,u=4". */
 extern const CuGemmFamily cu_family_qgemv;
+/* gemv.c's transpose reduction of the P values acc[0..P) (a power of two)
+ * over the lanes that share lane % lo (offsets 16 .. lo), emitted into f;
+ * returns how many values each lane ends with (gemv.c says which). */
+int cu_gemv_transpose_reduce(CuFn *f, int P, int lo);
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */

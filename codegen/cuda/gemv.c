@@ -402,7 +402,7 @@ static void tb_stream(CuFn *f, const Gv *v, bool vector) {
  * S = 32 / lo lanes and g = lane / lo, lane g ends with R = P / S values,
  * indices g R .. g R + R - 1, when P >= S; else with index g / (S / P)
  * (the same in S / P lanes).  Returns R (at least 1). */
-static int transpose_reduce(CuFn *f, int P, int lo) {
+int cu_gemv_transpose_reduce(CuFn *f, int P, int lo) {
   int cnt = P;
   cu_line(f, "// add the partial sums of the lanes: each shuffle step halves the values a lane keeps");
   for (int o = 16; o >= lo; o >>= 1) {
@@ -425,7 +425,7 @@ static int transpose_reduce(CuFn *f, int P, int lo) {
 }
 
 /* Opens the code for value r of the R a lane holds after
- * transpose_reduce(P, lo): declares `i` (the value's index) and `s` (its
+ * cu_gemv_transpose_reduce(P, lo): declares `i` (the value's index) and `s` (its
  * sum) inside a block whose condition says the lane is the one to use it;
  * the caller closes the block. */
 static void reduced_value(CuFn *f, int P, int lo, int R, int r) {
@@ -489,7 +489,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     cu_close(f);
   }
   cu_close(f);
-  int R = transpose_reduce(f, P, 1);
+  int R = cu_gemv_transpose_reduce(f, P, 1);
   for (int r = 0; r < R; r++) {
     reduced_value(f, P, 1, R, r);
     const char *m = cu_tmp(f), *n = cu_tmp(f);
@@ -610,7 +610,7 @@ static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {
   }
   cu_close(f);
   cu_line(f, "// add the row groups of a warp (lanes c, c + %d, ...), then of the block", CL);
-  int P = MP * vec, R = transpose_reduce(f, P, CL);
+  int P = MP * vec, R = cu_gemv_transpose_reduce(f, P, CL);
   for (int r = 0; r < R; r++) {
     reduced_value(f, P, CL, R, r);
     cu_line(f, "if (i < %d) red[warp][i / %d][c * %d + i %% %d] = s;", M * vec, vec, vec, vec);

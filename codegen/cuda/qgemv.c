@@ -132,31 +132,6 @@ static int pow2_at_least(int x) {
   return p;
 }
 
-/* The transpose reduction of gemv.c: P values acc[0..P) (a power of two)
- * over the 32 lanes; lane l ends with R = P / 32 values l R .. l R + R - 1
- * when P >= 32, else with value l / (32 / P).  Returns R. */
-static int transpose_reduce(CuFn *f, int P) {
-  int cnt = P;
-  cu_line(f, "// add the partial sums of the lanes: each shuffle step halves the values a lane keeps");
-  for (int o = 16; o >= 1; o >>= 1) {
-    if (cnt > 1) {
-      int H = cnt / 2;
-      cu_open(f, "%s", "");
-      cu_line(f, "const bool up = (lane & %d) != 0;", o);
-      cu_line(f, "#pragma unroll");
-      cu_open(f, "for (int i = 0; i < %d; i++)", H);
-      cu_line(f, "const float send = up ? acc[i] : acc[i + %d], keep = up ? acc[i + %d] : acc[i];", H, H);
-      cu_line(f, "acc[i] = keep + __shfl_xor_sync(0xffffffffu, send, %d);", o);
-      cu_close(f);
-      cu_close(f);
-      cnt = H;
-    } else {
-      cu_line(f, "acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], %d);", o);
-    }
-  }
-  return cnt;
-}
-
 /* The anchor's value at (m, n) from the f32 sum, through the epilogue. */
 static void finish(CuFn *f, const Qg *v, const char *m, const char *n, const char *sum) {
   const CuGemm *gm = v->gm;
@@ -364,7 +339,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
     stream(f, &v, false);
   }
   cu_close(f);
-  int R = transpose_reduce(f, P);
+  int R = cu_gemv_transpose_reduce(f, P, 1);
   for (int r = 0; r < R; r++) {
     if (P >= 32) {
       cu_open(f, "%s", "");
