@@ -44,17 +44,16 @@ static void around(const TensorType *t, int a, int64_t *before, int64_t *after) 
   for (int i = a + 1; i < t->rank; i++) *after *= t->dim[i];
 }
 
+static int ranged_axes(const TensorType *t) {
+  int n = 0;
+  for (int a = 0; a < t->rank; a++) n += t->dyn[a] != 0;
+  return n;
+}
+
 static smelt_status check_node(const Graph *g, const Node *n) {
-  for (int i = 0; i < n->nin; i++) {
-    const TensorType *t = &g->val[n->in[i]].type;
-    int a = dyn_axis(t);
-    for (int b = a + 1; a >= 0 && b < t->rank; b++)
-      if (t->dyn[b]) return refuse(g, n, "a tensor may have one ranged axis", n->in[i]);
-  }
-  for (int i = 0; i < n->nout; i++) {
-    int a = dyn_axis(&g->val[n->out[i]].type);
-    for (int b = a + 1; a >= 0 && b < g->val[n->out[i]].type.rank; b++)
-      if (g->val[n->out[i]].type.dyn[b]) return refuse(g, n, "a tensor may have one ranged axis", n->out[i]);
+  for (int i = 0; i < n->nin + n->nout; i++) {
+    int v = i < n->nin ? n->in[i] : n->out[i - n->nin];
+    if (v >= 0 && ranged_axes(&g->val[v].type) > 1) return refuse(g, n, "a tensor may have one ranged axis", v);
   }
   if (n->nin == 0) return NULL;
   int x = n->in[0], y = n->out[0];
