@@ -29,6 +29,7 @@ extern "C" {
 typedef struct Status *smelt_status;
 typedef struct smelt_bundle smelt_bundle;
 typedef struct smelt_session smelt_session;
+typedef struct smelt_cuda_buffer smelt_cuda_buffer;
 
 /* Error codes, as returned by smelt_status_code(). */
 enum {
@@ -115,6 +116,22 @@ int smelt_session_num_outputs(const smelt_session *session);
 void smelt_session_input_info(const smelt_session *session, int i, smelt_tensor_info *out_info);
 void smelt_session_output_info(const smelt_session *session, int i, smelt_tensor_info *out_info);
 
+/* The same descriptions from the bundle alone, without a session (so
+ * also for a CUDA-only bundle on a machine without a GPU): the tensors of
+ * specialisation `spec` (0 <= spec < smelt_bundle_num_specialisations),
+ * with its exact dims (a ranged axis, `seq: {max: N}`: its extent at the
+ * max, as a session's before its first run).  The counts, names, dtypes
+ * and ranks are the same in every specialisation, and so are the states
+ * (every specialisation shares them).  SMELT_INVALID_INPUT for a spec or
+ * i out of range (then *out_info is zeroed).  The names are owned by the
+ * bundle. */
+int smelt_bundle_num_inputs(const smelt_bundle *bundle);
+int smelt_bundle_num_outputs(const smelt_bundle *bundle);
+int smelt_bundle_num_states(const smelt_bundle *bundle);
+smelt_status smelt_bundle_input_info(const smelt_bundle *bundle, int spec, int i, smelt_tensor_info *out_info);
+smelt_status smelt_bundle_output_info(const smelt_bundle *bundle, int spec, int i, smelt_tensor_info *out_info);
+smelt_status smelt_bundle_state_info(const smelt_bundle *bundle, int spec, int i, smelt_tensor_info *out_info);
+
 /* Binds the memory of an input or output by name; `bytes` must equal the
  * tensor's size.  The memory must stay valid until the next run returns.
  * Host pointers are accepted on every device.  With several
@@ -162,8 +179,36 @@ smelt_status smelt_session_write_state(smelt_session *session, const char *name,
 const char *smelt_version(void);
 
 /* Runs the model once on the bound tensors (on a bundle of several
- * specialisations, the one that takes them; see above). */
+ * specialisations, the one that takes them; see above).
+ *
+ * On CUDA the run is synchronous: it returns when the GPU work is done.
+ * It queues every copy and kernel on the session's own stream
+ * (smelt_session_cuda_stream; a non-blocking stream, so it does not wait
+ * for the legacy default stream either), waits for that stream, and copies
+ * outputs bound in host memory back before returning: bound outputs,
+ * device or host, hold the results when it returns, and the inputs'
+ * memory may be reused.  It does not wait for work on other streams: memory that
+ * another stream is still writing must be made ready first, by making the
+ * session's stream wait for it (cuStreamWaitEvent) or by synchronising. */
 smelt_status smelt_session_run(smelt_session *session);
+
+/* CUDA sessions.  The CUstream the session queues its runs on (valid for
+ * the session's life), for a producer of input memory to order its work
+ * before the run (the DLPack `stream` protocol): *out_stream is a CUstream.
+ * SMELT_UNSUPPORTED on a CPU session. */
+smelt_status smelt_session_cuda_stream(const smelt_session *session, void **out_stream);
+/* Device memory on the session's GPU (256-byte aligned, uninitialised),
+ * e.g. for outputs a caller hands on: bound as an input or output it is
+ * used in place, with no staging.  A buffer holds the device's primary
+ * context itself, so it stays valid after the session is destroyed, until
+ * smelt_cuda_buffer_free (which may be called from any thread, leaves the
+ * thread's current CUDA context as it was, and waits for work on the
+ * memory to finish, as cuMemFree does).  SMELT_UNSUPPORTED on a CPU
+ * session, SMELT_NO_MEMORY when the device has no room. */
+smelt_status smelt_session_cuda_alloc(smelt_session *session, size_t bytes, smelt_cuda_buffer **out_buffer);
+/* The buffer's device address (a CUdeviceptr), NULL for NULL. */
+void *smelt_cuda_buffer_data(const smelt_cuda_buffer *buffer);
+void smelt_cuda_buffer_free(smelt_cuda_buffer *buffer);
 
 #ifdef __cplusplus
 }

@@ -100,6 +100,10 @@ typedef struct {
   CUresult (*EventSynchronize)(CUevent);
   CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*FuncGetAttribute)(int *, int, CUfunction);
+  /* optional (every real driver has them; tests' fake drivers may not):
+   * freeing an RtCudaBuffer without changing the caller's context */
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
   /* optional (NULL on drivers before CUDA 12): TMA descriptors */
   CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,
                                    const unsigned *, const unsigned *, int, int, int, int);
@@ -212,6 +216,8 @@ static smelt_status load_api(void **out_lib, CuApi *api) {
     }
   }
   api->TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
+  api->CtxPushCurrent = dlsym(lib, "cuCtxPushCurrent_v2");
+  api->CtxPopCurrent = dlsym(lib, "cuCtxPopCurrent_v2");
   *out_lib = lib;
   return NULL;
 }
@@ -326,6 +332,69 @@ void rt_cuda_device_destroy(RtCudaDevice *d) {
 }
 
 const RtCudaInfo *rt_cuda_device_info(const RtCudaDevice *d) { return &d->info; }
+
+void *rt_cuda_device_stream(const RtCudaDevice *d) { return d->stream; }
+
+/* ---- buffers that outlive their device object ---- */
+
+/* What freeing needs, copied from the device: the library stays mapped
+ * after dlclose (RTLD_NODELETE), and the retained primary context keeps
+ * the memory. */
+struct RtCudaBuffer {
+  CUresult (*MemFree)(CUdeviceptr);
+  CUresult (*CtxSetCurrent)(CUcontext);
+  CUresult (*CtxPushCurrent)(CUcontext);
+  CUresult (*CtxPopCurrent)(CUcontext *);
+  CUresult (*DevicePrimaryCtxRelease)(CUdevice);
+  CUdevice dev;
+  CUcontext ctx;
+  RtCudaPtr ptr;
+};
+
+smelt_status rt_cuda_buffer_alloc(RtCudaDevice *d, size_t bytes, RtCudaBuffer **out_buffer) {
+  *out_buffer = NULL;
+  RtCudaBuffer *b = calloc(1, sizeof *b);
+  if (!b) return st_error(ST_NO_MEMORY, "out of memory");
+  CUcontext ctx = NULL;
+  CUresult r = d->api.DevicePrimaryCtxRetain(&ctx, d->dev);
+  if (r != 0) {
+    free(b);
+    return cu_error(d, r, "cuDevicePrimaryCtxRetain", NULL);
+  }
+  smelt_status st = rt_cuda_alloc(d, bytes ? bytes : 1, &b->ptr);
+  if (st) {
+    d->api.DevicePrimaryCtxRelease(d->dev);
+    free(b);
+    return st;
+  }
+  b->MemFree = d->api.MemFree;
+  b->CtxSetCurrent = d->api.CtxSetCurrent;
+  b->CtxPushCurrent = d->api.CtxPushCurrent;
+  b->CtxPopCurrent = d->api.CtxPopCurrent;
+  b->DevicePrimaryCtxRelease = d->api.DevicePrimaryCtxRelease;
+  b->dev = d->dev;
+  b->ctx = ctx;
+  *out_buffer = b;
+  return NULL;
+}
+
+RtCudaPtr rt_cuda_buffer_ptr(const RtCudaBuffer *b) { return b->ptr; }
+
+void rt_cuda_buffer_free(RtCudaBuffer *b) {
+  if (!b) return;
+  /* the caller's current context is left as it was, where the driver can */
+  if (b->CtxPushCurrent && b->CtxPopCurrent) {
+    if (b->CtxPushCurrent(b->ctx) == 0) {
+      b->MemFree(b->ptr);
+      CUcontext prev;
+      b->CtxPopCurrent(&prev);
+    }
+  } else if (b->CtxSetCurrent(b->ctx) == 0) {
+    b->MemFree(b->ptr);
+  }
+  b->DevicePrimaryCtxRelease(b->dev);
+  free(b);
+}
 
 void rt_cuda_device_set_compiler(RtCudaDevice *d, smelt_cuda_compile_fn fn, void *ctx) {
   d->compile = fn;

@@ -69,6 +69,9 @@ smelt_status rt_cuda_device_count(int *out_count) SMELT_MUST_USE;
 smelt_status rt_cuda_device_create(int ordinal, RtCudaDevice **out_device) SMELT_MUST_USE;
 void rt_cuda_device_destroy(RtCudaDevice *d);
 const RtCudaInfo *rt_cuda_device_info(const RtCudaDevice *d);
+/* The device's stream (a CUstream), on which every launch and copy here is
+ * queued. */
+void *rt_cuda_device_stream(const RtCudaDevice *d);
 /* The compiler rt_cuda_module_load calls for a unit without a cubin for
  * this GPU (include/smelt.h: smelt_cuda_compile_fn); NULL: none. */
 void rt_cuda_device_set_compiler(RtCudaDevice *d, smelt_cuda_compile_fn fn, void *ctx);
@@ -114,6 +117,14 @@ smelt_status rt_cuda_memset(RtCudaDevice *d, RtCudaPtr p, int byte, size_t n) SM
 /* Whether p is device (or managed) memory of the driver, as opposed to host
  * memory it does not know (cuPointerGetAttribute). */
 bool rt_cuda_is_device_pointer(RtCudaDevice *d, const void *p);
+/* Device memory that may outlive the device object (include/smelt.h:
+ * smelt_session_cuda_alloc): it retains the primary context itself, and
+ * rt_cuda_buffer_free frees it with the caller's current context left as
+ * it was.  cuMemFree waits for work on the memory to finish. */
+typedef struct RtCudaBuffer RtCudaBuffer;
+smelt_status rt_cuda_buffer_alloc(RtCudaDevice *d, size_t bytes, RtCudaBuffer **out_buffer) SMELT_MUST_USE;
+RtCudaPtr rt_cuda_buffer_ptr(const RtCudaBuffer *b);
+void rt_cuda_buffer_free(RtCudaBuffer *b);
 /* Copies n bytes; src / dst may be host or device memory (told apart with
  * rt_cuda_is_device_pointer).  Ordered on the device's stream and complete
  * when the call returns. */

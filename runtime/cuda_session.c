@@ -423,3 +423,32 @@ smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, d
   return NULL;
 }
 
+
+/* ---- the public API's CUDA extras (include/smelt.h) ---- */
+
+static smelt_status not_cuda(const char *fn) {
+  return st_error(ST_UNSUPPORTED, "%s: the session runs on the CPU (it has no CUDA stream or device)", fn);
+}
+
+smelt_status smelt_session_cuda_stream(const smelt_session *s, void **out_stream) {
+  *out_stream = NULL;
+  if (!s->dev) return not_cuda("smelt_session_cuda_stream");
+  *out_stream = rt_cuda_device_stream(s->dev);
+  return NULL;
+}
+
+/* A smelt_cuda_buffer is an RtCudaBuffer (runtime/cuda_driver.h). */
+smelt_status smelt_session_cuda_alloc(smelt_session *s, size_t bytes, smelt_cuda_buffer **out_buffer) {
+  *out_buffer = NULL;
+  if (!s->dev) return not_cuda("smelt_session_cuda_alloc");
+  RtCudaBuffer *b;
+  RETURN_IF_ERROR(rt_cuda_buffer_alloc(s->dev, bytes, &b));
+  *out_buffer = (smelt_cuda_buffer *)b;
+  return NULL;
+}
+
+void *smelt_cuda_buffer_data(const smelt_cuda_buffer *buffer) {
+  return buffer ? (void *)(uintptr_t)rt_cuda_buffer_ptr((const RtCudaBuffer *)buffer) : NULL;
+}
+
+void smelt_cuda_buffer_free(smelt_cuda_buffer *buffer) { rt_cuda_buffer_free((RtCudaBuffer *)buffer); }

@@ -574,14 +574,12 @@ static void destroy_states(smelt_session *s) {
 
 int smelt_session_num_states(const smelt_session *s) { return s->nstates; }
 
+static void value_info(const Value *val, smelt_tensor_info *out);
+
 void smelt_session_state_info(const smelt_session *s, int i, smelt_tensor_info *out) {
   memset(out, 0, sizeof *out);
   if (i < 0 || i >= s->nstates) return;
-  const Value *val = &s->root->g->val[s->root->g->states[i]];
-  out->name = val->name;
-  out->dtype = (smelt_dtype)val->type.dt;
-  out->rank = val->type.rank;
-  for (int d = 0; d < val->type.rank && d < 8; d++) out->dims[d] = val->type.dim[d];
+  value_info(&s->root->g->val[s->root->g->states[i]], out);
 }
 
 static smelt_status find_state(const smelt_session *s, const char *name, size_t bytes, int *out) {
@@ -765,16 +763,22 @@ void smelt_session_destroy(smelt_session *s) {
 int smelt_session_num_inputs(const smelt_session *s) { return s->b->g->ninputs; }
 int smelt_session_num_outputs(const smelt_session *s) { return s->b->g->noutputs; }
 
-/* Before a specialisation is chosen, the dims in which they differ are -1. */
-static void tensor_info(const smelt_session *s, bool input, int slot, smelt_tensor_info *out) {
-  const Graph *g = s->b->g;
-  const Value *val = &g->val[slot_value(g, input, slot)];
+/* A value's name, dtype and shape as its graph gives them (a ranged axis:
+ * its extent at the range's max). */
+static void value_info(const Value *val, smelt_tensor_info *out) {
   memset(out, 0, sizeof *out);
   out->name = val->name;
   out->dtype = (smelt_dtype)val->type.dt;
   out->rank = val->type.rank;
+  for (int i = 0; i < val->type.rank && i < 8; i++) out->dims[i] = val->type.dim[i];
+}
+
+/* Before a specialisation is chosen, the dims in which they differ are -1. */
+static void tensor_info(const smelt_session *s, bool input, int slot, smelt_tensor_info *out) {
+  const Graph *g = s->b->g;
+  const Value *val = &g->val[slot_value(g, input, slot)];
+  value_info(val, out);
   for (int i = 0; i < val->type.rank && i < 8; i++) {
-    out->dims[i] = val->type.dim[i];
     /* a ranged axis: its extent in the chosen specialisation's last (or
      * next) run */
     if (val->type.dyn[i]) out->dims[i] = s->r ? ir_type_extent(&val->type, i, s->r->ranges) : -1;
@@ -791,6 +795,38 @@ void smelt_session_input_info(const smelt_session *s, int i, smelt_tensor_info *
 
 void smelt_session_output_info(const smelt_session *s, int i, smelt_tensor_info *out_info) {
   tensor_info(s, false, i, out_info);
+}
+
+/* ---- bundles: tensors without a session ---- */
+
+/* The same in every specialisation (counts, names, dtypes, ranks). */
+int smelt_bundle_num_inputs(const smelt_bundle *b) { return b->root->g->ninputs; }
+int smelt_bundle_num_outputs(const smelt_bundle *b) { return b->root->g->noutputs; }
+int smelt_bundle_num_states(const smelt_bundle *b) { return b->root->g->nstates; }
+
+/* What = 0 inputs, 1 outputs, 2 states: slot i of specialisation spec. */
+static smelt_status bundle_info(const smelt_bundle *b, int spec, int what, int i, smelt_tensor_info *out) {
+  static const char *const kind[] = {"input", "output", "state"};
+  memset(out, 0, sizeof *out);
+  const smelt_bundle *r = b->root;
+  if (spec < 0 || spec >= r->nspecs)
+    return st_error(ST_INVALID_INPUT, "specialisation %d (the bundle has %d)", spec, r->nspecs);
+  const Graph *g = r->specs[spec]->g;
+  int n = what == 0 ? g->ninputs : what == 1 ? g->noutputs : r->g->nstates;
+  if (i < 0 || i >= n) return st_error(ST_INVALID_INPUT, "%s %d (the model has %d)", kind[what], i, n);
+  /* states are the root's: every specialisation shares them (smelt.h) */
+  value_info(what == 2 ? &r->g->val[r->g->states[i]] : &g->val[slot_value(g, what == 0, i)], out);
+  return NULL;
+}
+
+smelt_status smelt_bundle_input_info(const smelt_bundle *b, int spec, int i, smelt_tensor_info *out_info) {
+  return bundle_info(b, spec, 0, i, out_info);
+}
+smelt_status smelt_bundle_output_info(const smelt_bundle *b, int spec, int i, smelt_tensor_info *out_info) {
+  return bundle_info(b, spec, 1, i, out_info);
+}
+smelt_status smelt_bundle_state_info(const smelt_bundle *b, int spec, int i, smelt_tensor_info *out_info) {
+  return bundle_info(b, spec, 2, i, out_info);
 }
 
 /* "x, y" into buf: the names of a list of values, for messages. */

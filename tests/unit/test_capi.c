@@ -340,6 +340,82 @@ static void test_model(const char *model, const char *needs) {
   printf("%s: compiled, run on two threads, checked\n", model);
 }
 
+static bool same_info(const smelt_tensor_info *a, const smelt_tensor_info *b) {
+  if (!a->name || !b->name || strcmp(a->name, b->name) != 0 || a->dtype != b->dtype || a->rank != b->rank) return false;
+  for (int d = 0; d < a->rank && d < 8; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* The bundle-level descriptions (smelt_bundle_input_info, ...) equal a
+ * session's once it has chosen that specialisation, for every one; a spec
+ * or slot out of range is an error; the CUDA extras refuse a CPU session. */
+static void test_bundle_infos(const char *model, const char *dims) {
+  char path[256];
+  snprintf(path, sizeof path, "/tmp/smelt_test_capi_info_%d.smelt", (int)getpid());
+  smelt_compile_options o = {.dims = dims};
+  CHECK_OK(smelt_compile(model, &o, path));
+  smelt_bundle *b = NULL;
+  CHECK_OK(smelt_bundle_open(path, &b));
+  unlink(path);
+  if (!b) return;
+  int nspecs = smelt_bundle_num_specialisations(b);
+  CHECK(nspecs >= 2);
+  smelt_session *s = NULL;
+  CHECK_OK(smelt_session_create(b, "cpu", NULL, &s));
+  if (!s) {
+    smelt_bundle_close(b);
+    return;
+  }
+  CHECK(smelt_bundle_num_inputs(b) == smelt_session_num_inputs(s));
+  CHECK(smelt_bundle_num_outputs(b) == smelt_session_num_outputs(s));
+  CHECK(smelt_bundle_num_states(b) == smelt_session_num_states(s));
+  smelt_tensor_info bi, si;
+  for (int sp = 0; sp < nspecs; sp++) {
+    CHECK_OK(smelt_session_select(s, sp));
+    for (int i = 0; i < smelt_bundle_num_inputs(b); i++) {
+      CHECK_OK(smelt_bundle_input_info(b, sp, i, &bi));
+      smelt_session_input_info(s, i, &si);
+      CHECK(same_info(&bi, &si));
+    }
+    for (int i = 0; i < smelt_bundle_num_outputs(b); i++) {
+      CHECK_OK(smelt_bundle_output_info(b, sp, i, &bi));
+      smelt_session_output_info(s, i, &si);
+      CHECK(same_info(&bi, &si));
+    }
+    for (int i = 0; i < smelt_bundle_num_states(b); i++) {
+      CHECK_OK(smelt_bundle_state_info(b, sp, i, &bi));
+      smelt_session_state_info(s, i, &si);
+      CHECK(same_info(&bi, &si));
+    }
+  }
+  /* the specialisations differ in the input shapes (else they would be one) */
+  smelt_tensor_info first;
+  bool differ = false;
+  for (int i = 0; i < smelt_bundle_num_inputs(b); i++) {
+    CHECK_OK(smelt_bundle_input_info(b, 0, i, &first));
+    CHECK_OK(smelt_bundle_input_info(b, nspecs - 1, i, &bi));
+    differ = differ || !same_info(&first, &bi);
+  }
+  CHECK(differ);
+  expect_error(smelt_bundle_input_info(b, nspecs, 0, &bi), SMELT_INVALID_INPUT, "specialisation");
+  CHECK(bi.name == NULL && bi.rank == 0);
+  expect_error(smelt_bundle_output_info(b, -1, 0, &bi), SMELT_INVALID_INPUT, "specialisation");
+  expect_error(smelt_bundle_input_info(b, 0, smelt_bundle_num_inputs(b), &bi), SMELT_INVALID_INPUT, "input");
+  expect_error(smelt_bundle_state_info(b, 0, smelt_bundle_num_states(b), &bi), SMELT_INVALID_INPUT, "state");
+  /* CUDA only */
+  void *stream = (void *)1;
+  expect_error(smelt_session_cuda_stream(s, &stream), SMELT_UNSUPPORTED, "CPU");
+  CHECK(stream == NULL);
+  smelt_cuda_buffer *buf = (smelt_cuda_buffer *)1;
+  expect_error(smelt_session_cuda_alloc(s, 64, &buf), SMELT_UNSUPPORTED, "CPU");
+  CHECK(buf == NULL && smelt_cuda_buffer_data(NULL) == NULL);
+  smelt_cuda_buffer_free(NULL);
+  smelt_session_destroy(s);
+  smelt_bundle_close(b);
+  printf("%s (%s): bundle-level tensor infos match the sessions'\n", model, dims);
+}
+
 static void test_compile_errors(void) {
   smelt_compile_options o = {.targets = "tpu"};
   expect_error(smelt_compile("examples/mlp.yaml", &o, "/tmp/never.smelt"), SMELT_INVALID_INPUT, "tpu");
@@ -364,6 +440,8 @@ int main(void) {
   test_model("examples/mlp.yaml", NULL);
   test_model("examples/tiny_llama.yaml", "examples/tiny_llama.safetensors");
   test_bad_plan_is_caught();
+  test_bundle_infos("examples/mlp.yaml", "batch=1,8");
+  test_bundle_infos("examples/tiny_lm.yaml", "seq=1,16");
   test_compile_errors();
   return check_done("test_capi");
 }
