@@ -31,4 +31,43 @@ if [ "$missing" != 0 ]; then
   echo "fetch-gpu-deps: some packages were not downloaded" >&2
   exit 1
 fi
-echo "== done: run scripts/gpu-check.sh on the GPU machine with .deps/ carried along"
+
+# The Python package's build requirements (pyproject.toml [build-system]:
+# scikit-build-core, nanobind) and theirs (packaging, pathspec), as wheels
+# in .deps/wheels, for scripts/gpu-python.sh's offline `pip install
+# --no-index --find-links .deps/wheels`.  All pure Python (py3-none-any),
+# so one set serves the GPU machine's Python 3.12 and this one's.  CMake
+# is not among them: scikit-build-core asks for the PyPI cmake only when
+# the system has none >= 3.20 (the GPU machine has CMake 4).  Ninja it asks
+# for when none is on PATH and no other generator is set: gpu-python.sh
+# sets CMAKE_GENERATOR="Unix Makefiles" then, and the ninja wheel for
+# manylinux x86_64 (~0.2 MB) is here as well in case it is run otherwise.
+# Python < 3.11 would also need tomli, exceptiongroup, typing-extensions
+# (fetched too: small, and they let this script's check run on such a
+# Python).
+WHEELS=(scikit-build-core nanobind packaging pathspec)
+OLD_PY_WHEELS=(tomli exceptiongroup typing-extensions)
+cd ..
+mkdir -p .deps/wheels
+rm -f .deps/wheels/*.whl
+echo "== pip download ${WHEELS[*]} -> .deps/wheels"
+# the versions pyproject.toml asks for (>=), the newest that exist
+python3 -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels \
+  "scikit-build-core>=0.10" "nanobind>=2.0" "packaging>=23.2" "pathspec>=0.12.0" "${OLD_PY_WHEELS[@]}"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --platform manylinux2014_x86_64 -d .deps/wheels ninja
+for w in "${WHEELS[@]}" ninja; do
+  f=$(ls .deps/wheels/"$(echo "$w" | tr - _)"-*.whl 2> /dev/null | head -n 1 || true)
+  if [ -n "$f" ]; then
+    echo "   ok  $f"
+  else
+    echo "   MISSING wheel $w" >&2
+    missing=1
+  fi
+done
+if [ "$missing" != 0 ]; then
+  echo "fetch-gpu-deps: some wheels were not downloaded" >&2
+  exit 1
+fi
+echo "   .deps is $(du -sh .deps | cut -f1) in all (the device tool carries at most 64 MiB)"
+echo "== done: run scripts/gpu-check.sh (then scripts/gpu-python.sh) on the GPU machine with .deps/ carried along"

@@ -9,9 +9,13 @@ A `Bundle` is a compiled model (the `.smelt` file `smelt compile` writes, or
 one compiled in memory by `smelt.compile`); a `Session` runs it on a device.
 `Session.run` takes numpy arrays and any object with `__dlpack__` (torch,
 CuPy, JAX): host memory is bound without a copy where it is C-contiguous,
-and CUDA memory is bound as a device pointer on a CUDA session.  Outputs
-come back as numpy arrays, unless you pass arrays or tensors to write them
-into (`outputs={name: tensor}`; CUDA tensors on a CUDA session, zero-copy).
+and CUDA memory is bound as a device pointer on a CUDA session, taken
+with the session's stream (`__dlpack__(stream=Session.cuda_stream)`), so
+work the producer queued before the run is respected.  Outputs come back
+as numpy arrays, or on a CUDA session whose inputs were CUDA tensors as
+`CudaArray`s in device memory (`torch.from_dlpack(y)` takes one without a
+copy), unless you pass arrays or tensors to write them into
+(`outputs={name: tensor}`; CUDA tensors on a CUDA session, zero-copy).
 
 Errors are `smelt.Error` subclasses chosen by the C API's status code
 (`InvalidInputError`, `IOError`, `UnsupportedError`, `NoMemoryError`,
@@ -35,7 +39,7 @@ import numpy as np
 from . import _smelt
 
 __all__ = [
-    "compile", "load", "Bundle", "Session", "TensorInfo", "Specialisation", "Error", "InvalidInputError",
+    "compile", "load", "Bundle", "Session", "TensorInfo", "Specialisation", "CudaArray", "Error", "InvalidInputError",
     "IOError", "UnsupportedError", "NoMemoryError", "InternalError", "version", "__version__",
 ]
 
@@ -192,17 +196,10 @@ class Bundle:
             return self._specs
 
     def _describe(self) -> Tuple[Specialisation, ...]:
-        # The C API describes tensors through a session: one on one thread,
-        # on the CPU where the bundle has CPU code, else on the first GPU.
-        try:
-            s = _smelt.session(self._b, "cpu", 1)
-        except UnsupportedError:
-            s = _smelt.session(self._b, "cuda", 1)
-        specs = []
-        for i in range(self.num_specialisations):
-            s.select(i)
-            specs.append(Specialisation(i, self._b.specialisation_dims(i), _infos(s.inputs()), _infos(s.outputs())))
-        return tuple(specs)
+        # from the bundle alone (smelt_bundle_input_info, ...): no session, so no device is needed
+        return tuple(Specialisation(i, self._b.specialisation_dims(i), _infos(self._b.inputs(i)),
+                                    _infos(self._b.outputs(i)))
+                     for i in range(self.num_specialisations))
 
     def _merged(self, which: str) -> Tuple[TensorInfo, ...]:
         specs = self.specialisations
@@ -306,6 +303,54 @@ def compile(model_path: Union[str, os.PathLike], target: Union[str, Sequence[str
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
 
 
+class CudaArray:
+    """An output in CUDA device memory that smelt allocated: what a CUDA session's :meth:`Session.run`
+    returns for outputs not given, when the inputs were CUDA tensors.
+
+    A DLPack array: ``torch.from_dlpack(y)`` (or CuPy's, JAX's) takes it without a copy, and the memory
+    is freed when the last of this object and the tensors made from it is gone.  The values are ready
+    when ``run`` returns (a run waits for its stream), so a consumer on any stream may read them at once.
+    ``shape``, ``dtype`` (smelt's name, "f32"), ``device`` ("cuda:0"), ``data_ptr`` (the device address,
+    an int) and ``nbytes`` describe it.
+    """
+
+    __slots__ = ("_a", "shape", "dtype", "device", "data_ptr")
+
+    def __init__(self, native: Any, shape: Tuple[int, ...], dtype: str, device: str, data_ptr: int):
+        self._a = native
+        self.shape: Tuple[int, ...] = shape
+        self.dtype: str = dtype
+        self.device: str = device
+        self.data_ptr: int = data_ptr
+
+    @property
+    def nbytes(self) -> int:
+        """Its size in bytes."""
+        n = _numpy_dtype(self.dtype).itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __dlpack__(self, *, stream: Optional[int] = None, max_version: Optional[Tuple[int, int]] = None,
+                   dl_device: Optional[Tuple[int, int]] = None, copy: Optional[bool] = None) -> Any:
+        """A DLPack capsule of the array (no copy; ``stream`` needs no wait: the data is ready)."""
+        kw: Dict[str, Any] = {}
+        if max_version is not None:
+            kw["max_version"] = max_version
+        if dl_device is not None:
+            kw["dl_device"] = dl_device
+        if copy is not None:
+            kw["copy"] = copy
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """(2, ordinal): CUDA memory of that GPU."""
+        return tuple(self._a.__dlpack_device__())  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<smelt.CudaArray {self.dtype}{list(self.shape)} on {self.device} at {self.data_ptr:#x}>"
+
+
 def _dlpack_device(x: Any) -> Optional[int]:
     try:
         return int(x.__dlpack_device__()[0])
@@ -324,6 +369,7 @@ class Session:
         self._s = native
         self._device = device
         self._cuda = device.startswith("cuda")
+        self._stream: Optional[int] = native.cuda_stream() if self._cuda else None
         self._states = _infos(native.states())
 
     def __repr__(self) -> str:
@@ -348,6 +394,16 @@ class Session:
     def outputs(self) -> Tuple[TensorInfo, ...]:
         """The outputs of the chosen specialisation, as :attr:`inputs`."""
         return _infos(self._s.outputs())
+
+    @property
+    def cuda_stream(self) -> Optional[int]:
+        """The CUstream (as an int) a CUDA session's runs are queued on; None on the CPU.
+
+        :meth:`run` passes it to each CUDA tensor's ``__dlpack__(stream=...)``, so the producer makes it
+        wait for the work queued on the producer's current stream.  A run returns when its GPU work is
+        done, so its results need no wait on any stream.
+        """
+        return self._stream
 
     @property
     def specialisation(self) -> int:
@@ -408,14 +464,25 @@ class Session:
             x = x.view(np.uint16)
         return np.ascontiguousarray(x)
 
-    def _choose(self, inputs: Mapping[str, Any]) -> Optional[Specialisation]:
+    def _cuda_tensor(self, x: Any) -> Optional[Tuple[Any, bool]]:
+        """A CUDA DLPack tensor for this CUDA session as (its DLPack capsule taken with the session's stream,
+        whether the producer ignored the stream so the context must be synchronised); None for anything else."""
+        if not self._cuda or isinstance(x, np.ndarray) or not hasattr(x, "__dlpack__") or \
+                _dlpack_device(x) != _KDL_CUDA:
+            return None
+        try:
+            # the DLPack protocol: the producer makes smelt's stream wait for its (current stream's) work
+            return x.__dlpack__(stream=self._stream), False
+        except TypeError:  # a producer predating the stream argument
+            return x.__dlpack__(), True
+
+    def _choose(self, shapes: Mapping[str, Tuple[int, ...]]) -> Optional[Specialisation]:
         """The specialisation that takes these input shapes (the one the C API will run), or None."""
         specs = self._bundle.specialisations
         if len(specs) == 1:
             return specs[0]
         for sp in specs:
-            if all(tuple(int(d) for d in getattr(inputs.get(t.name), "shape", t.shape)) == t.shape
-                   for t in sp.inputs):
+            if all(shapes.get(t.name, t.shape) == t.shape for t in sp.inputs):
                 return sp
         return None
 
@@ -425,23 +492,41 @@ class Session:
 
         inputs: {name: array}; numpy arrays, anything with ``__dlpack__`` (torch, CuPy, JAX), or array-likes.
             Host memory is bound without a copy when C-contiguous (else copied once); on a CUDA session,
-            CUDA tensors are bound as device pointers (they must be C-contiguous; the current CUDA context
-            is synchronised first, so work their producer queued is done). The dtype must be the model's
-            (no silent casts); the shapes pick the specialisation.
-        outputs: None (every output, as new numpy arrays), a list of names (only those), or
+            CUDA tensors are bound as device pointers (they must be C-contiguous), taken with
+            ``__dlpack__(stream=self.cuda_stream)`` so that the session's stream waits for the work their
+            producer queued on its current stream (a producer without the stream argument: the current
+            CUDA context is synchronised instead). The dtype must be the model's (no silent casts); the
+            shapes pick the specialisation.
+        outputs: None (every output, as new arrays), a list of names (only those), or
             {name: array or tensor} to write those outputs into (zero-copy; CUDA tensors on a CUDA session).
-            Outputs not named are still computed, into arrays that are dropped.
+            Outputs not named are still computed, into arrays that are dropped. New arrays are numpy
+            arrays, except on a CUDA session given any CUDA tensor input: then :class:`CudaArray`s in
+            device memory (zero-copy into ``torch.from_dlpack``).
+
+        The run is synchronous: when it returns, the outputs hold their values (also in device memory).
         """
         if not isinstance(inputs, Mapping):
             raise TypeError("Session.run: inputs must be a dict {name: array}")
         infos = {t.name: t for t in self._bundle.inputs}
         bound = {}
+        shapes: Dict[str, Tuple[int, ...]] = {}
+        sync = device_inputs = False
         for name, x in inputs.items():
             t = infos.get(name)
             if t is None:
                 have = ", ".join(infos) or "none"
                 raise InvalidInputError(f"the model has no input {name!r} (inputs: {have})", 1)
-            bound[name] = self._host_array(x, t)
+            dev = self._cuda_tensor(x)
+            if dev is not None:
+                bound[name], must_sync = dev
+                sync |= must_sync
+                device_inputs = True
+                if hasattr(x, "shape"):
+                    shapes[name] = tuple(int(d) for d in x.shape)
+            else:
+                bound[name] = self._host_array(x, t)
+                if hasattr(bound[name], "shape"):
+                    shapes[name] = tuple(int(d) for d in bound[name].shape)
         # every input, every run: the C API keeps a binding from one run to the next, and the memory
         # of an earlier run's array may be gone
         missing = [n for n in infos if n not in bound]
@@ -458,7 +543,7 @@ class Session:
             raise TypeError("Session.run: outputs must be a list of names or a dict, not a string")
         else:
             wanted = list(outputs)
-        sp = self._choose(bound)
+        sp = self._choose(shapes)
         out_infos = {t.name: t for t in (sp.outputs if sp is not None else self._bundle.outputs)}
         for name in (wanted or []):
             if name not in out_infos:
@@ -469,9 +554,19 @@ class Session:
         for name, t in (out_infos.items() if sp is not None else ()):
             if name in given:
                 y = given[name]
-                binds.append((name, y if hasattr(y, "__dlpack__") and not isinstance(y, np.ndarray) else
-                              (y.view(np.uint16) if t.dtype == "bf16" and _BF16 is not None and y.dtype == _BF16 else y)))
+                dev = self._cuda_tensor(y)
+                if dev is not None:
+                    binds.append((name, dev[0]))
+                    sync |= dev[1]
+                else:
+                    binds.append((name, y if hasattr(y, "__dlpack__") and not isinstance(y, np.ndarray) else
+                                  (y.view(np.uint16) if t.dtype == "bf16" and _BF16 is not None and y.dtype == _BF16
+                                   else y)))
                 results[name] = y
+            elif device_inputs:
+                native, ptr = self._s.alloc_cuda(list(t.shape), t.dtype)
+                binds.append((name, native))
+                results[name] = CudaArray(native, tuple(t.shape), t.dtype, self._cuda_device_name(), ptr)
             else:
                 y = np.empty(t.shape, dtype=_numpy_dtype(t.dtype))
                 binds.append((name, y.view(np.uint16) if t.dtype == "bf16" else y))
@@ -480,15 +575,18 @@ class Session:
             # No specialisation takes these shapes together: binding them raises the C API's message
             # for an input no specialisation takes; else say so here (nothing runs, so no output
             # memory of an earlier run is written).
-            self._s.run(list(bound.items()), [], False)
+            self._s.run(list(bound.items()), [], False, False)
             shapes = ", ".join(f"{n} {list(getattr(x, 'shape', ()))}" for n, x in bound.items())
             dims = ", ".join(other.dims for other in self._bundle.specialisations)
             raise InvalidInputError(f"no specialisation takes the inputs {shapes} together; the bundle has "
                                     f"{dims}", 1)
-        self._s.run(list(bound.items()), binds, True)
+        self._s.run(list(bound.items()), binds, True, sync)
         if wanted is None:
             return results
         return {name: results[name] for name in wanted}
+
+    def _cuda_device_name(self) -> str:
+        return self._device if ":" in self._device else self._device + ":0"
 
     def __call__(self, inputs: Mapping[str, Any], **kw: Any) -> Dict[str, Any]:
         """The same as :meth:`run`."""

@@ -12,6 +12,10 @@
 // and any object with __dlpack__ or a DLPack capsule, on the CPU or on a
 // CUDA device, without copying.  Host memory is bound as it is; CUDA memory
 // is bound as a device pointer (smelt_session_bind_input takes either).
+// CUDA tensors come as the DLPack capsules the package asked their producer
+// for with the session's stream (__dlpack__(stream=Session.cuda_stream)),
+// so the producer has already made that stream wait for its work; outputs
+// smelt allocates come back as DLPack arrays owning a smelt_cuda_buffer.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -128,8 +132,9 @@ bool c_contiguous(const A &a) {
 
 // Calls cuCtxSynchronize on the calling thread's current context (libcuda
 // found with dlopen, as the runtime does), so that work a producer queued
-// on its own streams is done before smelt's stream reads the memory: the
-// C API does not expose the session's stream for a producer to wait on.
+// on its own streams is done before smelt's stream reads the memory: only
+// for a CUDA tensor whose producer would not take the session's stream
+// (its __dlpack__ has no `stream` argument; the package says so).
 // No libcuda or no current context: nothing to wait for.
 void sync_current_cuda_context() {
   static int (*ctx_sync)(void) = nullptr;
@@ -152,6 +157,22 @@ struct Bundle {
   ~Bundle() { smelt_bundle_close(b); }
 
   int num_specialisations() const { return smelt_bundle_num_specialisations(b); }
+
+  // The tensors of specialisation spec (which: 0 inputs, 1 outputs, 2
+  // states), from the bundle alone (no session, so no device needed).
+  std::vector<Info> infos(int spec, int which) const {
+    int n = which == 0 ? smelt_bundle_num_inputs(b) : which == 1 ? smelt_bundle_num_outputs(b)
+                                                                 : smelt_bundle_num_states(b);
+    std::vector<Info> r;
+    for (int i = 0; i < n; i++) {
+      smelt_tensor_info ti;
+      if (which == 0) check(smelt_bundle_input_info(b, spec, i, &ti));
+      else if (which == 1) check(smelt_bundle_output_info(b, spec, i, &ti));
+      else check(smelt_bundle_state_info(b, spec, i, &ti));
+      r.push_back(info_of(ti));
+    }
+    return r;
+  }
   std::string specialisation_dims(int i) const {
     const char *d = smelt_bundle_specialisation_dims(b, i);
     if (!d) throw nb::index_error("specialisation out of range");
@@ -214,6 +235,7 @@ Bundle *compile_model(const std::string &model_path, std::optional<std::string> 
 struct Session {
   smelt_session *s = nullptr;
   bool cuda = false;
+  int ordinal = 0;  // of a CUDA session's device
   std::mutex lock;  // a session is used by one thread at a time (smelt.h); the GIL is released while it runs
 
   ~Session() { smelt_session_destroy(s); }
@@ -268,6 +290,9 @@ struct Session {
     if (dev == nb::device::cuda::value) {
       if (!cuda)
         invalid(std::string(what) + " '" + name + "' is in CUDA memory but the session runs on the CPU");
+      if (a.device_id() != ordinal)
+        invalid(std::string(what) + " '" + name + "' is on cuda:" + std::to_string(a.device_id()) +
+                " but the session runs on cuda:" + std::to_string(ordinal));
     } else if (dev != nb::device::cpu::value && dev != nb::device::cuda_host::value &&
                dev != nb::device::cuda_managed::value) {
       throw SmeltError{SMELT_UNSUPPORTED, std::string(what) + " '" + name + "': memory of DLPack device type " +
@@ -278,17 +303,17 @@ struct Session {
   }
 
   // Binds every input and output, then runs (unless !execute: then only
-  // the bindings' checks); the GIL is released for the run.
+  // the bindings' checks); the GIL is released for the run.  sync: first
+  // wait for the current CUDA context (a CUDA tensor was taken from a
+  // producer that would not order its work before the session's stream).
   void run(const std::vector<std::pair<std::string, RoArray>> &inputs,
-           const std::vector<std::pair<std::string, RwArray>> &outputs, bool execute) {
+           const std::vector<std::pair<std::string, RwArray>> &outputs, bool execute, bool sync) {
     std::lock_guard<std::mutex> guard(lock);
-    bool device_inputs = false;
     for (auto &[name, a] : inputs) {
       smelt_tensor_info ti;
       if (!find(0, name, &ti)) invalid("the model has no input '" + name + "' (inputs: " + names(0) + ")");
       size_t bytes;
       const void *p = tensor_ptr("input", name, ti, a, &bytes);
-      device_inputs |= a.device_type() == nb::device::cuda::value;
       std::vector<int64_t> dims(a.ndim());
       for (size_t i = 0; i < a.ndim(); i++) dims[i] = (int64_t)a.shape(i);
       check(smelt_session_bind_input_shaped(s, name.c_str(), p, (int)a.ndim(), dims.data(), bytes));
@@ -304,13 +329,68 @@ struct Session {
     smelt_status st;
     {
       nb::gil_scoped_release nogil;
-      if (device_inputs) sync_current_cuda_context();
+      if (sync && cuda) sync_current_cuda_context();
       st = smelt_session_run(s);
     }
     check(st);
   }
 
   int specialisation() const { return smelt_session_specialisation(s); }
+
+  // The CUstream the session's runs are queued on, as an integer (what
+  // DLPack's __dlpack__(stream=...) takes).
+  uintptr_t cuda_stream() const {
+    void *st = nullptr;
+    check(smelt_session_cuda_stream(s, &st));
+    return (uintptr_t)st;
+  }
+
+  // A new C-contiguous array of `shape` and smelt dtype `dt` in device
+  // memory of the session's GPU, owned by the returned object (a DLPack
+  // array: __dlpack__, __dlpack_device__); freed when the last reference to
+  // it (or to a tensor made from it by from_dlpack) goes.
+  // Returns the array and its device address.
+  std::pair<nb::ndarray<nb::array_api, nb::device::cuda>, uintptr_t> alloc_cuda(const std::vector<int64_t> &shape,
+                                                                                const std::string &dtype) {
+    int dt = 0;
+    for (int i = SMELT_F32; i <= SMELT_BOOL && !dt; i++)
+      if (dtype == dtype_name(i)) dt = i;
+    size_t elem = 0;
+    nb::dlpack::dtype d;
+    d.lanes = 1;
+    switch (dt) {
+      case SMELT_F32: d = nb::dtype<float>(), elem = 4; break;
+      case SMELT_F64: d = nb::dtype<double>(), elem = 8; break;
+      case SMELT_F16: d.code = (uint8_t)nb::dlpack::dtype_code::Float, d.bits = 16, elem = 2; break;
+      case SMELT_BF16: d.code = (uint8_t)nb::dlpack::dtype_code::Bfloat, d.bits = 16, elem = 2; break;
+      case SMELT_I64: d = nb::dtype<int64_t>(), elem = 8; break;
+      case SMELT_I32: d = nb::dtype<int32_t>(), elem = 4; break;
+      case SMELT_I8: d = nb::dtype<int8_t>(), elem = 1; break;
+      case SMELT_U8: d = nb::dtype<uint8_t>(), elem = 1; break;
+      case SMELT_BOOL: d = nb::dtype<bool>(), elem = 1; break;
+      default: invalid("alloc_cuda: unknown dtype '" + dtype + "'");
+    }
+    d.lanes = 1;
+    std::vector<size_t> dims;
+    size_t bytes = elem;
+    for (int64_t x : shape) {
+      if (x < 0) invalid("alloc_cuda: negative dim");
+      dims.push_back((size_t)x);
+      bytes *= (size_t)x;
+    }
+    smelt_cuda_buffer *buf = nullptr;
+    smelt_status st;
+    {
+      nb::gil_scoped_release nogil;
+      st = smelt_session_cuda_alloc(s, bytes, &buf);
+    }
+    check(st);
+    nb::capsule owner(buf, [](void *p) noexcept { smelt_cuda_buffer_free((smelt_cuda_buffer *)p); });
+    void *ptr = smelt_cuda_buffer_data(buf);
+    return {nb::ndarray<nb::array_api, nb::device::cuda>(ptr, dims.size(), dims.data(), owner, nullptr, d,
+                                                         nb::device::cuda::value, ordinal),
+            (uintptr_t)ptr};
+  }
 
   void select(int i) {
     std::lock_guard<std::mutex> guard(lock);
@@ -374,6 +454,7 @@ Session *session_create(Bundle &b, const std::string &device, int threads) {
   Session *r = new Session();
   r->s = s;
   r->cuda = device.rfind("cuda", 0) == 0;
+  r->ordinal = device.rfind("cuda:", 0) == 0 ? std::atoi(device.c_str() + 5) : 0;
   return r;
 }
 
@@ -419,6 +500,9 @@ NB_MODULE(_smelt, m) {
         return b.data.is_valid() ? b.data : nb::none();
       })
       .def("num_specialisations", &Bundle::num_specialisations)
+      .def("inputs", [](const Bundle &b, int spec) { return b.infos(spec, 0); }, nb::arg("spec"))
+      .def("outputs", [](const Bundle &b, int spec) { return b.infos(spec, 1); }, nb::arg("spec"))
+      .def("states", [](const Bundle &b, int spec) { return b.infos(spec, 2); }, nb::arg("spec"))
       .def("specialisation_dims", &Bundle::specialisation_dims);
 
   m.def("open", &bundle_open, nb::arg("path"));
@@ -430,7 +514,9 @@ NB_MODULE(_smelt, m) {
       .def("inputs", [](const Session &s) { return s.infos(0); })
       .def("outputs", [](const Session &s) { return s.infos(1); })
       .def("states", [](const Session &s) { return s.infos(2); })
-      .def("run", &Session::run, nb::arg("inputs"), nb::arg("outputs"), nb::arg("execute"))
+      .def("run", &Session::run, nb::arg("inputs"), nb::arg("outputs"), nb::arg("execute"), nb::arg("sync"))
+      .def("cuda_stream", &Session::cuda_stream)
+      .def("alloc_cuda", &Session::alloc_cuda, nb::arg("shape"), nb::arg("dtype"))
       .def("select", &Session::select, nb::arg("i"))
       .def("specialisation", &Session::specialisation)
       .def("reset_state", &Session::reset_state)
