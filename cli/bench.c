@@ -44,6 +44,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "ir/clock.h"
 #include "codegen/cuda/cg_cuda.h"
 #include "runtime/cuda_driver.h"
 #include "compiler/driver.h"
@@ -80,12 +81,6 @@ static const char bench_help[] =
 
 #define COPY_BYTES ((size_t)256 << 20)
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -120,9 +115,9 @@ double cli_host_copy_bandwidth(int threads) {
     memset(dst, 0, COPY_BYTES);
     CopyJob job = {.dst = dst, .src = src, .chunk = COPY_BYTES / 1024};
     for (int r = 0; r < 3; r++) {
-      double t0 = now_s();
+      double t0 = smelt_now_s();
       rt_pool_parallel_for(pool, 1024, 0, copy_range, &job);
-      double t = now_s() - t0;
+      double t = smelt_now_s() - t0;
       if (t > 0 && 2.0 * (double)COPY_BYTES / t > best) best = 2.0 * (double)COPY_BYTES / t;
     }
   }
@@ -381,19 +376,19 @@ static smelt_status bench_cpu(smelt_session *s, Report *rep) {
   smelt_status st = NULL;
   for (int i = 0; i < rep->warmup && !st; i++) st = smelt_session_run(s);
   for (int i = 0; i < iters && !st; i++) {
-    double t0 = now_s();
+    double t0 = smelt_now_s();
     st = rt_session_prepare(s);
     for (int k = 0; k < nk && !st; k++) {
-      double k0 = now_s();
+      double k0 = smelt_now_s();
       st = rt_session_run_kernel(s, k);
-      times[(size_t)k * (size_t)iters + (size_t)i] = now_s() - k0;
+      times[(size_t)k * (size_t)iters + (size_t)i] = smelt_now_s() - k0;
       if (rep->start && i == iters - 1) {
         rep->start[k] = k0 - t0;
-        rep->dur[k] = now_s() - k0;
+        rep->dur[k] = smelt_now_s() - k0;
       }
     }
     if (!st) st = rt_session_finish(s);
-    total[i] = now_s() - t0;
+    total[i] = smelt_now_s() - t0;
     rep->run_s = total[i];
   }
   if (st) {
@@ -470,9 +465,9 @@ double cli_gpu_copy_bandwidth(RtCudaDevice *d, char *how, size_t cap) {
        * microseconds of call overhead against ~0.5 ms) */
       double s[5];
       for (int r = 0; r < 5 && !st; r++) {
-        double t0 = now_s();
+        double t0 = smelt_now_s();
         st = rt_cuda_upload(d, dst, (const void *)(uintptr_t)src, n);
-        s[r] = now_s() - t0;
+        s[r] = smelt_now_s() - t0;
       }
       if (!st) {
         bw = 2.0 * (double)n / median(s, 5);

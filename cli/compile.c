@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "ir/clock.h"
 #include "compiler/cache.h"
 #include "compiler/cpu_target.h"
 #include "compiler/driver.h"
@@ -38,6 +39,8 @@ static const char compile_help[] =
     "  --explain-fusion        print every fusion decision with its numbers\n"
     "  --onchip-bytes N        on-chip budget per tile for fusion\n"
     "  --verbose               print what passes did (folds, rewrites)\n"
+    "  --time                  print where the compile's time went (frontend, passes, code generation,\n"
+    "                          NVRTC, writing the bundle, the compile cache) to stderr\n"
     "  --target cpu|cuda|cpu,cuda  kernel targets (default cpu)\n"
     "  --arch sm_90a,sm_80     CUDA archs to compile cubins for (default: the GPU present,\n"
     "                          else sm_90a); the CUDA source and PTX travel too\n"
@@ -145,17 +148,22 @@ typedef struct {
   bool verbose;
   const QuantOptions *quant; /* --quantize, or NULL */
   char *quant_report;        /* the last build's report (pass_quant_report_text), malloc'd */
+  double frontend_s, passes_s; /* summed over builds (a ranged dim builds three times) */
 } CompileBuild;
 
 static smelt_status compile_build(void *user, const FeDim *dims, int ndims, bool probe, Graph **out) {
   CompileBuild *c = user;
   DumpOpts quiet = {.err = c->d->err}, *d = probe ? &quiet : c->d;
   FeOptions fo = {.dims = dims, .ndims = ndims, .dtype = c->dtype};
+  double t0 = smelt_now_s();
   smelt_status st = fe_load_model(c->model, &fo, out);
+  double t1 = smelt_now_s();
+  c->frontend_s += t1 - t0;
   if (!st && d->dump_dir) write_dump(d, "00-input.ir", "IR from the frontend", *out);
   PassCtx pc = {.onchip_bytes = c->ctx->onchip_bytes, .target = c->ctx->target, .arch = c->ctx->arch,
                 .explain_fusion = c->ctx->explain_fusion && !probe, .quant = c->quant};
   if (!st) st = pass_run_pipeline(*out, &pc, c->passes, dump_hook, d);
+  c->passes_s += smelt_now_s() - t1;
   if (!st && d->io_error) st = d->io_error, d->io_error = NULL;
   if (pc.log && (c->verbose || pc.explain_fusion) && !probe) fputs(pc.log, stderr);
   if (!st && !probe && pc.quant_report) {
@@ -175,7 +183,8 @@ int cli_compile(int argc, char **argv) {
   ModelOpts mo = {.dtype = DT_INVALID};
   DumpOpts d = {.err = stderr};
   PassCtx ctx = {0};
-  bool verbose = false, emit_ir = false;
+  bool verbose = false, emit_ir = false, show_time = false;
+  double t_start = smelt_now_s();
   const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
   bool no_tune_table = false, allow_tf32 = false, external_weights = false, no_cache = false;
   QuantOptions qo = {.mode = QM_NONE, .group = -1, .seed = 1};
@@ -223,6 +232,8 @@ int cli_compile(int argc, char **argv) {
       ctx.explain_fusion = true;
     } else if (strcmp(a, "--verbose") == 0) {
       verbose = true;
+    } else if (strcmp(a, "--time") == 0) {
+      show_time = true;
     } else if ((v = cli_flag_value("--onchip-bytes", argc, argv, &i, &missing)) || missing) {
       char *end;
       long long nb = missing ? 0 : strtoll(v, &end, 10);
@@ -338,15 +349,24 @@ int cli_compile(int argc, char **argv) {
                          .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
                          .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note,
                          .quantize = quant_desc[0] ? quant_desc : NULL};
+  ScCompileTimes times = {0};
+  if (show_time) co.times = &times;
+  double t_key = 0, t_store = 0;
   char key[65] = "";
   /* not with --quantize either: a hit would not print the report */
   bool cacheable = !emit_ir && !no_cache && !d.after_all && !d.nafter && !d.nbefore && !d.dump_dir && !d.graph_after && !verbose &&
                    !ctx.explain_fusion && qo.mode == QM_NONE;
   if (cacheable) {
+    double t0 = smelt_now_s();
     smelt_status kst = sc_cache_key(model, &co, key);
     if (kst) key[0] = 0; /* not cacheable: compile */
     st_free(kst);
-    if (key[0] && sc_cache_fetch(key, out)) {
+    bool hit = key[0] && sc_cache_fetch(key, out);
+    t_key = smelt_now_s() - t0;
+    if (hit) {
+      if (show_time)
+        fprintf(stderr, "time: %.3f s: a compile cache hit (the key, from the model and its weights' checksums, and "
+                "the bundle: %.3f s)\n", smelt_now_s() - t_start, t_key);
       pass_ctx_free(&ctx);
       for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
       return 0;
@@ -366,6 +386,7 @@ int cli_compile(int argc, char **argv) {
   }
   ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
   char labels[FMT_MAX_SPECIALISATIONS][256];
+  double frontend_s = 0, passes_s = 0;
   int n = 0;
   const char *dump_root = d.dump_dir;
   char dump_dir[4096];
@@ -388,6 +409,8 @@ int cli_compile(int argc, char **argv) {
     CompileBuild cb = {.model = model, .dtype = mo.dtype, .ctx = &ctx, .passes = passes, .d = &d, .verbose = verbose,
                        .quant = qo.mode != QM_NONE ? &qo : NULL};
     st = sc_build_ranged(compile_build, &cb, dims, space.ndims, &specs[n].g);
+    frontend_s += cb.frontend_s;
+    passes_s += cb.passes_s;
     if (!st && cb.quant_report) {
       /* the report: printed here, stored in the bundle by the driver */
       if (space.ncombos > 1) printf("specialisation s%d: %s\n", n, labels[n]);
@@ -400,7 +423,9 @@ int cli_compile(int argc, char **argv) {
   }
   if (!st && !emit_ir) {
     st = sc_compile_specs(specs, n, &co, out);
+    double t0 = smelt_now_s();
     if (!st && key[0]) sc_cache_store(key, out);
+    t_store = smelt_now_s() - t0;
   } else if (!st) {
     FILE *f = fopen(out, "w");
     if (!f) {
@@ -412,6 +437,23 @@ int cli_compile(int argc, char **argv) {
       }
       if (fclose(f) != 0) st = st_error(ST_IO, "%s: error: write failed", out);
     }
+  }
+  if (show_time && !st) {
+    const ScCompileTimes *t = &times;
+    fprintf(stderr,
+            "time: %.3f s in all\n"
+            "  cache key    %7.3f s  (the model text, its weights' CRC-32C, the options)\n"
+            "  frontend     %7.3f s  (parsing, weights mapped or read)\n"
+            "  passes       %7.3f s\n"
+            "  lower        %7.3f s\n"
+            "  llvm         %7.3f s  (CPU machine code)\n"
+            "  cuda c       %7.3f s\n"
+            "  nvrtc        %7.3f s  (or its disk cache)\n"
+            "  graph        %7.3f s  (serialising graphs and pooling constants)\n"
+            "  write        %7.3f s  (layout, checksum, the file)\n"
+            "  cache store  %7.3f s\n",
+            smelt_now_s() - t_start, t_key, frontend_s, passes_s, t->lower_s, t->cpu_s, t->cuda_gen_s, t->nvrtc_s,
+            t->graph_s, t->write_s, t_store);
   }
   st_free(d.io_error);
   pass_ctx_free(&ctx);

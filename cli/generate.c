@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "ir/clock.h"
 #include "include/smelt.h"
 #include "include/smelt_compile.h"
 #include "runtime/cuda_driver.h"
@@ -76,12 +77,6 @@ static const char generate_help[] =
     "  --dump-logits FILE.npy  write the logits of every step ([steps, vocab] f32; the first\n"
     "                          row is the prefill's), for comparing with another implementation\n"
     "  --quiet                 no progress line\n";
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
   int64_t *v;
@@ -414,7 +409,7 @@ static smelt_status generate(Gen *G, const LmModel *m) {
    * decode steps will use makes its run state (on CUDA: modules loaded,
    * constants uploaded, the CUDA graph captured), then the state is reset.
    * The timings below are then those of a session that serves. */
-  double ts = now_s();
+  double ts = smelt_now_s();
   int64_t zeros[1] = {0};
   bool *warm = calloc((size_t)maxlen + 1, 1);
   if (!st && !warm) st = st_error(ST_NO_MEMORY, "out of memory");
@@ -427,10 +422,10 @@ static smelt_status generate(Gen *G, const LmModel *m) {
   if (!st && !warm[1]) st = step(s, m, zeros, 1, 0, ids, pos);
   free(warm);
   if (!st) st = smelt_session_reset_state(s);
-  G->setup_s = now_s() - ts;
+  G->setup_s = smelt_now_s() - ts;
 
   /* prefill, in chunks of the specialisations' lengths */
-  double t0 = now_s();
+  double t0 = smelt_now_s();
   int64_t at = 0;
   while (!st && at < G->prompt.n) {
     int len = chunk_len(m, G->prompt.n - at);
@@ -438,17 +433,17 @@ static smelt_status generate(Gen *G, const LmModel *m) {
     at += len;
     G->prefill_runs++;
   }
-  G->prefill_s = now_s() - t0;
+  G->prefill_s = smelt_now_s() - t0;
   int64_t tok = 0;
   if (!st) {
     tok = m->next >= 0 && G->sp.greedy ? (int64_t)dt_load(ndt, next_host, 0) : sample(&G->sp, logits, ldt, m->vocab, cand);
-    G->ttft_s = now_s() - t0;
+    G->ttft_s = smelt_now_s() - t0;
     keep_logits(G, logits, ldt, m->vocab);
     if (!ids_push(&G->out, tok)) st = st_error(ST_NO_MEMORY, "out of memory");
   }
   /* decode: one run per token at the next position */
   bool tty = !G->quiet && !G->json && isatty(2);
-  double t1 = now_s(), last_print = 0;
+  double t1 = smelt_now_s(), last_print = 0;
   while (!st && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
     st = step(s, m, &tok, 1, at, ids, pos);
     at++;
@@ -456,14 +451,14 @@ static smelt_status generate(Gen *G, const LmModel *m) {
     tok = m->next >= 0 && G->sp.greedy ? (int64_t)dt_load(ndt, next_host, 0) : sample(&G->sp, logits, ldt, m->vocab, cand);
     keep_logits(G, logits, ldt, m->vocab);
     if (!ids_push(&G->out, tok)) st = st_error(ST_NO_MEMORY, "out of memory");
-    double t = now_s();
+    double t = smelt_now_s();
     if (tty && (t - last_print > 0.1 || G->out.n == G->n)) {
       int done = G->out.n - 1;
       fprintf(stderr, "\rgenerate: %d/%d tokens, %.1f tokens/s   ", G->out.n, G->n, done / (t - t1));
       last_print = t;
     }
   }
-  G->decode_s = now_s() - t1;
+  G->decode_s = smelt_now_s() - t1;
   if (tty) fputc('\n', stderr);
   /* the caches' valid part at the decode steps' mean context */
   double mean_ctx = G->prompt.n + (G->out.n > 1 ? (G->out.n - 1) / 2.0 : 0);

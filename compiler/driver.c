@@ -31,6 +31,7 @@
 #include "codegen/llvm/cg_llvm.h"
 #include "codegen/lower.h"
 #include "frontend/frontend.h"
+#include "ir/clock.h"
 #include "ir/serialize.h"
 #include "passes/passes.h"
 #include "runtime/cuda_driver.h"
@@ -205,7 +206,9 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
     return st_error(ST_UNSUPPORTED, "--target cuda: ranged dims (%s: %lld..%lld) run on the CPU target only in this "
                     "version; for CUDA compile exact values (--dim %s=A,B,...)", g->ranges[0].name,
                     (long long)g->ranges[0].min, (long long)g->ranges[0].max, g->ranges[0].name);
+  double t0 = smelt_now_s();
   RETURN_IF_ERROR(cg_cuda_generate(g, k, nk, &co, &c->m));
+  double t1 = smelt_now_s();
   CgNvrtc *nv;
   smelt_status st = cg_cuda_nvrtc_open(&nv);
   if (st) return st_prefix(st, "--target cuda: NVRTC compiles the kernels");
@@ -214,6 +217,10 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   for (int a = 0; a < c->narch; a++) av[a] = c->arch[a];
   st = cg_cuda_compile_module(nv, c->m, av, c->narch, NULL, &c->bins);
   cg_cuda_nvrtc_close(nv);
+  if (o->times) {
+    o->times->cuda_gen_s += t1 - t0;
+    o->times->nvrtc_s += smelt_now_s() - t1;
+  }
   if (st) {
     c->bins = NULL;
     return st;
@@ -666,9 +673,13 @@ static void spec_build_free(SpecBuild *s) {
  * compiler for one specialisation. */
 static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuTargets *cpu, bool cuda,
                                const char *archs, const CgTuneTable *table, ConstCtx *cc, SpecBuild *s) {
+  ScCompileTimes unused = {0}, *tm = o->times ? o->times : &unused;
+  double t0 = smelt_now_s();
   if (g->ngroups == 0) RETURN_IF_ERROR(cg_single_node_groups(g));
   RETURN_IF_ERROR(cg_lower(g, &s->k, &s->nk));
   name_groups(g, s->k, s->nk);
+  double t1 = smelt_now_s();
+  tm->lower_s += t1 - t0;
   for (int i = 0; i < cpu->n; i++) {
 #ifdef SMELT_HAVE_LLVM
     CgLlvmOptions lo = {.cpu = cpu->v[i].llvm_cpu, .features = cpu->v[i].features};
@@ -678,11 +689,13 @@ static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuT
     else free(desc);
 #endif
   }
+  tm->cpu_s += smelt_now_s() - t1;
   char cpu_name[40];
   if (cpu->n) parse_desc(s->desc ? s->desc : "", s->triple, sizeof s->triple, cpu_name, sizeof cpu_name);
   /* A model without kernels (its outputs are inputs or constants) has no
    * CUDA code; sessions need none. */
   if (cuda && s->nk > 0) RETURN_IF_ERROR(build_cuda(g, s->k, s->nk, archs, table, o, &s->cu));
+  t0 = smelt_now_s();
   if (!(s->ir_text = ir_print_str(g))) return st_error(ST_NO_MEMORY, "out of memory printing the IR");
   /* the kernels' arguments are kept whatever the graph says (they are live
    * nodes' operands, but the bundle must not depend on that) */
@@ -694,6 +707,7 @@ static smelt_status build_spec(Graph *g, const ScCompileOptions *o, const ScCpuT
   IrConstSink sink = {.put = put_constant, .ctx = cc, .keep = keep};
   smelt_status st = ir_graph_serialize(g, &sink, &s->graph_bytes, &s->graph_len);
   free(keep);
+  tm->graph_s += smelt_now_s() - t0;
   RETURN_IF_ERROR(st);
   return fmt_kernel_table_encode(s->k, s->nk, &s->table, &s->table_len);
 }
@@ -858,8 +872,10 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
 smelt_status sc_compile_specs(ScSpecGraph *specs, int n, const ScCompileOptions *o, const char *out_path) {
   FmtWriter *w;
   RETURN_IF_ERROR(build_bundle(specs, n, o, &w));
+  double t0 = smelt_now_s();
   smelt_status st = fmt_writer_write(w, out_path);
   fmt_writer_destroy(w);
+  if (o && o->times) o->times->write_s += smelt_now_s() - t0;
   return st;
 }
 

@@ -43,6 +43,17 @@
 #include "runtime/runtime.h"
 
 
+/* Where a compile's back half spent its time (wall seconds, summed over
+ * specialisations): `smelt compile --time` prints it. */
+typedef struct {
+  double lower_s;     /* groups into kernels (cg_lower) */
+  double cpu_s;       /* LLVM: IR, optimisation, machine code, every CPU variant */
+  double cuda_gen_s;  /* the CUDA C of every kernel */
+  double nvrtc_s;     /* NVRTC (or the disk cache), every unit and arch */
+  double graph_s;     /* serialising the graphs, pooling their constants (checksums) */
+  double write_s;     /* laying out, checksumming and writing the bundle */
+} ScCompileTimes;
+
 typedef struct {
   const char *targets; /* "cpu", "cuda", "cpu,cuda" (or "cuda,cpu"); NULL = "cpu" */
   const char *archs;   /* CUDA archs, "sm_90a,sm_80"; NULL = sc_cuda_default_arch() */
@@ -70,6 +81,7 @@ typedef struct {
   const char *passes;  /* the pass list; NULL = the default pipeline */
   int64_t onchip_bytes;
   const char *quantize; /* --quantize and its options as given ("int4 group=128"); NULL = none */
+  ScCompileTimes *times; /* when non-NULL, the back half's times are added to it */
 } ScCompileOptions;
 
 /* Which targets a --target list names; ST_INVALID_INPUT for anything but

@@ -61,6 +61,7 @@
 #include <time.h>
 
 #include "compiler/tune.h"
+#include "ir/clock.h"
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/cuda/table.h"
 #include "codegen/lower.h"
@@ -81,12 +82,6 @@
 #define TUNE_COPY_BYTES ((size_t)256 << 20)
 
 /* ---- small helpers ---- */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -446,13 +441,13 @@ static smelt_status generate(Tuner *tu, const Graph *g, const Kernel *k, Cand *c
  * candidate.  out_bins: one per unit (those of dropped units empty). */
 static smelt_status compile(Tuner *tu, const FmtCudaModule *m, Cand *c, int n, CgCudaBinary **out_bins) {
   const char *arch = tu->arch;
-  double t0 = now_s();
+  double t0 = smelt_now_s();
   smelt_status st = cg_cuda_compile_module(tu->nv, m, &arch, 1, NULL, out_bins);
   int hits = 0;
   if (!st) {
     for (int u = 0; u < m->nunits; u++) hits += (*out_bins)[u].cache_hit;
     tune_log(tu, "  compiled %d candidate%s for %s in %.1f s (%d from the cache)", m->nunits,
-             m->nunits == 1 ? "" : "s", arch, now_s() - t0, hits);
+             m->nunits == 1 ? "" : "s", arch, smelt_now_s() - t0, hits);
     return NULL;
   }
   /* some unit failed: compile each on its own (the good ones are cached
@@ -477,7 +472,7 @@ static smelt_status compile(Tuner *tu, const FmtCudaModule *m, Cand *c, int n, C
       tu->dropped++;
     }
   }
-  tune_log(tu, "  compiled for %s in %.1f s", arch, now_s() - t0);
+  tune_log(tu, "  compiled for %s in %.1f s", arch, smelt_now_s() - t0);
   *out_bins = bins;
   return NULL;
 }
@@ -890,7 +885,7 @@ smelt_status sc_tune_model(const ScTuneOptions *o, ScTuneResult *out_result) {
   if (out_result) memset(out_result, 0, sizeof *out_result);
   Tuner tu;
   memset(&tu, 0, sizeof tu);
-  tu.t0 = now_s();
+  tu.t0 = smelt_now_s();
   if (!o || !o->model || !o->table_path)
     return st_error(ST_INVALID_INPUT, "sc_tune_model: a model and a table to write are required");
   int cc;
@@ -935,7 +930,7 @@ smelt_status sc_tune_model(const ScTuneOptions *o, ScTuneResult *out_result) {
   int done = 0;
   bool out_of_time = false;
   for (int q = 0; q < njobs && !st; q++) {
-    if (tu.budget > 0 && now_s() - tu.t0 > tu.budget) {
+    if (tu.budget > 0 && smelt_now_s() - tu.t0 > tu.budget) {
       out_of_time = true;
       break;
     }

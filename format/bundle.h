@@ -119,6 +119,12 @@ smelt_status fmt_writer_add_pieces(FmtWriter *w, FmtSectionKind kind, const char
 /* Whether fmt_writer_write fsyncs the file and its directory before it
  * returns (default false: the rename is atomic, not durable). */
 void fmt_writer_set_durable(FmtWriter *w, bool durable);
+/* How fmt_writer_write puts the bytes in the file: FMT_WRITE_AUTO (a
+ * shared mapping filled on several threads for a bundle of 64 MB or more on
+ * a machine of 4 cores or more, else write()), FMT_WRITE_MAPPED or
+ * FMT_WRITE_PLAIN (for tests: the same bytes either way). */
+typedef enum { FMT_WRITE_AUTO, FMT_WRITE_MAPPED, FMT_WRITE_PLAIN } FmtWriteWay;
+void fmt_writer_set_way(FmtWriter *w, FmtWriteWay way);
 smelt_status fmt_writer_write(const FmtWriter *w, const char *path) SMELT_MUST_USE;
 /* The same bytes in a malloc'd buffer owned by the caller (free()). */
 smelt_status fmt_writer_to_memory(const FmtWriter *w, void **out_buf, size_t *out_len) SMELT_MUST_USE;

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "format/bundle.h"
@@ -81,4 +82,27 @@ uint32_t fmt_crc32c_parallel(const void *data, size_t n) {
   }
   free(crc);
   return c;
+}
+
+typedef struct {
+  unsigned char *dst;
+  const unsigned char *src;
+  size_t n;
+} CopyJob;
+
+static void copy_piece(void *ctx, int i) {
+  const CopyJob *j = ctx;
+  size_t off = (size_t)i * FMT_CRC_PIECE, len = j->n - off < FMT_CRC_PIECE ? j->n - off : FMT_CRC_PIECE;
+  memcpy(j->dst + off, j->src + off, len);
+}
+
+void fmt_parallel_copy(void *dst, const void *src, size_t n) {
+  int threads = fmt_parallel_threads(n);
+  size_t npieces = (n + FMT_CRC_PIECE - 1) / FMT_CRC_PIECE;
+  if (threads < 2 || npieces < 2 || npieces >= (size_t)1 << 30) {
+    if (n) memcpy(dst, src, n);
+    return;
+  }
+  CopyJob j = {dst, src, n};
+  fmt_parallel_for(threads, (int)npieces, copy_piece, &j);
 }

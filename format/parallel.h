@@ -21,5 +21,9 @@ void fmt_parallel_for(int nthreads, int ntasks, void (*fn)(void *ctx, int task),
 /* CRC-32C (fmt_crc32c) of n bytes, computed in pieces on up to
  * fmt_parallel_threads(n) threads and joined with fmt_crc32c_combine. */
 uint32_t fmt_crc32c_parallel(const void *data, size_t n);
+/* memcpy(dst, src, n) in pieces on up to fmt_parallel_threads(n) threads:
+ * copying a weight out of a mapped file into fresh memory is mostly page
+ * faults, which the cores then take side by side. */
+void fmt_parallel_copy(void *dst, const void *src, size_t n);
 
 #endif

@@ -59,6 +59,7 @@
 #include <yaml.h>
 
 #include "fe_internal.h"
+#include "format/parallel.h"
 
 #define FE_MAX_MODEL_BYTES ((size_t)64 << 20)
 #define FE_MAX_DEPTH 16
@@ -978,7 +979,7 @@ static smelt_status param_from(Loader *L, const Scope *s, yaml_node_t *n, const 
     return errf(L, n, "param '%s': weights file has %s %s, model says %s %s", pname, w->st_dtype, have,
                 dt_name(t->dt), want);
   if (!convert) {
-    memcpy(data, w->data, w->nbytes);
+    fmt_parallel_copy(data, w->data, w->nbytes);
     IrSource *src = arena_alloc(&L->g->arena, sizeof *src);
     IrCopy *cp = arena_alloc(&L->g->arena, sizeof *cp);
     if (!src || !cp) return st_error(ST_NO_MEMORY, "out of memory");

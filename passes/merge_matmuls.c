@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/parallel.h"
 #include "passes.h"
 #include "rewrite.h"
 
@@ -138,6 +139,56 @@ static const IrSource *merged_source(Graph *g, const int *ids, int n, bool glu, 
   return src;
 }
 
+/* The copy of n weights into their merged one, by rows of the result. */
+typedef struct {
+  unsigned char *dst;
+  const unsigned char *src[MERGE_MAX];
+  int64_t N[MERGE_MAX];
+  int n;
+  bool glu, tb;
+  int64_t K, Ntot;
+  size_t es;
+} MergeCopy;
+
+#define MERGE_ROWS 64
+
+static void merge_rows(void *ctx, int task) {
+  const MergeCopy *c = ctx;
+  int64_t K = c->K, Ntot = c->Ntot, r0 = (int64_t)task * MERGE_ROWS, r1 = r0 + MERGE_ROWS;
+  size_t es = c->es;
+  if (c->tb) {
+    /* rows are output columns: row r is row j of weight i (glu: r = 2j + i;
+     * else the weights one after another) */
+    if (r1 > Ntot) r1 = Ntot;
+    for (int64_t r = r0; r < r1; r++) {
+      int i = 0;
+      int64_t j = r;
+      if (c->glu) {
+        i = (int)(r % 2), j = r / 2;
+      } else {
+        while (j >= c->N[i]) j -= c->N[i++];
+      }
+      memcpy(c->dst + (size_t)(r * K) * es, c->src[i] + (size_t)(j * K) * es, (size_t)K * es);
+    }
+    return;
+  }
+  /* rows are k: the weights' row k side by side (glu: column 2j + i is column j of weight i) */
+  if (r1 > K) r1 = K;
+  for (int64_t k = r0; k < r1; k++) {
+    unsigned char *row = c->dst + (size_t)(k * Ntot) * es;
+    if (c->glu) {
+      for (int64_t j = 0; j < c->N[0]; j++)
+        for (int i = 0; i < 2; i++) memcpy(row + (size_t)(2 * j + i) * es, c->src[i] + (size_t)(k * c->N[i] + j) * es, es);
+      continue;
+    }
+    int64_t off = 0;
+    for (int i = 0; i < c->n; i++) {
+      memcpy(row + (size_t)off * es, c->src[i] + (size_t)(k * c->N[i]) * es, (size_t)c->N[i] * es);
+      off += c->N[i];
+    }
+  }
+}
+
 /* Merges matmuls ids[0..n) (compatible, in graph order). */
 static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   /* g->node may move when nodes are added: keep ids, not pointers */
@@ -163,30 +214,17 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   g->val[w].init = "merged";
   unsigned char *dst = g->val[w].data;
   if (!dst) return ir_graph_status(g);
-  int64_t off = 0;
   bool glu = n == 2 && gated_pair(g, ids[0], ids[1]);
-  for (int i = 0; glu && i < n; i++) {
-    /* columns interleaved: merged column 2j + i is column j of weight i */
-    const unsigned char *src = g->val[g->node[ids[i]].in[1]].data;
-    for (int64_t j = 0; j < Ns[i]; j++) {
-      if (tb) {
-        memcpy(dst + (size_t)((2 * j + i) * K) * es, src + (size_t)(j * K) * es, (size_t)K * es);
-      } else {
-        for (int64_t k = 0; k < K; k++)
-          memcpy(dst + (size_t)(k * Ntot + 2 * j + i) * es, src + (size_t)(k * Ns[i] + j) * es, es);
-      }
-    }
+  MergeCopy mc = {.dst = dst, .n = n, .glu = glu, .tb = tb, .K = K, .Ntot = Ntot, .es = es};
+  for (int i = 0; i < n; i++) {
+    mc.src[i] = g->val[g->node[ids[i]].in[1]].data;
+    mc.N[i] = Ns[i];
   }
-  for (int i = 0; !glu && i < n; i++) {
-    const unsigned char *src = g->val[g->node[ids[i]].in[1]].data;
-    if (tb) {
-      memcpy(dst + (size_t)(off * K) * es, src, (size_t)(Ns[i] * K) * es);
-    } else {
-      for (int64_t k = 0; k < K; k++)
-        memcpy(dst + (size_t)(k * Ntot + off) * es, src + (size_t)(k * Ns[i]) * es, (size_t)Ns[i] * es);
-    }
-    off += Ns[i];
-  }
+  /* tasks of MERGE_ROWS rows of the merged weight ([Ntot, K] with tb, else
+   * [K, Ntot]): on many cores the copy is mostly page faults taken side by side */
+  int64_t rows = tb ? Ntot : K;
+  int64_t ntasks = (rows + MERGE_ROWS - 1) / MERGE_ROWS;
+  fmt_parallel_for(fmt_parallel_threads((uint64_t)(Ntot * K) * es), (int)ntasks, merge_rows, &mc);
   g->val[w].source = merged_source(g, ids, n, glu, tb, K, Ns, Ntot, es);
   /* the merged product, then one slice per old result under its name */
   snprintf(base, sizeof base, "%s.merged", g->val[first->out[0]].name);
@@ -197,7 +235,7 @@ static smelt_status merge(Graph *g, PassCtx *ctx, const int *ids, int n) {
   pass_copy_attrs(g, m, ids[0]);
   RETURN_IF_ERROR(ir_infer_node(g, m));
   int merged = g->node[m].out[0];
-  off = 0;
+  int64_t off = 0;
   for (int i = 0; i < n; i++) {
     Node *old = &g->node[ids[i]];
     int y = old->out[0], wold = old->in[1];

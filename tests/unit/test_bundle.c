@@ -176,6 +176,19 @@ static unsigned char *test_write_read(size_t *out_len) {
   unsigned char *file = read_file(path, &flen);
   CHECK(file && mem && flen == len && memcmp(file, mem, len) == 0);
   free(file);
+  /* through a shared mapping (what a large bundle on many cores gets), and
+   * plainly: the same bytes */
+  for (int way = FMT_WRITE_MAPPED; way <= FMT_WRITE_PLAIN; way++) {
+    FmtWriter *wm = sample_writer();
+    if (!wm) continue;
+    fmt_writer_set_way(wm, (FmtWriteWay)way);
+    CHECK_OK(fmt_writer_write(wm, path));
+    fmt_writer_destroy(wm);
+    file = read_file(path, &flen);
+    CHECK(file && mem && flen == len && memcmp(file, mem, len) == 0);
+    free(file);
+    CHECK(count_dir_entries() == 1);
+  }
 
   FmtFile *b = NULL;
   CHECK_OK(fmt_file_open(path, &b));
