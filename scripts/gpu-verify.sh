@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine that checks the open issues' GPU parts
+# and prints a short table: build (scripts/gpu-check.sh without the
+# benchmark), a chosen subset of the GPU tests, the Python package's CUDA
+# test (scripts/gpu-python.sh), W4's compile time with `smelt compile
+# --time` (issue 10: bench/compile_time.sh) and the quantised kernels
+# against their peers (issue 14: bench/gpu/quant.py).
+#
+# Usage: scripts/gpu-verify.sh            (from the repository root, .deps carried)
+# Environment: SMELT_VERIFY_TESTS (GPU tests to run, default
+# test_cuda_session,test_cuda_examples,test_cuda_state_ops; "all" = every
+# one; "" = none), SMELT_VERIFY_STEPS (default python,compile_time,quant),
+# SMELT_VERIFY_QUANT (quant.py's --only, default gemv,w2_m1).
+# Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+LOGS="${OUT:-build-gpu/logs}"
+mkdir -p "$LOGS"
+TESTS="${SMELT_VERIFY_TESTS-test_cuda_session,test_cuda_examples,test_cuda_state_ops}"
+STEPS="${SMELT_VERIFY_STEPS-python,compile_time,quant}"
+rows=()
+row() { rows+=("$(printf '%-14s %-5s %5ss  %s' "$1" "$2" "$3" "$4")"); }
+has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+t0=$(date +%s)
+if [ "$TESTS" = all ]; then
+  SMELT_GPU_BENCH=0 SMELT_GPU_CODEGEN_TEST=0 scripts/gpu-check.sh > "$LOGS/gpu-check.log" 2>&1
+elif [ -n "$TESTS" ]; then
+  SMELT_GPU_BENCH=0 SMELT_GPU_CODEGEN_TEST=0 SMELT_GPU_TESTS_ONLY="$TESTS" scripts/gpu-check.sh > "$LOGS/gpu-check.log" 2>&1
+else
+  SMELT_GPU_BENCH=0 SMELT_GPU_TESTS=0 scripts/gpu-check.sh > "$LOGS/gpu-check.log" 2>&1
+fi
+rc=$?
+row build+tests "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "gpu-check.sh, tests: ${TESTS:-none}"
+grep -E "^(PASS|FAIL|ok|SKIP)|passed|failed" "$LOGS/gpu-check.log" | tail -15
+if [ ! -x build-gpu/smelt ]; then
+  tail -40 "$LOGS/gpu-check.log"
+  printf '%s\n' "${rows[@]}"
+  exit 1
+fi
+
+if has_step python; then
+  t0=$(date +%s)
+  scripts/gpu-python.sh build-gpu/smelt > "$LOGS/python.log" 2>&1
+  rc=$?
+  row python "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "$(grep -cE '^ok' "$LOGS/python.log") ok, $(grep -cE '^FAIL' "$LOGS/python.log") FAIL"
+  grep -E "^FAIL|^note|error" "$LOGS/python.log" | head -20
+fi
+
+if has_step compile_time; then
+  t0=$(date +%s)
+  W4="${TMPDIR:-/tmp}/w4p"
+  [ -f "$W4/w4_prefill.yaml" ] || python3 bench/gpu/bench.py --prepare "$W4" > "$LOGS/prepare.log" 2>&1
+  for mode in embedded external; do
+    flags=()
+    [ $mode = external ] && flags=(--external-weights)
+    export SMELT_CACHE_DIR="${TMPDIR:-/tmp}/verify-cache-$mode"
+    rm -rf "$SMELT_CACHE_DIR"
+    echo "== --time, $mode, cold"
+    build-gpu/smelt compile "$W4/w4_prefill.yaml" --target cuda --arch sm_90a "${flags[@]}" -o "${TMPDIR:-/tmp}/w4t.smelt" --time
+  done > "$LOGS/compile_time.log" 2>&1
+  unset SMELT_CACHE_DIR
+  for i in 1 2 3; do bench/compile_time.sh build-gpu/smelt build-gpu/run_bundle "$W4/w4_prefill.yaml"; done >> "$LOGS/compile_time.log" 2>&1
+  rc=$?
+  row compile_time "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "W4 cold/warm, 3 rounds"
+  cat "$LOGS/compile_time.log"
+fi
+
+if has_step quant; then
+  t0=$(date +%s)
+  timeout 200 python3 bench/gpu/quant.py --smelt build-gpu/smelt --only "${SMELT_VERIFY_QUANT:-gemv,w2_m1}" > "$LOGS/quant.log" 2>&1
+  rc=$?
+  row quant "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/quant.py"
+  tail -30 "$LOGS/quant.log"
+fi
+
+echo
+echo "== summary ($(($(date +%s) - START)) s)"
+printf '%s\n' "${rows[@]}"
