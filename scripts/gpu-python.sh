@@ -75,11 +75,17 @@ export CMAKE_BUILD_PARALLEL_LEVEL="$JOBS"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 echo "== pip install (offline) into $SITE, build dir $PKG_BUILD"
-# --no-deps: numpy is the machine's (pip would look for it in .deps/wheels);
-# the build requirements come from .deps/wheels into pip's isolated build env
+# The build requirements go from .deps/wheels into a directory of their own
+# and the package builds without pip's isolated environment: that machine's
+# cmake is PyPI's (a script importing the cmake module), which an isolated
+# build environment cannot run, so scikit-build-core would ask pip for a
+# cmake wheel that is not there.  --no-deps: numpy is the machine's.
 set +e
-"$PY" -m pip install --no-index --find-links "$DEPS/wheels" --no-deps --target "$SITE" \
-  -Cbuild-dir="$PKG_BUILD" -Ccmake.define.SMELT_LLVM=OFF . > "$TMP/pip.log" 2>&1
+BDEPS="$TMP/build-deps"
+"$PY" -m pip install --no-index --find-links "$DEPS/wheels" --target "$BDEPS" scikit-build-core nanobind \
+  > "$TMP/pip.log" 2>&1 &&
+PYTHONPATH="$BDEPS${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pip install --no-index --no-build-isolation --no-deps \
+  --target "$SITE" -Cbuild-dir="$PKG_BUILD" -Ccmake.define.SMELT_LLVM=OFF . >> "$TMP/pip.log" 2>&1
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then
