@@ -89,21 +89,9 @@ if [ ${#debs[@]} -eq 0 ]; then
     exit 1
   fi
 else
-  rm -rf "$SYSROOT"
-  mkdir -p "$SYSROOT"
-  for d in "${debs[@]}"; do
-    echo "   dpkg -x $(basename "$d")"
-    dpkg -x "$d" "$SYSROOT"
-  done
-  # the .pc files say prefix=/usr: point them at the unpacked tree
-  for pc in "$SYSROOT"/usr/lib/*/pkgconfig/*.pc "$SYSROOT"/usr/lib/pkgconfig/*.pc; do
-    sed -i "s|^prefix=.*|prefix=$SYSROOT/usr|" "$pc"
-  done
-  LIBDIRS=$(find "$SYSROOT/usr/lib" -maxdepth 2 -name 'lib*.so*' -printf '%h\n' | sort -u | paste -sd:)
-  PCDIRS=$(find "$SYSROOT/usr/lib" -maxdepth 3 -type d -name pkgconfig | paste -sd:)
-  export PKG_CONFIG_PATH="$PCDIRS${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-  export LD_LIBRARY_PATH="$LIBDIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export CMAKE_PREFIX_PATH="$SYSROOT/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  for d in "${debs[@]}"; do echo "   dpkg -x $(basename "$d")"; done
+  . "$ROOT_DIR/scripts/gpu-sysroot.sh"
+  smelt_gpu_sysroot "$SYSROOT" "${debs[@]}"
   echo "   PKG_CONFIG_PATH=$PKG_CONFIG_PATH"
   echo "   LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "   yaml-0.1: $(pkg-config --modversion yaml-0.1)  jansson: $(pkg-config --modversion jansson)"

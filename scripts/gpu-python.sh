@@ -40,18 +40,8 @@ if ! ls "$DEPS"/wheels/nanobind-*.whl "$DEPS"/wheels/scikit_build_core-*.whl > /
 fi
 
 echo "== libyaml and jansson (.deps/root, as gpu-check.sh unpacks them)"
-if [ ! -d "$SYSROOT/usr/lib" ]; then
-  mkdir -p "$SYSROOT"
-  for d in "$DEPS"/*.deb; do dpkg -x "$d" "$SYSROOT"; done
-  for pc in "$SYSROOT"/usr/lib/*/pkgconfig/*.pc "$SYSROOT"/usr/lib/pkgconfig/*.pc; do
-    [ -f "$pc" ] && sed -i "s|^prefix=.*|prefix=$SYSROOT/usr|" "$pc"
-  done
-fi
-LIBDIRS=$(find "$SYSROOT/usr/lib" -maxdepth 2 -name 'lib*.so*' -printf '%h\n' | sort -u | paste -sd:)
-PCDIRS=$(find "$SYSROOT/usr/lib" -maxdepth 3 -type d -name pkgconfig | paste -sd:)
-export PKG_CONFIG_PATH="$PCDIRS${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-export LD_LIBRARY_PATH="$LIBDIRS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export CMAKE_PREFIX_PATH="$SYSROOT/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+. "$ROOT_DIR/scripts/gpu-sysroot.sh"
+if [ -d "$SYSROOT/usr/lib" ]; then smelt_gpu_sysroot "$SYSROOT"; else smelt_gpu_sysroot "$SYSROOT" "$DEPS"/*.deb; fi
 if [ -z "${CUDA_HOME:-}" ] && [ -d /usr/local/cuda ]; then export CUDA_HOME=/usr/local/cuda; fi
 if [ -n "${CUDA_HOME:-}" ] && ! ldconfig -p 2> /dev/null | grep -q 'libnvrtc\.so'; then
   for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib"; do
