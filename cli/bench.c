@@ -333,8 +333,17 @@ static json_t *check_json(const ScOutputReport *r) {
                             "max_rel", c->diff.max_rel, "rel_l2",
                             isfinite(c->diff.rel_l2) ? json_real(c->diff.rel_l2) : json_null(), "cosine", c->diff.cosine,
                             "pass", c->diff.pass, "rule", sc_rule_text(&c->diff, rule, sizeof rule));
-    ok = row && json_array_append_new(outs, row) == 0;
+    if (row && c->has_f32) {
+      /* against the f32 reference: informational ("ok" says the f16 rule holds) */
+      json_t *f = json_pack("{s:f, s:f, s:o, s:f, s:b, s:s}", "max_abs", c->f32.max_abs, "max_rel", c->f32.max_rel,
+                            "rel_l2", isfinite(c->f32.rel_l2) ? json_real(c->f32.rel_l2) : json_null(), "cosine",
+                            c->f32.cosine, "ok", c->f32.pass, "rule", sc_rule_text(&c->f32, rule, sizeof rule));
+      ok = f && json_object_set_new(row, "vs_f32", f) == 0;
+    }
+    if (!ok) json_decref(row);
+    ok = ok && row && json_array_append_new(outs, row) == 0;
   }
+  if (ok && r->f32_note[0]) ok = json_object_set_new(o, "f32_note", json_string(r->f32_note)) == 0;
   if (ok) ok = json_object_set(o, "outputs", outs) == 0;
   json_decref(outs);
   if (!ok) {

@@ -233,6 +233,20 @@ int cli_print_output_check(const ScOutputReport *r) {
     printf("  %-24s %12.3g %12.3g %12.3g %10.6f  %-6s %s\n", o->name, o->diff.max_abs, o->diff.max_rel,
            o->diff.rel_l2, o->diff.cosine, o->diff.pass ? "pass" : "FAIL", sc_rule_text(&o->diff, rule, sizeof rule));
   }
+  bool any = false;
+  for (int i = 0; i < r->noutputs; i++) any |= r->outputs[i].has_f32;
+  if (any) {
+    /* what the f16 arithmetic costs against full precision: shown, not judged */
+    printf("against the f32 reference (the same graph in f32; informational, does not decide the check):\n");
+    for (int i = 0; i < r->noutputs; i++) {
+      const ScOutputCheck *o = &r->outputs[i];
+      if (!o->has_f32) continue;
+      char rule[128];
+      printf("  %-24s %12.3g %12.3g %12.3g %10.6f  %-6s %s\n", o->name, o->f32.max_abs, o->f32.max_rel,
+             o->f32.rel_l2, o->f32.cosine, o->f32.pass ? "ok" : "LOW", sc_rule_text(&o->f32, rule, sizeof rule));
+    }
+  }
+  if (r->f32_note[0]) printf("  (%s)\n", r->f32_note);
   return r->pass ? 0 : 1;
 }
 

@@ -25,13 +25,16 @@
 
 void sc_diff(DType dt, const void *x, const void *ref, size_t n, ScDiff *out) { sc_diff_tol(dt, x, ref, n, NULL, out); }
 
-void sc_diff_tol(DType dt, const void *x, const void *ref, size_t n, const ScTol *tol, ScDiff *out) {
+/* x in dtype xdt against ref in rdt (the same but for the f32 reference),
+ * judged as dtype dt. */
+static void diff_mixed(DType dt, DType xdt, const void *x, DType rdt, const void *ref, size_t n, const ScTol *tol,
+                       ScDiff *out) {
   bool allclose = tol && tol->set && dt_is_float(dt);
   double max_abs = 0, max_rel = 0, sdd = 0, sxx = 0, srr = 0, sxr = 0, worst = 0;
   int64_t worst_at = -1;
   int64_t nonfinite = 0, nfinite = 0;
   for (size_t i = 0; i < n; i++) {
-    double a = dt_load(dt, x, i), r = dt_load(dt, ref, i);
+    double a = dt_load(xdt, x, i), r = dt_load(rdt, ref, i);
     if (!isfinite(a) || !isfinite(r)) {
       bool same = (isnan(a) && isnan(r)) || a == r;
       if (!same) nonfinite++;
@@ -90,6 +93,99 @@ void sc_diff_tol(DType dt, const void *x, const void *ref, size_t n, const ScTol
     close = out->rel_l2 <= SC_CHECK_REL_L2;
   }
   out->pass = close && nonfinite == 0;
+}
+
+void sc_diff_tol(DType dt, const void *x, const void *ref, size_t n, const ScTol *tol, ScDiff *out) {
+  diff_mixed(dt, dt, x, dt, ref, n, tol, out);
+}
+
+static bool is_half(DType dt) { return dt == DT_F16 || dt == DT_BF16; }
+
+smelt_status sc_widen_f32(const Graph *g, Graph **out) {
+  *out = NULL;
+  Graph *w = ir_graph_clone(g);
+  if (!w) return st_error(ST_NO_MEMORY, "out of memory for the f32 copy of the graph");
+  for (int v = 0; v < w->nval; v++) {
+    Value *val = &w->val[v];
+    if (val->kind == VK_DEAD || !is_half(val->type.dt)) continue;
+    if (val->kind == VK_CONST && val->data) {
+      size_t n = (size_t)ir_type_numel(&val->type);
+      float *f = ir_graph_alloc(w, n * sizeof *f + 1);
+      if (!f) break; /* marked: reported below */
+      for (size_t i = 0; i < n; i++) f[i] = (float)dt_load(val->type.dt, val->data, i);
+      val->data = f;
+      val->source = NULL; /* its bytes are no longer the file's */
+    }
+    val->type.dt = DT_F32;
+  }
+  for (int k = 0; k < w->nnode; k++)
+    for (int a = 0; a < w->node[k].nattr; a++) {
+      Attr *at = &w->node[k].attr[a];
+      if (at->type == AT_DTYPE && is_half(at->dt)) at->dt = DT_F32;
+    }
+  smelt_status st = ir_graph_status(w);
+  if (!st) st = ir_verify(w);
+  if (st) {
+    ir_graph_destroy(w);
+    return st;
+  }
+  *out = w;
+  return NULL;
+}
+
+static bool graph_has_half(const Graph *g) {
+  for (int v = 0; v < g->nval; v++)
+    if (g->val[v].kind != VK_DEAD && is_half(g->val[v].type.dt)) return true;
+  return false;
+}
+
+/* Runs the f32 copy of g on the inputs (widened where they are f16/bf16)
+ * and compares every half output of the report with it.  What cannot be
+ * done is said in r->f32_note; only running out of memory is an error. */
+static smelt_status check_f32(const Graph *g, const void *const *inputs, ScOutputReport *r) {
+  Graph *w;
+  smelt_status st = sc_widen_f32(g, &w);
+  if (st) {
+    bool oom = smelt_status_code(st) == SMELT_NO_MEMORY;
+    snprintf(r->f32_note, sizeof r->f32_note, "no f32 reference: %s", smelt_status_message(st));
+    if (oom) return st;
+    smelt_status_free(st);
+    return NULL;
+  }
+  void **wide = calloc(g->ninputs ? (size_t)g->ninputs : 1, sizeof *wide);
+  Interp *it = NULL;
+  if (!wide) st = st_error(ST_NO_MEMORY, "out of memory for the f32 inputs");
+  for (int i = 0; i < g->ninputs && !st; i++) {
+    const Value *v = &g->val[g->inputs[i]];
+    if (!is_half(v->type.dt)) continue;
+    size_t n = (size_t)ir_type_numel(&v->type);
+    float *f = malloc(n * sizeof *f + 1);
+    if (!f) st = st_error(ST_NO_MEMORY, "out of memory for the f32 inputs");
+    else
+      for (size_t e = 0; e < n; e++) f[e] = (float)dt_load(v->type.dt, inputs[i], e);
+    wide[i] = f;
+  }
+  if (!st) st = ir_interp_create(w, &it);
+  for (int i = 0; i < g->ninputs && !st; i++) st = ir_interp_set_input(it, w->inputs[i], wide[i] ? wide[i] : inputs[i]);
+  if (!st) st = ir_interp_run(it);
+  if (st && smelt_status_code(st) != SMELT_NO_MEMORY) {
+    snprintf(r->f32_note, sizeof r->f32_note, "no f32 reference: %s", smelt_status_message(st));
+    smelt_status_free(st);
+    st = NULL;
+  } else if (!st) {
+    for (int i = 0; i < r->noutputs; i++) {
+      ScOutputCheck *o = &r->outputs[i];
+      if (!is_half(o->type.dt)) continue;
+      diff_mixed(o->type.dt, o->type.dt, o->data, DT_F32, ir_interp_value(it, w->outputs[i]),
+                 (size_t)ir_type_numel(&o->type), NULL, &o->f32);
+      o->has_f32 = true;
+    }
+  }
+  ir_interp_destroy(it);
+  for (int i = 0; wide && i < g->ninputs; i++) free(wide[i]);
+  free(wide);
+  ir_graph_destroy(w);
+  return st;
 }
 
 const char *sc_rule_text(const ScDiff *d, char *buf, size_t cap) {
@@ -194,6 +290,10 @@ smelt_status sc_check_outputs_tol(smelt_session *s, const void *const *inputs, c
   free(ob.buf); /* the buffers now belong to the report */
   ir_interp_destroy(it);
   *out_report = (ScOutputReport){.outputs = oc, .noutputs = g->noutputs, .pass = pass};
+  if (graph_has_half(g) && (st = check_f32(g, inputs, out_report))) {
+    sc_output_report_free(out_report);
+    return st;
+  }
   return NULL;
 }
 

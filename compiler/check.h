@@ -25,6 +25,10 @@
  * is 7.5e-4 for rows of 5.3 and 5.4e-3 for rows of 53 (a real bug gives
  * O(1)).  ScDiff.rule says which rule decided.
  *
+ * An f16/bf16 model's outputs are also compared with the same graph run in
+ * f32 (ScOutputReport.f32_note, ScOutputCheck.f32): informational, by the
+ * f16 rules, it does not decide the check.
+ *
  * Tolerances given by the user (smelt run --check --rtol R --atol A; ScTol)
  * replace these rules for float tensors: every element finite in both must
  * satisfy |x - r| <= atol + rtol * |r|, numpy.allclose's test, and
@@ -93,13 +97,29 @@ typedef struct {
   TensorType type;
   ScDiff diff;
   void *data;       /* the session's result (owned by the report) */
+  /* An f16/bf16 output against the f32 reference (see ScOutputReport):
+   * judged by the f16 rules (cosine, or the absolute floor); informational,
+   * it does not decide `pass`.  has_f32 is false for other outputs. */
+  bool has_f32;
+  ScDiff f32;
 } ScOutputCheck;
 
 typedef struct {
   ScOutputCheck *outputs; /* one per graph output, in order */
   int noutputs;
   bool pass;              /* every output passed */
+  /* A graph with f16/bf16 values is also evaluated in f32 (sc_widen_f32):
+   * the loss a user cares about is against full precision, not against
+   * the interpreter's own rounding to f16.  When that reference could not
+   * be made, f32_note says why ("" otherwise, or when nothing is f16). */
+  char f32_note[160];
 } ScOutputReport;
+
+/* A copy of g with every f16 and bf16 value in f32: constants widened,
+ * `to: f16` attributes made f32; quantised weights (i8, i4/u4, f8) stay
+ * as they are.  Returns an error when the copy does not verify (an op that
+ * only exists in f16).  *out is owned by the caller. */
+smelt_status sc_widen_f32(const Graph *g, Graph **out) SMELT_MUST_USE;
 
 /* inputs[i] holds the data of session input i (smelt_session_input_info
  * order) in its dtype and shape.  Runs the session once and the reference
