@@ -57,6 +57,12 @@
 
 typedef struct {
   int q, k, v, mask; /* mask: -1 when none */
+  /* k_new: k is not a value of the graph yet but transpose(k_src, k_perm),
+   * added with the attention node (the scores read k transposed in some
+   * other way than a last-two swap of a [B,Hkv,T,D] tensor) */
+  bool k_new;
+  int k_src;
+  int64_t k_perm[4];
   double scale;
   bool causal;
   bool negate_cond;  /* where(cond, fill, scores): the mask is !cond */
@@ -89,6 +95,55 @@ static bool is_last_two_swap(const Graph *g, const Node *t) {
   return true;
 }
 
+/* Strips multiplications and divisions of value v by uniform constants
+ * that keep its shape and have no other reader, folding them into the
+ * scale (an exporter that scales q and k by D^-1/4 each, as torch's SDPA
+ * decomposition does); returns the value below them, or -1 when the chain
+ * is too long. */
+static int strip_scale(Graph *g, const int *uses, int v, Match *m) {
+  for (;;) {
+    Node *p = pass_producer(g, v);
+    double c;
+    if (!p || !private_value(g, uses, v) || (p->op != OP_MUL && p->op != OP_DIV)) return v;
+    int x = p->in[0], k = p->in[1];
+    if (p->op == OP_MUL && !pass_const_uniform(g, k, &c)) x = p->in[1], k = p->in[0];
+    if (!pass_const_uniform(g, k, &c) || !ir_type_equal(&g->val[x].type, &g->val[v].type)) return v;
+    if (p->op == OP_DIV && c == 0) return v;
+    if (!push_dead(m, g, p)) return -1;
+    m->scale = p->op == OP_MUL ? m->scale * c : m->scale / c;
+    v = x;
+  }
+}
+
+/* k^T ([B,H,D,T], the matmul's second operand) back to k [B,H,T,D]:
+ * through a last-two swap as it is; through another rank-4 transpose P by
+ * one transpose of P's input, P with its last two entries swapped (BERT's
+ * and GPT-2's exports go from [B,T,H,D] with [0,2,3,1]); anything else by a
+ * transpose of k^T itself. */
+static bool match_k(Graph *g, const int *uses, int kt, Match *m) {
+  if ((kt = strip_scale(g, uses, kt, m)) < 0 || g->val[kt].type.rank != 4) return false;
+  Node *t = pass_producer(g, kt);
+  if (t && t->op == OP_TRANSPOSE && is_last_two_swap(g, t)) {
+    m->k = t->in[0];
+    m->spare[m->nspare++] = (int)(t - g->node); /* may have other users */
+    return true;
+  }
+  const Attr *p = t && t->op == OP_TRANSPOSE ? ir_attr(t, "perm") : NULL;
+  m->k_new = true;
+  if (p && p->n == 4 && g->val[t->in[0]].type.rank == 4) {
+    m->k_src = t->in[0];
+    for (int i = 0; i < 4; i++) m->k_perm[i] = ir_norm_axis(p->ints[i < 2 ? i : 5 - i], 4);
+    m->spare[m->nspare++] = (int)(t - g->node);
+  } else {
+    m->k_src = kt;
+    static const int64_t swap[4] = {0, 1, 3, 2};
+    memcpy(m->k_perm, swap, sizeof swap);
+  }
+  static const int64_t id[4] = {0, 1, 2, 3};
+  if (!memcmp(m->k_perm, id, sizeof id)) m->k = m->k_src, m->k_new = false;
+  return true;
+}
+
 /* Scale constants and the q @ k^T matmul below them. */
 static bool match_scores(Graph *g, const int *uses, int v, Match *m) {
   for (;;) {
@@ -109,16 +164,9 @@ static bool match_scores(Graph *g, const int *uses, int v, Match *m) {
     }
     if (p->op != OP_MATMUL || ir_attr_int(p, "transpose_a")) return false;
     if (!push_dead(m, g, p)) return false;
-    m->q = p->in[0];
-    if (ir_attr_int(p, "transpose_b")) {
-      m->k = p->in[1];
-      return true;
-    }
-    Node *t = pass_producer(g, p->in[1]);
-    if (!t || t->op != OP_TRANSPOSE || !is_last_two_swap(g, t)) return false;
-    m->k = t->in[0];
-    m->spare[m->nspare++] = (int)(t - g->node); /* may have other users */
-    return true;
+    if ((m->q = strip_scale(g, uses, p->in[0], m)) < 0) return false;
+    if (ir_attr_int(p, "transpose_b")) return (m->k = strip_scale(g, uses, p->in[1], m)) >= 0;
+    return match_k(g, uses, p->in[1], m);
   }
 }
 
@@ -236,13 +284,19 @@ static int sole_user(const Graph *g, int v) {
 static bool check_qkv(Graph *g, Match *m, int out) {
   const TensorType *q = &g->val[m->q].type;
   int kc[3], vc[3];
-  int kb = unexpand_kv(g, m->k, kc), vb = unexpand_kv(g, m->v, vc);
+  int kb = m->k_new ? -1 : unexpand_kv(g, m->k, kc), vb = unexpand_kv(g, m->v, vc);
   if (kb >= 0 && vb >= 0 && g->val[kb].type.dim[1] == g->val[vb].type.dim[1]) {
     m->k = kb, m->v = vb;
     for (int i = 0; i < 3; i++) m->spare[m->nspare++] = kc[i];
     for (int i = 0; i < 3; i++) m->spare[m->nspare++] = vc[i];
   }
-  const TensorType *k = &g->val[m->k].type, *v = &g->val[m->v].type;
+  TensorType knew;
+  if (m->k_new) { /* the type transpose(k_src, k_perm) will have */
+    const TensorType *src = &g->val[m->k_src].type;
+    knew = *src;
+    for (int i = 0; i < 4; i++) knew.dim[i] = src->dim[m->k_perm[i]];
+  }
+  const TensorType *k = m->k_new ? &knew : &g->val[m->k].type, *v = &g->val[m->v].type;
   if (q->rank != 4 || k->rank != 4 || v->rank != 4 || !dt_is_float(q->dt) || k->dt != q->dt || v->dt != q->dt)
     return false;
   int64_t B = q->dim[0], H = q->dim[1], S = q->dim[2], D = q->dim[3], Hkv = k->dim[1], T = k->dim[2];
@@ -253,10 +307,9 @@ static bool check_qkv(Graph *g, Match *m, int out) {
   return ir_type_equal(&want, &g->val[out].type);
 }
 
-static void decide_mask(Graph *g, Match *m) {
+/* S queries and T keys: the scores' last two dims. */
+static void decide_mask(Graph *g, Match *m, int64_t S, int64_t T) {
   if (m->mask < 0) return;
-  const TensorType *q = &g->val[m->q].type, *k = &g->val[m->k].type;
-  int64_t S = q->dim[2], T = k->dim[2];
   bool is_bool = g->val[m->mask].type.dt == DT_BOOL;
   double c;
   /* a mask that masks nothing: additive zeros, or "may attend" everywhere */
@@ -317,9 +370,25 @@ static smelt_status try_fuse(Graph *g, PassCtx *ctx, const int *uses, int sid, b
   if (!match_masked_scores(g, uses, x, &m)) return NULL;
   int out = fin->out[0];
   if (!check_qkv(g, &m, out)) return NULL;
-  decide_mask(g, &m);
+  decide_mask(g, &m, xt->dim[2], xt->dim[3]);
 
   const char *name = g->val[out].name;
+  if (m.k_new) {
+    char base[512];
+    snprintf(base, sizeof base, "%s.k", name);
+    const char *kname = pass_fresh_name(g, base);
+    int tn = ir_add_node(g, OP_TRANSPOSE, 1, &m.k_src, 1, &kname, g->node[fid].loc);
+    ir_set_attr_ints(g, tn, "perm", m.k_perm, 4);
+    smelt_status st = ir_infer_node(g, tn);
+    if (st) {
+      g->node[tn].dead = true;
+      pass_ctx_logf(ctx, "fuse-attention: not fusing '%s': %s", name, st_message(st));
+      st_free(st);
+      return NULL;
+    }
+    m.k = g->node[tn].out[0];
+    name = g->val[out].name; /* adding may have moved the values */
+  }
   int in[4] = {m.q, m.k, m.v, m.mask};
   int nin = m.mask >= 0 ? 4 : 3;
   int an = ir_add_node(g, OP_ATTENTION, nin, in, 1, &name, g->node[fid].loc);

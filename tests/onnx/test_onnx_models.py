@@ -8,7 +8,9 @@ against ONNX Runtime (f32 rel L2 <= 1e-5), then `smelt import` to YAML plus
 safetensors and `smelt run` of that YAML on the CPU, which must match the
 direct run.  The transformer models also run with `--dim sequence=...`
 different from the export's size, and `--print-ir-after=fuse-attention`
-reports whether the attention was found.
+must find every layer's attention.  Each model is also compiled for CUDA
+with NVRTC in f32 and f16, and where a GPU is, run there and compared with
+ORT (f32 rel L2 <= 1e-5, f16 cosine >= 0.999).
 
 Needs numpy.  ONNX Runtime's outputs are also committed, with the inputs
 they were computed on (tests/onnx/refs/MODEL[.seqN].npz, written by
@@ -38,6 +40,7 @@ ALT_SEQ = 5
 # the lowering refuses, issue 16 finding 4.)
 KNOWN = {}
 REFS = os.path.join(HERE, "refs")
+LAYERS = 2  # the transformer models' layer count (make_models.py)
 
 
 def smelt_cmd(smelt, args, timeout=600):
@@ -143,6 +146,7 @@ def check_model(smelt, path, ort, tmp, failures, report, write_refs=False):
                 failures.append(f"{label} --device {dev}: rel L2 {e:.3e} > {TOL}")
         if seq not in (None, SEQ.get(family)):
             continue
+        check_cuda(smelt, path, label, dims, feeds, outs, want, tmp, failures, report)
         # import to YAML and run that: same numbers as the direct run
         yml = os.path.join(tmp, base.replace(".onnx", ".yaml"))
         r = smelt_cmd(smelt, ["import", path, "-o", yml] + dims)
@@ -160,6 +164,47 @@ def check_model(smelt, path, ort, tmp, failures, report, write_refs=False):
         report.append(f"{label:38s} yaml rel L2 vs ORT {e:.2e}")
         if not e <= TOL:
             failures.append(f"{label} imported YAML: rel L2 {e:.3e} > {TOL}")
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+
+
+def check_cuda(smelt, path, label, dims, feeds, outs, want, tmp, failures, report):
+    """The CUDA path: compiled with NVRTC in f32 and f16 everywhere (no GPU
+    needed); run and compared with ORT where a GPU is (f32: rel L2 <= 1e-5;
+    f16, inputs rounded to f16: cosine >= 0.999).  Without NVRTC the part
+    is skipped and says so (SMELT_TEST_REQUIRE=nvrtc: a failure)."""
+    for dt in ("f32", "f16"):
+        bundle = os.path.join(tmp, f"{os.path.basename(path)}.{dt}.cuda.smelt")
+        r = smelt_cmd(smelt, ["compile", path, "--target", "cuda", "--dtype", dt, "-o", bundle] + dims)
+        if r.returncode != 0 and "NVRTC" in r.stderr and not crashed(r):
+            report.append(f"{label:38s} cuda SKIP: NVRTC not available")
+            if "nvrtc" in os.environ.get("SMELT_TEST_REQUIRE", "").split(","):
+                failures.append(f"{label}: NVRTC not available (SMELT_TEST_REQUIRE=nvrtc): {r.stderr[-300:]}")
+            return
+        if r.returncode != 0 or crashed(r):
+            failures.append(f"{label}: compile --target cuda --dtype {dt} exited {r.returncode}: {r.stderr[-800:]}")
+            continue
+        ins = {k: (v.astype(np.float16) if dt == "f16" and v.dtype == np.float32 else v) for k, v in feeds.items()}
+        got, err = run_smelt(smelt, bundle, ins, outs, "cuda", tmp)
+        if got is None and ("no CUDA driver" in err or "no CUDA device" in err):
+            report.append(f"{label:38s} cuda {dt}: compiled (NVRTC); not run: no GPU here")
+            continue
+        if got is None:
+            failures.append(f"{label} --device cuda ({dt}): {err}")
+            continue
+        if dt == "f32":
+            e = max(rel_l2(got[o], want[o]) for o in outs)
+            report.append(f"{label:38s} cuda f32 rel L2 vs ORT {e:.2e}")
+            if not e <= TOL:
+                failures.append(f"{label} --device cuda f32: rel L2 {e:.3e} > {TOL}")
+        else:
+            c = min(cosine(got[o], want[o]) for o in outs)
+            report.append(f"{label:38s} cuda f16 cosine vs ORT f32 {c:.6f}")
+            if not c >= 0.999:
+                failures.append(f"{label} --device cuda f16: cosine {c:.6f} < 0.999")
 
 
 def read_safetensors(path):
@@ -213,6 +258,8 @@ def check_attention_found(smelt, failures, report):
         r = smelt_cmd(smelt, args)
         n = len(re.findall(r"= attention\(", r.stderr))
         report.append(f"{os.path.basename(path):38s} fuse-attention: {n} attention op(s)")
+        if n != LAYERS:  # every layer's attention is found (make_models.py: 2 layers each)
+            failures.append(f"{path}: fuse-attention found {n} attention op(s), want one per layer ({LAYERS})")
         if r.returncode != 0:
             failures.append(f"{path}: compile --print-ir-after=fuse-attention exited {r.returncode}: {r.stderr[-500:]}")
 
