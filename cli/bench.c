@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "cli.h"
@@ -51,7 +52,7 @@
 #include "runtime/threadpool.h"
 
 static const char bench_help[] =
-    "usage: smelt bench BUNDLE.smelt|MODEL.yaml [flags]\n"
+    "usage: smelt bench BUNDLE.smelt|MODEL.yaml|MODEL.onnx [flags]\n"
     "\n"
     "Times every kernel and the whole model on fixed inputs and reports median times,\n"
     "achieved GB/s and GFLOP/s (from each kernel's estimated bytes and FLOPs) and the\n"
@@ -128,14 +129,17 @@ double cli_host_copy_bandwidth(int threads) {
   return best;
 }
 
-static bool is_yaml(const char *path) {
+/* A model to compile first (YAML or ONNX, as frontend/model.c tells them
+ * apart), not a bundle. */
+static bool is_model(const char *path) {
   size_t n = strlen(path);
-  return (n > 5 && strcmp(path + n - 5, ".yaml") == 0) || (n > 4 && strcmp(path + n - 4, ".yml") == 0);
+  return (n > 5 && strcmp(path + n - 5, ".yaml") == 0) || (n > 4 && strcmp(path + n - 4, ".yml") == 0) ||
+         (n > 5 && strcasecmp(path + n - 5, ".onnx") == 0);
 }
 
 static smelt_status open_model(const char *path, const char *dims, const char *dtype, int threads, bool cuda,
                                bool allow_tf32, smelt_bundle **out) {
-  if (!is_yaml(path)) return smelt_bundle_open(path, out);
+  if (!is_model(path)) return smelt_bundle_open(path, out);
   smelt_compile_options o = {.targets = cuda ? "cuda" : "cpu", .dims = dims, .dtype = dtype, .threads = threads,
                              .allow_tf32 = allow_tf32};
   void *buf;
@@ -149,7 +153,9 @@ static smelt_status open_model(const char *path, const char *dims, const char *d
 /* Fills every input with a fixed pattern: floats in [-1, 1), integers
  * 0, 1, 2, ... along the last axis (valid positions and indices), bools
  * alternating.  Timing does not depend on the values. */
-static void *make_input(const smelt_tensor_info *ti, size_t *out_bytes) {
+/* range > 0: the input is the indices of a gather over that many rows
+ * (cli_gather_range): ids uniform in [0, range). */
+static void *make_input(const smelt_tensor_info *ti, int64_t range, size_t *out_bytes) {
   TensorType t = {.dt = (DType)ti->dtype, .rank = ti->rank};
   for (int i = 0; i < ti->rank; i++) t.dim[i] = ti->dims[i];
   size_t n = (size_t)ir_type_numel(&t), bytes = ir_type_bytes(&t);
@@ -162,6 +168,7 @@ static void *make_input(const smelt_tensor_info *ti, size_t *out_bytes) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     if (dt_is_float(t.dt)) v = (double)(s >> 11) * 0x1.0p-52 - 1.0;
     else if (t.dt == DT_BOOL) v = (double)(i % 2);
+    else if (range > 0) v = (double)((s >> 17) % (uint64_t)range);
     else v = (double)((int64_t)i % last);
     dt_store(t.dt, p, i, v);
   }
@@ -180,6 +187,7 @@ static void buffers_free(Buffers *b) {
 }
 
 static smelt_status bind_random(smelt_session *s, Buffers *keep) {
+  const Graph *g = rt_bundle_graph(rt_session_bundle(s));
   int ni = smelt_session_num_inputs(s), no = smelt_session_num_outputs(s);
   keep->bufs = calloc((size_t)(ni + no + 1), sizeof *keep->bufs);
   if (!keep->bufs) return st_error(ST_NO_MEMORY, "out of memory");
@@ -188,7 +196,9 @@ static smelt_status bind_random(smelt_session *s, Buffers *keep) {
     if (i < ni) smelt_session_input_info(s, i, &ti);
     else smelt_session_output_info(s, i - ni, &ti);
     size_t bytes;
-    void *p = make_input(&ti, &bytes);
+    const char *gnode;
+    int64_t range = i < ni && dt_is_int((DType)ti.dtype) ? cli_gather_range(g, ir_find_value(g, ti.name), &gnode) : 0;
+    void *p = make_input(&ti, range, &bytes);
     if (!p) return st_error(ST_NO_MEMORY, "out of memory for '%s'", ti.name);
     keep->bufs[keep->n++] = p;
     if (i < ni) RETURN_IF_ERROR(smelt_session_bind_input(s, ti.name, p, bytes));
@@ -769,11 +779,11 @@ int cli_bench(int argc, char **argv) {
   }
   if (!path) return cli_usage("bench", "which bundle or model? (smelt bench BUNDLE.smelt)");
   if (tol.set && !check) return cli_usage("bench", "--rtol and --atol set the tolerance of --check: add --check");
-  if (dtype && !is_yaml(path)) return cli_usage("bench", "--dtype applies to a YAML model only");
-  if (is_yaml(path) && strchr(dims, ','))
+  if (dtype && !is_model(path)) return cli_usage("bench", "--dtype applies to a model (YAML or ONNX) only");
+  if (is_model(path) && strchr(dims, ','))
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
-  if (allow_tf32 && !(cuda && is_yaml(path)))
+  if (allow_tf32 && !(cuda && is_model(path)))
     return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 
   smelt_bundle *b = NULL;
@@ -781,10 +791,10 @@ int cli_bench(int argc, char **argv) {
   Buffers keep = {0};
   smelt_session_options so = {.threads = threads, .cuda_compile = smelt_nvrtc_compile};
   Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
-  smelt_status st = open_model(path, is_yaml(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
+  smelt_status st = open_model(path, is_model(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
   /* of a bundle of several specialisations, the one --dim names */
   int spec = 0;
-  if (!st && !is_yaml(path) && (dims[0] || rt_bundle_num_specs(b) > 1)) {
+  if (!st && !is_model(path) && (dims[0] || rt_bundle_num_specs(b) > 1)) {
     if (!dims[0])
       st = st_error(ST_INVALID_INPUT, "%s: error: the bundle holds %d specialisations: choose one with --dim", path,
                     rt_bundle_num_specs(b));

@@ -29,6 +29,8 @@ typedef struct {
  * Returns 1 if consumed, 0 if not a model option, 2 on a usage error. */
 int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo);
 smelt_status cli_load_model(const char *path, const ModelOpts *mo, Graph **out);
+/* Whether some --dim was given several values (specialisations). */
+bool cli_dims_several(const ModelOpts *mo);
 /* The tuning table used when none is named: $SMELT_TUNE_TABLE, else the
  * source tree's tuning/cuda.table when it is readable, else NULL. */
 const char *cli_default_tune_table(void);
@@ -49,6 +51,10 @@ bool cli_parse_tolerance(const char *s, double *out);
  * pass/FAIL and the rule that decided); returns 0 when every output
  * passed, else 1 (cli/run.c). */
 int cli_print_output_check(const ScOutputReport *r);
+/* The size of the axis that integer value v indexes where a gather reads it
+ * as its indices (token ids into an embedding; *out_node: that gather's
+ * name), else 0: random inputs keep such ids valid. */
+int64_t cli_gather_range(const Graph *g, int v, const char **out_node);
 
 /* Writes g as Graphviz DOT, or SVG through `dot` for a .svg path. */
 smelt_status cli_write_graph(const Graph *g, const char *path);

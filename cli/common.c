@@ -60,7 +60,7 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, ModelOpts *mo)
     if (!eq || eq == v) return cli_usage(cmd, "--dim needs NAME=VALUE, got '%s'", v), 2;
     /* Several values ("seq=1,16,64") make specialisations: each is kept as
      * an entry of its own under the same name, in order; the commands that
-     * take one value per dim refuse repeated names (cli_dims_single). */
+     * take one value per dim refuse repeated names (cli_dims_several). */
     for (const char *p = eq + 1;;) {
       size_t n = strcspn(p, ",");
       char num[64];
@@ -126,4 +126,25 @@ smelt_status cli_write_graph(const Graph *g, const char *path) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return st_error(ST_IO, "%s: error: `dot -Tsvg` failed (status %d)", path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   return NULL;
+}
+
+/* The size of the axis an integer input indexes when a gather reads it as
+ * its indices (token ids into an embedding), else 0. */
+int64_t cli_gather_range(const Graph *g, int v, const char **out_node) {
+  for (int i = 0; i < g->nnode; i++) {
+    const Node *n = &g->node[i];
+    if (n->dead || n->op != OP_GATHER || n->nin < 2 || n->in[1] != v) continue;
+    const TensorType *d = &g->val[n->in[0]].type;
+    int ax = ir_norm_axis(ir_attr_int(n, "axis"), d->rank);
+    *out_node = ir_node_name(g, n);
+    return ax >= 0 ? d->dim[ax] : 0;
+  }
+  return 0;
+}
+
+bool cli_dims_several(const ModelOpts *mo) {
+  for (int i = 0; i < mo->ndims; i++)
+    for (int j = 0; j < i; j++)
+      if (strcmp(mo->dims[i].name, mo->dims[j].name) == 0) return true;
+  return false;
 }

@@ -284,6 +284,14 @@ static int import_model(const char *model, const char *out, const ModelOpts *mo_
   if (ol < 6 || (strcmp(out + ol - 5, ".yaml") && strcmp(out + ol - 4, ".yml")))
     return cli_usage("import", "-o must name a .yaml file, got '%s'", out);
 
+  /* the YAML holds the sizes computed from each dim as numbers: one value */
+  if (cli_dims_several(&mo)) return cli_usage("import", "--dim takes one value per dim here (an import fixes the sizes "
+                                                        "computed from it); import once per value, or compile the .onnx "
+                                                        "with several values");
+  for (int d = 0; d < mo.ndims; d++)
+    if (mo.dims[d].max > 0)
+      return cli_usage("import", "--dim %s: a range cannot be imported (the sizes computed from the dim become "
+                                 "numbers); import at one value", mo.dims[d].name);
   FeOptions fo = {.dims = mo.dims, .ndims = mo.ndims, .dtype = mo.dtype};
   Graph *g = NULL;
   FeOnnxInfo info;

@@ -68,20 +68,6 @@ static uint64_t hash_name(const char *s) {
   return h;
 }
 
-/* The size of the axis an integer input indexes when a gather reads it as
- * its indices (token ids into an embedding), else 0. */
-static int64_t gather_range(const Graph *g, int v, const char **out_node) {
-  for (int i = 0; i < g->nnode; i++) {
-    const Node *n = &g->node[i];
-    if (n->dead || n->op != OP_GATHER || n->nin < 2 || n->in[1] != v) continue;
-    const TensorType *d = &g->val[n->in[0]].type;
-    int ax = ir_norm_axis(ir_attr_int(n, "axis"), d->rank);
-    *out_node = ir_node_name(g, n);
-    return ax >= 0 ? d->dim[ax] : 0;
-  }
-  return 0;
-}
-
 /* An input's data when none is given: floats uniform in [-1, 1); the
  * indices of a gather uniform over the axis it indexes (valid ids); other
  * integers 0, 1, 2, ... along the last axis (valid positions); bools
@@ -94,7 +80,7 @@ static void *random_tensor(const Graph *g, int v, uint64_t seed) {
   if (!p) return NULL;
   uint64_t s = seed ^ hash_name(name);
   int64_t last = t->rank ? t->dim[t->rank - 1] : 1;
-  int64_t range = dt_is_int(t->dt) ? gather_range(g, v, &gnode) : 0;
+  int64_t range = dt_is_int(t->dt) ? cli_gather_range(g, v, &gnode) : 0;
   for (size_t i = 0; i < n; i++) {
     double x;
     if (dt_is_float(t->dt)) x = (double)(splitmix64(&s) >> 11) * 0x1.0p-52 - 1.0;
@@ -327,14 +313,6 @@ static smelt_status run_device(smelt_bundle *b, int spec, const char *device, in
   return st;
 }
 
-/* Whether some --dim was given several values (specialisations). */
-static bool several_values(const ModelOpts *mo) {
-  for (int i = 0; i < mo->ndims; i++)
-    for (int j = 0; j < i; j++)
-      if (strcmp(mo->dims[i].name, mo->dims[j].name) == 0) return true;
-  return false;
-}
-
 /* Which specialisation of bundle b to run: the one --dim names, else the
  * one the shapes of the --input files fit (a bundle of one: that one). */
 static smelt_status choose_spec(smelt_bundle *b, const ModelOpts *mo, const char *dims, const NameFile *ins, int nin,
@@ -483,7 +461,7 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "--allow-tf32 applies when compiling a YAML model for cuda (smelt compile --allow-tf32 for a bundle)");
     goto done;
   }
-  if (several_values(&mo)) {
+  if (cli_dims_several(&mo)) {
     rc = cli_usage("run", "several values of a --dim make specialisations: compile them into a bundle "
                           "(smelt compile --dim ...), then run it with --dim NAME=VALUE or inputs of the shapes wanted");
     goto done;

@@ -204,9 +204,12 @@ static smelt_status cv_logic(OnnxImporter *im) {
     RETURN_IF_ERROR(on_op2(im, OP_EQUAL, a, b, NULL, &y));
     RETURN_IF_ERROR(not_of(im, y, out0(im), &y));
   } else {
-    /* a <= b is not (a > b); NaN operands compare differently, as in no model's mask */
-    RETURN_IF_ERROR(on_op2(im, !strcmp(t, "LessOrEqual") ? OP_GREATER : OP_LESS, a, b, NULL, &y));
-    RETURN_IF_ERROR(not_of(im, y, out0(im), &y));
+    /* a <= b is (a < b) or (a == b): false for a NaN operand, as ONNX says
+     * (not (a > b) would be true) */
+    int lt, eq;
+    RETURN_IF_ERROR(on_op2(im, !strcmp(t, "LessOrEqual") ? OP_LESS : OP_GREATER, a, b, NULL, &lt));
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, a, b, NULL, &eq));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, lt, on_scalar(im, DT_BOOL, 1), eq, out0(im), &y));
   }
   return bind0(im, y);
 }
@@ -282,12 +285,19 @@ static smelt_status cv_hard_swish(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp never overflows
+ * (Softplus(100) is 100, not inf) */
 static smelt_status cv_softplus(OnnxImporter *im) {
-  int x, y;
+  int x, y, pos;
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
-  RETURN_IF_ERROR(on_op1(im, OP_EXP, x, NULL, &y));
-  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, on_type(im, x)->dt, 1), NULL, &y));
-  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, out0(im), &y));
+  DType dt = on_type(im, x)->dt;
+  RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_NEG, y, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_EXP, y, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, dt, 1), NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, x, on_scalar(im, dt, 0), NULL, &pos));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, pos, y, out0(im), &y));
   return bind0(im, y);
 }
 

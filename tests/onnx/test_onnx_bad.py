@@ -105,6 +105,14 @@ def main():
                     failures.append(f"{name}: rc {r.returncode}: {r.stderr[-300:]}")
             elif r.returncode != 1 or not all(w in r.stderr for w in want):
                 failures.append(f"{name}: rc {r.returncode}, expected 1 and {want}: {r.stderr[-400:]}")
+        # smelt import writes sizes computed from a dim as numbers: one value per dim
+        bert = os.path.join(os.path.dirname(MODEL), "bert.ts17.onnx")
+        for dim, want in (("sequence=4,16", "one value per dim"), ("sequence=4..16", "a range cannot be imported")):
+            n += 1
+            r = subprocess.run([a.smelt, "import", bert, "--dim", dim, "-o", os.path.join(tmp, "b.yaml")],
+                               capture_output=True, text=True)
+            if r.returncode != 2 or want not in r.stderr or os.path.exists(os.path.join(tmp, "b.yaml")):
+                failures.append(f"import --dim {dim}: rc {r.returncode}, expected 2 and '{want}': {r.stderr[-300:]}")
     for f in failures:
         print("FAIL:", f)
     print(f"{n - len(failures)} passed, {len(failures)} failed")

@@ -264,6 +264,48 @@ def check_attention_found(smelt, failures, report):
             failures.append(f"{path}: compile --print-ir-after=fuse-attention exited {r.returncode}: {r.stderr[-500:]}")
 
 
+def check_edge_ops(smelt, tmp, failures, report):
+    """edge/edge_ops.onnx (make_edge.py): Softplus at |x| up to 100 against
+    numpy's logaddexp (no overflow to inf), and LessOrEqual/GreaterOrEqual
+    false where an operand is NaN, as ONNX and numpy say."""
+    path = os.path.join(HERE, "edge", "edge_ops.onnx")
+    x = np.array([-100, -20, -1, 0, 0.5, 20, 88, 100], np.float32)
+    a = np.array([1, 2, np.nan, 3, np.nan, -1], np.float32)
+    b = np.array([1, 1, 0, 4, np.nan, -2], np.float32)
+    want_sp = np.logaddexp(0, x.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        want_le, want_ge = a <= b, a >= b
+    for dev in ("cpu", "ref"):
+        got, err = run_smelt(smelt, path, {"x": x, "a": a, "b": b}, ["sp", "le", "ge"], dev, tmp)
+        if got is None:
+            failures.append(f"edge_ops --device {dev}: {err}")
+            continue
+        # within f32 rounding of log(1 + y) (no log1p op): 1e-6 relative or 1e-7 absolute
+        e = float(np.max(np.abs(got["sp"] - want_sp) / (1e-6 * np.abs(want_sp) + 1e-7)))
+        ok = e <= 1 and np.array_equal(got["le"], want_le) and np.array_equal(got["ge"], want_ge)
+        report.append(f"{'edge_ops.onnx':38s} {dev:4s} Softplus error/bound {e:.2f}, <=/>= with NaN "
+                      f"{'as numpy' if ok else 'WRONG'}")
+        if not ok:
+            failures.append(f"edge_ops --device {dev}: softplus {got['sp']} (want {want_sp}), le {got['le']} "
+                            f"(want {want_le}), ge {got['ge']} (want {want_ge})")
+
+
+def check_bench(smelt, failures, report):
+    """smelt bench takes an ONNX file as it takes YAML, with valid random
+    ids for the embeddings (token types: 2 rows) and --check."""
+    path = os.path.join(HERE, "models", "bert.ts17.onnx")
+    r = smelt_cmd(smelt, ["bench", path, "--dim", "sequence=8", "--threads", "1", "--iters", "2", "--warmup", "0",
+                          "--check", "--json"])
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        rep = {}
+    ok = r.returncode == 0 and rep.get("check", {}).get("pass") is True and rep.get("kernels")
+    report.append(f"{'bert.ts17.onnx':38s} smelt bench --check: {'ok' if ok else 'FAILED'}")
+    if not ok:
+        failures.append(f"smelt bench {path} --check exited {r.returncode}: {r.stdout[-300:]} {r.stderr[-500:]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smelt", required=True)
@@ -290,6 +332,8 @@ def main():
         for m in models:
             check_model(a.smelt, m, ort, tmp, failures, report, a.write_refs)
         check_attention_found(a.smelt, failures, report)
+        check_bench(a.smelt, failures, report)
+        check_edge_ops(a.smelt, tmp, failures, report)
     print("\n".join(report))
     for f in failures:
         print("FAIL:", f)

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""Writes edge_ops.onnx: ONNX ops whose decomposition must hold at the
+edges (Softplus at large |x|, LessOrEqual/GreaterOrEqual with NaN), for
+test_onnx_models.py's check_edge_ops.  Needs the onnx package; the file is
+committed, so the test does not.
+
+Usage: python3 make_edge.py
+"""
+import os
+
+import onnx
+from onnx import TensorProto, helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Softplus", ["x"], ["sp"]),
+             helper.make_node("LessOrEqual", ["a", "b"], ["le"]),
+             helper.make_node("GreaterOrEqual", ["a", "b"], ["ge"])]
+    g = helper.make_graph(nodes, "edge_ops",
+                          [helper.make_tensor_value_info("x", f, [8]), helper.make_tensor_value_info("a", f, [6]),
+                           helper.make_tensor_value_info("b", f, [6])],
+                          [helper.make_tensor_value_info("sp", f, [8]),
+                           helper.make_tensor_value_info("le", TensorProto.BOOL, [6]),
+                           helper.make_tensor_value_info("ge", TensorProto.BOOL, [6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="smelt make_edge.py")
+    onnx.checker.check_model(m)
+    onnx.save(m, os.path.join(HERE, "edge_ops.onnx"))
+
+
+if __name__ == "__main__":
+    main()
