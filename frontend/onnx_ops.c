@@ -214,6 +214,33 @@ static smelt_status cv_logic(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* IsNaN(x) is not (x == x); IsInf(x) is |x| == inf, narrowed to one sign
+ * by detect_negative / detect_positive. */
+static smelt_status cv_isnan_isinf(OnnxImporter *im) {
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  DType dt = on_type(im, x)->dt;
+  if (!dt_is_float(dt)) return on_err(im, "operand must be a float tensor, got %s", dt_name(dt));
+  if (!strcmp(im->node->op_type, "IsNaN")) {
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, x, x, NULL, &y));
+    RETURN_IF_ERROR(not_of(im, y, out0(im), &y));
+    return bind0(im, y);
+  }
+  int64_t neg, pos;
+  RETURN_IF_ERROR(on_attr_int(im, "detect_negative", 1, &neg));
+  RETURN_IF_ERROR(on_attr_int(im, "detect_positive", 1, &pos));
+  if (neg && pos) {
+    RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &y));
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, y, on_scalar(im, dt, INFINITY), out0(im), &y));
+  } else if (neg || pos) {
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, x, on_scalar(im, dt, pos ? INFINITY : -INFINITY), out0(im), &y));
+  } else { /* detects nothing: all false, shaped as x */
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, x, x, NULL, &y));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, y, on_scalar(im, DT_BOOL, 0), on_scalar(im, DT_BOOL, 0), out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
 static smelt_status cv_where(OnnxImporter *im) {
   int c, a, b, y;
   RETURN_IF_ERROR(on_in_req(im, 0, &c));
@@ -1621,6 +1648,8 @@ static const OnnxOpDef ops[] = {
     {"HardSigmoid", cv_hard_sigmoid, "alpha beta"},
     {"HardSwish", cv_hard_swish, ""},
     {"Identity", cv_identity, ""},
+    {"IsInf", cv_isnan_isinf, "detect_negative detect_positive"},
+    {"IsNaN", cv_isnan_isinf, ""},
     {"LayerNormalization", cv_layer_norm, "axis epsilon stash_type"},
     {"LeakyRelu", cv_leaky_relu, "alpha"},
     {"Less", cv_binary, ""},

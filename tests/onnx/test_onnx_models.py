@@ -266,28 +266,34 @@ def check_attention_found(smelt, failures, report):
 
 def check_edge_ops(smelt, tmp, failures, report):
     """edge/edge_ops.onnx (make_edge.py): Softplus at |x| up to 100 against
-    numpy's logaddexp (no overflow to inf), and LessOrEqual/GreaterOrEqual
-    false where an operand is NaN, as ONNX and numpy say."""
+    numpy's logaddexp (no overflow to inf), LessOrEqual/GreaterOrEqual
+    false where an operand is NaN, as ONNX and numpy say, and IsNaN and IsInf
+    (both signs, and positive only) as numpy's isnan/isinf/isposinf."""
     path = os.path.join(HERE, "edge", "edge_ops.onnx")
     x = np.array([-100, -20, -1, 0, 0.5, 20, 88, 100], np.float32)
     a = np.array([1, 2, np.nan, 3, np.nan, -1], np.float32)
     b = np.array([1, 1, 0, 4, np.nan, -2], np.float32)
+    c = np.array([np.inf, -np.inf, 1, np.nan, -3], np.float32)
     want_sp = np.logaddexp(0, x.astype(np.float64))
     with np.errstate(invalid="ignore"):
         want_le, want_ge = a <= b, a >= b
+    want_b = {"nan": np.isnan(a), "inf": np.isinf(c), "pinf": np.isposinf(c)}
     for dev in ("cpu", "ref"):
-        got, err = run_smelt(smelt, path, {"x": x, "a": a, "b": b}, ["sp", "le", "ge"], dev, tmp)
+        got, err = run_smelt(smelt, path, {"x": x, "a": a, "b": b, "c": c}, ["sp", "le", "ge", "nan", "inf", "pinf"],
+                             dev, tmp)
         if got is None:
             failures.append(f"edge_ops --device {dev}: {err}")
             continue
         # within f32 rounding of log(1 + y) (no log1p op): 1e-6 relative or 1e-7 absolute
         e = float(np.max(np.abs(got["sp"] - want_sp) / (1e-6 * np.abs(want_sp) + 1e-7)))
-        ok = e <= 1 and np.array_equal(got["le"], want_le) and np.array_equal(got["ge"], want_ge)
-        report.append(f"{'edge_ops.onnx':38s} {dev:4s} Softplus error/bound {e:.2f}, <=/>= with NaN "
+        ok = e <= 1 and np.array_equal(got["le"], want_le) and np.array_equal(got["ge"], want_ge) and all(
+            np.array_equal(got[k], w) for k, w in want_b.items())
+        report.append(f"{'edge_ops.onnx':38s} {dev:4s} Softplus error/bound {e:.2f}, <=/>=/IsNaN/IsInf "
                       f"{'as numpy' if ok else 'WRONG'}")
         if not ok:
             failures.append(f"edge_ops --device {dev}: softplus {got['sp']} (want {want_sp}), le {got['le']} "
-                            f"(want {want_le}), ge {got['ge']} (want {want_ge})")
+                            f"(want {want_le}), ge {got['ge']} (want {want_ge}), "
+                            + ", ".join(f"{k} {got[k]} (want {w})" for k, w in want_b.items()))
 
 
 def check_bench(smelt, failures, report):
