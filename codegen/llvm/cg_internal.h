@@ -33,7 +33,7 @@ typedef struct {
   bool native_f16; /* the target converts f16 to f32 in hardware (x86 F16C, AArch64) */
   bool pack_at_compile; /* CgLlvmOptions.pack_at_compile (gemm.c) */
   Graph *g;
-  unsigned md_loop, md_vec_enable_kind;
+  unsigned md_loop, md_vec_enable_kind, md_parallel;
   smelt_status err; /* the first error of the module; later ones are dropped */
 } CgMod;
 
@@ -74,6 +74,14 @@ struct CgFn {
   LLVMValueRef ov_coords[IR_MAX_RANK];
   CgMemo memo[CG_MEMO_CAP];
   int nmemo;
+  /* Some arguments overlap (an elementwise kernel in place, compile.c
+   * shares_memory): not noalias.  Its store loops are then marked parallel
+   * (cg_loop_begin_parallel), or the vectoriser would check the pointers at
+   * run time, find them overlapping and take its scalar loop. */
+  bool in_place;
+  /* The loop id that loads and stores are tagged with as
+   * llvm.mem.parallel_loop_access (NULL outside a parallel loop). */
+  LLVMValueRef parallel_id;
 };
 
 /* Registers the native target with LLVM, once per process (thread-safe). */
@@ -120,12 +128,20 @@ typedef struct {
   LLVMBasicBlockRef body, exit;
   LLVMValueRef iv, end;
   int memo_mark;
+  LLVMValueRef id, outer_id; /* cg_loop_begin_parallel: its loop id, and the one it replaced */
 } CgLoop;
 /* for (iv = begin; iv < end; iv++): returns iv, leaves the builder in the
  * body.  cg_loop_end closes it and continues after the loop; `reorder` lets
  * the vectoriser reassociate floating-point reductions in it. */
 LLVMValueRef cg_loop_begin(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef end, const char *name);
+/* The same for a loop whose iterations touch disjoint memory (element j
+ * reads and writes only what belongs to j), whatever the pointers' aliasing:
+ * every load and store in it is tagged llvm.mem.parallel_loop_access, and
+ * cg_loop_end marks the loop parallel and to be vectorised. */
+LLVMValueRef cg_loop_begin_parallel(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef end, const char *name);
 void cg_loop_end(CgFn *f, CgLoop *l, bool reorder);
+/* Tags a load or store with the enclosing parallel loop's id, if any. */
+void cg_tag_access(CgFn *f, LLVMValueRef inst);
 /* if (cond) { ... }: the builder is in the then-block until cg_if_end. */
 typedef struct {
   LLVMBasicBlockRef then, merge;

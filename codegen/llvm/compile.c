@@ -244,6 +244,7 @@ static smelt_status build_kernel(CgMod *m, const Kernel *k) {
   int nin = k->nargs - k->nouts;
   for (int i = 0; i < na; i++) {
     if (!shares_memory(g, k, i)) add_attr(m, body, (LLVMAttributeIndex)(i + 1), "noalias");
+    else f->in_place = true;
     add_attr(m, body, (LLVMAttributeIndex)(i + 1), "nocapture");
     if (i < nin) add_attr(m, body, (LLVMAttributeIndex)(i + 1), "readonly");
   }
@@ -358,6 +359,7 @@ static void mod_init(CgMod *m, Graph *g, const Target *t, const CgLlvmOptions *o
   m->native_f16 = !(opt && opt->soft_f16) && target_has_f16(t);
   m->pack_at_compile = opt && opt->pack_at_compile;
   m->md_loop = LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9);
+  m->md_parallel = LLVMGetMDKindIDInContext(m->ctx, "llvm.mem.parallel_loop_access", 29);
   LLVMSetTarget(m->mod, t->triple);
   LLVMTargetDataRef td = LLVMCreateTargetDataLayout(t->tm);
   char *dl = LLVMCopyStringRepOfTargetData(td);

@@ -40,6 +40,7 @@ static LLVMValueRef load_nibble(CgFn *f, int arg, DType dt, LLVMValueRef lin) {
   LLVMValueRef p = LLVMBuildInBoundsGEP2(B, m->t_i8, f->base[arg], &byte, 1, "");
   LLVMValueRef raw = LLVMBuildLoad2(B, m->t_i8, p, "");
   LLVMSetAlignment(raw, 1);
+  cg_tag_access(f, raw);
   LLVMValueRef sh = LLVMBuildTrunc(B, LLVMBuildShl(B, LLVMBuildAnd(B, lin, cg_i64(m, 1), ""), cg_i64(m, 2), ""), m->t_i8, "");
   LLVMValueRef v = LLVMBuildAnd(B, LLVMBuildLShr(B, raw, sh, ""), LLVMConstInt(m->t_i8, 15, 0), "");
   if (dt == DT_I4) v = LLVMBuildSub(B, LLVMBuildXor(B, v, LLVMConstInt(m->t_i8, 8, 0), ""), LLVMConstInt(m->t_i8, 8, 0), "");
@@ -54,6 +55,7 @@ LLVMValueRef cg_load_arg(CgFn *f, int arg, LLVMValueRef lin) {
   LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, st, f->base[arg], &lin, 1, "");
   LLVMValueRef raw = LLVMBuildLoad2(f->b, st, p, "");
   LLVMSetAlignment(raw, (unsigned)dt_size(dt));
+  cg_tag_access(f, raw);
   return cg_from_storage(m, dt, raw);
 }
 
@@ -64,6 +66,7 @@ void cg_store_arg(CgFn *f, int arg, LLVMValueRef lin, LLVMValueRef v) {
   LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, st, f->base[arg], &lin, 1, "");
   LLVMValueRef s = LLVMBuildStore(f->b, cg_to_storage(m, dt, v), p);
   LLVMSetAlignment(s, (unsigned)dt_size(dt));
+  cg_tag_access(f, s);
 }
 
 void cg_bcast_coords(CgFn *f, const TensorType *in, int out_rank, LLVMValueRef const *coords, LLVMValueRef *out) {
@@ -611,7 +614,10 @@ void cg_store_loops(CgFn *f, const int *vals, int n) {
       }
       cg_delinearize(f, row, t->dim, t->rank - 1, c);
       CgLoop lj;
-      c[t->rank - 1] = cg_loop_begin(f, &lj, j0, j1, "j");
+      /* in place, the output is the input element for element: the
+       * iterations stay independent */
+      c[t->rank - 1] = f->in_place && f->anchor < 0 ? cg_loop_begin_parallel(f, &lj, j0, j1, "j")
+                                                    : cg_loop_begin(f, &lj, j0, j1, "j");
       for (int s = 0; s < ns; s++) cg_store_value(f, same[s], c);
       cg_loop_end(f, &lj, false);
     }

@@ -28,8 +28,8 @@ LLVMValueRef cg_alloca(CgFn *f, LLVMTypeRef t, int64_t count, const char *name) 
 
 void cg_memo_clear(CgFn *f) { f->nmemo = 0; }
 
-/* Self-referential loop metadata: !{!self, !{"llvm.loop.vectorize.enable", i1 true}}. */
-static void mark_vectorize(CgFn *f, LLVMValueRef br) {
+/* A self-referential loop id: !{!self, !{"llvm.loop.vectorize.enable", i1 true}}. */
+static LLVMValueRef vectorize_id(CgFn *f) {
   CgMod *m = f->m;
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(m->ctx, NULL, 0);
   LLVMMetadataRef kv[2] = {LLVMMDStringInContext2(m->ctx, "llvm.loop.vectorize.enable", 26),
@@ -38,8 +38,10 @@ static void mark_vectorize(CgFn *f, LLVMValueRef br) {
   LLVMMetadataRef ops[2] = {tmp, hint};
   LLVMMetadataRef id = LLVMMDNodeInContext2(m->ctx, ops, 2);
   LLVMMetadataReplaceAllUsesWith(tmp, id);
-  LLVMSetMetadata(br, m->md_loop, LLVMMetadataAsValue(m->ctx, id));
+  return LLVMMetadataAsValue(m->ctx, id);
 }
+
+static void mark_vectorize(CgFn *f, LLVMValueRef br) { LLVMSetMetadata(br, f->m->md_loop, vectorize_id(f)); }
 
 LLVMValueRef cg_loop_begin(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef end, const char *name) {
   CgMod *m = f->m;
@@ -48,6 +50,7 @@ LLVMValueRef cg_loop_begin(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef 
   l->exit = LLVMAppendBasicBlockInContext(m->ctx, f->fn, "");
   l->end = end;
   l->memo_mark = f->nmemo;
+  l->id = l->outer_id = NULL;
   LLVMBuildCondBr(f->b, LLVMBuildICmp(f->b, LLVMIntSLT, begin, end, ""), l->body, l->exit);
   LLVMPositionBuilderAtEnd(f->b, l->body);
   l->iv = LLVMBuildPhi(f->b, m->t_i64, name);
@@ -55,11 +58,28 @@ LLVMValueRef cg_loop_begin(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef 
   return l->iv;
 }
 
+void cg_tag_access(CgFn *f, LLVMValueRef inst) {
+  if (f->parallel_id) LLVMSetMetadata(inst, f->m->md_parallel, f->parallel_id);
+}
+
+LLVMValueRef cg_loop_begin_parallel(CgFn *f, CgLoop *l, LLVMValueRef begin, LLVMValueRef end, const char *name) {
+  LLVMValueRef iv = cg_loop_begin(f, l, begin, end, name);
+  l->id = vectorize_id(f);
+  l->outer_id = f->parallel_id;
+  f->parallel_id = l->id;
+  return iv;
+}
+
 void cg_loop_end(CgFn *f, CgLoop *l, bool reorder) {
   LLVMBasicBlockRef latch = LLVMGetInsertBlock(f->b);
   LLVMValueRef next = LLVMBuildNSWAdd(f->b, l->iv, cg_i64(f->m, 1), "");
   LLVMValueRef br = LLVMBuildCondBr(f->b, LLVMBuildICmp(f->b, LLVMIntSLT, next, l->end, ""), l->body, l->exit);
-  if (reorder) mark_vectorize(f, br);
+  if (l->id) {
+    LLVMSetMetadata(br, f->m->md_loop, l->id);
+    f->parallel_id = l->outer_id;
+  } else if (reorder) {
+    mark_vectorize(f, br);
+  }
   LLVMAddIncoming(l->iv, &next, &latch, 1);
   LLVMPositionBuilderAtEnd(f->b, l->exit);
   f->nmemo = l->memo_mark;
