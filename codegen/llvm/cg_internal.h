@@ -31,6 +31,10 @@ typedef struct {
   LLVMBuilderRef b;
   LLVMTypeRef t_void, t_i1, t_i8, t_i16, t_i32, t_i64, t_f16, t_f32, t_f64, t_ptr;
   bool native_f16; /* the target converts f16 to f32 in hardware (x86 F16C, AArch64) */
+  /* the target has AVX-512: kernels ask for 512-bit vectors (compile.c
+   * wide_vectors), which LLVM's tuning of Intel's AVX-512 CPUs otherwise
+   * splits into 256-bit halves */
+  bool avx512;
   bool pack_at_compile; /* CgLlvmOptions.pack_at_compile (gemm.c) */
   Graph *g;
   unsigned md_loop, md_vec_enable_kind, md_parallel;

@@ -127,10 +127,15 @@ LLVMValueRef cg_linear(CgFn *f, const TensorType *t, LLVMValueRef const *coords)
 }
 
 void cg_delinearize(CgFn *f, LLVMValueRef lin, const int64_t *dims, int n, LLVMValueRef *out) {
+  /* dims [0, outer) are all 1: dim `outer` takes what is left of lin as it
+   * is (lin < the product of dims), with no division LLVM cannot see
+   * through ([1, 128, K] rows are then consecutive, as [128, K] ones) */
+  int outer = 0;
+  while (outer < n - 1 && dims[outer] == 1) outer++;
   for (int i = n - 1; i >= 0; i--) {
     if (dims[i] == 1) {
       out[i] = cg_i64(f->m, 0);
-    } else if (i == 0) {
+    } else if (i <= outer) {
       out[i] = lin;
     } else {
       /* lin is never negative: unsigned division by a constant is a multiply */
