@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Downloads the Debian packages of libyaml and jansson (headers, pkg-config
-# files and shared libraries) into .deps/, on a machine that can reach a
+# Downloads the Debian packages of libyaml, jansson and protobuf-c (headers,
+# pkg-config files and shared libraries) into .deps/, generates the ONNX
+# reader with protoc-c into .deps/onnx_pb, on a machine that can reach a
 # package mirror, so that scripts/gpu-check.sh can build smelt on the lent
 # GPU machine, which has neither library and no network.  .deps/ is
 # git-ignored: hand it to the GPU machine along with the tree (the device
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(libyaml-dev libyaml-0-2 libjansson-dev libjansson4)
+PACKAGES=(libyaml-dev libyaml-0-2 libjansson-dev libjansson4 libprotobuf-c-dev libprotobuf-c1)
 mkdir -p .deps
 cd .deps
 rm -f ./*.deb
@@ -31,6 +32,15 @@ if [ "$missing" != 0 ]; then
   echo "fetch-gpu-deps: some packages were not downloaded" >&2
   exit 1
 fi
+
+# The ONNX reader generated here by protoc-c (the GPU machine has the
+# protobuf-c library from the debs above but no protoc-c, whose C++
+# protobuf dependencies are large): cmake -DSMELT_ONNX_PB_DIR=.deps/onnx_pb
+# uses it when the schema's SHA-256 matches (cmake/onnx.cmake).
+rm -rf onnx_pb && mkdir onnx_pb
+protoc-c --c_out=onnx_pb -I../third_party/onnx ../third_party/onnx/onnx.proto
+sha256sum ../third_party/onnx/onnx.proto | cut -d' ' -f1 > onnx_pb/onnx.proto.sha256
+echo "   ok  onnx_pb/onnx.pb-c.c (protoc-c $(protoc-c --version 2>&1 | head -n 1))"
 
 # The Python package's build requirements (pyproject.toml [build-system]:
 # scikit-build-core, nanobind) and theirs (packaging, pathspec), as wheels

@@ -130,7 +130,10 @@ python3 examples/gen_weights.py || echo "   (could not generate: tiny_llama will
 phase "configure and build"
 step "configure: cmake -S . -B $BUILD -DSMELT_LLVM=OFF"
 mkdir -p "$BUILD"
-cmake -S . -B "$BUILD" -DSMELT_LLVM=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$BUILD/configure.log" 2>&1 || {
+# the ONNX reader that fetch-gpu-deps.sh generated (no protoc-c here)
+ONNX_PB=()
+[ -f .deps/onnx_pb/onnx.pb-c.c ] && ONNX_PB=(-DSMELT_ONNX_PB_DIR="$(pwd)/.deps/onnx_pb")
+cmake -S . -B "$BUILD" -DSMELT_LLVM=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo "${ONNX_PB[@]}" > "$BUILD/configure.log" 2>&1 || {
   cat "$BUILD/configure.log"
   echo "error: configure failed" >&2
   exit 1

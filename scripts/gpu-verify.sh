@@ -10,7 +10,10 @@
 # Environment: SMELT_VERIFY_TESTS (GPU tests to run, default
 # test_cuda_session,test_cuda_examples,test_cuda_state_ops; "all" = every
 # one; "" = none), SMELT_VERIFY_STEPS (default python,compile_time,quant),
-# SMELT_VERIFY_QUANT (quant.py's --only, default gemv,w2_m1).
+# SMELT_VERIFY_QUANT (quant.py's --only, default gemv,w2_m1); the steps
+# onnx_bench (bench/cpu/onnx_models.py --device cuda for each dtype of
+# SMELT_VERIFY_ONNX_DTYPES, default f16) and onnx_test (test_onnx_models.py,
+# CUDA runs only) are not in the default list.
 # Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -65,6 +68,27 @@ if has_step compile_time; then
   rc=$?
   row compile_time "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "W4 cold/warm, 3 rounds"
   cat "$LOGS/compile_time.log"
+fi
+
+if has_step onnx_bench; then
+  # issue 11: BERT-base and ResNet-50 from their .onnx against torch.compile
+  t0=$(date +%s)
+  for dt in ${SMELT_VERIFY_ONNX_DTYPES:-f16}; do
+    timeout "${SMELT_VERIFY_ONNX_TIMEOUT:-240}" python3 bench/cpu/onnx_models.py --smelt build-gpu/smelt --device cuda \
+      --dtype "$dt" --rounds 2 --min-seconds 1 --keep "${TMPDIR:-/tmp}/onnx-bench"
+  done > "$LOGS/onnx_bench.log" 2>&1
+  rc=$?
+  row onnx_bench "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/cpu/onnx_models.py --device cuda"
+  grep -vE "Warning|warn\(|^\s*$" "$LOGS/onnx_bench.log" | tail -16
+fi
+
+if has_step onnx_test; then
+  # issue 11: every committed ONNX model on the GPU, f32 and f16, against ORT
+  t0=$(date +%s)
+  SMELT_ONNX_CUDA_ONLY=1 timeout 200 python3 tests/onnx/test_onnx_models.py --smelt build-gpu/smelt > "$LOGS/onnx_test.log" 2>&1
+  rc=$?
+  row onnx_test "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "$(grep -c ' cuda f' "$LOGS/onnx_test.log") cuda rows"
+  grep -E "cuda|FAIL" "$LOGS/onnx_test.log" | tail -34
 fi
 
 if has_step quant; then
