@@ -169,7 +169,7 @@ def main():
         outp = os.path.join(tmp, f"{name}.out.npy")
         r = cpu_bench.run_cmd(args + ["--output", f"{out_name}={outp}"])
         got = np.load(outp) if r.returncode == 0 else None
-        x = [torch.from_numpy(v).to(dev, tdt if v.dtype == np.float32 else None) for v in ins.values()]
+        x = [torch.from_numpy(v).to(device=dev, dtype=tdt if v.dtype == np.float32 else None) for v in ins.values()]
         with torch.inference_mode():
             out_t = module(*x).float().cpu().numpy()
         if got is None:
