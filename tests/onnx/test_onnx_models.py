@@ -258,6 +258,8 @@ def check_attention_found(smelt, failures, report):
         if fam not in ("bert", "gpt2", "llama", "vit"):
             continue
         args = ["compile", path, "-o", os.devnull, "--print-ir-after=fuse-attention"]
+        if CUDA_ONLY:
+            args += ["--target", "cuda"]
         if fam in SEQ:
             args += ["--dim", f"sequence={SEQ[fam]}"]
         r = smelt_cmd(smelt, args)
