@@ -75,7 +75,8 @@ if has_step onnx_bench; then
   t0=$(date +%s)
   for dt in ${SMELT_VERIFY_ONNX_DTYPES:-f16}; do
     timeout "${SMELT_VERIFY_ONNX_TIMEOUT:-240}" python3 bench/cpu/onnx_models.py --smelt build-gpu/smelt --device cuda \
-      --dtype "$dt" --rounds 2 --min-seconds 1 --keep "${TMPDIR:-/tmp}/onnx-bench"
+      --dtype "$dt" --rounds 2 --min-seconds 1 --keep "${TMPDIR:-/tmp}/onnx-bench" \
+      --compile-mode "${SMELT_VERIFY_COMPILE_MODE:-default}"
   done > "$LOGS/onnx_bench.log" 2>&1
   rc=$?
   row onnx_bench "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/cpu/onnx_models.py --device cuda"
