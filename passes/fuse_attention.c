@@ -351,6 +351,19 @@ static void remove_unused_spares(Graph *g, const Match *m) {
   free(uses);
 }
 
+/* Infers the type of a node the rewrite added.  The checks above mirror
+ * the inference; if they ever drift, the graph is left as it was (the node,
+ * and `also` when >= 0, dropped) rather than the compile failed. */
+static bool inferred(Graph *g, PassCtx *ctx, int node, const char *name, int also) {
+  smelt_status st = ir_infer_node(g, node);
+  if (!st) return true;
+  g->node[node].dead = true;
+  if (also >= 0) g->node[also].dead = true;
+  pass_ctx_logf(ctx, "fuse-attention: not fusing '%s': %s", name, st_message(st));
+  st_free(st);
+  return false;
+}
+
 /* Tries the pattern around softmax node sid; on success rewrites the graph. */
 static smelt_status try_fuse(Graph *g, PassCtx *ctx, const int *uses, int sid, bool *done) {
   Node *sm = &g->node[sid];
@@ -379,13 +392,7 @@ static smelt_status try_fuse(Graph *g, PassCtx *ctx, const int *uses, int sid, b
     const char *kname = pass_fresh_name(g, base);
     int tn = ir_add_node(g, OP_TRANSPOSE, 1, &m.k_src, 1, &kname, g->node[fid].loc);
     ir_set_attr_ints(g, tn, "perm", m.k_perm, 4);
-    smelt_status st = ir_infer_node(g, tn);
-    if (st) {
-      g->node[tn].dead = true;
-      pass_ctx_logf(ctx, "fuse-attention: not fusing '%s': %s", name, st_message(st));
-      st_free(st);
-      return NULL;
-    }
+    if (!inferred(g, ctx, tn, name, -1)) return NULL;
     m.k = g->node[tn].out[0];
     name = g->val[out].name; /* adding may have moved the values */
   }
@@ -395,15 +402,7 @@ static smelt_status try_fuse(Graph *g, PassCtx *ctx, const int *uses, int sid, b
   ir_set_attr_float(g, an, "scale", m.scale);
   ir_set_attr_bool(g, an, "causal", m.causal);
   ir_fill_default_attrs(g, an);
-  smelt_status st = ir_infer_node(g, an);
-  if (st) {
-    /* the checks above mirror attention's inference; if they ever drift,
-     * leave the graph as it was rather than fail the compile */
-    g->node[an].dead = true;
-    pass_ctx_logf(ctx, "fuse-attention: not fusing '%s': %s", name, st_message(st));
-    st_free(st);
-    return NULL;
-  }
+  if (!inferred(g, ctx, an, name, m.k_new ? g->val[m.k].node : -1)) return NULL;
   for (int i = 0; i < m.ndead; i++) g->node[m.dead[i]].dead = true;
   ir_replace_all_uses(g, out, g->node[an].out[0]);
   remove_unused_spares(g, &m);
