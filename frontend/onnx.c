@@ -169,9 +169,9 @@ static const struct {
     {7, "INT64", DT_I64},     {8, "STRING", DT_INVALID},   {9, "BOOL", DT_BOOL},
     {10, "FLOAT16", DT_F16},  {11, "DOUBLE", DT_F64},      {12, "UINT32", DT_INVALID},
     {13, "UINT64", DT_INVALID}, {14, "COMPLEX64", DT_INVALID}, {15, "COMPLEX128", DT_INVALID},
-    {16, "BFLOAT16", DT_BF16}, {17, "FLOAT8E4M3FN", DT_INVALID}, {18, "FLOAT8E4M3FNUZ", DT_INVALID},
-    {19, "FLOAT8E5M2", DT_INVALID}, {20, "FLOAT8E5M2FNUZ", DT_INVALID}, {21, "UINT4", DT_INVALID},
-    {22, "INT4", DT_INVALID}, {23, "FLOAT4E2M1", DT_INVALID},
+    {16, "BFLOAT16", DT_BF16}, {17, "FLOAT8E4M3FN", DT_F8E4M3}, {18, "FLOAT8E4M3FNUZ", DT_INVALID},
+    {19, "FLOAT8E5M2", DT_F8E5M2}, {20, "FLOAT8E5M2FNUZ", DT_INVALID}, {21, "UINT4", DT_U4},
+    {22, "INT4", DT_I4}, {23, "FLOAT4E2M1", DT_INVALID},
 };
 
 const char *onnx_dtype_name(int64_t code) {
@@ -186,7 +186,9 @@ DType onnx_dtype(const OnnxImporter *im, int64_t code) {
   return DT_INVALID;
 }
 
-static const char *supported_dtypes = "FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT64, INT32, INT8, UINT8, BOOL";
+static const char *supported_dtypes = "FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT64, INT32, INT8, UINT8, BOOL; "
+                                      "INT4, UINT4, FLOAT8E4M3FN, FLOAT8E5M2 as raw_data initializers that "
+                                      "DequantizeLinear reads";
 
 /* ---- the current node ---- */
 
@@ -396,7 +398,8 @@ smelt_status on_done(OnnxImporter *im, int id, int *out_value) {
   const Node *n = &im->g->node[id];
   bool all_const = true;
   for (int i = 0; i < n->nin; i++) all_const &= im->g->val[n->in[i]].kind == VK_CONST;
-  if (all_const) {
+  /* a dequantized weight stays quantised: the kernels read it packed */
+  if (all_const && n->op != OP_DEQUANTIZE) {
     int64_t elems = 0;
     bool ints = true;
     for (int i = 0; i < n->nout; i++) {
@@ -580,6 +583,12 @@ smelt_status onnx_tensor_const(OnnxImporter *im, const Onnx__TensorProto *t, con
    * file can declare a shape of terabytes. */
   void *buf = NULL;
   int code = t->data_type;
+  /* the quantised storage types (two INT4 a byte, low nibble first, as
+   * smelt packs them) come as raw bytes only */
+  if (dt_is_storage_only(src_dt) && !t->has_raw_data &&
+      !(t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+    return st_error(ST_UNSUPPORTED, "%s: error: %s has type %s in int32_data; smelt reads that type as raw_data only",
+                    im->file, what, onnx_dtype_name(t->data_type));
   if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
     RETURN_IF_ERROR(read_external(im, t, what, nbytes, &buf));
   } else if (t->has_raw_data) {

@@ -164,6 +164,9 @@ static smelt_status cv_cast(OnnxImporter *im) {
   RETURN_IF_ERROR(on_attr_int(im, "to", -1, &to));
   DType dt = onnx_dtype(im, to);
   if (dt == DT_INVALID) return on_unsupported(im, "cast to %s: smelt has no such dtype", onnx_dtype_name(to));
+  if (dt_is_storage_only(dt))
+    return on_unsupported(im, "cast to %s: smelt keeps that type for quantised weights (DequantizeLinear) only",
+                          onnx_dtype_name(to));
   return cast_to(im, x, dt);
 }
 
@@ -238,6 +241,116 @@ static smelt_status cv_isnan_isinf(OnnxImporter *im) {
     RETURN_IF_ERROR(on_op2(im, OP_EQUAL, x, x, NULL, &y));
     RETURN_IF_ERROR(on_op3(im, OP_WHERE, y, on_scalar(im, DT_BOOL, 0), on_scalar(im, DT_BOOL, 0), out0(im), &y));
   }
+  return bind0(im, y);
+}
+
+/* A DequantizeLinear scale or zero point brought to the shape smelt's
+ * dequantize takes for (axis, group): reshaped to `shaped` (rank of x) and
+ * expanded to `want`. */
+static smelt_status dq_operand(OnnxImporter *im, int v, const TensorType *shaped, const TensorType *want, int *out) {
+  if (v < 0) return (*out = -1), NULL;
+  if (ir_is_const(im->g, v)) { /* broadcast here: an INT4 zero point has no reshape or expand */
+    TensorType t = *want;
+    t.dt = on_type(im, v)->dt;
+    int c = on_const(im, NULL, t, NULL);
+    if (!im->g->val[c].data) return st_error(ST_NO_MEMORY, "out of memory");
+    const void *src = im->g->val[v].data;
+    int64_t n = ir_type_numel(&t);
+    for (int64_t e = 0; e < n; e++) {
+      int64_t rest = e, from = 0, stride = 1;
+      for (int d = t.rank - 1; d >= 0; d--) {
+        int64_t i = rest % t.dim[d];
+        rest /= t.dim[d];
+        if (shaped->dim[d] != 1) from += i * stride;
+        stride *= shaped->dim[d];
+      }
+      dt_store(t.dt, im->g->val[c].data, (size_t)e, dt_load(t.dt, src, (size_t)from));
+    }
+    *out = c;
+    return NULL;
+  }
+  RETURN_IF_ERROR(on_reshape(im, v, shaped->dim, shaped->rank, NULL, &v));
+  if (memcmp(shaped->dim, want->dim, sizeof(int64_t) * (size_t)want->rank) != 0)
+    RETURN_IF_ERROR(expand_to(im, v, want->dim, want->rank, NULL, &v));
+  *out = v;
+  return NULL;
+}
+
+/* DequantizeLinear(x, scale, zero_point?) = (x - zero_point) * scale, as
+ * smelt's dequantize op, so that a constant x (a quantised weight) stays
+ * quantised through const-fold and reaches the fused kernels: per tensor
+ * (a scalar scale), per axis (scale [D] along `axis`), or blocked (opset
+ * 21's block_size: the scale has x's shape with D / block_size along
+ * axis).  smelt's form holds a scale for every element but along one axis
+ * (group 0: one for the whole axis, else one per `group` elements), so the
+ * first two are expanded to it.  Activation quantisation (QuantizeLinear)
+ * has no smelt op. */
+static smelt_status cv_dequantize_linear(OnnxImporter *im) {
+  int x, s, z = on_in(im, 2), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &s));
+  TensorType xt = *on_type(im, x), sc = *on_type(im, s);
+  if (!(xt.dt == DT_I8 || xt.dt == DT_U8 || dt_is_storage_only(xt.dt)))
+    return on_unsupported(im, "input of type %s (smelt dequantizes INT8, UINT8, INT4, UINT4, FLOAT8E4M3FN, FLOAT8E5M2)",
+                          dt_name(xt.dt));
+  if (xt.rank < 1) return on_unsupported(im, "a scalar input");
+  if (!dt_is_float(sc.dt)) return on_err(im, "x_scale must be floating point, got %s", dt_name(sc.dt));
+  if (z >= 0 && on_type(im, z)->dt != xt.dt)
+    return on_err(im, "x_zero_point has type %s, x %s: they must match", dt_name(on_type(im, z)->dt), dt_name(xt.dt));
+  if (z >= 0 && (on_type(im, z)->rank != sc.rank ||
+                 memcmp(on_type(im, z)->dim, sc.dim, sizeof(int64_t) * (size_t)sc.rank) != 0))
+    return on_err(im, "x_zero_point's shape differs from x_scale's");
+  if (z >= 0 && dt_is_storage_only(xt.dt) && !ir_is_const(im->g, z))
+    return on_unsupported(im, "a computed x_zero_point of type %s (give it as an initializer)", dt_name(xt.dt));
+  int64_t axis, block;
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 1, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "block_size", 0, &block));
+  int r = xt.rank, a = ir_norm_axis(axis, r);
+  int64_t sn = ir_type_numel(&sc);
+  TensorType shaped = xt, want = xt; /* the operands' shape after the reshape, and smelt's */
+  shaped.dt = want.dt = sc.dt;
+  int sm_axis;
+  int64_t group;
+  if (block > 0) {
+    if (a < 0) return on_err(im, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (xt.dim[a] % block != 0)
+      return on_unsupported(im, "block_size %lld does not divide the %lld elements along axis %d (smelt's groups must)",
+                            (long long)block, (long long)xt.dim[a], a);
+    want.dim[a] = xt.dim[a] / block;
+    if (sc.rank != r || memcmp(sc.dim, want.dim, sizeof(int64_t) * (size_t)r) != 0)
+      return on_err(im, "blocked x_scale must have x's shape with %lld along axis %d", (long long)want.dim[a], a);
+    shaped = want;
+    sm_axis = a, group = block;
+  } else if (sn == 1 && sc.rank <= 1) { /* per tensor */
+    for (int d = 0; d < r; d++) shaped.dim[d] = 1;
+    want.dim[r - 1] = 1;
+    sm_axis = r - 1, group = 0;
+  } else if (sc.rank == 1) { /* per axis */
+    if (a < 0) return on_err(im, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (sc.dim[0] != xt.dim[a])
+      return on_err(im, "per-axis x_scale has %lld elements, axis %d of x %lld", (long long)sc.dim[0], a,
+                    (long long)xt.dim[a]);
+    for (int d = 0; d < r; d++) shaped.dim[d] = d == a ? xt.dim[a] : 1;
+    if (r == 1) {
+      sm_axis = 0, group = 1;
+    } else {
+      sm_axis = a == r - 1 ? r - 2 : r - 1, group = 0;
+      want.dim[sm_axis] = 1;
+    }
+  } else {
+    return on_err(im, "x_scale of rank %d: DequantizeLinear takes a scalar, a 1-D (per axis) or, with block_size, "
+                  "an x-shaped (blocked) scale", sc.rank);
+  }
+  int in[3];
+  in[0] = x;
+  RETURN_IF_ERROR(dq_operand(im, s, &shaped, &want, &in[1]));
+  TensorType zshaped = shaped, zwant = want;
+  zshaped.dt = zwant.dt = xt.dt;
+  RETURN_IF_ERROR(dq_operand(im, z, &zshaped, &zwant, &in[2]));
+  int id = on_node(im, OP_DEQUANTIZE, z >= 0 ? 3 : 2, in, out0(im));
+  ir_set_attr_int(im->g, id, "axis", sm_axis);
+  ir_set_attr_int(im->g, id, "group", group);
+  RETURN_IF_ERROR(on_done(im, id, &y));
   return bind0(im, y);
 }
 
@@ -1629,6 +1742,7 @@ static const OnnxOpDef ops[] = {
     {"Conv", cv_conv, "auto_pad dilations group kernel_shape pads strides"},
     {"Cos", cv_unary, ""},
     {"CumSum", cv_cumsum, "exclusive reverse"},
+    {"DequantizeLinear", cv_dequantize_linear, "axis block_size"},
     {"Div", cv_binary, ""},
     {"Dropout", cv_dropout, "seed"},
     {"Equal", cv_binary, ""},

@@ -303,6 +303,36 @@ def check_edge_ops(smelt, tmp, failures, report):
                             + ", ".join(f"{k} {got[k]} (want {w})" for k, w in want_b.items()))
 
 
+def check_quant(smelt, tmp, failures, report):
+    """quant/*.onnx (make_quant.py): MatMul over a DequantizeLinear'd
+    weight, int8/uint8/int4/uint4/float8, per tensor, per axis and blocked,
+    against ONNX Runtime's stored output (computed without graph
+    optimisations: exact); the compiled bundle must keep the weight in its
+    quantised dtype, dequantized inside the matmul's kernel."""
+    for path in sorted(glob.glob(os.path.join(HERE, "quant", "*.onnx"))):
+        label = os.path.basename(path)
+        with np.load(path[:-5] + ".npz") as z:
+            feeds, want = {"x": z["in.x"]}, {"y": z["out.y"]}
+        for dev in ("ref",) if CUDA_ONLY else ("cpu", "ref"):
+            got, err = run_smelt(smelt, path, feeds, ["y"], dev, tmp)
+            if got is None:
+                failures.append(f"{label} --device {dev}: {err}")
+                continue
+            e = rel_l2(got["y"], want["y"])
+            report.append(f"{label:38s} {dev:4s} rel L2 vs ORT {e:.2e} (stored)")
+            if not e <= TOL:
+                failures.append(f"{label} --device {dev}: rel L2 {e:.3e} > {TOL}")
+        if not CUDA_ONLY:
+            bundle = os.path.join(tmp, label + ".smelt")
+            r = smelt_cmd(smelt, ["compile", path, "-o", bundle])
+            ir = smelt_cmd(smelt, ["inspect", bundle, "--ir"]).stdout if r.returncode == 0 else ""
+            kept = re.search(r"const w: (i8|u8|i4|u4|f8e4m3|f8e5m2)\[", ir) and "dequantize(w" in ir
+            report.append(f"{label:38s} weight kept quantised: {'yes' if kept else 'NO'}")
+            if not kept:
+                failures.append(f"{label}: the compiled weight is not quantised any more: {ir[-600:]} {r.stderr[-300:]}")
+        check_cuda(smelt, path, label, [], feeds, ["y"], want, tmp, failures, report)
+
+
 def check_bench(smelt, failures, report):
     """smelt bench takes an ONNX file as it takes YAML, with valid random
     ids for the embeddings (token types: 2 rows) and --check."""
@@ -346,6 +376,7 @@ def main():
         for m in models:
             check_model(a.smelt, m, ort, tmp, failures, report, a.write_refs)
         check_attention_found(a.smelt, failures, report)
+        check_quant(a.smelt, tmp, failures, report)
         if not CUDA_ONLY:
             check_bench(a.smelt, failures, report)
             check_edge_ops(a.smelt, tmp, failures, report)

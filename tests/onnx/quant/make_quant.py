@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Writes the weight-only quantised ONNX models that test_onnx_models.py's
+check_quant runs (issue 14: ONNX DequantizeLinear): each is
+MatMul(x, DequantizeLinear(W, scale, zero_point)) with W an initializer, and
+ONNX Runtime's output on a fixed input is stored beside it (NAME.npz: in.x,
+out.y), so the test needs neither onnx nor onnxruntime.  Needs onnx,
+onnxruntime and numpy.
+
+Usage: python3 make_quant.py
+"""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+K, N, M = 64, 24, 5
+
+
+def raw(name, dtype, dims, data):
+    return helper.make_tensor(name, dtype, dims, data, raw=True)
+
+
+def int4_raw(vals, signed):
+    """Two 4-bit values a byte, the first in the low nibble."""
+    v = np.asarray(vals, np.int64).ravel() & 15
+    if v.size % 2:
+        v = np.append(v, 0)
+    return (v[0::2] | (v[1::2] << 4)).astype(np.uint8).tobytes()
+
+
+def model(name, opset, w, scale, zp, axis=None, block=None):
+    inits = [w, scale] + ([zp] if zp is not None else [])
+    attrs = {}
+    if axis is not None:
+        attrs["axis"] = axis
+    if block is not None:
+        attrs["block_size"] = block
+    dq = helper.make_node("DequantizeLinear", [i.name for i in inits], ["wd"], **attrs)
+    mm = helper.make_node("MatMul", ["x", "wd"], ["y"])
+    g = helper.make_graph([dq, mm], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="smelt make_quant.py")
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    path = os.path.join(HERE, name + ".onnx")
+    onnx.save(m, path)
+    x = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
+    # without graph optimisations: with them ORT fuses DequantizeLinear and
+    # MatMul into a kernel that quantises x too (rel L2 ~6e-3 off the exact
+    # (w - z) * s product this stores)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    y = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.savez_compressed(os.path.join(HERE, name + ".npz"), **{"in.x": x, "out.y": y})
+    print(name, y.shape, float(np.abs(y).max()))
+
+
+def main():
+    rng = np.random.default_rng(0)
+    f = TensorProto.FLOAT
+    # int8, per output channel (axis 1 of a [K, N] MatMul weight), with zero points
+    w8 = rng.integers(-128, 128, (K, N)).astype(np.int8)
+    model("dq_int8_axis1", 13, numpy_helper.from_array(w8, "w"),
+          numpy_helper.from_array((rng.random(N) * 0.02 + 0.001).astype(np.float32), "s"),
+          numpy_helper.from_array(rng.integers(-5, 5, N).astype(np.int8), "z"), axis=1)
+    # int8, per input row (axis 0), no zero point
+    model("dq_int8_axis0", 13, numpy_helper.from_array(w8, "w"),
+          numpy_helper.from_array((rng.random(K) * 0.02 + 0.001).astype(np.float32), "s"), None, axis=0)
+    # uint8, per tensor, zero point 128
+    wu = rng.integers(0, 256, (K, N)).astype(np.uint8)
+    model("dq_uint8_tensor", 13, numpy_helper.from_array(wu, "w"), numpy_helper.from_array(np.float32(0.01), "s"),
+          numpy_helper.from_array(np.uint8(128), "z"))
+    # int4, blocked along K (opset 21): groups of 32, scales and zero points [K/32, N]
+    w4 = rng.integers(-8, 8, (K, N))
+    z4 = rng.integers(-2, 3, (K // 32, N))
+    model("dq_int4_block32", 21, raw("w", TensorProto.INT4, [K, N], int4_raw(w4, True)),
+          numpy_helper.from_array((rng.random((K // 32, N)) * 0.1 + 0.01).astype(np.float32), "s"),
+          raw("z", TensorProto.INT4, [K // 32, N], int4_raw(z4, True)), axis=0, block=32)
+    # uint4, per output channel
+    wq = rng.integers(0, 16, (K, N))
+    model("dq_uint4_axis1", 21, raw("w", TensorProto.UINT4, [K, N], int4_raw(wq, False)),
+          numpy_helper.from_array((rng.random(N) * 0.1 + 0.01).astype(np.float32), "s"),
+          raw("z", TensorProto.UINT4, [N], int4_raw(np.full(N, 8), False)), axis=1)
+    # float8 e4m3fn, per tensor (opset 19)
+    wf = (rng.standard_normal((K, N)) * 2).astype(np.float32)
+    t = helper.make_tensor("w", TensorProto.FLOAT8E4M3FN, [K, N], wf.ravel().tolist())
+    t8 = raw("w", TensorProto.FLOAT8E4M3FN, [K, N], numpy_helper.to_array(t).view(np.uint8).tobytes()
+             if hasattr(numpy_helper.to_array(t), "view") else bytes(t.int32_data))
+    model("dq_f8e4m3_tensor", 19, t8, numpy_helper.from_array(np.float32(0.05), "s"), None)
+
+
+if __name__ == "__main__":
+    main()
