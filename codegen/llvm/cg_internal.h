@@ -35,6 +35,9 @@ typedef struct {
    * wide_vectors), which LLVM's tuning of Intel's AVX-512 CPUs otherwise
    * splits into 256-bit halves */
   bool avx512;
+  /* f32 lanes of the target's vectors: 16 with AVX-512, 8 with AVX, else 4
+   * (the GEMM families' register blocking) */
+  int f32_lanes;
   bool pack_at_compile; /* CgLlvmOptions.pack_at_compile (gemm.c) */
   Graph *g;
   unsigned md_loop, md_vec_enable_kind, md_parallel;

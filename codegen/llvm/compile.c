@@ -375,6 +375,7 @@ static void mod_init(CgMod *m, Graph *g, const Target *t, const CgLlvmOptions *o
   m->t_ptr = LLVMPointerType(m->t_i8, 0);
   m->native_f16 = !(opt && opt->soft_f16) && target_has_f16(t);
   m->avx512 = strstr(t->features, "+avx512f") != NULL;
+  m->f32_lanes = m->avx512 ? 16 : strstr(t->features, "+avx") ? 8 : 4;
   m->pack_at_compile = opt && opt->pack_at_compile;
   m->md_loop = LLVMGetMDKindIDInContext(m->ctx, "llvm.loop", 9);
   m->md_parallel = LLVMGetMDKindIDInContext(m->ctx, "llvm.mem.parallel_loop_access", 29);

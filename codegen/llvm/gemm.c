@@ -119,18 +119,6 @@ typedef struct {
   LLVMValueRef acc[GEMM_MAX_ACC];
 } Gemm;
 
-/* Vector lanes of f32 on the host: 16 with AVX-512, 8 with AVX, else 4. */
-static int host_lanes(void) {
-  char *feat = LLVMGetHostCPUFeatures();
-  int vl = 4;
-  if (feat && strstr(feat, "+avx512f"))
-    vl = 16;
-  else if (feat && strstr(feat, "+avx"))
-    vl = 8;
-  LLVMDisposeMessage(feat);
-  return vl;
-}
-
 /* ---- packing the weight (at load time) ---- */
 
 /* A packed weight's layout, shared by matmul and conv2d:
@@ -462,7 +450,7 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   if (K == 0 || N == 0) return NULL;
 
   Gemm G = {.f = f, .av = av, .at = at, .yt = yt, .K = K, .N = N};
-  G.vl = host_lanes();
+  G.vl = m->f32_lanes; /* the target's, not the compiling host's */
   G.nr = 2 * G.vl;
   G.nv = 2;
   G.mr = G.vl == 16 ? 8 : 6;
@@ -775,7 +763,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
 
   Gemm *G = &c.G;
   *G = (Gemm){.f = f, .K = c.K};
-  G->vl = host_lanes();
+  G->vl = f->m->f32_lanes;
   G->nr = 2 * G->vl;
   G->nv = 2;
   G->mr = G->vl == 16 ? 8 : 6;

@@ -71,16 +71,6 @@ typedef struct {
   LLVMValueRef acc[QMM_VECS], part[QMM_VECS]; /* <vl x float> allocas */
 } Qmm;
 
-/* Vector lanes of f32 on the host: 16 with AVX-512, 8 with AVX, else 4. */
-static int host_lanes(void) {
-  char *feat = LLVMGetHostCPUFeatures();
-  int vl = 4;
-  if (feat && strstr(feat, "+avx512f")) vl = 16;
-  else if (feat && strstr(feat, "+avx")) vl = 8;
-  LLVMDisposeMessage(feat);
-  return vl;
-}
-
 /* ---- vector helpers ---- */
 
 static LLVMValueRef vconst_i32(Qmm *q, int64_t v) {
@@ -446,7 +436,7 @@ static bool eligible(CgFn *f, Qmm *q) {
   if (axis != (tb ? 1 : 0)) return false;
   int64_t K = qt->dim[axis], N = qt->dim[1 - axis], G = ir_attr_int(dq, "group");
   if (G == 0) G = K;
-  int vl = host_lanes();
+  int vl = f->m->f32_lanes;
   if (K <= 0 || N <= 0 || K > QMM_MAX_K || K % G) return false;
   if (tb && G % vl) return false;
   if (!tb && qdt == DT_I4 && N % 2) return false;
