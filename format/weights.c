@@ -428,15 +428,18 @@ smelt_status fmt_weights_open_deferred(const FmtWeights *w, const char *bundle_p
   /* Views where the file allows, else a place in one anonymous region
    * (zero pages until verify writes them: reserving costs nothing). */
   uint64_t region = 0;
+  bool any_owned = false;
   for (int i = 0; i < w->ntensors && !st; i++) {
     const FmtWeightsTensor *t = &w->tensors[i];
     s->sizes[i] = (size_t)t->nbytes;
     if (is_view(t, &w->copies[t->first], view_align)) continue;
-    s->owned[i] = true;
+    s->owned[i] = any_owned = true;
     region += (t->nbytes + 63) / 64 * 64; /* each at most SIZE_MAX / 2 (decode) */
     if (region > SIZE_MAX / 2) st = st_error(ST_NO_MEMORY, "external weights: %llu bytes to assemble",
                                              (unsigned long long)region);
   }
+  /* zero-byte tensors still get a pointer into a mapping, never NULL + 0 */
+  if (any_owned && region == 0) region = 64;
   if (!st && region) {
     s->region_len = (size_t)region;
     void *p = mmap(NULL, s->region_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -182,6 +182,17 @@ static void test_weights(void) {
     CHECK(st && strstr(st_message(st), "not found") && strstr(st_message(st), "w.bin"));
     st_free(st);
     CHECK(!s2);
+  }
+  /* a zero-byte tensor is the only one to assemble: no region is mapped,
+   * and its pointer must still be a valid one (UBSan: NULL + 0; fuzz_bundle_crc) */
+  if (d) {
+    FmtWeightsTensor empty = {0, 0, 0};
+    FmtWeights z = {d->files, 1, &empty, 1, d->copies, 0};
+    make_file(path);
+    FmtWeightsSet *s = NULL;
+    CHECK_OK(fmt_weights_open(&z, "/nowhere/bundle.smelt", &s));
+    CHECK(s && fmt_weights_set_count(s) == 1 && fmt_weights_set_data(s)[0] != NULL && fmt_weights_set_sizes(s)[0] == 0);
+    fmt_weights_close(s);
     fmt_weights_free(d);
   }
   unlink(path);
