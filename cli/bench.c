@@ -457,7 +457,7 @@ static smelt_status time_copy_kernel(RtCudaDevice *d, RtCudaPtr src, RtCudaPtr d
   if (!st) st = rt_cuda_module_function(m, "smelt_copy", 0, &fn);
   unsigned long long n16 = n / 16;
   void *params[3] = {&src, &dst, &n16};
-  RtCudaLaunch l = {fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params};
+  RtCudaLaunch l = {fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params, false};
   double ms[10];
   for (int r = 0; r < 10 && !st; r++) st = rt_cuda_time_kernels(d, &l, 1, 1, &ms[r]);
   if (!st) *out_s = median(ms, 10) * 1e-3;

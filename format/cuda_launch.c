@@ -32,13 +32,13 @@ static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2
 
 smelt_status fmt_cuda_launch_encode(const FmtCudaModule *m, char **out_text, size_t *out_len) {
   ByteBuf b = {0};
-  bb_printf(&b, "smelt-cuda-launch 2\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
+  bb_printf(&b, "smelt-cuda-launch 3\nunits %d\nkernels %d\n", m->nunits, m->nkernels);
   for (int i = 0; i < m->nkernels; i++) {
     const FmtCudaLaunch *l = &m->kernels[i];
-    bb_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s %llu %d %s\n", l->symbol, l->unit, l->nargs,
+    bb_printf(&b, "kernel %s %d %d %u %u %u %u %u %u %u %s %d %s %llu %d %d %s\n", l->symbol, l->unit, l->nargs,
                   l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem,
                   l->kind ? l->kind : "elementwise", l->vectorised ? 1 : 0, l->variant[0] ? l->variant : "-",
-                  (unsigned long long)l->workspace, l->ntmaps, l->name);
+                  (unsigned long long)l->workspace, l->ntmaps, l->pdl ? 1 : 0, l->name);
     /* a TMA descriptor: arg dtype rank, then dims, strides, box (rank, rank-1, rank numbers) and swizzle */
     for (int t = 0; t < l->ntmaps; t++) {
       const FmtCudaTmap *tm = &l->tmaps[t];
@@ -115,9 +115,11 @@ smelt_status fmt_cuda_launch_decode(const void *text, size_t len, FmtCudaModule 
   FmtCudaModule *m = calloc(1, sizeof *m);
   smelt_status st = NULL;
   char *save = NULL, *line = strtok_r(s, "\n", &save);
-  int nunits = -1, nk = -1, got = 0;
+  int nunits = -1, nk = -1, got = 0, version = 0;
   if (!m) st = st_error(ST_NO_MEMORY, "out of memory reading the CUDA launch table");
-  else if (!line || strcmp(line, "smelt-cuda-launch 2") != 0) st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
+  else if (line && strcmp(line, "smelt-cuda-launch 2") == 0) version = 2;
+  else if (line && strcmp(line, "smelt-cuda-launch 3") == 0) version = 3;
+  else st = st_error(ST_INVALID_INPUT, "CUDA launch table: bad header");
   if (!st) {
     line = strtok_r(NULL, "\n", &save);
     if (!line || sscanf(line, "units %d", &nunits) != 1 || nunits < 1 || nunits > 4096)
@@ -142,12 +144,20 @@ smelt_status fmt_cuda_launch_decode(const void *text, size_t len, FmtCudaModule 
     }
     FmtCudaLaunch *l = &m->kernels[got];
     char sym[256], kind[32], name[256], variant[256];
-    int vec, consumed = 0;
+    int vec, pdl = 0, consumed = 0;
     unsigned long long ws = 0;
-    int n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %255s%n", sym, &l->unit, &l->nargs,
-                   &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec,
-                   variant, &ws, &l->ntmaps, name, &consumed);
-    if (n == 16) n = 13; /* the checks below count the fields of version 1 */
+    int n;
+    if (version == 2) {
+      n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %255s%n", sym, &l->unit, &l->nargs,
+                 &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec,
+                 variant, &ws, &l->ntmaps, name, &consumed);
+      n = n == 16 ? 13 : -1; /* the checks below count the fields of version 1 */
+    } else {
+      n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %d %255s%n", sym, &l->unit,
+                 &l->nargs, &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem,
+                 kind, &vec, variant, &ws, &l->ntmaps, &pdl, name, &consumed);
+      n = n == 17 && (pdl == 0 || pdl == 1) ? 13 : -1;
+    }
     unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
     const char *k = NULL;
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
@@ -167,6 +177,7 @@ smelt_status fmt_cuda_launch_decode(const void *text, size_t len, FmtCudaModule 
     l->workspace = ws;
     l->kind = k;
     l->vectorised = vec == 1;
+    l->pdl = pdl == 1;
     for (int t = 0; t < l->ntmaps && !st; t++) {
       line = strtok_r(NULL, "\n", &save);
       if (!line || !decode_tmap(line, l->nargs, &l->tmaps[t]))

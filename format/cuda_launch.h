@@ -5,10 +5,11 @@
  * "cuda-launch" section plus one "cuda-source" section per unit; the
  * runtime decodes it, trusting nothing.
  *
- * The launch table is text: "smelt-cuda-launch 2", "units N", "kernels N",
+ * The launch table is text: "smelt-cuda-launch 3", "units N", "kernels N",
  * then per kernel one line
- *   kernel SYMBOL UNIT NARGS GX GY GZ BX BY BZ SMEM KIND VEC VARIANT WS NTMAPS NAME
+ *   kernel SYMBOL UNIT NARGS GX GY GZ BX BY BZ SMEM KIND VEC VARIANT WS NTMAPS PDL NAME
  * followed by NTMAPS lines "tmap ARG DTYPE RANK dims.. strides.. box.. SWIZZLE".
+ * Version 2 tables (no PDL field) are read with pdl false.
  *
  * Objects returned through out_ parameters are owned by the caller
  * (fmt_cuda_module_free).  Nothing here prints or exits. */
@@ -61,6 +62,11 @@ typedef struct {
    * parameter (128 bytes, by value). */
   int ntmaps;
   FmtCudaTmap tmaps[FMT_MAX_TMAPS];
+  /* The kernel may be launched with programmatic dependent launch (sm_90+):
+   * its code waits for the kernels before it (griddepcontrol.wait) before
+   * it touches anything but its constants, and then lets the next one
+   * start (griddepcontrol.launch_dependents). */
+  bool pdl;
 } FmtCudaLaunch;
 
 typedef struct {
@@ -74,7 +80,7 @@ void fmt_cuda_module_free(FmtCudaModule *m);
 /* Index of the kernel whose symbol or name is `name`, or -1. */
 int fmt_cuda_module_find(const FmtCudaModule *m, const char *name);
 
-/* The launch table and unit count as text ("smelt-cuda-launch 1" then one
+/* The launch table and unit count as text ("smelt-cuda-launch 3" then one
  * line per kernel), for a bundle; the sources travel separately.  Decoding
  * treats the text as untrusted and checks every field; the decoded module
  * has no sources (units[i] == NULL) unless the caller sets them. */

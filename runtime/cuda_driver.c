@@ -39,6 +39,22 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef unsigned long long CUdeviceptr;
 
+/* cuLaunchKernelEx's configuration, as cuda.h lays it out (CUDA 12+). */
+typedef struct {
+  int id;                   /* CUlaunchAttributeID */
+  char pad[4];
+  union {
+    char pad[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+} CUlaunchAttribute;
+typedef struct {
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, smem;
+  CUstream stream;
+  CUlaunchAttribute *attrs;
+  unsigned nattrs;
+} CUlaunchConfig;
+
 enum {
   CUDA_ERROR_NO_DEVICE = 100,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
@@ -56,6 +72,7 @@ enum {
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
   CU_JIT_ERROR_LOG_BUFFER = 5,
   CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
 };
 
 /* The symbol table: every driver function smelt calls. */
@@ -104,6 +121,9 @@ typedef struct {
    * freeing an RtCudaBuffer without changing the caller's context */
   CUresult (*CtxPushCurrent)(CUcontext);
   CUresult (*CtxPopCurrent)(CUcontext *);
+  /* optional (NULL on drivers before CUDA 12): launches with attributes
+   * (programmatic dependent launch) */
+  CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
   /* optional (NULL on drivers before CUDA 12): TMA descriptors */
   CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,
                                    const unsigned *, const unsigned *, int, int, int, int);
@@ -126,6 +146,7 @@ struct RtCudaModule {
   RtCudaDevice *d;
   CUmodule mod;
   char what[64];
+  int code_cc; /* the compute capability its code was built for (0: unknown) */
 };
 
 struct RtCudaGraph {
@@ -216,6 +237,7 @@ static smelt_status load_api(void **out_lib, CuApi *api) {
     }
   }
   api->TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
+  api->LaunchKernelEx = dlsym(lib, "cuLaunchKernelEx");
   api->CtxPushCurrent = dlsym(lib, "cuCtxPushCurrent_v2");
   api->CtxPopCurrent = dlsym(lib, "cuCtxPopCurrent_v2");
   *out_lib = lib;
@@ -463,7 +485,9 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
       best = i;
   if (best >= 0) {
     if (out_kind) *out_kind = RT_CUDA_LOADED_CUBIN;
-    return rt_cuda_module_load_image(d, images[best].cubin, what, out_module);
+    RETURN_IF_ERROR(rt_cuda_module_load_image(d, images[best].cubin, what, out_module));
+    (*out_module)->code_cc = arch_cc(images[best].arch);
+    return NULL;
   }
   /* 2. compile the source for this GPU */
   smelt_status nvrtc_st = NULL;
@@ -474,6 +498,7 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
     if (!nvrtc_st) {
       smelt_status st = rt_cuda_module_load_image(d, cubin, what, out_module);
       free(cubin);
+      if (!st) (*out_module)->code_cc = cc;
       if (out_kind) *out_kind = RT_CUDA_LOADED_NVRTC;
       return st;
     }
@@ -488,7 +513,9 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
   if (best >= 0) {
     st_free(nvrtc_st);
     if (out_kind) *out_kind = RT_CUDA_LOADED_PTX;
-    return rt_cuda_module_load_image(d, images[best].ptx, what, out_module);
+    RETURN_IF_ERROR(rt_cuda_module_load_image(d, images[best].ptx, what, out_module));
+    (*out_module)->code_cc = arch_cc(images[best].arch);
+    return NULL;
   }
   {
     char archs[256] = "";
@@ -505,6 +532,14 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
     st_free(nvrtc_st);
     return st;
   }
+}
+
+int rt_cuda_module_code_cc(const RtCudaModule *m) { return m ? m->code_cc : 0; }
+
+bool rt_cuda_device_has_pdl(const RtCudaDevice *d) {
+  if (!d->api.LaunchKernelEx || d->info.cc < 90) return false;
+  const char *e = getenv("SMELT_CUDA_PDL");
+  return !(e && strcmp(e, "0") == 0);
 }
 
 void rt_cuda_module_unload(RtCudaModule *m) {
@@ -617,6 +652,19 @@ smelt_status rt_cuda_upload_constants(RtCudaDevice *d, const Graph *g, RtCudaPtr
 /* ---- running ---- */
 
 static smelt_status launch_one(RtCudaDevice *d, const RtCudaLaunch *l) {
+  if (l->pdl && d->api.LaunchKernelEx) {
+    /* the kernel may start while the one before it runs: its code waits
+     * for it (griddepcontrol.wait) before touching its buffers */
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    CUlaunchConfig cfg = {l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->smem,
+                          d->stream, &attr, 1};
+    CU_CHECK(d, d->api.LaunchKernelEx(&cfg, (CUfunction)l->fn, l->params, NULL), "cuLaunchKernelEx",
+             l->name ? l->name : "kernel");
+    return NULL;
+  }
   CU_CHECK(d,
            d->api.LaunchKernel((CUfunction)l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
                                l->block[2], l->smem, d->stream, l->params, NULL),

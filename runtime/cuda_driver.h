@@ -103,6 +103,13 @@ smelt_status rt_cuda_module_load(RtCudaDevice *d, const RtCudaImage *images, int
 smelt_status rt_cuda_module_load_image(RtCudaDevice *d, const void *image, const char *what,
                                        RtCudaModule **out_module) SMELT_MUST_USE;
 void rt_cuda_module_unload(RtCudaModule *m);
+/* The compute capability the loaded code was built for (the cubin's or
+ * PTX's arch, or the GPU's for NVRTC): 90 for sm_90a. */
+int rt_cuda_module_code_cc(const RtCudaModule *m);
+/* Whether launches may use programmatic dependent launch here: a GPU of
+ * compute capability 9.0 or later, a driver with cuLaunchKernelEx, and
+ * SMELT_CUDA_PDL not set to 0 (for comparisons). */
+bool rt_cuda_device_has_pdl(const RtCudaDevice *d);
 /* The kernel called symbol; when it needs more than 48 KiB of dynamic shared
  * memory, raises its limit to smem. */
 smelt_status rt_cuda_module_function(RtCudaModule *m, const char *symbol, unsigned smem,
@@ -147,6 +154,10 @@ typedef struct {
   const char *name;          /* for messages and timings */
   unsigned grid[3], block[3], smem;
   void **params;             /* kernelParams (see above) */
+  /* Launched with programmatic stream serialization (cuLaunchKernelEx):
+   * only for a kernel whose code waits for its predecessors
+   * (FmtCudaLaunch.pdl) built for sm_90+, where rt_cuda_device_has_pdl. */
+  bool pdl;
 } RtCudaLaunch;
 
 /* Issues launches l[0..n) in order on the device's stream (asynchronous). */

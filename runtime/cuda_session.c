@@ -216,6 +216,7 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
   }
   size_t at = 0;
   int tm = 0;
+  bool pdl = rt_cuda_device_has_pdl(cu->dev);
   for (int k = 0; k < b->nkernels; k++) {
     const FmtCudaLaunch *l = &b->cuda->kernels[k];
     void **p = cu->params + at;
@@ -226,7 +227,8 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
     for (int t = 0; t < l->ntmaps; t++) p[n++] = cu->tmaps + (size_t)(tm++) * 128;
     at += (size_t)n;
     cu->launches[k] = (RtCudaLaunch){.fn = cu->fns[k], .name = l->name, .grid = {l->grid[0], l->grid[1], l->grid[2]},
-                                     .block = {l->block[0], l->block[1], l->block[2]}, .smem = l->smem, .params = p};
+                                     .block = {l->block[0], l->block[1], l->block[2]}, .smem = l->smem, .params = p,
+                                     .pdl = pdl && l->pdl && rt_cuda_module_code_cc(cu->mods[l->unit]) >= 90};
   }
   return NULL;
 }

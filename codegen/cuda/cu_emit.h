@@ -207,6 +207,11 @@ typedef struct {
   int ntmaps;            /* TMA descriptors: parameters tm0, tm1, ... */
   FmtCudaTmap tmaps[FMT_MAX_TMAPS];
   int min_blocks;        /* > 0: __launch_bounds__(threads, min_blocks) */
+  /* Code the kernel runs before smelt_pdl_wait() (module.c's header puts
+   * the wait first in every kernel), while the kernel before it may still
+   * run: it may touch nothing but constants (a GEMV's L2 prefetch of its
+   * weights).  NULL: none. */
+  const char *pre_wait;
 } CuLaunch;
 /* Stored values split by dependence on the anchor: epi[] depend on it (and
  * must have the anchor result's shape), side[] do not.  Arrays in f->arena. */

@@ -441,6 +441,32 @@ static void reduced_value(CuFn *f, int P, int lo, int R, int r) {
   }
 }
 
+/* The code before the kernel waits for its predecessors (CuLaunch.pre_wait):
+ * when B is a constant, each lane asks L2 for the first step of its
+ * stream (U chunks of each of the warp's columns), so the weights start
+ * arriving while the kernel before this one finishes.  Only for one
+ * matrix (Z = 1). */
+static const char *tb_prefetch(CuFn *f, const Gv *v) {
+  const CuGemm *gm = v->gm;
+  const CuGemvParams *p = v->p;
+  if (gm->Z != 1 || f->g->val[gm->an->in[1]].kind != VK_CONST) return NULL;
+  int64_t KC = gm->K / v->vec, CPS = (KC + p->splitk - 1) / p->splitk;
+  return cu_fmt(f,
+                "  {  // B is a constant: before the wait, the first %d chunks of each of this warp's columns toward L2\n"
+                "    const long long n0 = ((long long)blockIdx.x * %d + threadIdx.x / 32) * %d;\n"
+                "    const long long c0 = (long long)blockIdx.y * %lld, c1 = c0 + %lld < %lld ? c0 + %lld : %lld;\n"
+                "    #pragma unroll\n"
+                "    for (int j = 0; j < %d; j++)\n"
+                "      #pragma unroll\n"
+                "      for (int u = 0; u < %d; u++) {\n"
+                "        const long long c = c0 + threadIdx.x %% 32 + 32 * u;\n"
+                "        if (n0 + j < %lldLL && c < c1) smelt_prefetch_l2(a%d + (n0 + j) * %lldLL + c * %d);\n"
+                "      }\n"
+                "  }\n",
+                p->unroll, p->warps, p->cols, (long long)CPS, (long long)CPS, (long long)KC, (long long)CPS,
+                (long long)KC, p->cols, p->unroll, (long long)gm->N, v->b0, (long long)gm->K, v->vec);
+}
+
 static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   const CuGemm *gm = v->gm;
   const CuGemvParams *p = v->p;
@@ -501,7 +527,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   }
   if (p->splitk > 1) split_tail(f, v, cu_fmt(f, "(long long)blockIdx.x * %d", W * C), W * C, T);
   cu_close(f); /* z */
-  (void)l;
+  l->pre_wait = tb_prefetch(f, v);
 }
 
 /* ---- B stored [K, N] ---- */

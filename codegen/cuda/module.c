@@ -146,7 +146,26 @@ static const char prelude_common[] =
     "}\n"
     "\n"
     "// A TMA descriptor (CUtensorMap), passed by value as a __grid_constant__ parameter.\n"
-    "struct __align__(64) smelt_tmap { unsigned long long opaque[16]; };\n";
+    "struct __align__(64) smelt_tmap { unsigned long long opaque[16]; };\n"
+    "\n"
+    "// Programmatic dependent launch (sm_90+): the runtime lets each kernel start while the one\n"
+    "// before it is still running.  smelt_pdl_wait() returns once the kernels before this one have\n"
+    "// finished and their writes are visible; every kernel calls it before it touches memory other\n"
+    "// than its constants, then lets the kernel after it be scheduled.\n"
+    "__device__ __forceinline__ void smelt_pdl_wait() {\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+    "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+    "#endif\n"
+    "}\n"
+    "// An L2 prefetch of constant data, issued before smelt_pdl_wait() (a hint: it never faults).\n"
+    "__device__ __forceinline__ void smelt_prefetch_l2(const void *p) {\n"
+    "#if defined(__CUDA_ARCH__)\n"
+    "  asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(p));\n"
+    "#else\n"
+    "  (void)p;\n"
+    "#endif\n"
+    "}\n";
 
 static const char prelude_f16[] =
     "#include <cuda_fp16.h>\n"
@@ -212,6 +231,8 @@ static void header(CuFn *f, CuBuf *out, const CuLaunch *l, const char *symbol) {
   for (int t = 0; t < l->ntmaps; t++)
     cu_buf_printf(out, "%sconst __grid_constant__ smelt_tmap tm%d", k->nargs || l->workspace || t ? ", " : "", t);
   cu_buf_printf(out, ") {\n");
+  if (l->pre_wait) cu_buf_printf(out, "%s", l->pre_wait);
+  cu_buf_printf(out, "  smelt_pdl_wait();\n");
 }
 
 /* Which types a kernel touches, for the prelude's includes. */
@@ -377,6 +398,7 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     launch->workspace = l.workspace;
     launch->ntmaps = l.ntmaps;
     memcpy(launch->tmaps, l.tmaps, sizeof l.tmaps);
+    launch->pdl = true; /* the header's smelt_pdl_wait() */
     *out_key = kernel_key(&f, &l, &body);
     if (f.err) { /* out of memory in the header */
       st = f.err;

@@ -287,14 +287,27 @@ static void test_units_and_launch_table(void) {
         CHECK(strcmp(l->variant, "wgmma:bm=128,bn=256,bk=64,st=4") == 0 && l->workspace == 4096 && l->ntmaps == 2);
         CHECK(l->tmaps[1].arg == 1 && l->tmaps[1].rank == 2 && l->tmaps[1].dims[1] == 11008 &&
               l->tmaps[1].strides[0] == 8192 && l->tmaps[1].box[1] == 256 && l->tmaps[1].swizzle == 128);
+        CHECK(!l->pdl); /* version 2 has no PDL field: launched without PDL */
+        /* encoded again it is a version 3 table with PDL 0, which reads back the same */
+        const char *t3 = "smelt-cuda-launch 3\nunits 1\nkernels 1\n"
+                         "kernel k0 0 3 4 2 1 384 1 1 200000 matmul 0 wgmma:bm=128,bn=256,bk=64,st=4 4096 2 0 kname\n"
+                         "tmap 0 1 2 4096 2048 8192 64 128 128\ntmap 1 1 2 4096 11008 8192 64 256 128\n";
         char *again = NULL;
         size_t again_len = 0;
         CHECK_OK(fmt_cuda_launch_encode(x, &again, &again_len));
-        CHECK(again && strcmp(again, t2) == 0);
+        CHECK(again && strcmp(again, t3) == 0);
         free(again);
       }
       fmt_cuda_module_free(x);
+      const char *t4 = "smelt-cuda-launch 3\nunits 1\nkernels 1\nkernel k0 0 1 8 1 1 128 1 1 0 matmul 1 - 0 0 1 kname\n";
+      x = NULL;
+      st = fmt_cuda_launch_decode(t4, strlen(t4), &x);
+      CHECK(st == NULL && x && x->kernels[0].pdl && x->kernels[0].vectorised);
+      st_free(st);
+      fmt_cuda_module_free(x);
     }
+    /* every generated kernel waits for its predecessors (PDL) */
+    for (int i = 0; i < m->nkernels; i++) CHECK(m->kernels[i].pdl);
     /* untrusted input: every corruption is an error, never a crash */
     const char *bad[] = {
         "",
@@ -314,6 +327,11 @@ static void test_units_and_launch_table(void) {
         "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 120 64 64 128\n",
         "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 999 128\n",
         "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 mma 0 1 k0\ntmap 0 1 2 64 64 128 64 64\n",
+        /* version 3: the PDL field is 0 or 1, and it is there */
+        "smelt-cuda-launch 3\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 - 0 0 2 k0\n",
+        "smelt-cuda-launch 3\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 - 0 0 k0\n",
+        "smelt-cuda-launch 2\nunits 1\nkernels 1\nkernel k0 0 1 1 1 1 32 1 1 0 matmul 0 - 0 0 1 k0\n",
+        "smelt-cuda-launch 4\nunits 1\nkernels 0\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
       FmtCudaModule *x = NULL;
