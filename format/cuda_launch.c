@@ -146,23 +146,23 @@ smelt_status fmt_cuda_launch_decode(const void *text, size_t len, FmtCudaModule 
     char sym[256], kind[32], name[256], variant[256];
     int vec, pdl = 0, consumed = 0;
     unsigned long long ws = 0;
-    int n;
-    if (version == 2) {
-      n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %255s%n", sym, &l->unit, &l->nargs,
-                 &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind, &vec,
-                 variant, &ws, &l->ntmaps, name, &consumed);
-      n = n == 16 ? 13 : -1; /* the checks below count the fields of version 1 */
-    } else {
-      n = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d %d %255s%n", sym, &l->unit,
-                 &l->nargs, &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem,
-                 kind, &vec, variant, &ws, &l->ntmaps, &pdl, name, &consumed);
-      n = n == 17 && (pdl == 0 || pdl == 1) ? 13 : -1;
+    /* the fields up to NTMAPS, then (version 3) PDL, then NAME */
+    int at = 0, tail = 0;
+    bool ok = sscanf(line, "kernel %255s %d %d %u %u %u %u %u %u %u %31s %d %255s %llu %d%n", sym, &l->unit, &l->nargs,
+                     &l->grid[0], &l->grid[1], &l->grid[2], &l->block[0], &l->block[1], &l->block[2], &l->smem, kind,
+                     &vec, variant, &ws, &l->ntmaps, &at) == 15;
+    if (ok && version >= 3) {
+      ok = sscanf(line + at, " %d%n", &pdl, &tail) == 1 && (pdl == 0 || pdl == 1);
+      at += tail;
     }
+    tail = 0;
+    ok = ok && sscanf(line + at, " %255s%n", name, &tail) == 1;
+    consumed = at + tail;
     unsigned long long threads = (unsigned long long)l->block[0] * l->block[1] * l->block[2];
     const char *k = NULL;
     for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
-      if (n == 13 && strcmp(kind, kinds[i]) == 0) k = kinds[i];
-    if (n != 13 || line[consumed] != 0 || strlen(sym) >= sizeof l->symbol || !is_ident(sym) ||
+      if (ok && strcmp(kind, kinds[i]) == 0) k = kinds[i];
+    if (!ok || line[consumed] != 0 || strlen(sym) >= sizeof l->symbol || !is_ident(sym) ||
         strlen(name) >= sizeof l->name || l->unit < 0 || l->unit >= nunits || l->nargs < 0 || l->nargs > 4096 ||
         threads == 0 || threads > 1024 || l->grid[0] == 0 || l->grid[0] > 0x7fffffffu || l->grid[1] == 0 ||
         l->grid[1] > 65535 || l->grid[2] == 0 || l->grid[2] > 65535 || l->smem > 256 * 1024 || !k ||
