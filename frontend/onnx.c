@@ -6,7 +6,8 @@
  * pass over the model:
  *
  *   1. opset_import: the default domain ("" or "ai.onnx") must be at opset
- *      13 to 23; other domains are accepted only if no node uses them;
+ *      13 to 23; of the others, nodes may use only com.microsoft (its
+ *      MatMulNBits);
  *   2. initializers become constants (raw_data, the typed repeated fields,
  *      or external data read from a side file through mmap);
  *   3. graph inputs that are not initializers become inputs; a symbolic
@@ -114,12 +115,15 @@ static void table_put(OnnxImporter *im, const char *key, int value) {
 static const char *node_label(OnnxImporter *im, char *buf, size_t cap) {
   const Onnx__NodeProto *n = im->node;
   const char *dom = n->domain && *n->domain ? n->domain : "ai.onnx";
+  bool ms = !strcmp(dom, ONNX_MS_DOMAIN);
+  int64_t opset = ms ? im->ms_opset : !strcmp(dom, "ai.onnx") ? im->opset : -1;
+  char op[32] = "";
+  if (opset >= 0) snprintf(op, sizeof op, ", opset %lld", (long long)opset);
   if (n->name && *n->name)
-    snprintf(buf, cap, "node %d '%.100s' (%.60s, domain %.60s, opset %lld)", im->node_index, n->name,
-             n->op_type ? n->op_type : "?", dom, (long long)im->opset);
+    snprintf(buf, cap, "node %d '%.100s' (%.60s, domain %.60s%s)", im->node_index, n->name,
+             n->op_type ? n->op_type : "?", dom, op);
   else
-    snprintf(buf, cap, "node %d (%.60s, domain %.60s, opset %lld)", im->node_index, n->op_type ? n->op_type : "?",
-             dom, (long long)im->opset);
+    snprintf(buf, cap, "node %d (%.60s, domain %.60s%s)", im->node_index, n->op_type ? n->op_type : "?", dom, op);
   return buf;
 }
 
@@ -721,10 +725,11 @@ static smelt_status load_input(OnnxImporter *im, const FeOptions *opts, const On
 static bool is_default_domain(const char *d) { return !d || !*d || !strcmp(d, "ai.onnx"); }
 
 static smelt_status check_opsets(OnnxImporter *im, const Onnx__ModelProto *m) {
-  im->opset = -1;
+  im->opset = im->ms_opset = -1;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *o = m->opset_import[i];
     if (is_default_domain(o->domain)) im->opset = o->has_version ? o->version : 1;
+    else if (o->domain && !strcmp(o->domain, ONNX_MS_DOMAIN)) im->ms_opset = o->has_version ? o->version : 1;
   }
   if (im->opset < 0) return st_error(ST_INVALID_INPUT, "%s: error: the model imports no opset of the default domain", im->file);
   if (im->opset < ONNX_MIN_OPSET || im->opset > ONNX_MAX_OPSET)
@@ -755,9 +760,11 @@ static smelt_status check_attrs(OnnxImporter *im, const OnnxOpDef *def) {
 static smelt_status convert_node(OnnxImporter *im) {
   const Onnx__NodeProto *n = im->node;
   if (!n->op_type || !*n->op_type) return on_err(im, "node has no op_type");
-  if (!is_default_domain(n->domain))
-    return on_unsupported(im, "domain '%s' is not supported: smelt imports the default domain (ai.onnx) only",
-                          n->domain);
+  if (!is_default_domain(n->domain) && strcmp(n->domain, ONNX_MS_DOMAIN) != 0)
+    return on_unsupported(im, "domain '%s' is not supported: smelt imports the default domain (ai.onnx) and "
+                          ONNX_MS_DOMAIN "'s MatMulNBits", n->domain);
+  if (!is_default_domain(n->domain) && im->ms_opset < 0)
+    return on_err(im, "the model's opset_import does not import domain " ONNX_MS_DOMAIN ", which the node uses");
   for (size_t i = 0; i < n->n_input; i++)
     if (n->input[i][0] && table_get(im, n->input[i]) < 0)
       return on_err(im, "input %zu '%s' is not defined before the node (nodes must be in topological order)", i + 1,
@@ -765,10 +772,13 @@ static smelt_status convert_node(OnnxImporter *im) {
   for (size_t i = 0; i < n->n_output; i++)
     if (n->output[i][0] && table_get(im, n->output[i]) >= 0)
       return on_err(im, "output '%s' is defined twice", n->output[i]);
-  const OnnxOpDef *def = onnx_find_op(n->op_type);
+  const char *dom = is_default_domain(n->domain) ? NULL : n->domain;
+  const OnnxOpDef *def = onnx_find_op(dom, n->op_type);
   if (!def) {
     char list[1536];
-    onnx_supported_ops(list, sizeof list);
+    onnx_supported_ops(dom, list, sizeof list);
+    if (dom) return on_unsupported(im, "operator '%s' of domain %s is not supported; smelt imports of it: %s",
+                                   n->op_type, dom, list);
     return on_unsupported(im, "operator '%s' is not supported; smelt imports: %s", n->op_type, list);
   }
   RETURN_IF_ERROR(check_attrs(im, def));

@@ -33,6 +33,7 @@ typedef struct OnnxImporter {
   const char *file; /* the model path, for messages */
   char *dir;        /* its directory, for external data */
   int64_t opset;    /* of the default domain */
+  int64_t ms_opset; /* of com.microsoft; -1 when the model does not import it */
   DType fdtype;     /* what ONNX FLOAT becomes (--dtype f16 makes it f16) */
   /* ONNX tensor names (and every IR value name) -> value id */
   OnnxSlot *slot;
@@ -56,10 +57,16 @@ typedef struct {
   const char *attrs; /* the attributes it understands, space-separated */
 } OnnxOpDef;
 
-/* The converter table (onnx_ops.c); NULL when op_type is not supported. */
-const OnnxOpDef *onnx_find_op(const char *op_type);
-/* "Abs Add ..." of all supported ops, for messages. */
-void onnx_supported_ops(char *buf, size_t cap);
+/* The domain of the operators ONNX Runtime adds (MatMulNBits). */
+#define ONNX_MS_DOMAIN "com.microsoft"
+
+/* The converter tables (onnx_ops.c): the default domain's (domain NULL, ""
+ * or "ai.onnx") and com.microsoft's; NULL when op_type is not supported in
+ * that domain. */
+const OnnxOpDef *onnx_find_op(const char *domain, const char *op_type);
+/* "Abs Add ..." of the domain's supported ops (NULL: the default), for
+ * messages. */
+void onnx_supported_ops(const char *domain, char *buf, size_t cap);
 
 /* ---- errors ---- */
 /* An error located at the current node (ST_INVALID_INPUT). */

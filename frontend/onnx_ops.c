@@ -354,6 +354,116 @@ static smelt_status cv_dequantize_linear(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* com.microsoft MatMulNBits(A, B, scales, zero_points?, g_idx?, bias?):
+ * ONNX Runtime's weight-only INT4/INT8 matmul, Y = A @ W^T with W [N, K]
+ * dequantised per block of `block_size` elements along K:
+ *   B            uint8 [N, K/block_size, block_size * bits / 8]: row n's
+ *                codes in K order, two 4-bit codes a byte, low nibble first
+ *                (which is smelt's packed u4 [N, K] byte for byte);
+ *   scales       [N * K/block_size] or [N, K/block_size];
+ *   zero_points  uint8, packed like B along each row (ceil(blocks * bits / 8)
+ *                bytes a row), or of the scales' type; absent: 2^(bits-1).
+ * It becomes matmul(A, dequantize(Wq, S[, Z]), transpose_b), the layout the
+ * quantised kernels stream (passes/quantize.c).  Without zero points the
+ * codes are stored signed (code - 2^(bits-1): i4 or i8, the bits' top bit
+ * flipped), so the symmetric kernels take them; with uint8 zero points they
+ * stay u4/u8 with u4/u8 zeros.  B and zero_points must be initializers; a
+ * g_idx must be the trivial k / block_size (act-order would need K
+ * permuted); K must be a multiple of block_size (ORT pads the last block;
+ * smelt's groups are all full). */
+static smelt_status cv_matmul_nbits(OnnxImporter *im) {
+  int a, b, s, z = on_in(im, 3), gi = on_in(im, 4), bias = on_in(im, 5), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  RETURN_IF_ERROR(on_in_req(im, 2, &s));
+  int64_t K, N, bits, block, acc;
+  RETURN_IF_ERROR(on_attr_int(im, "K", -1, &K));
+  RETURN_IF_ERROR(on_attr_int(im, "N", -1, &N));
+  RETURN_IF_ERROR(on_attr_int(im, "bits", 4, &bits));
+  RETURN_IF_ERROR(on_attr_int(im, "block_size", -1, &block));
+  RETURN_IF_ERROR(on_attr_int(im, "accuracy_level", 0, &acc)); /* a precision hint: smelt accumulates in f32 */
+  if (K < 1 || N < 1) return on_err(im, "attributes K and N are required and must be positive");
+  if (bits != 4 && bits != 8) return on_unsupported(im, "bits=%lld (smelt imports 4 and 8)", (long long)bits);
+  if (block < 16 || (block & (block - 1))) return on_err(im, "block_size %lld must be a power of 2 >= 16", (long long)block);
+  if (K % block)
+    return on_unsupported(im, "K=%lld is not a multiple of block_size %lld (smelt's groups must all be full)",
+                          (long long)K, (long long)block);
+  TensorType at = *on_type(im, a), bt = *on_type(im, b), st = *on_type(im, s);
+  int64_t nb = K / block, blob = block * bits / 8;
+  if (!dt_is_float(at.dt) || at.rank < 1 || at.dim[at.rank - 1] != K)
+    return on_err(im, "A must be floating point with K=%lld elements along its last axis", (long long)K);
+  if (bt.dt != DT_U8 || bt.rank != 3 || bt.dim[0] != N || bt.dim[1] != nb || bt.dim[2] != blob)
+    return on_err(im, "B must be uint8 [N, K/block_size, block_size*bits/8] = [%lld, %lld, %lld]", (long long)N,
+                  (long long)nb, (long long)blob);
+  if (!on_is_const(im, b)) return on_unsupported(im, "a computed B (give the packed weight as an initializer)");
+  if (!dt_is_float(st.dt) || ir_type_numel(&st) != N * nb || !(st.rank == 1 || (st.rank == 2 && st.dim[0] == N)))
+    return on_err(im, "scales must be floating point [N * K/block_size] or [N, K/block_size] = %lld values",
+                  (long long)(N * nb));
+  bool zpacked = false;
+  if (z >= 0) {
+    TensorType zt = *on_type(im, z);
+    int64_t rowb = (nb * bits + 7) / 8;
+    if (zt.dt == DT_U8) {
+      if (ir_type_numel(&zt) != N * rowb)
+        return on_err(im, "uint8 zero_points must hold N * ceil(blocks * bits / 8) = %lld bytes, not %lld",
+                      (long long)(N * rowb), (long long)ir_type_numel(&zt));
+      if (!on_is_const(im, z)) return on_unsupported(im, "computed uint8 zero_points (give them as an initializer)");
+      zpacked = true;
+    } else if (zt.dt != st.dt || ir_type_numel(&zt) != N * nb) {
+      return on_err(im, "zero_points must be uint8 (packed) or of the scales' type with N * K/block_size values");
+    }
+  }
+  if (gi >= 0) { /* only the trivial order is a plain blocked layout */
+    TensorType gt = *on_type(im, gi);
+    if (!on_is_const(im, gi) || !dt_is_int(gt.dt) || ir_type_numel(&gt) != K)
+      return on_unsupported(im, "g_idx must be a constant integer tensor of K elements");
+    for (int64_t k = 0; k < K; k++)
+      if ((int64_t)dt_load(gt.dt, im->g->val[gi].data, (size_t)k) != k / block)
+        return on_unsupported(im, "g_idx with act-order (element %lld is in group %lld, not %lld): smelt's groups are "
+                              "contiguous runs along K", (long long)k,
+                              (long long)dt_load(gt.dt, im->g->val[gi].data, (size_t)k), (long long)(k / block));
+  }
+  /* the weight: B's bytes are [N, K] row-major codes already */
+  DType qdt = bits == 4 ? (z >= 0 ? DT_U4 : DT_I4) : (z >= 0 ? DT_U8 : DT_I8);
+  TensorType qt = {.dt = qdt, .rank = 2, .dim = {N, K}};
+  int q = on_const(im, on_tmp_name(im, "w"), qt, NULL);
+  if (!im->g->val[q].data) return st_error(ST_NO_MEMORY, "out of memory");
+  const uint8_t *src = im->g->val[b].data;
+  uint8_t *dst = im->g->val[q].data, flip = z >= 0 ? 0 : bits == 4 ? 0x88 : 0x80;
+  for (int64_t i = 0; i < N * nb * blob; i++) dst[i] = src[i] ^ flip;
+  int in[3] = {q, -1, -1};
+  RETURN_IF_ERROR(on_reshape(im, s, (int64_t[]){N, nb}, 2, NULL, &in[1]));
+  if (zpacked) { /* per row, ceil(blocks * bits / 8) bytes; smelt packs u4 over the whole tensor */
+    TensorType zt = {.dt = bits == 4 ? DT_U4 : DT_U8, .rank = 2, .dim = {N, nb}};
+    int zc = on_const(im, NULL, zt, NULL);
+    if (!im->g->val[zc].data) return st_error(ST_NO_MEMORY, "out of memory");
+    const uint8_t *zs = im->g->val[z].data;
+    int64_t rowb = (nb * bits + 7) / 8;
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t j = 0; j < nb; j++) {
+        unsigned v = bits == 8 ? zs[n * rowb + j] : (zs[n * rowb + j / 2] >> (4 * (j & 1))) & 15u;
+        dt_store(zt.dt, im->g->val[zc].data, (size_t)(n * nb + j), v);
+      }
+    in[2] = zc;
+  } else if (z >= 0) {
+    RETURN_IF_ERROR(on_reshape(im, z, (int64_t[]){N, nb}, 2, NULL, &in[2]));
+  }
+  int id = on_node(im, OP_DEQUANTIZE, z >= 0 ? 3 : 2, in, NULL);
+  ir_set_attr_int(im->g, id, "axis", 1);
+  ir_set_attr_int(im->g, id, "group", block);
+  ir_set_attr_dtype(im->g, id, "to", at.dt);
+  int w;
+  RETURN_IF_ERROR(on_done(im, id, &w));
+  id = on_node(im, OP_MATMUL, 2, (int[]){a, w}, bias >= 0 ? NULL : out0(im));
+  ir_set_attr_bool(im->g, id, "transpose_b", true);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (bias >= 0) {
+    if (ir_type_numel(on_type(im, bias)) != N) return on_err(im, "bias must hold N=%lld values", (long long)N);
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, y, bias, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
 static smelt_status cv_where(OnnxImporter *im) {
   int c, a, b, y;
   RETURN_IF_ERROR(on_in_req(im, 0, &c));
@@ -1818,17 +1928,29 @@ static const OnnxOpDef ops[] = {
     {"Xor", cv_logic, ""},
 };
 
-const OnnxOpDef *onnx_find_op(const char *op_type) {
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-    if (!strcmp(ops[i].op_type, op_type)) return &ops[i];
+/* com.microsoft: ONNX Runtime's contrib operators that quantisation tools
+ * emit (onnxruntime.quantization's MatMulNBitsQuantizer, Olive, the model
+ * builder of onnxruntime-genai). */
+static const OnnxOpDef ms_ops[] = {
+    {"MatMulNBits", cv_matmul_nbits, "K N accuracy_level bits block_size"},
+};
+
+static bool ms_domain(const char *domain) { return domain && !strcmp(domain, ONNX_MS_DOMAIN); }
+
+const OnnxOpDef *onnx_find_op(const char *domain, const char *op_type) {
+  const OnnxOpDef *t = ms_domain(domain) ? ms_ops : ops;
+  size_t n = ms_domain(domain) ? sizeof ms_ops / sizeof ms_ops[0] : sizeof ops / sizeof ops[0];
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(t[i].op_type, op_type)) return &t[i];
   return NULL;
 }
 
-void onnx_supported_ops(char *buf, size_t cap) {
-  size_t k = 0;
+void onnx_supported_ops(const char *domain, char *buf, size_t cap) {
+  const OnnxOpDef *t = ms_domain(domain) ? ms_ops : ops;
+  size_t n = ms_domain(domain) ? sizeof ms_ops / sizeof ms_ops[0] : sizeof ops / sizeof ops[0], k = 0;
   buf[0] = 0;
-  for (size_t i = 0; i < sizeof ops / sizeof ops[0] && k + 40 < cap; i++)
-    k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", ops[i].op_type);
+  for (size_t i = 0; i < n && k + 40 < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%s", i ? " " : "", t[i].op_type);
 }
 
 #endif

@@ -275,10 +275,11 @@ def value_info(name, dtype, shape):
     return fb(1, name) + fb(2, fb(1, tt))
 
 
-def model(nodes, inputs, outputs, inits=(), opset=17):
+def model(nodes, inputs, outputs, inits=(), opset=17, domains=()):
     g = b"".join(fb(1, n) for n in nodes) + fb(2, "g") + b"".join(fb(5, t) for t in inits)
     g += b"".join(fb(11, value_info(*i)) for i in inputs) + b"".join(fb(12, value_info(*o)) for o in outputs)
-    return fv(1, 8) + fb(2, "smelt-seeds") + fb(7, g) + fb(8, fb(1, "") + fv(2, opset))
+    return (fv(1, 8) + fb(2, "smelt-seeds") + fb(7, g) + fb(8, fb(1, "") + fv(2, opset)) +
+            b"".join(fb(8, fb(1, dom) + fv(2, v)) for dom, v in domains))
 
 
 def seeds_onnx():
@@ -343,6 +344,14 @@ def seeds_onnx():
          node("Squeeze", ["cs"], ["y"])],
         [("ids", INT64, ["seq"])], [("y", FLOAT, None), ("ne", BOOL, None)],
         [tensor("emb", FLOAT, w(10, 4)), tensor("ax", INT64, 1)]))
+    # com.microsoft MatMulNBits: int4 in blocks of 16, packed zero points (3 blocks: a row's in 2 bytes), bias
+    write(d, "matmul_nbits.onnx", model(
+        [node("MatMulNBits", ["x", "B", "sc", "zp", "", "bias"], ["y"], domain="com.microsoft", K=48, N=4, bits=4,
+              block_size=16)],
+        [("x", FLOAT, [2, 48])], [("y", FLOAT, None)],
+        [tensor("B", UINT8, r.integers(0, 256, (4, 3, 8))), tensor("sc", FLOAT, r.random((4, 3)) * 0.1),
+         tensor("zp", UINT8, r.integers(0, 256, (4, 2))), tensor("bias", FLOAT, w(4))],
+        domains=[("com.microsoft", 1)]))
     # external data: a side file the fuzzer does not have
     t = fv(1, 4) + fv(2, FLOAT) + fb(8, "w") + fb(13, fb(1, "location") + fb(2, "w.bin")) + fv(14, 1)
     write(d, "external.onnx", model([node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [4])], [("y", FLOAT, None)], [t]))

@@ -34,15 +34,49 @@ def helper_cases(tmp):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
 
-    def save(name, nodes, opset=17, domain_opsets=()):
-        g = helper.make_graph(nodes, "g", [x], [y])
+    def save(name, nodes, opset=17, domain_opsets=(), inits=(), xin=x):
+        g = helper.make_graph(nodes, "g", [xin], [y], initializer=list(inits))
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
                               [helper.make_opsetid(d, v) for d, v in domain_opsets])
         p = os.path.join(tmp, name + ".onnx")
         onnx.save(m, p)
         return p
 
+    import numpy as np
+    from onnx import numpy_helper
+    x32 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])
+
+    def nbits(name, b_shape=(4, 1, 16), n_scales=4, zp=None, g_idx=None, **attrs):
+        """com.microsoft MatMulNBits over x [2, 32]: N=4, K=32, block 32 unless overridden."""
+        a = dict(K=32, N=4, bits=4, block_size=32)
+        a.update(attrs)
+        inits = [numpy_helper.from_array(np.zeros(b_shape, np.uint8), "B"),
+                 numpy_helper.from_array(np.ones(n_scales, np.float32), "scales")]
+        ins = ["x", "B", "scales"]
+        if zp is not None:
+            inits.append(numpy_helper.from_array(np.zeros(zp, np.uint8), "zp"))
+            ins.append("zp")
+        if g_idx is not None:
+            if zp is None:
+                ins.append("")
+            inits.append(numpy_helper.from_array(np.asarray(g_idx, np.int32), "g_idx"))
+            ins.append("g_idx")
+        node = helper.make_node("MatMulNBits", ins, ["y"], name="mnb", domain="com.microsoft", **a)
+        return save(name, [node], domain_opsets=[("com.microsoft", 1)], inits=inits, xin=x32)
+
     return [
+        ("MatMulNBits bits=2", nbits("nb_bits", bits=2), ["node 0 'mnb'", "MatMulNBits", "bits=2"]),
+        ("MatMulNBits partial block", nbits("nb_part", K=32, block_size=64, b_shape=(4, 1, 32), n_scales=4),
+         ["node 0 'mnb'", "K=32 is not a multiple of block_size 64"]),
+        ("MatMulNBits K differs from A", nbits("nb_k", K=64, b_shape=(4, 2, 16), n_scales=8),
+         ["node 0 'mnb'", "K=64 elements along its last axis"]),
+        ("MatMulNBits B shape", nbits("nb_b", b_shape=(4, 2, 16)), ["node 0 'mnb'", "B must be uint8 [N"]),
+        ("MatMulNBits scales", nbits("nb_s", n_scales=3), ["node 0 'mnb'", "scales must be floating point"]),
+        ("MatMulNBits zero points", nbits("nb_z", zp=3), ["node 0 'mnb'", "zero_points must hold"]),
+        ("MatMulNBits act-order g_idx", nbits("nb_g", block_size=16, b_shape=(4, 2, 8), n_scales=8,
+                                              g_idx=[i % 2 for i in range(32)]),
+         ["node 0 'mnb'", "act-order"]),
+        ("MatMulNBits bad block_size", nbits("nb_bs", block_size=24), ["node 0 'mnb'", "power of 2"]),
         ("unsupported op", save("op", [helper.make_node("Einsum", ["x", "x"], ["y"], name="my_einsum",
                                                         equation="ij,ij->ij")]),
          ["node 0 'my_einsum'", "Einsum", "not supported", "opset 17"]),

@@ -306,7 +306,8 @@ def check_edge_ops(smelt, tmp, failures, report):
 def check_quant(smelt, tmp, failures, report):
     """quant/*.onnx (make_quant.py): MatMul over a DequantizeLinear'd
     weight, int8/uint8/int4/uint4/float8, per tensor, per axis and blocked,
-    against ONNX Runtime's stored output (computed without graph
+    and com.microsoft MatMulNBits (4 and 8 bits, zero points packed, float
+    or absent, a bias), against ONNX Runtime's stored output (computed without graph
     optimisations: exact); the compiled bundle must keep the weight in its
     quantised dtype, dequantized inside the matmul's kernel."""
     for path in sorted(glob.glob(os.path.join(HERE, "quant", "*.onnx"))):
@@ -326,7 +327,8 @@ def check_quant(smelt, tmp, failures, report):
             bundle = os.path.join(tmp, label + ".smelt")
             r = smelt_cmd(smelt, ["compile", path, "-o", bundle])
             ir = smelt_cmd(smelt, ["inspect", bundle, "--ir"]).stdout if r.returncode == 0 else ""
-            kept = re.search(r"const w: (i8|u8|i4|u4|f8e4m3|f8e5m2)\[", ir) and "dequantize(w" in ir
+            q = re.search(r"const ([\w.]+): (i8|u8|i4|u4|f8e4m3|f8e5m2)\[", ir)
+            kept = q and "dequantize(" + q.group(1) in ir
             report.append(f"{label:38s} weight kept quantised: {'yes' if kept else 'NO'}")
             if not kept:
                 failures.append(f"{label}: the compiled weight is not quantised any more: {ir[-600:]} {r.stderr[-300:]}")

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Writes the weight-only quantised ONNX models that test_onnx_models.py's
-check_quant runs (issue 14: ONNX DequantizeLinear): each is
-MatMul(x, DequantizeLinear(W, scale, zero_point)) with W an initializer, and
-ONNX Runtime's output on a fixed input is stored beside it (NAME.npz: in.x,
-out.y), so the test needs neither onnx nor onnxruntime.  Needs onnx,
-onnxruntime and numpy.
+check_quant runs (issue 14): dq_*.onnx are MatMul(x, DequantizeLinear(W,
+scale, zero_point)) with W an initializer; mnb_*.onnx are ONNX Runtime's
+com.microsoft MatMulNBits (4 and 8 bits, with and without packed or float
+zero points, a bias, a batched x).  ONNX Runtime's output on a fixed input
+is stored beside each (NAME.npz: in.x, out.y), so the test needs neither
+onnx nor onnxruntime.  Needs onnx, onnxruntime and numpy.
 
 Usage: python3 make_quant.py
 """
@@ -47,7 +48,10 @@ def model(name, opset, w, scale, zp, axis=None, block=None):
     onnx.checker.check_model(m)
     path = os.path.join(HERE, name + ".onnx")
     onnx.save(m, path)
-    x = np.random.default_rng(1).standard_normal((M, K)).astype(np.float32)
+    run_ort(path, np.random.default_rng(1).standard_normal((M, K)).astype(np.float32), name)
+
+
+def run_ort(path, x, name):
     # without graph optimisations: with them ORT fuses DequantizeLinear and
     # MatMul into a kernel that quantises x too (rel L2 ~6e-3 off the exact
     # (w - z) * s product this stores)
@@ -56,6 +60,65 @@ def model(name, opset, w, scale, zp, axis=None, block=None):
     y = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.savez_compressed(os.path.join(HERE, name + ".npz"), **{"in.x": x, "out.y": y})
     print(name, y.shape, float(np.abs(y).max()))
+    return y
+
+
+def nbits(name, rng, k, n, bits, block, zp=None, bias=False, xshape=None, scale_2d=False):
+    """MatMulNBits: B uint8 [N, K/block, block*bits/8], codes in K order a
+    row, two 4-bit codes a byte low nibble first; zp None (the default
+    2^(bits-1)), "packed" (uint8, ceil(blocks*bits/8) bytes a row) or
+    "float" (the scales' type)."""
+    nb = k // block
+    codes = rng.integers(0, 1 << bits, (n, k))
+    if bits == 4:
+        b = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8).reshape(n, nb, block // 2)
+    else:
+        b = codes.astype(np.uint8).reshape(n, nb, block)
+    scales = (rng.random((n, nb)) * 0.05 + 0.005).astype(np.float32)
+    inits = [numpy_helper.from_array(b, "B"),
+             numpy_helper.from_array(scales if scale_2d else scales.ravel(), "scales")]
+    ins = ["x", "B", "scales"]
+    zval = np.full((n, nb), float(1 << (bits - 1)))
+    if zp == "packed":
+        zc = rng.integers(0, 1 << bits, (n, nb))
+        zval = zc.astype(np.float64)
+        if bits == 4:
+            zc = np.pad(zc, ((0, 0), (0, nb % 2)))
+            zb = (zc[:, 0::2] | (zc[:, 1::2] << 4)).astype(np.uint8)
+        else:
+            zb = zc.astype(np.uint8)
+        inits.append(numpy_helper.from_array(zb.ravel(), "zp"))
+        ins.append("zp")
+    elif zp == "float":
+        zf = (rng.random((n, nb)) * 15).astype(np.float32)
+        zval = zf.astype(np.float64)
+        inits.append(numpy_helper.from_array(zf.ravel(), "zp"))
+        ins.append("zp")
+    bvals = np.zeros(n)
+    if bias:
+        bvals = rng.standard_normal(n).astype(np.float32)
+        while len(ins) < 5:
+            ins.append("")
+        inits.append(numpy_helper.from_array(bvals, "bias"))
+        ins.append("bias")
+    xshape = xshape or [M, k]
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
+                            block_size=block)
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, xshape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, xshape[:-1] + [n])],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="smelt make_quant.py")
+    m.ir_version = 10
+    path = os.path.join(HERE, name + ".onnx")
+    onnx.save(m, path)
+    x = np.random.default_rng(2).standard_normal(xshape).astype(np.float32)
+    y = run_ort(path, x, name)
+    # the format as read here, in double: ORT must agree with it
+    w = (codes - np.repeat(zval, block, axis=1)) * np.repeat(scales.astype(np.float64), block, axis=1)
+    want = x.astype(np.float64) @ w.T + bvals
+    err = np.linalg.norm(y - want) / np.linalg.norm(want)
+    assert err < 1e-5, (name, err)
 
 
 def main():
@@ -90,6 +153,14 @@ def main():
     t8 = raw("w", TensorProto.FLOAT8E4M3FN, [K, N], numpy_helper.to_array(t).view(np.uint8).tobytes()
              if hasattr(numpy_helper.to_array(t), "view") else bytes(t.int32_data))
     model("dq_f8e4m3_tensor", 19, t8, numpy_helper.from_array(np.float32(0.05), "s"), None)
+    # com.microsoft MatMulNBits
+    r = np.random.default_rng(3)
+    nbits("mnb_int4_b32", r, 128, 40, 4, 32)
+    nbits("mnb_int4_b16_zp_odd", r, 48, 24, 4, 16, zp="packed", scale_2d=True)  # 3 blocks: a row's zeros in 2 bytes
+    nbits("mnb_int4_b64_zp_bias", r, 128, 24, 4, 64, zp="packed", bias=True, xshape=[2, 3, 128])
+    nbits("mnb_int4_b32_fzp", r, 64, 16, 4, 32, zp="float")
+    nbits("mnb_int8_b32_zp", r, 64, 24, 8, 32, zp="packed")
+    nbits("mnb_int8_b16", r, 64, 24, 8, 16)
 
 
 if __name__ == "__main__":
