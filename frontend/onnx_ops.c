@@ -83,7 +83,8 @@ static const struct {
 } unary_ops[] = {
     {"Neg", OP_NEG},   {"Abs", OP_ABS},   {"Exp", OP_EXP},         {"Log", OP_LOG},       {"Sqrt", OP_SQRT},
     {"Tanh", OP_TANH}, {"Relu", OP_RELU}, {"Sigmoid", OP_SIGMOID}, {"Erf", OP_ERF},       {"Sin", OP_SIN},
-    {"Cos", OP_COS},   {"Reciprocal", OP_RECIPROCAL},
+    {"Cos", OP_COS},   {"Reciprocal", OP_RECIPROCAL}, {"Floor", OP_FLOOR}, {"Ceil", OP_CEIL}, {"Round", OP_ROUND},
+    {"Sign", OP_SIGN},
 }, binary_ops[] = {
     {"Add", OP_ADD},     {"Sub", OP_SUB},   {"Mul", OP_MUL},         {"Div", OP_DIV}, {"Pow", OP_POW},
     {"Equal", OP_EQUAL}, {"Less", OP_LESS}, {"Greater", OP_GREATER},
@@ -1850,6 +1851,7 @@ static const OnnxOpDef ops[] = {
     {"Constant", cv_constant, "value value_float value_floats value_int value_ints"},
     {"ConstantOfShape", cv_constant_of_shape, "value"},
     {"Conv", cv_conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"Ceil", cv_unary, ""},
     {"Cos", cv_unary, ""},
     {"CumSum", cv_cumsum, "exclusive reverse"},
     {"DequantizeLinear", cv_dequantize_linear, "axis block_size"},
@@ -1860,6 +1862,7 @@ static const OnnxOpDef ops[] = {
     {"Exp", cv_unary, ""},
     {"Expand", cv_expand, ""},
     {"Flatten", cv_flatten, "axis"},
+    {"Floor", cv_unary, ""},
     {"Gather", cv_gather, "axis"},
     {"GatherElements", cv_gather_elements, "axis"},
     {"GatherND", cv_gather_nd, "batch_dims"},
@@ -1906,9 +1909,11 @@ static const OnnxOpDef ops[] = {
     {"Resize", cv_resize, "antialias axes coordinate_transformation_mode cubic_coeff_a exclude_outside "
                           "extrapolation_value keep_aspect_ratio_policy mode nearest_mode"},
     {"RotaryEmbedding", cv_rotary, "interleaved num_heads rotary_embedding_dim"},
+    {"Round", cv_unary, ""},
     {"ScatterND", cv_scatter_nd, "reduction"},
     {"Shape", cv_shape, "end start"},
     {"Sigmoid", cv_unary, ""},
+    {"Sign", cv_unary, ""},
     {"Sin", cv_unary, ""},
     {"Size", cv_size, ""},
     {"Slice", cv_slice, ""},

@@ -95,7 +95,7 @@ static smelt_status broadcast_inputs(const Graph *g, const Node *n, int first, T
 
 static smelt_status infer_unary(Graph *g, Node *n) {
   switch (n->op) {
-  case OP_NEG: case OP_ABS: case OP_RELU: break;
+  case OP_NEG: case OP_ABS: case OP_RELU: case OP_SIGN: break;
   default: RETURN_IF_ERROR(need_float(g, n, 0));
   }
   set_out(g, n, 0, *in_type(g, n, 0));

@@ -128,6 +128,10 @@ smelt_status ref_unary(const RefArgs *a) {
     case OP_ERF: r = erf(v); break;
     case OP_SIN: r = sin(v); break;
     case OP_COS: r = cos(v); break;
+    case OP_FLOOR: r = floor(v); break;
+    case OP_CEIL: r = ceil(v); break;
+    case OP_ROUND: r = nearbyint(v); break; /* the default rounding mode: ties to even */
+    case OP_SIGN: r = v > 0 ? 1.0 : v < 0 ? -1.0 : v; break;
     case OP_CAST:
       /* The store rounds floats and saturates integers; truncation toward
        * zero is the one part of numpy's astype it must be told about. */

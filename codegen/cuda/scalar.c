@@ -148,6 +148,13 @@ const char *cu_unary(CuFn *f, const Node *n, DType dt, const char *x) {
   case OP_ERF: return cu_fmt(f, "%s(%s)", fn(f, dt, "erf"), x);
   case OP_SIN: return cu_fmt(f, "%s(%s)", fn(f, dt, "sin"), x);
   case OP_COS: return cu_fmt(f, "%s(%s)", fn(f, dt, "cos"), x);
+  case OP_FLOOR: return cu_fmt(f, "%s(%s)", fn(f, dt, "floor"), x);
+  case OP_CEIL: return cu_fmt(f, "%s(%s)", fn(f, dt, "ceil"), x);
+  case OP_ROUND: return cu_fmt(f, "%s(%s)", fn(f, dt, "rint"), x); /* ties to even */
+  case OP_SIGN:
+    if (!fl) return cu_fmt(f, "((%s > 0) - (%s < 0))", x, x);
+    return cu_fmt(f, "(%s > %s ? %s : %s < %s ? %s : %s)", x, cu_const(f, dt, 0), cu_const(f, dt, 1), x,
+                  cu_const(f, dt, 0), cu_const(f, dt, -1), x);
   default: cu_fail(f, ST_INTERNAL, "%s is not a unary operator", ir_op_name(n->op)); return x;
   }
 }

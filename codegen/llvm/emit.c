@@ -290,7 +290,7 @@ static bool node_step(CgFn *f, EmitFrame *fr, LLVMValueRef got, EmitNeed *need, 
   switch (n->op) {
   case OP_NEG: case OP_ABS: case OP_EXP: case OP_LOG: case OP_SQRT: case OP_RSQRT: case OP_RECIPROCAL:
   case OP_TANH: case OP_SIGMOID: case OP_RELU: case OP_GELU: case OP_SILU: case OP_ERF: case OP_SIN:
-  case OP_COS: case OP_CAST:
+  case OP_COS: case OP_FLOOR: case OP_CEIL: case OP_ROUND: case OP_SIGN: case OP_CAST:
     if (stage == 0) NEED(n->in[0], c);
     DONE(cg_unary(m, n, t0->dt, got));
   case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_POW: case OP_MAXIMUM: case OP_MINIMUM:

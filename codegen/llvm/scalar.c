@@ -428,6 +428,13 @@ LLVMValueRef cg_unary(CgMod *m, const Node *n, DType dt, LLVMValueRef x) {
   if (!is_floatish(dt)) {
     /* neg, abs, relu are the ops defined on integers and bool */
     LLVMValueRef zero = LLVMConstInt(t, 0, 0);
+    if (op == OP_SIGN) { /* (x > 0) - (x < 0) */
+      bool sgn = dt != DT_BOOL && dt != DT_U8;
+      LLVMValueRef gt = LLVMBuildICmp(B, sgn ? LLVMIntSGT : LLVMIntUGT, x, zero, "");
+      LLVMValueRef lt = LLVMBuildICmp(B, LLVMIntSLT, x, zero, "");
+      LLVMValueRef pos = LLVMBuildSelect(B, gt, LLVMConstInt(t, 1, 0), zero, "");
+      return sgn ? LLVMBuildSelect(B, lt, LLVMConstInt(t, (unsigned long long)-1, 1), pos, "") : pos;
+    }
     if (dt == DT_BOOL || dt == DT_U8) {
       if (op == OP_NEG && dt == DT_U8) return zero; /* -x saturates at 0 */
       return x;
@@ -461,6 +468,14 @@ LLVMValueRef cg_unary(CgMod *m, const Node *n, DType dt, LLVMValueRef x) {
   case OP_ERF: return cg_erf(m, x);
   case OP_SIN: return fintr1(m, "llvm.sin", x);
   case OP_COS: return fintr1(m, "llvm.cos", x);
+  case OP_FLOOR: return fintr1(m, "llvm.floor", x);
+  case OP_CEIL: return fintr1(m, "llvm.ceil", x);
+  case OP_ROUND: return fintr1(m, "llvm.rint", x); /* ties to even in the default rounding mode */
+  case OP_SIGN: {
+    LLVMValueRef zero = LLVMConstReal(t, 0);
+    LLVMValueRef neg = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, zero, ""), LLVMConstReal(t, -1), x, "");
+    return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, x, zero, ""), one, neg, "");
+  }
   default:
     cg_fail(m, ST_INTERNAL, "%s is not a unary operator", ir_op_name(op));
     return x;

@@ -84,7 +84,8 @@ static inline void oc_finish(OpSuite *s, int from) {
 #define OC_CASE(s, name) for (int oc_from_ = ((s)->prefix = (name), (s)->g->nnode), oc_once_ = 1; oc_once_; oc_once_ = 0, oc_finish((s), oc_from_))
 
 static inline void oc_unary_cases(OpSuite *s) {
-  static const Op ops[] = {OP_NEG, OP_ABS, OP_EXP, OP_TANH, OP_SIGMOID, OP_RELU, OP_GELU, OP_SILU, OP_ERF, OP_SIN, OP_COS};
+  static const Op ops[] = {OP_NEG, OP_ABS,  OP_EXP,  OP_TANH,  OP_SIGMOID, OP_RELU, OP_GELU, OP_SILU,
+                           OP_ERF, OP_SIN,  OP_COS,  OP_FLOOR, OP_CEIL,    OP_ROUND, OP_SIGN};
   static const Op pos_ops[] = {OP_LOG, OP_SQRT, OP_RSQRT, OP_RECIPROCAL};
   char name[64];
   for (size_t i = 0; i < sizeof ops / sizeof *ops; i++) {

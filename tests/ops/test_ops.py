@@ -423,6 +423,12 @@ def unary_cases(t):
     t.case("erf", "erf", [("x", x)], _erf)
     t.case("sin", "sin", [("x", x)], np.sin)
     t.case("cos", "cos", [("x", x)], np.cos)
+    # integers, exact halves (round: ties to even) and values either side of them
+    r = np.concatenate([x.reshape(-1), [-3.0, -2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 3.0, 2.4999, -2.5001, 7.0]])
+    t.case("floor", "floor", [("x", r)], np.floor)
+    t.case("ceil", "ceil", [("x", r)], np.ceil)
+    t.case("round", "round", [("x", r)], np.round)
+    t.case("sign", "sign", [("x", r)], np.sign)
 
 
 def cast_cases(t):

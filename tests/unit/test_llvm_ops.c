@@ -54,7 +54,8 @@ static void test_unary(void) {
   } ops[] = {{OP_NEG, DOM_ANY},       {OP_ABS, DOM_ANY},  {OP_EXP, DOM_ANY},        {OP_LOG, DOM_POS},
              {OP_SQRT, DOM_POS},      {OP_RSQRT, DOM_POS}, {OP_RECIPROCAL, DOM_NONZERO}, {OP_TANH, DOM_WIDE},
              {OP_SIGMOID, DOM_WIDE},  {OP_RELU, DOM_ANY}, {OP_GELU, DOM_WIDE},      {OP_SILU, DOM_WIDE},
-             {OP_ERF, DOM_ANY},       {OP_SIN, DOM_WIDE}, {OP_COS, DOM_WIDE}};
+             {OP_ERF, DOM_ANY},       {OP_SIN, DOM_WIDE}, {OP_COS, DOM_WIDE},       {OP_FLOOR, DOM_WIDE},
+             {OP_CEIL, DOM_WIDE},     {OP_ROUND, DOM_WIDE}, {OP_SIGN, DOM_ANY}};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     for (int d = 0; d < 3; d++) t_unary(ops[i].op, FLOATS[d], ops[i].dom, NULL, false);
     t_unary(ops[i].op, DT_F64, ops[i].dom, NULL, false);
@@ -70,12 +71,13 @@ static void test_unary(void) {
   /* f16 through integer bit manipulation instead of F16C */
   t_unary(OP_EXP, DT_F16, DOM_WIDE, NULL, true);
   t_unary(OP_GELU, DT_F16, DOM_WIDE, "tanh", true);
-  /* neg, abs and relu on integers and bool */
+  /* neg, abs, relu and sign on integers and bool */
   const DType ints[] = {DT_I64, DT_I32, DT_I8, DT_U8, DT_BOOL};
   for (int d = 0; d < 5; d++) {
     t_unary(OP_NEG, ints[d], DOM_ANY, NULL, false);
     t_unary(OP_ABS, ints[d], DOM_ANY, NULL, false);
     t_unary(OP_RELU, ints[d], DOM_ANY, NULL, false);
+    t_unary(OP_SIGN, ints[d], DOM_ANY, NULL, false);
   }
 }
 
