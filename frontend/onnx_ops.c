@@ -355,6 +355,65 @@ static smelt_status cv_dequantize_linear(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* QuantizeLinear(x, y_scale, y_zero_point?) = saturate(round(x / y_scale)
+ * + y_zero_point): activation quantisation, as QDQ models carry it before
+ * a DequantizeLinear.  Built from smelt's ops in x's float type: div,
+ * round (ties to even, as ONNX asks), add of the zero point, clamp to the
+ * integer range, cast (exact: the value is integral and in range).  The
+ * scale is per tensor or per axis (1-D along `axis`); the result is INT8 or
+ * UINT8 (the zero point's type, else output_dtype, else UINT8).  Blocked
+ * scales (block_size) and the storage-only results (INT4, UINT4, FLOAT8,
+ * which no smelt node makes) are refused. */
+static smelt_status cv_quantize_linear(OnnxImporter *im) {
+  int x, s, z = on_in(im, 2), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &s));
+  TensorType xt = *on_type(im, x), sc = *on_type(im, s);
+  if (!dt_is_float(xt.dt)) return on_err(im, "x must be floating point, got %s", dt_name(xt.dt));
+  if (!dt_is_float(sc.dt)) return on_err(im, "y_scale must be floating point, got %s", dt_name(sc.dt));
+  int64_t axis, block, odt, sat;
+  RETURN_IF_ERROR(on_attr_int(im, "axis", 1, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "block_size", 0, &block));
+  RETURN_IF_ERROR(on_attr_int(im, "output_dtype", 0, &odt));
+  RETURN_IF_ERROR(on_attr_int(im, "saturate", 1, &sat)); /* float8 only */
+  if (block > 0) return on_unsupported(im, "blocked scales (block_size %lld) for an activation", (long long)block);
+  DType to = z >= 0 ? on_type(im, z)->dt : odt ? onnx_dtype(im, odt) : DT_U8;
+  if (z >= 0 && odt && onnx_dtype(im, odt) != to)
+    return on_err(im, "output_dtype %s differs from y_zero_point's type %s", onnx_dtype_name(odt), dt_name(to));
+  if (to != DT_I8 && to != DT_U8)
+    return on_unsupported(im, "a result of type %s (smelt quantises activations to INT8 and UINT8)",
+                          odt && z < 0 ? onnx_dtype_name(odt) : dt_name(to));
+  int r = xt.rank;
+  int64_t bshape[IR_MAX_RANK];
+  bool per_axis = ir_type_numel(&sc) != 1 || sc.rank > 1;
+  if (per_axis) {
+    int a = ir_norm_axis(axis, r);
+    if (a < 0) return on_err(im, "axis %lld is out of range for rank %d", (long long)axis, r);
+    if (sc.rank != 1 || sc.dim[0] != xt.dim[a])
+      return on_err(im, "y_scale must be a scalar or 1-D with x's %lld elements along axis %d", (long long)xt.dim[a], a);
+    for (int d = 0; d < r; d++) bshape[d] = d == a ? xt.dim[a] : 1;
+  }
+  if (z >= 0) {
+    const TensorType *zt = on_type(im, z);
+    if (zt->rank != sc.rank || memcmp(zt->dim, sc.dim, sizeof(int64_t) * (size_t)sc.rank) != 0)
+      return on_err(im, "y_zero_point's shape differs from y_scale's");
+  }
+  if (per_axis) RETURN_IF_ERROR(on_reshape(im, s, bshape, r, NULL, &s));
+  if (sc.dt != xt.dt) RETURN_IF_ERROR(on_cast(im, s, xt.dt, NULL, &s));
+  RETURN_IF_ERROR(on_op2(im, OP_DIV, x, s, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_ROUND, y, NULL, &y));
+  if (z >= 0) {
+    int zf;
+    if (per_axis) RETURN_IF_ERROR(on_reshape(im, z, bshape, r, NULL, &z));
+    RETURN_IF_ERROR(on_cast(im, z, xt.dt, NULL, &zf));
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, y, zf, NULL, &y));
+  }
+  RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, y, on_scalar(im, xt.dt, to == DT_I8 ? -128 : 0), NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_MINIMUM, y, on_scalar(im, xt.dt, to == DT_I8 ? 127 : 255), NULL, &y));
+  RETURN_IF_ERROR(on_cast(im, y, to, out0(im), &y));
+  return bind0(im, y);
+}
+
 /* com.microsoft MatMulNBits(A, B, scales, zero_points?, g_idx?, bias?):
  * ONNX Runtime's weight-only INT4/INT8 matmul, Y = A @ W^T with W [N, K]
  * dequantised per block of `block_size` elements along K:
@@ -1895,6 +1954,7 @@ static const OnnxOpDef ops[] = {
     {"Pad", cv_pad, "mode"},
     {"Pow", cv_binary, ""},
     {"PRelu", cv_prelu, ""},
+    {"QuantizeLinear", cv_quantize_linear, "axis block_size output_dtype saturate"},
     {"RMSNormalization", cv_rms_norm, "axis epsilon stash_type"},
     {"Range", cv_range, ""},
     {"Reciprocal", cv_unary, ""},

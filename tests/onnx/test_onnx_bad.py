@@ -64,7 +64,21 @@ def helper_cases(tmp):
         node = helper.make_node("MatMulNBits", ins, ["y"], name="mnb", domain="com.microsoft", **a)
         return save(name, [node], domain_opsets=[("com.microsoft", 1)], inits=inits, xin=x32)
 
+    def quant(name, scale, zp=None, opset=21, **attrs):
+        inits = [numpy_helper.from_array(np.asarray(scale, np.float32), "s")]
+        if zp is not None:
+            inits.append(numpy_helper.from_array(zp, "z"))
+        node = helper.make_node("QuantizeLinear", ["x", "s"] + (["z"] if zp is not None else []), ["y"], name="q",
+                                **attrs)
+        return save(name, [node], opset=opset, inits=inits)
+
     return [
+        ("QuantizeLinear blocked", quant("q_block", np.ones((2, 1)), block_size=3, axis=1),
+         ["node 0 'q'", "blocked scales"]),
+        ("QuantizeLinear to INT4", quant("q_int4", 0.1, output_dtype=TensorProto.INT4), ["node 0 'q'", "INT4"]),
+        ("QuantizeLinear scale shape", quant("q_shape", np.ones(2), axis=1), ["node 0 'q'", "y_scale must be"]),
+        ("QuantizeLinear zero point shape", quant("q_zshape", np.ones(3), np.zeros(1, np.uint8), axis=1),
+         ["node 0 'q'", "y_zero_point's shape"]),
         ("MatMulNBits bits=2", nbits("nb_bits", bits=2), ["node 0 'mnb'", "MatMulNBits", "bits=2"]),
         ("MatMulNBits partial block", nbits("nb_part", K=32, block_size=64, b_shape=(4, 1, 32), n_scales=4),
          ["node 0 'mnb'", "K=32 is not a multiple of block_size 64"]),

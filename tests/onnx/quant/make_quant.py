@@ -121,6 +121,42 @@ def nbits(name, rng, k, n, bits, block, zp=None, bias=False, xshape=None, scale_
     assert err < 1e-5, (name, err)
 
 
+def qdq(name, rng):
+    """QDQ activations: y = Relu(DQ(Q(x)) @ DQ(W)) quantised again, as
+    onnxruntime.quantization's static QDQ format writes it: x per tensor to
+    uint8 (zero point 128), the weight int8 per output channel, the Relu's
+    result per tensor to int8 (zero point -3); then x per axis to int8."""
+    f = TensorProto.FLOAT
+    w = rng.integers(-127, 128, (K, N)).astype(np.int8)
+    inits = [numpy_helper.from_array(np.float32(0.02), "xs"), numpy_helper.from_array(np.uint8(128), "xz"),
+             numpy_helper.from_array(w, "w"), numpy_helper.from_array((rng.random(N) * 0.01 + 0.002).astype(np.float32), "ws"),
+             numpy_helper.from_array(np.float32(0.05), "rs"), numpy_helper.from_array(np.int8(-3), "rz"),
+             numpy_helper.from_array((rng.random(K) * 0.03 + 0.01).astype(np.float32), "as"),
+             numpy_helper.from_array(rng.integers(-4, 5, K).astype(np.int8), "az"),
+             numpy_helper.from_array(np.array([1], np.int64), "ax1")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wd"], axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("QuantizeLinear", ["r", "rs", "rz"], ["rq"]),
+             helper.make_node("DequantizeLinear", ["rq", "rs", "rz"], ["rd"]),
+             helper.make_node("QuantizeLinear", ["x", "as", "az"], ["aq"], axis=1),
+             helper.make_node("DequantizeLinear", ["aq", "as", "az"], ["ad"], axis=1),
+             helper.make_node("ReduceSum", ["ad", "ax1"], ["sm"], keepdims=1),
+             helper.make_node("Add", ["rd", "sm"], ["y"])]
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", f, [M, K])],
+                          [helper.make_tensor_value_info("y", f, [M, N])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="smelt make_quant.py")
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    path = os.path.join(HERE, name + ".onnx")
+    onnx.save(m, path)
+    # x on the quantisation grid's half steps too: ties must round to even
+    x = np.random.default_rng(4).standard_normal((M, K)).astype(np.float32) * 1.5
+    x[0, :8] = np.array([0.01, 0.03, -0.01, -0.03, 0.05, 2.6, -2.6, 0.0], np.float32)
+    run_ort(path, x, name)
+
+
 def main():
     rng = np.random.default_rng(0)
     f = TensorProto.FLOAT
@@ -153,6 +189,7 @@ def main():
     t8 = raw("w", TensorProto.FLOAT8E4M3FN, [K, N], numpy_helper.to_array(t).view(np.uint8).tobytes()
              if hasattr(numpy_helper.to_array(t), "view") else bytes(t.int32_data))
     model("dq_f8e4m3_tensor", 19, t8, numpy_helper.from_array(np.float32(0.05), "s"), None)
+    qdq("qdq_mlp", np.random.default_rng(5))
     # com.microsoft MatMulNBits
     r = np.random.default_rng(3)
     nbits("mnb_int4_b32", r, 128, 40, 4, 32)
