@@ -1892,6 +1892,355 @@ static smelt_status cv_gather_nd(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* ---- composites: ops ONNX has and smelt builds from its own ---- */
+
+/* alpha * (exp(x) - 1), the negative branch of Elu, Selu and Celu. */
+static smelt_status expm1_scaled(OnnxImporter *im, int x, double alpha, int *out) {
+  DType dt = on_type(im, x)->dt;
+  int e;
+  RETURN_IF_ERROR(on_op1(im, OP_EXP, x, NULL, &e));
+  RETURN_IF_ERROR(on_op2(im, OP_SUB, e, on_scalar(im, dt, 1), NULL, &e));
+  return on_op2(im, OP_MUL, e, on_scalar(im, dt, alpha), NULL, out);
+}
+
+/* Elu: x < 0 ? alpha (e^x - 1) : x.  Selu: gamma (x <= 0 ? alpha (e^x - 1)
+ * : x).  Celu: max(0, x) + min(0, alpha (e^(x/alpha) - 1)).
+ * ThresholdedRelu: x > alpha ? x : 0. */
+static smelt_status cv_elu_family(OnnxImporter *im) {
+  const char *t = im->node->op_type;
+  bool selu = !strcmp(t, "Selu"), celu = !strcmp(t, "Celu"), thr = !strcmp(t, "ThresholdedRelu");
+  int x, y, c, n;
+  double alpha, gamma;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  DType dt = on_type(im, x)->dt;
+  if (!dt_is_float(dt)) return on_err(im, "x must be floating point, got %s", dt_name(dt));
+  RETURN_IF_ERROR(on_attr_float(im, "alpha", selu ? 1.67326319217681884765625 : 1.0, &alpha));
+  RETURN_IF_ERROR(on_attr_float(im, "gamma", 1.05070102214813232421875, &gamma));
+  if (celu && alpha == 0) return on_err(im, "alpha must not be 0");
+  int zero = on_scalar(im, dt, 0);
+  if (thr) {
+    RETURN_IF_ERROR(on_op2(im, OP_GREATER, x, on_scalar(im, dt, alpha), NULL, &c));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, x, zero, out0(im), &y));
+    return bind0(im, y);
+  }
+  if (celu) {
+    int xs, pos;
+    RETURN_IF_ERROR(on_op2(im, OP_DIV, x, on_scalar(im, dt, alpha), NULL, &xs));
+    RETURN_IF_ERROR(expm1_scaled(im, xs, alpha, &n));
+    RETURN_IF_ERROR(on_op2(im, OP_MINIMUM, n, zero, NULL, &n));
+    RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, x, zero, NULL, &pos));
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, pos, n, out0(im), &y));
+    return bind0(im, y);
+  }
+  RETURN_IF_ERROR(expm1_scaled(im, x, alpha, &n));
+  RETURN_IF_ERROR(on_op2(im, selu ? OP_GREATER : OP_LESS, x, zero, NULL, &c));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, selu ? x : n, selu ? n : x, selu ? NULL : out0(im), &y));
+  if (selu) RETURN_IF_ERROR(on_op2(im, OP_MUL, y, on_scalar(im, dt, gamma), out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Mish: x tanh(softplus(x)), softplus as cv_softplus builds it. */
+static smelt_status cv_mish(OnnxImporter *im) {
+  int x, y, pos;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  DType dt = on_type(im, x)->dt;
+  if (!dt_is_float(dt)) return on_err(im, "x must be floating point, got %s", dt_name(dt));
+  RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_NEG, y, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_EXP, y, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, dt, 1), NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, x, on_scalar(im, dt, 0), NULL, &pos));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, pos, y, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_TANH, y, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, x, y, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0. */
+static smelt_status cv_shrink(OnnxImporter *im) {
+  int x, y, lo, hi, c;
+  double lambd, bias;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  DType dt = on_type(im, x)->dt;
+  if (!dt_is_float(dt)) return on_unsupported(im, "x of type %s (smelt shrinks floats)", dt_name(dt));
+  RETURN_IF_ERROR(on_attr_float(im, "lambd", 0.5, &lambd));
+  RETURN_IF_ERROR(on_attr_float(im, "bias", 0, &bias));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, x, on_scalar(im, dt, bias), NULL, &lo));
+  RETURN_IF_ERROR(on_op2(im, OP_SUB, x, on_scalar(im, dt, bias), NULL, &hi));
+  RETURN_IF_ERROR(on_op2(im, OP_GREATER, x, on_scalar(im, dt, lambd), NULL, &c));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, hi, on_scalar(im, dt, 0), NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_LESS, x, on_scalar(im, dt, -lambd), NULL, &c));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, lo, y, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* Mod with fmod=1 (C's fmod, the sign of the dividend): a - b trunc(a / b),
+ * trunc(v) = sign(v) floor(|v|).  Integer Mod (either fmod) is refused. */
+static smelt_status cv_mod(OnnxImporter *im) {
+  int a, b, q, t, y;
+  int64_t fmod;
+  RETURN_IF_ERROR(on_in_req(im, 0, &a));
+  RETURN_IF_ERROR(on_in_req(im, 1, &b));
+  RETURN_IF_ERROR(on_attr_int(im, "fmod", 0, &fmod));
+  DType dt = on_type(im, a)->dt;
+  if (!dt_is_float(dt)) return on_unsupported(im, "integer Mod (smelt imports the floating-point fmod=1 form)");
+  if (!fmod) return on_err(im, "floating-point Mod needs fmod=1");
+  RETURN_IF_ERROR(on_op2(im, OP_DIV, a, b, NULL, &q));
+  RETURN_IF_ERROR(on_op1(im, OP_ABS, q, NULL, &t));
+  RETURN_IF_ERROR(on_op1(im, OP_FLOOR, t, NULL, &t));
+  RETURN_IF_ERROR(on_op1(im, OP_SIGN, q, NULL, &q));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, q, t, NULL, &t));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, t, b, NULL, &t));
+  RETURN_IF_ERROR(on_op2(im, OP_SUB, a, t, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* InstanceNormalization(x, scale[C], B[C]) and GroupNormalization(x,
+ * scale, bias, num_groups): x [N, C, ...] viewed as [N, G, C/G * spatial]
+ * (G = C for instance norm), layer_norm over the last axis with unit gain,
+ * back to x's shape, then the per-channel affine.  GroupNormalization's
+ * scale and bias are per channel ([C], opset 21) or, before opset 21, per
+ * group ([G], spread to the group's channels here). */
+static smelt_status cv_group_norm(OnnxImporter *im) {
+  bool inst = !strcmp(im->node->op_type, "InstanceNormalization");
+  int x, sc, bi, y;
+  double eps;
+  int64_t groups = 0, stash;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &sc));
+  RETURN_IF_ERROR(on_in_req(im, 2, &bi));
+  RETURN_IF_ERROR(on_attr_float(im, "epsilon", 1e-5, &eps));
+  if (!inst) {
+    RETURN_IF_ERROR(on_attr_int(im, "num_groups", 0, &groups));
+    RETURN_IF_ERROR(on_attr_int(im, "stash_type", 1, &stash)); /* smelt's norms accumulate in f32 or wider */
+  }
+  TensorType xt = *on_type(im, x);
+  if (!dt_is_float(xt.dt) || xt.rank < 2) return on_err(im, "x must be floating point [N, C, ...]");
+  int64_t C = xt.dim[1], G = inst ? C : groups, rest = 1;
+  if (G < 1 || C % G) return on_err(im, "num_groups %lld must divide the %lld channels", (long long)G, (long long)C);
+  for (int d = 2; d < xt.rank; d++) rest *= xt.dim[d];
+  int64_t per = ir_type_numel(on_type(im, sc)), perb = ir_type_numel(on_type(im, bi));
+  bool by_group = !inst && per == G && G != C && im->opset < 21;
+  if ((per != C && !by_group) || perb != per)
+    return on_err(im, "scale and bias must hold one value per channel (%lld)%s", (long long)C,
+                  inst || im->opset >= 21 ? "" : " or per group");
+  if (by_group) { /* per group -> per channel */
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)C);
+    if (!idx) return st_error(ST_NO_MEMORY, "out of memory");
+    for (int64_t c = 0; c < C; c++) idx[c] = c / (C / G);
+    int iv;
+    smelt_status st = idx_table(im, idx, C, &iv);
+    free(idx);
+    RETURN_IF_ERROR(st);
+    RETURN_IF_ERROR(on_reshape(im, sc, &G, 1, NULL, &sc));
+    RETURN_IF_ERROR(on_reshape(im, bi, &G, 1, NULL, &bi));
+    RETURN_IF_ERROR(on_gather(im, sc, iv, 0, NULL, &sc));
+    RETURN_IF_ERROR(on_gather(im, bi, iv, 0, NULL, &bi));
+  }
+  int64_t len = C / G * rest;
+  TensorType gt = {.dt = xt.dt, .rank = 1, .dim = {len}};
+  int gain = on_const(im, NULL, gt, NULL);
+  if (!im->g->val[gain].data) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int64_t i = 0; i < len; i++) dt_store(xt.dt, im->g->val[gain].data, (size_t)i, 1.0);
+  RETURN_IF_ERROR(on_reshape(im, x, (int64_t[]){xt.dim[0], G, len}, 3, NULL, &y));
+  int id = on_node(im, OP_LAYER_NORM, 2, (int[]){y, gain}, NULL);
+  ir_set_attr_int(im->g, id, "axis", -1);
+  ir_set_attr_float(im->g, id, "eps", eps);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  RETURN_IF_ERROR(on_reshape(im, y, xt.dim, xt.rank, NULL, &y));
+  int64_t cs[IR_MAX_RANK];
+  for (int d = 0; d < xt.rank - 1; d++) cs[d] = d == 0 ? C : 1;
+  RETURN_IF_ERROR(on_reshape(im, sc, cs, xt.rank - 1, NULL, &sc));
+  RETURN_IF_ERROR(on_reshape(im, bi, cs, xt.rank - 1, NULL, &bi));
+  RETURN_IF_ERROR(on_op2(im, OP_MUL, y, sc, NULL, &y));
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, bi, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* DepthToSpace (DCR or CRD) and SpaceToDepth on [N, C, H, W]: a reshape to
+ * six dims, a transpose, a reshape back, as the ONNX definitions state. */
+static smelt_status cv_depth_space(OnnxImporter *im) {
+  bool d2s = !strcmp(im->node->op_type, "DepthToSpace");
+  int x, y;
+  int64_t b;
+  const char *mode = "DCR";
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "blocksize", 0, &b));
+  if (d2s) RETURN_IF_ERROR(on_attr_string(im, "mode", "DCR", &mode));
+  bool crd = !strcmp(mode, "CRD");
+  if (!crd && strcmp(mode, "DCR")) return on_err(im, "mode '%s' (DCR or CRD)", mode);
+  TensorType xt = *on_type(im, x);
+  if (xt.rank != 4) return on_err(im, "x must be 4-D [N, C, H, W]");
+  if (b < 1) return on_err(im, "blocksize must be positive");
+  int64_t N = xt.dim[0], C = xt.dim[1], H = xt.dim[2], W = xt.dim[3];
+  int64_t six[6], perm[6], out[4];
+  if (d2s) {
+    if (C % (b * b)) return on_err(im, "blocksize^2 = %lld does not divide the %lld channels", (long long)(b * b), (long long)C);
+    int64_t c = C / (b * b);
+    if (crd) {
+      memcpy(six, (int64_t[]){N, c, b, b, H, W}, sizeof six);
+      memcpy(perm, (int64_t[]){0, 1, 4, 2, 5, 3}, sizeof perm);
+    } else {
+      memcpy(six, (int64_t[]){N, b, b, c, H, W}, sizeof six);
+      memcpy(perm, (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof perm);
+    }
+    memcpy(out, (int64_t[]){N, c, H * b, W * b}, sizeof out);
+  } else {
+    if (H % b || W % b) return on_err(im, "blocksize %lld must divide H=%lld and W=%lld", (long long)b, (long long)H, (long long)W);
+    memcpy(six, (int64_t[]){N, C, H / b, b, W / b, b}, sizeof six);
+    memcpy(perm, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof perm);
+    memcpy(out, (int64_t[]){N, C * b * b, H / b, W / b}, sizeof out);
+  }
+  RETURN_IF_ERROR(on_reshape(im, x, six, 6, NULL, &y));
+  RETURN_IF_ERROR(on_transpose(im, y, perm, 6, NULL, &y));
+  RETURN_IF_ERROR(on_reshape(im, y, out, 4, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ReduceLogSumExp: m + log(sum(exp(x - m))) with m the max (kept dims,
+ * so that large values do not overflow); ReduceLogSum: log(sum(x));
+ * ReduceL1: sum(|x|). */
+static smelt_status cv_reduce_log(OnnxImporter *im) {
+  const char *t = im->node->op_type;
+  int x, y, m = -1, n;
+  int64_t axes[MAXV], keep;
+  bool identity;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
+  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  if (!strcmp(t, "ReduceL1")) {
+    RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &x));
+    if (identity) return bind0(im, x);
+    RETURN_IF_ERROR(reduce(im, OP_SUM, x, n >= 0 ? axes : NULL, n, keep != 0, out0(im), &y));
+    return bind0(im, y);
+  }
+  if (!dt_is_float(on_type(im, x)->dt)) return on_err(im, "x must be floating point");
+  bool lse = !strcmp(t, "ReduceLogSumExp");
+  if (identity) { /* log(exp(x)) and log(x) over no axes */
+    if (lse) return bind0(im, x);
+    RETURN_IF_ERROR(on_op1(im, OP_LOG, x, out0(im), &y));
+    return bind0(im, y);
+  }
+  if (lse) {
+    RETURN_IF_ERROR(reduce(im, OP_MAX, x, n >= 0 ? axes : NULL, n, true, NULL, &m));
+    RETURN_IF_ERROR(on_op2(im, OP_SUB, x, m, NULL, &x));
+    RETURN_IF_ERROR(on_op1(im, OP_EXP, x, NULL, &x));
+  }
+  RETURN_IF_ERROR(reduce(im, OP_SUM, x, n >= 0 ? axes : NULL, n, true, NULL, &y));
+  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, NULL, &y));
+  if (lse) RETURN_IF_ERROR(on_op2(im, OP_ADD, y, m, NULL, &y));
+  TensorType yt = *on_type(im, y), want = yt;
+  if (!keep) { /* drop the reduced (now 1) axes */
+    int64_t all[IR_MAX_RANK];
+    int na = n >= 0 ? n : yt.rank;
+    for (int i = 0; i < na; i++) all[i] = n >= 0 ? (axes[i] < 0 ? axes[i] + yt.rank : axes[i]) : i;
+    want.rank = 0;
+    for (int d = 0; d < yt.rank; d++) {
+      bool red = false;
+      for (int i = 0; i < na; i++) red |= all[i] == d;
+      if (!red) want.dim[want.rank++] = yt.dim[d];
+    }
+  }
+  RETURN_IF_ERROR(on_reshape(im, y, want.dim, want.rank, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* LpNormalization: x / ||x||_p along axis, p 1 or 2 (ONNX divides by the
+ * norm as it is: a zero norm gives NaN or infinity there too). */
+static smelt_status cv_lp_norm(OnnxImporter *im) {
+  int x, y, nrm;
+  int64_t axis, p;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "p", 2, &p));
+  if (p != 1 && p != 2) return on_err(im, "p must be 1 or 2, got %lld", (long long)p);
+  int ax;
+  RETURN_IF_ERROR(norm_axis(im, axis, on_type(im, x)->rank, "axis", &ax));
+  int64_t a64 = ax;
+  if (p == 1) RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &nrm));
+  else RETURN_IF_ERROR(on_op2(im, OP_MUL, x, x, NULL, &nrm));
+  RETURN_IF_ERROR(reduce(im, OP_SUM, nrm, &a64, 1, true, NULL, &nrm));
+  if (p == 2) RETURN_IF_ERROR(on_op1(im, OP_SQRT, nrm, NULL, &nrm));
+  RETURN_IF_ERROR(on_op2(im, OP_DIV, x, nrm, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* TopK(x, K): smelt's topk (values and int64 indices, sorted; ONNX lets
+ * sorted=0 return any order, so sorted output is valid for both).  K must
+ * be a constant. */
+static smelt_status cv_topk(OnnxImporter *im) {
+  int x, kv;
+  int64_t axis, largest, sorted, k[1];
+  int nk;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &kv));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  RETURN_IF_ERROR(on_attr_int(im, "largest", 1, &largest));
+  RETURN_IF_ERROR(on_attr_int(im, "sorted", 1, &sorted));
+  RETURN_IF_ERROR(on_const_ints(im, kv, "K", k, 1, &nk));
+  if (nk != 1) return on_err(im, "K must hold one value");
+  const TensorType *xt = on_type(im, x);
+  int ax;
+  RETURN_IF_ERROR(norm_axis(im, axis, xt->rank, "axis", &ax));
+  if (k[0] < 0 || k[0] > xt->dim[ax])
+    return on_err(im, "K=%lld is outside [0, %lld]", (long long)k[0], (long long)xt->dim[ax]);
+  if (k[0] == 0) return on_unsupported(im, "K=0 (an empty result)");
+  const char *names[2] = {on_out_used(im, 0) ? on_out_name(im, 0) : on_tmp_name(im, "values"),
+                          on_out_used(im, 1) ? on_out_name(im, 1) : on_tmp_name(im, "indices")};
+  int id = on_node_multi(im, OP_TOPK, 1, &x, 2, names);
+  ir_set_attr_int(im->g, id, "axis", ax);
+  ir_set_attr_int(im->g, id, "k", k[0]);
+  ir_set_attr_bool(im->g, id, "largest", largest != 0);
+  int v;
+  RETURN_IF_ERROR(on_done(im, id, &v));
+  RETURN_IF_ERROR(on_bind(im, 0, im->g->node[id].out[0]));
+  return on_bind(im, 1, im->g->node[id].out[1]);
+}
+
+/* OneHot(indices, depth, values[off, on]): where(indices == iota, on, off)
+ * with the new axis at `axis`; negative indices count from depth (ONNX).
+ * depth must be a constant. */
+static smelt_status cv_one_hot(OnnxImporter *im) {
+  int idx, dv, vals, y, eq, neg;
+  int64_t axis;
+  double depth;
+  RETURN_IF_ERROR(on_in_req(im, 0, &idx));
+  RETURN_IF_ERROR(on_in_req(im, 1, &dv));
+  RETURN_IF_ERROR(on_in_req(im, 2, &vals));
+  RETURN_IF_ERROR(on_attr_int(im, "axis", -1, &axis));
+  RETURN_IF_ERROR(on_const_scalar(im, dv, "depth", &depth));
+  TensorType it = *on_type(im, idx), vt = *on_type(im, vals);
+  if (!(depth >= 1 && depth <= 1 << 24)) return on_err(im, "depth %g must be in [1, 2^24]", depth);
+  if (ir_type_numel(&vt) != 2) return on_err(im, "values must hold two elements: [off, on]");
+  int r = it.rank + 1, ax;
+  RETURN_IF_ERROR(norm_axis(im, axis, r, "axis", &ax));
+  int64_t D = (int64_t)depth;
+  if (it.dt != DT_I64) RETURN_IF_ERROR(on_cast(im, idx, DT_I64, NULL, &idx));
+  RETURN_IF_ERROR(on_op2(im, OP_LESS, idx, on_scalar(im, DT_I64, 0), NULL, &neg));
+  int wrapped;
+  RETURN_IF_ERROR(on_op2(im, OP_ADD, idx, on_scalar(im, DT_I64, (double)D), NULL, &wrapped));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, neg, wrapped, idx, NULL, &idx));
+  int un = on_node(im, OP_UNSQUEEZE, 1, &idx, NULL);
+  int64_t a64 = ax;
+  ir_set_attr_ints(im->g, un, "axes", &a64, 1);
+  RETURN_IF_ERROR(on_done(im, un, &idx));
+  double *iota = malloc(sizeof(double) * (size_t)D);
+  if (!iota) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int64_t i = 0; i < D; i++) iota[i] = (double)i;
+  int io = axis_table(im, DT_I64, r, ax, iota, D);
+  free(iota);
+  RETURN_IF_ERROR(on_op2(im, OP_EQUAL, idx, io, NULL, &eq));
+  int off, on;
+  RETURN_IF_ERROR(on_reshape(im, vals, (int64_t[]){2}, 1, NULL, &vals));
+  RETURN_IF_ERROR(on_slice(im, vals, 0, 0, 1, 1, NULL, &off));
+  RETURN_IF_ERROR(on_slice(im, vals, 0, 1, 2, 1, NULL, &on));
+  RETURN_IF_ERROR(on_reshape(im, off, NULL, 0, NULL, &off));
+  RETURN_IF_ERROR(on_reshape(im, on, NULL, 0, NULL, &on));
+  RETURN_IF_ERROR(on_op3(im, OP_WHERE, eq, on, off, out0(im), &y));
+  return bind0(im, y);
+}
+
 /* ---- the table ---- */
 
 static const OnnxOpDef ops[] = {
@@ -1905,6 +2254,7 @@ static const OnnxOpDef ops[] = {
     {"BatchNormalization", cv_batch_norm, "epsilon momentum training_mode"},
     {"Cast", cv_cast, "to saturate"},
     {"CastLike", cv_castlike, "saturate"},
+    {"Celu", cv_elu_family, "alpha"},
     {"Clip", cv_clip, ""},
     {"Concat", cv_concat, "axis"},
     {"Constant", cv_constant, "value value_float value_floats value_int value_ints"},
@@ -1913,9 +2263,11 @@ static const OnnxOpDef ops[] = {
     {"Ceil", cv_unary, ""},
     {"Cos", cv_unary, ""},
     {"CumSum", cv_cumsum, "exclusive reverse"},
+    {"DepthToSpace", cv_depth_space, "blocksize mode"},
     {"DequantizeLinear", cv_dequantize_linear, "axis block_size"},
     {"Div", cv_binary, ""},
     {"Dropout", cv_dropout, "seed"},
+    {"Elu", cv_elu_family, "alpha"},
     {"Equal", cv_binary, ""},
     {"Erf", cv_unary, ""},
     {"Exp", cv_unary, ""},
@@ -1931,9 +2283,11 @@ static const OnnxOpDef ops[] = {
     {"GlobalMaxPool", cv_global_pool, ""},
     {"Greater", cv_binary, ""},
     {"GreaterOrEqual", cv_logic, ""},
+    {"GroupNormalization", cv_group_norm, "epsilon num_groups stash_type"},
     {"HardSigmoid", cv_hard_sigmoid, "alpha beta"},
     {"HardSwish", cv_hard_swish, ""},
     {"Identity", cv_identity, ""},
+    {"InstanceNormalization", cv_group_norm, "epsilon"},
     {"IsInf", cv_isnan_isinf, "detect_negative detect_positive"},
     {"IsNaN", cv_isnan_isinf, ""},
     {"LayerNormalization", cv_layer_norm, "axis epsilon stash_type"},
@@ -1942,14 +2296,18 @@ static const OnnxOpDef ops[] = {
     {"LessOrEqual", cv_logic, ""},
     {"Log", cv_unary, ""},
     {"LogSoftmax", cv_softmax, "axis"},
+    {"LpNormalization", cv_lp_norm, "axis p"},
     {"MatMul", cv_matmul, ""},
     {"Max", cv_variadic, ""},
     {"MaxPool", cv_pool, "auto_pad ceil_mode dilations kernel_shape pads storage_order strides"},
     {"Mean", cv_variadic, ""},
     {"Min", cv_variadic, ""},
+    {"Mish", cv_mish, ""},
+    {"Mod", cv_mod, "fmod"},
     {"Mul", cv_binary, ""},
     {"Neg", cv_unary, ""},
     {"Not", cv_logic, ""},
+    {"OneHot", cv_one_hot, "axis"},
     {"Or", cv_logic, ""},
     {"Pad", cv_pad, "mode"},
     {"Pow", cv_binary, ""},
@@ -1958,7 +2316,10 @@ static const OnnxOpDef ops[] = {
     {"RMSNormalization", cv_rms_norm, "axis epsilon stash_type"},
     {"Range", cv_range, ""},
     {"Reciprocal", cv_unary, ""},
+    {"ReduceL1", cv_reduce_log, "axes keepdims noop_with_empty_axes"},
     {"ReduceL2", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceLogSum", cv_reduce_log, "axes keepdims noop_with_empty_axes"},
+    {"ReduceLogSumExp", cv_reduce_log, "axes keepdims noop_with_empty_axes"},
     {"ReduceMax", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMean", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMin", cv_reduce, "axes keepdims noop_with_empty_axes"},
@@ -1971,7 +2332,9 @@ static const OnnxOpDef ops[] = {
     {"RotaryEmbedding", cv_rotary, "interleaved num_heads rotary_embedding_dim"},
     {"Round", cv_unary, ""},
     {"ScatterND", cv_scatter_nd, "reduction"},
+    {"Selu", cv_elu_family, "alpha gamma"},
     {"Shape", cv_shape, "end start"},
+    {"Shrink", cv_shrink, "bias lambd"},
     {"Sigmoid", cv_unary, ""},
     {"Sign", cv_unary, ""},
     {"Sin", cv_unary, ""},
@@ -1979,13 +2342,16 @@ static const OnnxOpDef ops[] = {
     {"Slice", cv_slice, ""},
     {"Softmax", cv_softmax, "axis"},
     {"Softplus", cv_softplus, ""},
+    {"SpaceToDepth", cv_depth_space, "blocksize"},
     {"Split", cv_split, "axis num_outputs split"},
     {"Sqrt", cv_unary, ""},
     {"Squeeze", cv_squeeze, "axes"},
     {"Sub", cv_binary, ""},
     {"Sum", cv_variadic, ""},
     {"Tanh", cv_unary, ""},
+    {"ThresholdedRelu", cv_elu_family, "alpha"},
     {"Tile", cv_tile, ""},
+    {"TopK", cv_topk, "axis largest sorted"},
     {"Transpose", cv_transpose, "perm"},
     {"Trilu", cv_trilu, "upper"},
     {"Unsqueeze", cv_unsqueeze, "axes"},

@@ -72,7 +72,23 @@ def helper_cases(tmp):
                                 **attrs)
         return save(name, [node], opset=opset, inits=inits)
 
+    xi = helper.make_tensor_value_info("x", TensorProto.INT64, [2, 3])
+    x4 = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 2, 2])
     return [
+        ("integer Mod", save("mod_int", [helper.make_node("Mod", ["x", "x"], ["y"], name="m")], xin=xi),
+         ["node 0 'm'", "integer Mod"]),
+        ("GroupNormalization groups", save("gn", [helper.make_node("GroupNormalization", ["x", "s", "s"], ["y"],
+                                                                   name="gn", num_groups=4)], opset=21,
+                                           inits=[numpy_helper.from_array(np.ones(6, np.float32), "s")], xin=x4),
+         ["node 0 'gn'", "num_groups 4 must divide the 6 channels"]),
+        ("DepthToSpace blocksize", save("d2s", [helper.make_node("DepthToSpace", ["x"], ["y"], name="d", blocksize=2)],
+                                        xin=x4), ["node 0 'd'", "does not divide the 6 channels"]),
+        ("TopK computed K", save("topk", [helper.make_node("ReduceMax", ["x"], ["k0"], keepdims=0),
+                                          helper.make_node("Cast", ["k0"], ["k1"], to=TensorProto.INT64),
+                                          helper.make_node("Reshape", ["k1", "one"], ["k"]),
+                                          helper.make_node("TopK", ["x", "k"], ["y", "i"], name="t")],
+                                 inits=[numpy_helper.from_array(np.array([1], np.int64), "one")]),
+         ["node 3 't'", "K"]),
         ("QuantizeLinear blocked", quant("q_block", np.ones((2, 1)), block_size=3, axis=1),
          ["node 0 'q'", "blocked scales"]),
         ("QuantizeLinear to INT4", quant("q_int4", 0.1, output_dtype=TensorProto.INT4), ["node 0 'q'", "INT4"]),

@@ -176,12 +176,12 @@ def cosine(a, b):
     return float(a @ b / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
 
 
-def check_cuda(smelt, path, label, dims, feeds, outs, want, tmp, failures, report):
+def check_cuda(smelt, path, label, dims, feeds, outs, want, tmp, failures, report, dtypes=("f32", "f16")):
     """The CUDA path: compiled with NVRTC in f32 and f16 everywhere (no GPU
     needed); run and compared with ORT where a GPU is (f32: rel L2 <= 1e-5;
     f16, inputs rounded to f16: cosine >= 0.999).  Without NVRTC the part
     is skipped and says so (SMELT_TEST_REQUIRE=nvrtc: a failure)."""
-    for dt in ("f32", "f16"):
+    for dt in dtypes:
         bundle = os.path.join(tmp, f"{os.path.basename(path)}.{dt}.cuda.smelt")
         r = smelt_cmd(smelt, ["compile", path, "--target", "cuda", "--dtype", dt, "-o", bundle] + dims)
         if r.returncode != 0 and "NVRTC" in r.stderr and not crashed(r):
@@ -335,6 +335,45 @@ def check_quant(smelt, tmp, failures, report):
         check_cuda(smelt, path, label, [], feeds, ["y"], want, tmp, failures, report)
 
 
+# ops/*.onnx whose results jump (rounding, fmod, the order of equal
+# values): f16 inputs may land on the other side of a step, so their CUDA
+# check is f32 only
+STEP_OPS = ("rounding", "mod_fmod", "topk")
+
+
+def check_ops(smelt, tmp, failures, report):
+    """ops/*.onnx (make_ops.py): one model per ONNX operator that the
+    importer builds from smelt's ops, against ONNX Runtime's stored outputs
+    (computed without graph optimisations), on the CPU and the reference
+    interpreter: floats within rel L2 1e-5, integers (TopK's indices)
+    exactly; and on CUDA (compiled with NVRTC here, run where a GPU is)."""
+    for path in sorted(glob.glob(os.path.join(HERE, "ops", "*.onnx"))):
+        label = os.path.basename(path)
+        with np.load(path[:-5] + ".npz") as z:
+            feeds = {k[3:]: z[k] for k in z.files if k.startswith("in.")}
+            want = {k[4:]: z[k] for k in z.files if k.startswith("out.")}
+        outs = sorted(want)
+        for dev in ("ref",) if CUDA_ONLY else ("cpu", "ref"):
+            got, err = run_smelt(smelt, path, feeds, outs, dev, tmp)
+            if got is None:
+                failures.append(f"{label} --device {dev}: {err}")
+                continue
+            bad = []
+            for o in outs:
+                if want[o].dtype.kind in "iub":
+                    if got[o].shape != want[o].shape or not np.array_equal(got[o], want[o]):
+                        bad.append(f"{o}: {got[o].ravel()[:8]} want {want[o].ravel()[:8]}")
+                elif not rel_l2(got[o], want[o]) <= TOL:
+                    bad.append(f"{o}: rel L2 {rel_l2(got[o], want[o]):.3e}")
+            e = max((rel_l2(got[o], want[o]) for o in outs if want[o].dtype.kind == "f"), default=0.0)
+            report.append(f"{label:38s} {dev:4s} rel L2 vs ORT {e:.2e} (stored){', integers exact' if len(bad) == 0 and any(want[o].dtype.kind in 'iub' for o in outs) else ''}")
+            if bad:
+                failures.append(f"{label} --device {dev}: " + "; ".join(bad))
+        floats = [o for o in outs if want[o].dtype.kind == "f"]
+        check_cuda(smelt, path, label, [], feeds, floats, want, tmp, failures, report,
+                   ("f32",) if label[:-5] in STEP_OPS else ("f32", "f16"))
+
+
 def check_bench(smelt, failures, report):
     """smelt bench takes an ONNX file as it takes YAML, with valid random
     ids for the embeddings (token types: 2 rows) and --check."""
@@ -379,6 +418,7 @@ def main():
             check_model(a.smelt, m, ort, tmp, failures, report, a.write_refs)
         check_attention_found(a.smelt, failures, report)
         check_quant(a.smelt, tmp, failures, report)
+        check_ops(a.smelt, tmp, failures, report)
         if not CUDA_ONLY:
             check_bench(a.smelt, failures, report)
             check_edge_ops(a.smelt, tmp, failures, report)

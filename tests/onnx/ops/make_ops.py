@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""Writes one small ONNX model per operator that smelt builds from its own
+ops at import (frontend/onnx_ops.c's composites: Elu, Selu, Celu,
+ThresholdedRelu, Mish, Shrink, Mod, InstanceNormalization,
+GroupNormalization, DepthToSpace, SpaceToDepth, ReduceLogSumExp,
+ReduceLogSum, ReduceL1, LpNormalization, TopK, OneHot; and Floor, Ceil,
+Round, Sign), with ONNX Runtime's output on fixed inputs stored beside it
+(NAME.npz: in.NAME for each graph input, out.NAME for each output), so
+that test_onnx_models.py's check_ops needs neither onnx nor onnxruntime.
+Needs onnx, onnxruntime and numpy.
+
+Usage: python3 make_ops.py
+"""
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+NP = {F: np.float32, I64: np.int64}
+
+
+def save(name, nodes, inputs, outputs, inits=(), opset=18, feeds=None):
+    """inputs: (name, type, shape, array); outputs: (name, type)."""
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(n, t, s) for n, t, s, _ in inputs],
+                          [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                          initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="smelt make_ops.py")
+    m.ir_version = 10
+    path = os.path.join(HERE, name + ".onnx")
+    onnx.save(m, path)
+    feeds = {n: a.astype(NP[t]) for n, t, _, a in inputs}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    got = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run([n for n, _ in outputs], feeds)
+    arrays = {"in." + k: v for k, v in feeds.items()}
+    arrays.update({"out." + n: v for (n, _), v in zip(outputs, got)})
+    np.savez_compressed(os.path.join(HERE, name + ".npz"), **arrays)
+    print(name, [v.shape for v in got])
+
+
+def main():
+    r = np.random.default_rng(0)
+    x = r.standard_normal((3, 4, 5)) * 2
+    x[0, 0, :] = [-2.5, -0.5, 0.5, 1.5, 2.5]  # ties: Round is to even
+    x1 = [("x", F, [3, 4, 5], x)]
+    n = lambda op, **a: [helper.make_node(op, ["x"], ["y"], **a)]
+    save("elu", n("Elu", alpha=0.7), x1, [("y", F)])
+    save("selu", n("Selu"), x1, [("y", F)])
+    save("celu", n("Celu", alpha=1.3), x1, [("y", F)])
+    save("thresholded_relu", n("ThresholdedRelu", alpha=0.4), x1, [("y", F)])
+    save("mish", n("Mish"), x1, [("y", F)])
+    save("shrink", n("Shrink", lambd=0.6, bias=0.2), x1, [("y", F)])
+    save("rounding", [helper.make_node("Floor", ["x"], ["f"]), helper.make_node("Ceil", ["x"], ["c"]),
+                      helper.make_node("Round", ["x"], ["r"]), helper.make_node("Sign", ["x"], ["s"])],
+         x1, [("f", F), ("c", F), ("r", F), ("s", F)])
+    b = r.standard_normal((3, 4, 5)) * 1.5 + np.sign(r.standard_normal((3, 4, 5))) * 0.3
+    save("mod_fmod", [helper.make_node("Mod", ["x", "b"], ["y"], fmod=1)], x1 + [("b", F, [3, 4, 5], b)], [("y", F)])
+    img = r.standard_normal((2, 6, 4, 3)) * 3 + 1
+    xi = [("x", F, [2, 6, 4, 3], img)]
+    save("instance_norm", [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], epsilon=1e-3)], xi,
+         [("y", F)], [("s", r.standard_normal(6).astype(np.float32)), ("b", r.standard_normal(6).astype(np.float32))])
+    save("group_norm", [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], epsilon=1e-4, num_groups=3)],
+         xi, [("y", F)], [("s", r.standard_normal(6).astype(np.float32)), ("b", r.standard_normal(6).astype(np.float32))],
+         opset=21)
+    d = [("x", F, [2, 8, 3, 2], r.standard_normal((2, 8, 3, 2)))]
+    save("depth_to_space_dcr", n("DepthToSpace", blocksize=2), d, [("y", F)])
+    save("depth_to_space_crd", n("DepthToSpace", blocksize=2, mode="CRD"), d, [("y", F)])
+    save("space_to_depth", n("SpaceToDepth", blocksize=2), [("x", F, [2, 3, 4, 6], r.standard_normal((2, 3, 4, 6)))],
+         [("y", F)])
+    big = x * 20  # exp overflows without the max subtracted
+    save("reduce_log", [helper.make_node("ReduceLogSumExp", ["x", "ax"], ["lse"], keepdims=0),
+                        helper.make_node("ReduceLogSumExp", ["x"], ["lse_all"], keepdims=1),
+                        helper.make_node("Abs", ["x"], ["a"]),
+                        helper.make_node("ReduceLogSum", ["a", "ax"], ["ls"], keepdims=1),
+                        helper.make_node("ReduceL1", ["x", "ax2"], ["l1"], keepdims=0)],
+         [("x", F, [3, 4, 5], big)], [("lse", F), ("lse_all", F), ("ls", F), ("l1", F)],
+         [("ax", np.array([1], np.int64)), ("ax2", np.array([0, 2], np.int64))])
+    save("lp_norm", [helper.make_node("LpNormalization", ["x"], ["l2"], axis=1, p=2),
+                     helper.make_node("LpNormalization", ["x"], ["l1"], axis=-1, p=1)], x1, [("l2", F), ("l1", F)])
+    save("topk", [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+                  helper.make_node("TopK", ["x", "k2"], ["vs", "is"], axis=-1, largest=0)],
+         x1, [("v", F), ("i", I64), ("vs", F), ("is", I64)],
+         [("k", np.array([3], np.int64)), ("k2", np.array([2], np.int64))])
+    save("one_hot", [helper.make_node("OneHot", ["ids", "depth", "vals"], ["y"], axis=1),
+                     helper.make_node("OneHot", ["ids", "depth", "vals"], ["z"])],
+         [("ids", I64, [2, 3], np.array([[0, 4, -1], [2, -5, 3]]))], [("y", F), ("z", F)],
+         [("depth", np.array(5, np.int64)), ("vals", np.array([-1.0, 3.0], np.float32))])
+
+
+if __name__ == "__main__":
+    main()
