@@ -38,7 +38,10 @@ bandwidth of its compressed bytes; int8 and fp8 >= 1.8x; M=2048 fp8 >=
 0.95x torch._scaled_mm).
 
 Usage: quant.py [--smelt PATH] [--only gemv,w2_m1,w2_m2048] [--iters 20] [--keep DIR]
-                [--compile-only]
+                [--compile-only] [--no-nbits]
+The gemv workload also runs the same weight imported from ONNX
+com.microsoft MatMulNBits models (rows mnb4: int4 g128 symmetric; mnb4zp:
+int4 g128 with packed zero points; mnb8zp: int8 g128 with zero points).
 --compile-only compiles the bundles (NVRTC, no GPU needed) and reports the
 compile times and each layer's cosine from the quantisation report.
 Exit status 0 when every smelt row ran, 1 otherwise.
@@ -99,10 +102,49 @@ def quantise(w, mode, group):
     return q.reshape(K, N).T.copy(), s.T.copy()
 
 
+def nbits_model(path, w, bits, zp, group=128):
+    """An ONNX com.microsoft MatMulNBits model of y = x @ w (w [K, N]), as
+    onnxruntime's MatMulNBitsQuantizer writes one: W^T in groups of `group`
+    along K, rounded to nearest; with zp, asymmetric (scale (max - min) /
+    (2^bits - 1), zero point round(-min / scale), packed uint8), else
+    symmetric (scale amax / (2^(bits-1) - 1), the default zero point)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    K, N = w.shape
+    g = w.astype(np.float64).T.reshape(N, K // group, group)
+    top = (1 << bits) - 1
+    if zp:
+        lo, hi = np.minimum(g.min(axis=2), 0), np.maximum(g.max(axis=2), 0)
+        sc = np.maximum((hi - lo) / top, 1e-8)
+        z = np.clip(np.rint(-lo / sc), 0, top)
+    else:
+        sc = np.maximum(np.abs(g).max(axis=2) / ((1 << (bits - 1)) - 1), 1e-8)
+        z = np.full(sc.shape, 1 << (bits - 1))
+    q = np.clip(np.rint(g / sc[:, :, None]) + z[:, :, None], 0, top).astype(np.uint8).reshape(N, K)
+    b = (q[:, 0::2] | (q[:, 1::2] << 4)) if bits == 4 else q
+    inits = [numpy_helper.from_array(b.reshape(N, K // group, -1).astype(np.uint8), "B"),
+             numpy_helper.from_array(sc.astype(np.float32).ravel(), "scales")]
+    if zp:
+        zz = z.astype(np.uint8)
+        if bits == 4:
+            zz = np.pad(zz, ((0, 0), (0, zz.shape[1] % 2)))
+            zz = zz[:, 0::2] | (zz[:, 1::2] << 4)
+        inits.append(numpy_helper.from_array(zz.astype(np.uint8).ravel(), "zp"))
+    node = helper.make_node("MatMulNBits", ["x", "B", "scales"] + (["zp"] if zp else []), ["y"],
+                            domain="com.microsoft", K=K, N=N, bits=bits, block_size=group)
+    gr = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, K])],
+                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, N])], initializer=inits)
+    m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    onnx.save(m, path)
+
+
 def stored_bytes(mode, K, N, group=128):
     """Bytes of one weight as smelt stores it (values and f16 scales)."""
     if mode == "f16":
         return 2 * K * N
+    if mode.startswith("mnb"):  # MatMulNBits: codes, f16 scales and (zp) 4- or 8-bit zero points per group
+        bits = 8 if mode.startswith("mnb8") else 4
+        return K * N * bits // 8 + 2 * N * (K // group) + (N * (K // group) * bits // 8 if "zp" in mode else 0)
     bits = {"int8": 8, "int4": 4, "fp8": 8}[mode]
     groups = K // group if mode == "int4" else 1
     return K * N * bits // 8 + 2 * N * groups
@@ -209,11 +251,20 @@ def workload(args, tmp, wid, torch):
     x = rng.uniform(-1, 1, (m, H)).astype(np.float16)
     xfile = os.path.join(tmp, f"{wid}_x.npy")
     np.save(xfile, x)
-    modes = [md for md in MODES if wid != "w2_m2048" or md[0] in ("f16", "fp8")]
+    modes = [(md, fl, model) for md, fl in MODES if wid != "w2_m2048" or md in ("f16", "fp8")]
+    if wid == "gemv" and args.nbits:
+        # imported ONNX MatMulNBits (int4 g128 symmetric and with zero points, int8 g128 with zero points)
+        for mode, bits, zp in (("mnb4", 4, False), ("mnb4zp", 4, True), ("mnb8zp", 8, True)):
+            path = os.path.join(tmp, f"gemv_{mode}.onnx")
+            try:
+                nbits_model(path, params["w_gate"], bits, zp)
+                modes.append((mode, ["--dtype", "f16"], path))
+            except ImportError as e:
+                print(f"no onnx package: the {mode} row is left out ({e})")
     rows = {}
-    for mode, flags in modes:
+    for mode, flags, src in modes:
         try:
-            rows[f"smelt {mode}"] = smelt_row(args, tmp, wid, model, mode, flags, xfile)
+            rows[f"smelt {mode}"] = smelt_row(args, tmp, wid, src, mode, flags, xfile)
         except Exception as e:  # noqa: BLE001  (a row that failed, reported)
             rows[f"smelt {mode}"] = {"error": str(e).splitlines()[0][:160]}
         rows[f"smelt {mode}"]["bytes"] = sum(stored_bytes(mode, w.shape[0], w.shape[1]) for w in ws_np) + 4 * m * H
@@ -283,6 +334,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--keep", help="work in DIR and keep it (weights, bundles, outputs)")
     ap.add_argument("--compile-only", action="store_true")
+    ap.add_argument("--no-nbits", dest="nbits", action="store_false",
+                    help="leave out the gemv rows of imported ONNX MatMulNBits models")
     args = ap.parse_args()
     torch = None
     if not args.compile_only:
