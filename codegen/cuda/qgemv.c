@@ -1,6 +1,9 @@
 /* The quantised decode matmul: M <= 8 rows of A against a weight stored
- * quantised (int4 two per byte, int8, fp8 e4m3/e5m2) with a scale per
- * group of G elements along K, dequantised in registers, f32 accumulation.
+ * quantised (int4/uint4 two per byte, int8/uint8, fp8 e4m3/e5m2) with a
+ * scale per group of G elements along K, and for the integer codes
+ * optionally a zero point per group (asymmetric int4 as GPTQ, AWQ and ONNX
+ * MatMulNBits make it: u4 codes, u4 zeros), dequantised in registers, f32
+ * accumulation.
  *
  * At decode a matmul is bound by the bytes of its weight: int4 with
  * groups of 128 reads ~3.9x fewer than f16.  The quantize pass stores
@@ -14,17 +17,28 @@
  * ld.global.nc.L1::no_allocate (the weight is read once).  A chunk holds
  * E = 32 (int4) or 16 (int8, fp8) consecutive k's and lies inside one
  * group (G a multiple of E) or holds whole groups of whole 32-bit words
- * (int4 with G = 16 or 8), so per chunk, group and column the kernel sums
+ * (4-bit with G = 16 or 8), so per chunk, group and column the kernel sums
  * x[k] * q[k] and multiplies that by the group's one scale: (x . q) s,
  * the reference's x . (q s) reassociated.  Widening:
  *   int4  nibble i of a little-endian 32-bit word is element i (ir/dtype.h);
  *         with the word xor 0x88888888 a nibble is its value + 8, and
  *         float(0x4B000000 | nibble) - (2^23 + 8) is exactly the value
  *         (the mantissa trick: one LOP3, one FADD, no conversion);
- *   int8  the same with byte ^ 0x80 and 2^23 + 128;
+ *   uint4 the same without the xor, less 2^23;
+ *   int8  the same with byte ^ 0x80 and 2^23 + 128; uint8 without the xor,
+ *         less 2^23;
  *   fp8   on sm_89+ two at a time by cvt.rn.f16x2.e4m3x2 / .e5m2x2 and
  *         cvt.f32.f16; elsewhere (and in the CPU emulation) with the
  *         prelude's exact integer decoders (smelt_f8e4m3, smelt_f8e5m2).
+ * Zero points cost the inner loop nothing when they are integers (of the
+ * qweight's dtype): the constant subtracted above becomes 2^23 + 8 + z
+ * (int4; + 128 + z for int8, + z unsigned), one float per group and column
+ * loaded with the scale, and the difference is still exactly q - z.  Zero
+ * points in the scales' float dtype (which dequantize allows) are not
+ * integers, so there the chunk's dot product is taken with the codes and
+ * the group's sum of x (once per row, shared by the C columns) times z is
+ * subtracted: (x . q - z sum x) s.  u4 zeros are read element by element,
+ * so a column's K/G zeros may start mid-byte.
  * A's chunk of E elements is read per row (16-byte packs when A is a plain
  * argument and aligned, else element loads, or through cu_emit when a
  * prologue computes it); it stays in L1 (every warp reads the same row).
@@ -34,8 +48,9 @@
  * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
  * warp, U chunks per column in flight.
  * Not taken (the simple kernel dequantises element by element instead):
- * zero points, u4/u8 weights, a [K, N] weight, groups that split a 32-bit
- * word, A transposed.
+ * a [K, N] weight, zero points of fp8 weights, scales or zero points
+ * that are not kernel arguments, groups that split a 32-bit word, A
+ * transposed.
  */
 #include <stdio.h>
 #include <string.h>
@@ -52,8 +67,8 @@ typedef struct {
   const int *epi;
   int nepi;
   const Node *dq;
-  DType qdt, sdt, adt;
-  int q0, s0, a0; /* argument indices of the weight, its scales and A (-1: A computed) */
+  DType qdt, sdt, zdt, adt;
+  int q0, s0, z0, a0; /* argument indices of the weight, its scales, zeros (-1: none) and A (-1: computed) */
   int E;          /* elements per 16-byte chunk */
   int64_t G, ng, KC, row_bytes;
   int M;
@@ -68,25 +83,27 @@ static const Node *weight_dequant(const CuFn *f, const CuGemm *gm) {
   return dq->op == OP_DEQUANTIZE ? dq : NULL;
 }
 
-static int elems_per_chunk(DType qdt) { return qdt == DT_I4 ? 32 : 16; }
+static int elems_per_chunk(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
 
 static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
     return false;
   const Node *dq = weight_dequant(f, gm);
-  if (!dq || dq->nin != 2) return false;
+  if (!dq || dq->nin < 2 || dq->nin > 3) return false;
   const Graph *g = f->g;
-  int qv = dq->in[0], sv = dq->in[1];
-  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0) return false;
+  int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
+  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0 || (zv >= 0 && f->arg_of[zv] < 0)) return false;
   const TensorType *qt = &g->val[qv].type;
   DType qdt = qt->dt, sdt = g->val[sv].type.dt, adt = gm->at->dt;
-  if (qdt != DT_I4 && qdt != DT_I8 && !dt_is_f8(qdt)) return false;
+  if (qdt != DT_I4 && qdt != DT_U4 && qdt != DT_I8 && qdt != DT_U8 && !dt_is_f8(qdt)) return false;
   if (!dt_is_float(sdt) || sdt == DT_F64) return false;
+  /* zeros of the qweight's dtype or the scales' (ir/infer.c); fp8 takes none */
+  if (zv >= 0 && (dt_is_f8(qdt) || (g->val[zv].type.dt != qdt && g->val[zv].type.dt != sdt))) return false;
   if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
   if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
   int64_t G = ir_attr_int(dq, "group");
   if (G == 0) G = gm->K;
-  int E = elems_per_chunk(qdt), epw = qdt == DT_I4 ? 8 : 4;
+  int E = elems_per_chunk(qdt), epw = dt_is_packed(qdt) ? 8 : 4;
   /* a chunk inside one group, or whole groups of whole 32-bit words */
   return gm->K % E == 0 && gm->K % G == 0 && (G % E == 0 || (E % G == 0 && G % epw == 0));
 }
@@ -176,11 +193,26 @@ static void load_x(CuFn *f, const Qg *v, bool packs) {
 /* Groups in one chunk: 1, or E / G when the groups are smaller. */
 static int subgroups(const Qg *v) { return v->G >= v->E ? 1 : (int)(v->E / v->G); }
 
+/* Zero points of the qweight's dtype (integers): folded into the constant
+ * the mantissa trick subtracts (see the top). */
+static bool int_zeros(const Qg *v) { return v->z0 >= 0 && !dt_is_float(v->zdt); }
+static bool float_zeros(const Qg *v) { return v->z0 >= 0 && dt_is_float(v->zdt); }
+
+/* What the mantissa trick's 2^23 + code exceeds the value by: the xor of
+ * the signed codes adds 8 (int4) or 128 (int8). */
+static int code_bias(DType qdt) { return qdt == DT_I4 ? 8 : qdt == DT_I8 ? 128 : 0; }
+
 /* acc[j * MP + m] += the chunk's dot product with A's row, group by group:
- * part = sum of xs[e] * q[e] over a group's words of w (four 32-bit
- * words), times the group's scale sc[j][h]. */
+ * part = sum of xs[e] * (q[e] - z) over a group's words of w (four 32-bit
+ * words; with float zeros sum of xs[e] q[e] less z xsum[h]), times the
+ * group's scale sc[j][h]. */
 static void chunk_dot(CuFn *f, const Qg *v) {
   int SUB = subgroups(v), WPS = 4 / SUB, MP = pow2_at_least(v->M);
+  /* what 2^23 + code is less: 2^23 + the code's bias, plus z with integer
+   * zeros (zo, per group and column); `less` says it in the generated comment */
+  const char *off = int_zeros(v) ? "zo[j][h]" : cu_fmt(f, "%.1ff", 8388608.0 + code_bias(v->qdt));
+  const char *less = cu_fmt(f, "2^23%s%s", code_bias(v->qdt) == 8 ? " + 8" : code_bias(v->qdt) ? " + 128" : "",
+                            int_zeros(v) ? " + z" : "");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
   cu_line(f, "float part = 0.0f;");
@@ -188,16 +220,22 @@ static void chunk_dot(CuFn *f, const Qg *v) {
   cu_open(f, "for (int e = h * %d; e < (h + 1) * %d; e++)", WPS, WPS);
   switch (v->qdt) {
   case DT_I4:
-    cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
+  case DT_U4:
+    if (v->qdt == DT_I4) cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
+    else cu_line(f, "const unsigned wd = w.v[e];  // each nibble: its u4 value");
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int s = 0; s < 8; s++)  // nibble s is element 8 e + s; 2^23 + (value + 8), less 2^23 + 8");
-    cu_line(f, "  part += xs[e * 8 + s] * (__int_as_float(0x4B000000 | ((wd >> (4 * s)) & 15u)) - 8388616.0f);");
+    cu_line(f, "for (int s = 0; s < 8; s++)  // nibble s is element 8 e + s; 2^23 + %s, less %s",
+            v->qdt == DT_I4 ? "(value + 8)" : "value", less);
+    cu_line(f, "  part += xs[e * 8 + s] * (__int_as_float(0x4B000000 | ((wd >> (4 * s)) & 15u)) - %s);", off);
     break;
   case DT_I8:
+  case DT_U8:
     cu_line(f, "const unsigned wd = w.v[e];");
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int s = 0; s < 4; s++)  // byte s is element 4 e + s; 2^23 + (byte + 128), less 2^23 + 128");
-    cu_line(f, "  part += xs[e * 4 + s] * (__int_as_float(0x4B000000 | (((wd >> (8 * s)) & 255u) ^ 128u)) - 8388736.0f);");
+    cu_line(f, "for (int s = 0; s < 4; s++)  // byte s is element 4 e + s; 2^23 + %s, less %s",
+            v->qdt == DT_I8 ? "(byte + 128)" : "byte", less);
+    cu_line(f, "  part += xs[e * 4 + s] * (__int_as_float(0x4B000000 | (((wd >> (8 * s)) & 255u)%s)) - %s);",
+            v->qdt == DT_I8 ? " ^ 128u" : "", off);
     break;
   default: {
     const char *fmt = v->qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
@@ -221,7 +259,43 @@ static void chunk_dot(CuFn *f, const Qg *v) {
   }
   }
   cu_close(f);
-  cu_line(f, "acc[j * %d + m] += part * sc[j][h];", MP);
+  if (float_zeros(v)) cu_line(f, "acc[j * %d + m] += (part - zf[j][h] * xsum[h]) * sc[j][h];", MP);
+  else cu_line(f, "acc[j * %d + m] += part * sc[j][h];", MP);
+  cu_close(f);
+}
+
+/* The zero points of the chunk's groups for the C columns, next to their
+ * scales: zo = 2^23 + bias + z for integer ones (exact: |z| < 2^8), zf = z
+ * for float ones. */
+static void load_zeros(CuFn *f, const Qg *v) {
+  if (v->z0 < 0) return;
+  int C = v->p->cols, SUB = subgroups(v);
+  const char *idx = cu_fmt(f, "nc[j] * %lldLL + g + h", (long long)v->ng);
+  const char *z;
+  if (dt_is_packed(v->zdt)) z = cu_fmt(f, "%s(Z, %s)", v->zdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx);
+  else z = cu_from_storage(f, v->zdt, cu_fmt(f, "Z[%s]", idx));
+  if (float_zeros(v)) {
+    cu_line(f, "float zf[%d][%d];", C, SUB);
+  } else {
+    cu_line(f, "float zo[%d][%d];  // 2^23 + %d + z", C, SUB, code_bias(v->qdt));
+    z = cu_fmt(f, "%.1ff + (float)%s", 8388608.0 + code_bias(v->qdt), z);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int j = 0; j < %d; j++)", C);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int h = 0; h < %d; h++) %s[j][h] = %s;", SUB, float_zeros(v) ? "zf" : "zo", z);
+}
+
+/* xsum[h]: the sum of xs over group h of the chunk (float zeros only). */
+static void x_sums(CuFn *f, const Qg *v) {
+  if (!float_zeros(v)) return;
+  int SUB = subgroups(v), EPS = v->E / SUB;
+  cu_line(f, "float xsum[%d];", SUB);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
+  cu_line(f, "xsum[h] = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = h * %d; e < (h + 1) * %d; e++) xsum[h] += xs[e];", EPS, EPS);
   cu_close(f);
 }
 
@@ -247,10 +321,12 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int h = 0; h < %d; h++) sc[j][h] = %s;", SUB,
           cu_from_storage(f, v->sdt, cu_fmt(f, "S[nc[j] * %lldLL + g + h]", (long long)v->ng)));
+  load_zeros(f, v);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", v->M);
   cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->E, v->E - 1);
   load_x(f, v, packs);
+  x_sums(f, v);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int j = 0; j < %d; j++)", C);
   cu_line(f, "const smelt_pack<unsigned, 4> w = wq[u][j];");
@@ -270,6 +346,8 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   v.adt = gm->at->dt;
   v.q0 = f->arg_of[dq->in[0]];
   v.s0 = f->arg_of[dq->in[1]];
+  v.z0 = dq->nin > 2 ? f->arg_of[dq->in[2]] : -1;
+  v.zdt = dq->nin > 2 ? g->val[dq->in[2]].type.dt : DT_INVALID;
   const Value *av = &g->val[gm->an->in[0]];
   v.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
   v.E = elems_per_chunk(v.qdt);
@@ -292,8 +370,8 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
   l->workspace = 0;
   if (gm->Z == 0) return;
-  cu_line(f, "// variant: quantised GEMV for M = %d (decode): %s (%s [N, K], a scale per %lld of K) read once with", v.M,
-          g->val[dq->in[0]].name, dt_name(v.qdt), (long long)v.G);
+  cu_line(f, "// variant: quantised GEMV for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K) read once with", v.M,
+          g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
   cu_line(f, "// 16-byte loads and dequantised in registers, f32 accumulation; warp w of block b owns columns (b * %d + w) * %d ..", W, C);
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
   cu_line(f, "// 16-byte loads of the weight that bypass L1: it is read once");
@@ -313,6 +391,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   if (v.a0 >= 0)
     cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
+  if (v.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.zdt), v.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
   cu_line(f, "float acc[%d];  // acc[j * %d + m]: column n0 + j, row m", P, MP);
   cu_line(f, "#pragma unroll");

@@ -1,6 +1,6 @@
-/* The quantised GEMV of the CPU backend: y = x @ dequantize(Wq, S) with
- * the weight read packed (int8, int4 two per byte, fp8) and dequantised in
- * registers, never stored in float.
+/* The quantised GEMV of the CPU backend: y = x @ dequantize(Wq, S[, Z])
+ * with the weight read packed (int8/uint8, int4/uint4 two per byte, fp8)
+ * and dequantised in registers, never stored in float.
  *
  * At decode (a few rows of x) a matmul is bound by the bytes of its weight;
  * int4 with groups of 128 reads ~1/7 of f32's.  The kernel:
@@ -11,12 +11,13 @@
  *     prologue and f16 inputs work), into a float buffer on the stack;
  *   - the weight's elements are loaded VL at a time (VL = 16 lanes of f32
  *     with AVX-512, 8 with AVX/AVX2, else 4: the host's width, as gemm.c)
- *     and widened to float in registers: int8 by sign extension; int4 by
- *     loading VL/2 bytes, splitting low and high nibbles and interleaving
- *     them (element 2i is the low nibble of byte i, ir/dtype.h), then
- *     (v ^ 8) - 8 for the sign; fp8 by moving exponent and mantissa into
- *     float's place (exponent rebiased, subnormal codes m * 2^(1-bias-M)
- *     exactly, NaN and the sign bit restored);
+ *     and widened to float in registers: int8 by sign extension, uint8 by
+ *     zero extension; int4 and uint4 by loading VL/2 bytes, splitting low
+ *     and high nibbles and interleaving them (element 2i is the low nibble
+ *     of byte i, ir/dtype.h), then for int4 (v ^ 8) - 8 for the sign; fp8
+ *     by moving exponent and mantissa into float's place (exponent
+ *     rebiased, subnormal codes m * 2^(1-bias-M) exactly, NaN and the sign
+ *     bit restored);
  *   - scales are applied once per group, not per element: for each group
  *     of G elements along K the products x[k] * q[k, n] are summed into a
  *     partial vector, which is then multiplied by the group's scales and
@@ -26,21 +27,35 @@
  *     f16/bf16 `to` dtype as the reference's stored dequantize is (the
  *     kernel is the more exact of the two; the difference is within the
  *     output's own rounding in f16, about one step in bf16);
+ *   - zero points (asymmetric int4 as GPTQ, AWQ and ONNX MatMulNBits make
+ *     it: u4 codes with a u4 zero per group) are applied once per group
+ *     too, through the row's group sums of x (xsum, computed with the row):
+ *       sum_k x_k (q_k - z) s = s (sum_k x_k q_k - z sum_k x_k),
+ *     so the inner loop is the symmetric one.  z is of the qweight's dtype
+ *     (i8, u8, i4, u4: read element by element, so a row of [N, K/G] u4
+ *     zeros may start mid-byte) or of the scales' float dtype, as
+ *     dequantize allows.  The subtraction cancels about log2(mean |q| /
+ *     spread of q - z) bits, one or two for codes centred on their zero,
+ *     well inside f32's 24 (tests/unit/test_llvm_quant.c sees the same
+ *     relative error, ~2e-7, as without zero points);
  *   - [K, N] weights (the YAML layout; dequantize axis 0): per k, the VL
  *     consecutive columns of a vector; four vectors (4 VL columns) of
  *     independent accumulators per pass over K, then single vectors, then
  *     leftover columns one by one through the generic element-wise
  *     dequantize;
- *   - [N, K] weights (transpose_b, axis 1; Hugging Face's layout): each
- *     output column is a dot product along K; four columns at once share
- *     the x vector, each sums VL lanes, reduced at the end;
+ *   - [N, K] weights (transpose_b, axis 1; Hugging Face's layout and the
+ *     importers'): each output column is a dot product along K; four
+ *     columns at once share the x vector, each sums VL lanes, reduced at
+ *     the end, less the column's zero-point term (a scalar per column);
  *   - the block's outputs go through a stack tile to the epilogue (bias,
  *     activation, residual: cg_store_epilogue), as in gemm.c.
  * Not taken here (the generic loop nest dequantises element by element):
- * zero points, u8/u4 weights, f16 scales without hardware conversion,
- * weights the kernel does not receive as arguments, A transposed or 1-D,
- * batched or broadcast weights, K over QMM_MAX_K (the row buffer), a K or
- * group that is not a multiple of VL for [N, K], an odd N for int4 [K, N].
+ * zero points of fp8 weights, more than QMM_MAX_GROUPS groups along K
+ * with zero points (their sums of x are on the stack), f16 scales or zero
+ * points without hardware conversion, weights, scales or zero points the
+ * kernel does not receive as arguments, A transposed or 1-D, batched or
+ * broadcast weights, K over QMM_MAX_K (the row buffer), a K or group that
+ * is not a multiple of VL for [N, K], an odd N for 4-bit [K, N].
  */
 #include <math.h>
 #include <string.h>
@@ -52,21 +67,24 @@
 #define QMM_MAX_K 16384 /* floats of the row buffer: 64 KiB of the worker's stack */
 #define QMM_VECS 4      /* vectors (or columns) of accumulators per pass over K */
 #define QMM_MAX_TILE 256
+#define QMM_MAX_GROUPS (QMM_MAX_K / 8) /* floats of the group sums of x: 8 KiB of stack */
 
 typedef struct {
   CgFn *f;
   CgMod *m;
   LLVMBuilderRef B;
   const Node *mm, *dq;
-  int av, bv, qarg, sarg;
-  DType qdt, sdt;
+  int av, bv, qarg, sarg, zarg; /* zarg: the zero points' argument, -1 without */
+  DType qdt, sdt, zdt;
   bool tb; /* [N, K] weight */
   int64_t K, N, G, ng;
   int vl;
   LLVMTypeRef vf, vi;  /* <vl x float>, <vl x i32> */
   LLVMValueRef xrow;   /* float[K]: the task's row of A (de-interleaved when split) */
-  LLVMValueRef xsum;   /* float[ng]: its sum over each group (split) */
-  bool split;          /* int4 [N, K]: even and odd k apart, nibbles unsigned (see nk_split) */
+  LLVMValueRef xsum;   /* float[ng]: its sum over each group (when corr) */
+  bool split;          /* 4-bit [N, K]: even and odd k apart, nibbles unsigned (see nk_split) */
+  double zbias;        /* what the split path's codes exceed the qweight's by: 8 for int4, else 0 */
+  bool corr;           /* a zero-point term per group: zero points, or zbias != 0 */
   LLVMValueRef tile;   /* float[tile]: the block's outputs before the epilogue */
   LLVMValueRef acc[QMM_VECS], part[QMM_VECS]; /* <vl x float> allocas */
 } Qmm;
@@ -167,15 +185,16 @@ static LLVMValueRef f8_via_f16(Qmm *q, LLVMValueRef bytes) {
  * e4m3 through f16 (f8_via_f16), else 1. */
 static double f8_scale(const Qmm *q) { return q->qdt == DT_F8E4M3 && q->m->native_f16 ? 256.0 : 1.0; }
 
-/* The quantised values of vl consecutive elements from element lin (even
- * for int4), as floats (not yet scaled). */
-static LLVMValueRef qvals(Qmm *q, LLVMValueRef lin) {
+/* vl consecutive integer codes (i8, u8, i4, u4) of argument arg from
+ * element lin (even for 4-bit), as floats. */
+static LLVMValueRef ivals(Qmm *q, int arg, DType dt, LLVMValueRef lin) {
   CgMod *m = q->m;
   LLVMBuilderRef B = q->B;
-  LLVMValueRef base = q->f->base[q->qarg];
-  switch (q->qdt) {
+  LLVMValueRef base = q->f->base[arg];
+  switch (dt) {
   case DT_I8: return LLVMBuildSIToFP(B, load_vec(q, m->t_i8, q->vl, base, lin, 1), q->vf, "");
-  case DT_I4: {
+  case DT_U8: return LLVMBuildUIToFP(B, load_vec(q, m->t_i8, q->vl, base, lin, 1), q->vf, "");
+  default: { /* i4, u4 */
     int h = q->vl / 2;
     LLVMTypeRef hi32 = LLVMVectorType(m->t_i32, (unsigned)h);
     LLVMValueRef bytes = LLVMBuildZExt(B, load_vec(q, m->t_i8, h, base, LLVMBuildLShr(B, lin, cg_i64(m, 1), ""), 1), hi32, "");
@@ -188,21 +207,27 @@ static LLVMValueRef qvals(Qmm *q, LLVMValueRef lin) {
     LLVMValueRef hi = LLVMBuildLShr(B, bytes, LLVMConstVector(e4, (unsigned)h), "");
     for (int i = 0; i < q->vl; i++) mask[i] = cg_i32(m, (i & 1) ? h + i / 2 : i / 2);
     LLVMValueRef v = LLVMBuildShuffleVector(B, lo, hi, LLVMConstVector(mask, (unsigned)q->vl), "");
-    v = LLVMBuildSub(B, LLVMBuildXor(B, v, vconst_i32(q, 8), ""), vconst_i32(q, 8), "");
+    if (dt == DT_I4) v = LLVMBuildSub(B, LLVMBuildXor(B, v, vconst_i32(q, 8), ""), vconst_i32(q, 8), "");
     return LLVMBuildSIToFP(B, v, q->vf, "");
   }
-  default: /* f8 */
-    if (m->native_f16) return f8_via_f16(q, load_vec(q, m->t_i8, q->vl, base, lin, 1));
-    return f8_vec(q, LLVMBuildZExt(B, load_vec(q, m->t_i8, q->vl, base, lin, 1), q->vi, ""));
   }
 }
 
-/* vl consecutive scales from element lin, as floats. */
-static LLVMValueRef svals(Qmm *q, LLVMValueRef lin) {
+/* The quantised values of vl consecutive elements from element lin (even
+ * for 4-bit), as floats (not yet scaled). */
+static LLVMValueRef qvals(Qmm *q, LLVMValueRef lin) {
+  if (!dt_is_f8(q->qdt)) return ivals(q, q->qarg, q->qdt, lin);
+  LLVMValueRef bytes = load_vec(q, q->m->t_i8, q->vl, q->f->base[q->qarg], lin, 1);
+  if (q->m->native_f16) return f8_via_f16(q, bytes);
+  return f8_vec(q, LLVMBuildZExt(q->B, bytes, q->vi, ""));
+}
+
+/* vl consecutive floats (f32, f16, bf16) of argument arg from element lin. */
+static LLVMValueRef fvals(Qmm *q, int arg, DType dt, LLVMValueRef lin) {
   CgMod *m = q->m;
   LLVMBuilderRef B = q->B;
-  LLVMValueRef base = q->f->base[q->sarg];
-  switch (q->sdt) {
+  LLVMValueRef base = q->f->base[arg];
+  switch (dt) {
   case DT_F32: return load_vec(q, m->t_f32, q->vl, base, lin, 4);
   case DT_F16: return LLVMBuildFPExt(B, load_vec(q, m->t_f16, q->vl, base, lin, 2), q->vf, "");
   default: { /* bf16: the top half of an f32 */
@@ -210,6 +235,22 @@ static LLVMValueRef svals(Qmm *q, LLVMValueRef lin) {
     return LLVMBuildBitCast(B, LLVMBuildShl(B, w, vconst_i32(q, 16), ""), q->vf, "");
   }
   }
+}
+
+static LLVMValueRef svals(Qmm *q, LLVMValueRef lin) { return fvals(q, q->sarg, q->sdt, lin); }
+
+/* vl consecutive zero points from element lin (even for 4-bit), as floats. */
+static LLVMValueRef zvals(Qmm *q, LLVMValueRef lin) {
+  return dt_is_float(q->zdt) ? fvals(q, q->zarg, q->zdt, lin) : ivals(q, q->zarg, q->zdt, lin);
+}
+
+/* The zero point at element lin as a float, plus zbias (the split path's
+ * offset of its codes); 0 + zbias without zero points. */
+static LLVMValueRef zero_at(Qmm *q, LLVMValueRef lin) {
+  CgMod *m = q->m;
+  if (q->zarg < 0) return LLVMConstReal(m->t_f32, q->zbias);
+  LLVMValueRef z = cg_convert(m, cg_load_arg(q->f, q->zarg, lin), q->zdt, DT_F32);
+  return q->zbias != 0 ? LLVMBuildFAdd(q->B, z, LLVMConstReal(m->t_f32, q->zbias), "") : z;
 }
 
 static LLVMValueRef vload(Qmm *q, LLVMValueRef slot) { return LLVMBuildLoad2(q->B, q->vf, slot, ""); }
@@ -222,7 +263,8 @@ static LLVMValueRef fslot(Qmm *q, LLVMValueRef buf, LLVMValueRef i) {
 /* ---- [K, N]: VL columns a vector ---- */
 
 /* nv vectors of columns from c0 (of the tile starting at n0): per group,
- * partial sums of x[k] * q[k, :], then times the group's scales. */
+ * partial sums of x[k] * q[k, :], less the zero points times the group's
+ * sum of x, then times the group's scales. */
 static void kn_columns(Qmm *q, int nv, LLVMValueRef c0, LLVMValueRef n0) {
   CgFn *f = q->f;
   CgMod *m = q->m;
@@ -239,11 +281,14 @@ static void kn_columns(Qmm *q, int nv, LLVMValueRef c0, LLVMValueRef n0) {
     vstore(q, fmadd(q, xk, w, vload(q, q->part[j])), q->part[j]);
   }
   cg_loop_end(f, &lk, false);
-  LLVMValueRef srow = cg_add(f, cg_mulc(f, gi, q->N), c0);
+  LLVMValueRef srow = cg_add(f, cg_mulc(f, gi, q->N), c0), nxs = NULL;
+  if (q->corr) nxs = splat(q, LLVMBuildFNeg(q->B, LLVMBuildLoad2(q->B, m->t_f32, fslot(q, q->xsum, gi), ""), ""));
   for (int j = 0; j < nv; j++) {
-    LLVMValueRef s = svals(q, cg_add(f, srow, cg_i64(m, (int64_t)j * q->vl)));
+    LLVMValueRef lin = cg_add(f, srow, cg_i64(m, (int64_t)j * q->vl));
+    LLVMValueRef s = svals(q, lin), p = vload(q, q->part[j]);
     if (f8_scale(q) != 1.0) s = LLVMBuildFMul(q->B, s, vconst_f32(q, f8_scale(q)), "");
-    vstore(q, fmadd(q, vload(q, q->part[j]), s, vload(q, q->acc[j])), q->acc[j]);
+    if (nxs) p = fmadd(q, zvals(q, lin), nxs, p);
+    vstore(q, fmadd(q, p, s, vload(q, q->acc[j])), q->acc[j]);
   }
   cg_loop_end(f, &lg, false);
   LLVMValueRef off = LLVMBuildNSWSub(q->B, c0, n0, "");
@@ -303,11 +348,52 @@ static LLVMValueRef hsum(Qmm *q, LLVMValueRef v) {
   return s;
 }
 
-/* nc columns from c (of the tile starting at n0). */
-static void nk_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0) {
+/* The end of group gi for nc columns from c: acc[j] += part[j] * s, and
+ * with a zero-point term corr[j] += s (z + zbias) xsum[gi], which the
+ * column's result subtracts (nk_store). */
+static void nk_group_end(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef gi, LLVMValueRef *corr) {
   CgFn *f = q->f;
   CgMod *m = q->m;
-  for (int j = 0; j < nc; j++) vstore(q, vconst_f32(q, 0), q->acc[j]);
+  LLVMBuilderRef B = q->B;
+  LLVMTypeRef t = m->t_f32;
+  LLVMValueRef xs = q->corr ? LLVMBuildLoad2(B, t, fslot(q, q->xsum, gi), "") : NULL;
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef lin = cg_add(f, cg_mulc(f, cg_add(f, c, cg_i64(m, j)), q->ng), gi);
+    LLVMValueRef sc = cg_load_arg(f, q->sarg, lin);
+    if (f8_scale(q) != 1.0) sc = LLVMBuildFMul(B, sc, LLVMConstReal(t, f8_scale(q)), "");
+    vstore(q, fmadd(q, vload(q, q->part[j]), splat(q, sc), vload(q, q->acc[j])), q->acc[j]);
+    if (!q->corr) continue;
+    LLVMValueRef args[3] = {LLVMBuildFMul(B, sc, zero_at(q, lin), ""), xs, LLVMBuildLoad2(B, t, corr[j], "")};
+    LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &t, 1, args, 3), corr[j]);
+  }
+}
+
+/* Starts nc columns: accumulators and zero-point terms at 0. */
+static void nk_start(Qmm *q, int nc, LLVMValueRef *corr) {
+  for (int j = 0; j < nc; j++) {
+    vstore(q, vconst_f32(q, 0), q->acc[j]);
+    if (q->corr) LLVMBuildStore(q->B, LLVMConstReal(q->m->t_f32, 0), corr[j]);
+  }
+}
+
+/* The nc columns' results into the tile: the lanes' sum less the
+ * zero-point term. */
+static void nk_store(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LLVMValueRef *corr) {
+  CgFn *f = q->f;
+  LLVMBuilderRef B = q->B;
+  for (int j = 0; j < nc; j++) {
+    LLVMValueRef off = LLVMBuildNSWSub(B, cg_add(f, c, cg_i64(q->m, j)), n0, "");
+    LLVMValueRef y = hsum(q, vload(q, q->acc[j]));
+    if (q->corr) y = LLVMBuildFSub(B, y, LLVMBuildLoad2(B, q->m->t_f32, corr[j], ""), "");
+    LLVMBuildStore(B, y, fslot(q, q->tile, off));
+  }
+}
+
+/* nc columns from c (of the tile starting at n0). */
+static void nk_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LLVMValueRef *corr) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  nk_start(q, nc, corr);
   CgLoop lg, lk;
   LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q->ng), "group");
   for (int j = 0; j < nc; j++) vstore(q, vconst_f32(q, 0), q->part[j]);
@@ -320,35 +406,25 @@ static void nk_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0) {
     vstore(q, fmadd(q, x, w, vload(q, q->part[j])), q->part[j]);
   }
   cg_loop_end(f, &lk, false);
-  for (int j = 0; j < nc; j++) {
-    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
-    LLVMValueRef sc = cg_load_arg(f, q->sarg, cg_add(f, cg_mulc(f, col, q->ng), gi));
-    if (f8_scale(q) != 1.0) sc = LLVMBuildFMul(q->B, sc, LLVMConstReal(m->t_f32, f8_scale(q)), "");
-    vstore(q, fmadd(q, vload(q, q->part[j]), splat(q, sc), vload(q, q->acc[j])), q->acc[j]);
-  }
+  nk_group_end(q, nc, c, gi, corr);
   cg_loop_end(f, &lg, false);
-  for (int j = 0; j < nc; j++) {
-    LLVMValueRef off = LLVMBuildNSWSub(q->B, cg_add(f, c, cg_i64(m, j)), n0, "");
-    LLVMBuildStore(q->B, hsum(q, vload(q, q->acc[j])), fslot(q, q->tile, off));
-  }
+  nk_store(q, nc, c, n0, corr);
 }
 
-/* int4 [N, K] with groups of a multiple of 2 VL: VL bytes hold 2 VL
+/* 4-bit [N, K] with groups of a multiple of 2 VL: VL bytes hold 2 VL
  * consecutive k's, the low nibbles the even ones and the high nibbles the
  * odd ones, so x is staged with each block of 2 VL de-interleaved (evens,
  * then odds) and the nibbles need no shuffle.  They are taken unsigned:
- * u = nibble ^ 8 is the i4 value plus 8, and per group
- *   sum_k x_k (u_k - 8) s = s (sum_k x_k u_k) - 8 s sum_k x_k,
- * the second term from the group sums of x computed once per row. */
+ * for u4 the nibble is the value; for i4, u = nibble ^ 8 is the value
+ * plus 8 (zbias), and per group
+ *   sum_k x_k (u_k - 8 - z) s = s (sum_k x_k u_k) - (z + 8) s sum_k x_k,
+ * the second term as a zero point's (nk_group_end). */
 static void nk_split_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LLVMValueRef *corr) {
   CgFn *f = q->f;
   CgMod *m = q->m;
   LLVMBuilderRef B = q->B;
   LLVMTypeRef t = m->t_f32;
-  for (int j = 0; j < nc; j++) {
-    vstore(q, vconst_f32(q, 0), q->acc[j]);
-    LLVMBuildStore(B, LLVMConstReal(t, 0), corr[j]);
-  }
+  nk_start(q, nc, corr);
   LLVMValueRef x88[16], x15[16], x4[16];
   for (int i = 0; i < q->vl; i++) {
     x88[i] = LLVMConstInt(m->t_i8, 0x88, 0);
@@ -367,7 +443,8 @@ static void nk_split_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LL
   for (int j = 0; j < nc; j++) {
     LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
     LLVMValueRef byte = LLVMBuildLShr(B, cg_add(f, cg_mulc(f, col, q->K), k), cg_i64(m, 1), "");
-    LLVMValueRef b8 = LLVMBuildXor(B, load_vec(q, m->t_i8, q->vl, q->f->base[q->qarg], byte, 1), c88, "");
+    LLVMValueRef b8 = load_vec(q, m->t_i8, q->vl, q->f->base[q->qarg], byte, 1);
+    if (q->qdt == DT_I4) b8 = LLVMBuildXor(B, b8, c88, "");
     LLVMValueRef w = LLVMBuildZExt(B, b8, q->vi, "");
     LLVMValueRef lo = LLVMBuildUIToFP(B, LLVMBuildAnd(B, w, c15, ""), q->vf, "");
     LLVMValueRef hi = LLVMBuildUIToFP(B, LLVMBuildLShr(B, w, c4, ""), q->vf, "");
@@ -375,37 +452,25 @@ static void nk_split_columns(Qmm *q, int nc, LLVMValueRef c, LLVMValueRef n0, LL
     vstore(q, fmadd(q, xo, hi, p), q->part[j]);
   }
   cg_loop_end(f, &lk, false);
-  LLVMValueRef xs = LLVMBuildLoad2(B, t, fslot(q, q->xsum, gi), "");
-  for (int j = 0; j < nc; j++) {
-    LLVMValueRef col = cg_add(f, c, cg_i64(m, j));
-    LLVMValueRef sc = cg_load_arg(f, q->sarg, cg_add(f, cg_mulc(f, col, q->ng), gi));
-    vstore(q, fmadd(q, vload(q, q->part[j]), splat(q, sc), vload(q, q->acc[j])), q->acc[j]);
-    LLVMValueRef args[3] = {sc, xs, LLVMBuildLoad2(B, t, corr[j], "")};
-    LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &t, 1, args, 3), corr[j]);
-  }
+  nk_group_end(q, nc, c, gi, corr);
   cg_loop_end(f, &lg, false);
-  for (int j = 0; j < nc; j++) {
-    LLVMValueRef off = LLVMBuildNSWSub(B, cg_add(f, c, cg_i64(m, j)), n0, "");
-    LLVMValueRef y = LLVMBuildFSub(B, hsum(q, vload(q, q->acc[j])),
-                                   LLVMBuildFMul(B, LLVMConstReal(t, 8), LLVMBuildLoad2(B, t, corr[j], ""), ""), "");
-    LLVMBuildStore(B, y, fslot(q, q->tile, off));
-  }
+  nk_store(q, nc, c, n0, corr);
 }
 
 static void nk_tile(Qmm *q, LLVMValueRef n0, LLVMValueRef n1) {
   CgFn *f = q->f;
   CgMod *m = q->m;
   LLVMValueRef nwide = LLVMBuildUDiv(q->B, LLVMBuildNSWSub(q->B, n1, n0, ""), cg_i64(m, QMM_VECS), "");
-  LLVMValueRef corr[QMM_VECS];
-  for (int j = 0; j < QMM_VECS && q->split; j++) corr[j] = cg_alloca(f, m->t_f32, 1, "corr");
+  LLVMValueRef corr[QMM_VECS] = {0};
+  for (int j = 0; j < QMM_VECS && q->corr; j++) corr[j] = cg_alloca(f, m->t_f32, 1, "corr");
   CgLoop l;
   LLVMValueRef i = cg_loop_begin(f, &l, cg_i64(m, 0), nwide, "cols");
   if (q->split) nk_split_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, QMM_VECS)), n0, corr);
-  else nk_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, QMM_VECS)), n0);
+  else nk_columns(q, QMM_VECS, cg_add(f, n0, cg_mulc(f, i, QMM_VECS)), n0, corr);
   cg_loop_end(f, &l, false);
   LLVMValueRef n = cg_loop_begin(f, &l, cg_add(f, n0, cg_mulc(f, nwide, QMM_VECS)), n1, "col");
   if (q->split) nk_split_columns(q, 1, n, n0, corr);
-  else nk_columns(q, 1, n, n0);
+  else nk_columns(q, 1, n, n0, corr);
   cg_loop_end(f, &l, false);
 }
 
@@ -420,13 +485,17 @@ static bool eligible(CgFn *f, Qmm *q) {
   const Value *b = &g->val[bv];
   if (b->kind != VK_NODE || !f->member[b->node]) return false;
   const Node *dq = &g->node[b->node];
-  if (dq->op != OP_DEQUANTIZE || dq->nin != 2) return false;
-  int qv = dq->in[0], sv = dq->in[1];
-  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0) return false;
+  if (dq->op != OP_DEQUANTIZE || dq->nin < 2 || dq->nin > 3) return false;
+  int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
+  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0 || (zv >= 0 && f->arg_of[zv] < 0)) return false;
   const TensorType *qt = &g->val[qv].type, *at = &g->val[n->in[0]].type, *yt = &g->val[n->out[0]].type;
   DType qdt = qt->dt, sdt = g->val[sv].type.dt, ydt = b->type.dt;
-  if (qdt != DT_I8 && qdt != DT_I4 && !dt_is_f8(qdt)) return false;
+  if (qdt != DT_I8 && qdt != DT_U8 && qdt != DT_I4 && qdt != DT_U4 && !dt_is_f8(qdt)) return false;
   if (sdt != DT_F32 && sdt != DT_BF16 && !(sdt == DT_F16 && f->m->native_f16)) return false;
+  /* zeros are of the qweight's dtype or the scales' (ir/infer.c), both
+   * read here; fp8 with zero points is left alone */
+  DType zdt = zv >= 0 ? g->val[zv].type.dt : DT_INVALID;
+  if (zv >= 0 && (dt_is_f8(qdt) || (zdt != qdt && zdt != sdt))) return false;
   if (ydt != DT_F32 && ydt != DT_F16 && ydt != DT_BF16) return false;
   if (qt->rank != 2 || at->rank < 2 || at->rank != yt->rank || at->dt != ydt) return false;
   for (int i = 0; i + 2 < at->rank; i++)
@@ -438,10 +507,13 @@ static bool eligible(CgFn *f, Qmm *q) {
   if (G == 0) G = K;
   int vl = f->m->f32_lanes;
   if (K <= 0 || N <= 0 || K > QMM_MAX_K || K % G) return false;
+  if (zv >= 0 && K / G > QMM_MAX_GROUPS) return false;
   if (tb && G % vl) return false;
-  if (!tb && qdt == DT_I4 && N % 2) return false;
+  /* [K, N] 4-bit: vectors of VL columns (and of their zeros) start on a byte */
+  if (!tb && dt_is_packed(qdt) && N % 2) return false;
   *q = (Qmm){.f = f, .m = f->m, .B = f->b, .mm = n, .dq = dq, .av = n->in[0], .bv = bv, .qarg = f->arg_of[qv],
-             .sarg = f->arg_of[sv], .qdt = qdt, .sdt = sdt, .tb = tb, .K = K, .N = N, .G = G, .ng = K / G, .vl = vl};
+             .sarg = f->arg_of[sv], .zarg = zv >= 0 ? f->arg_of[zv] : -1, .qdt = qdt, .sdt = sdt, .zdt = zdt, .tb = tb,
+             .K = K, .N = N, .G = G, .ng = K / G, .vl = vl};
   return true;
 }
 
@@ -458,8 +530,10 @@ smelt_status cg_qmatmul_try(CgFn *f, bool *out_done) {
   cg_matmul_space(f->g, q.mm, &rows, &ncb);
   int64_t tile = ncb > 1 ? CG_MM_COLS : q.N < QMM_MAX_TILE ? q.N : QMM_MAX_TILE, ntiles = (q.N + tile - 1) / tile;
   q.xrow = cg_alloca(f, m->t_f32, q.K, "xrow");
-  q.split = q.tb && q.qdt == DT_I4 && q.G % (2 * q.vl) == 0;
-  if (q.split) q.xsum = cg_alloca(f, m->t_f32, q.ng, "xsum");
+  q.split = q.tb && dt_is_packed(q.qdt) && q.G % (2 * q.vl) == 0;
+  q.zbias = q.split && q.qdt == DT_I4 ? 8 : 0;
+  q.corr = q.zarg >= 0 || q.zbias != 0;
+  if (q.corr) q.xsum = cg_alloca(f, m->t_f32, q.ng, "xsum");
   q.tile = cg_alloca(f, m->t_f32, tile, "ytile");
   for (int j = 0; j < QMM_VECS; j++) {
     q.acc[j] = LLVMBuildAlloca(f->ab, q.vf, "acc");
@@ -494,7 +568,7 @@ smelt_status cg_qmatmul_try(CgFn *f, bool *out_done) {
   }
   LLVMBuildStore(B, x, fslot(&q, q.xrow, dst));
   cg_loop_end(f, &lk, false);
-  if (q.split) {
+  if (q.corr) {
     CgLoop lg;
     LLVMValueRef sum = cg_alloca(f, m->t_f32, 1, "xs");
     LLVMValueRef gi = cg_loop_begin(f, &lg, cg_i64(m, 0), cg_i64(m, q.ng), "xg");

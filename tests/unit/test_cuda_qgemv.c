@@ -12,7 +12,14 @@
  * fp8 e4m3 and e5m2 per channel (special codes included: NaN, infinities,
  * subnormals); x in f32, f16 and bf16, scales in f32 and f16; M = 1, 3
  * and 8; N with columns past the last warp's (40, 130); x computed in the
- * kernel (a transpose prologue) for one case.  Checked:
+ * kernel (a transpose prologue) for two cases.  Then W = dequantize(q, s,
+ * z) with zero points: u4 codes with u4 zeros (GPTQ, AWQ, MatMulNBits)
+ * with groups of 128, 64, 32, 16 and 8 (two and four groups in a chunk)
+ * and per channel, f16 and f32 scales, M = 1, 3 and 8,
+ * an odd number of groups per column (its u4 zeros start mid-byte); u8
+ * with u8 zeros; i4 and i8 with zeros of their own dtype; u4 and i4 with
+ * zeros in the scales' float dtype (f16, f32, bf16: the path through the
+ * group sums of x); u4 and u8 without zeros.  Checked:
  *   - every matmul kernel's variant is qgemv's (the heuristic), for sm_90a
  *     and for portable builds;
  *   - NVRTC compiles the module for sm_90a and sm_80 (fp8 takes the
@@ -21,7 +28,9 @@
  *     harness's tolerance by dtype, guard bytes intact, with buffers
  *     aligned and 8 bytes off (A's element loads);
  *   - a tuning candidate list that starts with the default, every token
- *     parsing back (qgemv:w=..,c=..,u=..), each forced on one case.
+ *     parsing back (qgemv:w=..,c=..,u=..), each forced on four cases
+ *     (int4, int8, u4 with u4 zeros, u4 with f16 zeros);
+ *   - fp8 with zero points is left to the simple kernel (not qgemv's).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <stdlib.h>
@@ -41,6 +50,7 @@ typedef struct {
   DType qdt, adt, sdt;
   int64_t M, K, N, G;
   bool special, prologue;
+  DType zdt; /* the zero points' dtype; DT_INVALID: none */
 } QCase;
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -53,6 +63,20 @@ static uint64_t next_rand(void) {
 
 static int add_const(Graph *g, const char *name, TensorType t) {
   return ir_add_const(g, ir_graph_strdup(g, name), t, NULL, loc);
+}
+
+/* A zero point of dtype zdt for codes of dtype qdt, about where
+ * quantisers put them: near the middle of the codes' range (floats in
+ * steps of 0.1). */
+static double gen_zero(DType zdt, DType qdt) {
+  uint64_t r = next_rand();
+  switch (zdt) {
+  case DT_U4: return (double)(r % 16);
+  case DT_I4: return (double)((int64_t)(r % 16) - 8);
+  case DT_U8: return (double)(96 + r % 64);
+  case DT_I8: return (double)((int64_t)(r % 11) - 5);
+  default: return (double)(r % 160) / 10.0 - (qdt == DT_I4 ? 8 : 0);
+  }
 }
 
 /* Adds case c (its inputs, constants and nodes, result an output). */
@@ -81,7 +105,8 @@ static void add_case(Graph *g, int i, const QCase *c) {
     uint64_t r = next_rand();
     switch (c->qdt) {
     case DT_I4: dt_store(DT_I4, qd, (size_t)e, (double)((int64_t)(r % 16) - 8)); break;
-    case DT_I8: qd[e] = (uint8_t)r; break;
+    case DT_U4: dt_store(DT_U4, qd, (size_t)e, (double)(r % 16)); break;
+    case DT_I8: case DT_U8: qd[e] = (uint8_t)r; break;
     case DT_F8E4M3: qd[e] = (uint8_t)((r % 0x7f) | ((r >> 9) & 1 ? 0x80 : 0)); break;
     default: qd[e] = (uint8_t)((r % 0x5c) | ((r >> 9) & 1 ? 0x80 : 0)); break; /* e5m2 up to 224, as e4m3's 448 */
     }
@@ -101,9 +126,16 @@ static void add_case(Graph *g, int i, const QCase *c) {
   double smax = dt_is_f8(c->qdt) ? 0.0005 : 0.02;
   for (int64_t e = 0; e < c->N * ng; e++)
     dt_store(c->sdt, g->val[s].data, (size_t)e, smax * (0.1 + 0.9 * (double)(next_rand() >> 11) / 9007199254740992.0));
+  int in[3] = {q, s, -1}, nin = 2;
+  if (c->zdt != DT_INVALID) {
+    snprintf(nm, sizeof nm, "c%d/z", i);
+    int z = add_const(g, nm, (TensorType){.dt = c->zdt, .rank = 2, .dim = {c->N, ng}});
+    for (int64_t e = 0; e < c->N * ng; e++) dt_store(c->zdt, g->val[z].data, (size_t)e, gen_zero(c->zdt, c->qdt));
+    in[nin++] = z;
+  }
   snprintf(nm, sizeof nm, "c%d/w", i);
   const char *wn = ir_graph_strdup(g, nm);
-  int dq = ir_add_node(g, OP_DEQUANTIZE, 2, (int[]){q, s}, 1, &wn, loc);
+  int dq = ir_add_node(g, OP_DEQUANTIZE, nin, in, 1, &wn, loc);
   ir_set_attr_int(g, dq, "axis", 1);
   ir_set_attr_int(g, dq, "group", c->G);
   ir_set_attr_dtype(g, dq, "to", c->adt);
@@ -129,16 +161,36 @@ static void add_case(Graph *g, int i, const QCase *c) {
 }
 
 static const QCase cases[] = {
-    {DT_I4, DT_F32, DT_F32, 1, 512, 130, 128, false, false},
-    {DT_I4, DT_F16, DT_F16, 3, 256, 40, 32, false, false},
-    {DT_I4, DT_BF16, DT_F32, 8, 256, 40, 16, false, false},
-    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 128, false, true},
-    {DT_I8, DT_F32, DT_F32, 1, 256, 130, 0, false, false},
-    {DT_I8, DT_F16, DT_F16, 8, 128, 40, 64, false, false},
-    {DT_F8E4M3, DT_F32, DT_F32, 1, 128, 40, 0, true, false},
-    {DT_F8E4M3, DT_F16, DT_F32, 3, 256, 40, 0, false, false},
-    {DT_F8E5M2, DT_F32, DT_F32, 1, 128, 40, 0, true, false},
-    {DT_F8E5M2, DT_BF16, DT_F32, 3, 128, 40, 32, false, false},
+    {DT_I4, DT_F32, DT_F32, 1, 512, 130, 128, false, false, DT_INVALID},
+    {DT_I4, DT_F16, DT_F16, 3, 256, 40, 32, false, false, DT_INVALID},
+    {DT_I4, DT_BF16, DT_F32, 8, 256, 40, 16, false, false, DT_INVALID},
+    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 128, false, true, DT_INVALID},
+    {DT_I8, DT_F32, DT_F32, 1, 256, 130, 0, false, false, DT_INVALID},
+    {DT_I8, DT_F16, DT_F16, 8, 128, 40, 64, false, false, DT_INVALID},
+    {DT_F8E4M3, DT_F32, DT_F32, 1, 128, 40, 0, true, false, DT_INVALID},
+    {DT_F8E4M3, DT_F16, DT_F32, 3, 256, 40, 0, false, false, DT_INVALID},
+    {DT_F8E5M2, DT_F32, DT_F32, 1, 128, 40, 0, true, false, DT_INVALID},
+    {DT_F8E5M2, DT_BF16, DT_F32, 3, 128, 40, 32, false, false, DT_INVALID},
+    /* zero points (10: u4 with u4 zeros, 11: u4 with f16 zeros; both also in check_forced) */
+    {DT_U4, DT_F16, DT_F16, 1, 512, 130, 128, false, false, DT_U4},
+    {DT_U4, DT_F16, DT_F16, 3, 256, 40, 32, false, false, DT_F16},
+    {DT_U4, DT_F32, DT_F32, 1, 256, 130, 64, false, false, DT_U4},
+    {DT_U4, DT_F32, DT_F32, 3, 256, 40, 32, false, false, DT_U4},
+    {DT_U4, DT_F16, DT_F16, 8, 256, 40, 16, false, false, DT_U4},
+    {DT_U4, DT_BF16, DT_F32, 3, 192, 40, 64, false, false, DT_U4}, /* 3 groups: zeros of odd columns start mid-byte */
+    {DT_U4, DT_F32, DT_F16, 1, 96, 33, 32, false, false, DT_U4},   /* 3 groups */
+    {DT_U4, DT_F16, DT_F16, 1, 256, 40, 128, false, true, DT_U4},  /* x through a prologue */
+    {DT_U4, DT_F32, DT_F32, 1, 256, 40, 16, false, false, DT_F32}, /* float zeros, two groups a chunk */
+    {DT_U4, DT_BF16, DT_BF16, 8, 128, 40, 0, false, false, DT_BF16},
+    {DT_U4, DT_F32, DT_F32, 3, 128, 40, 8, false, false, DT_U4},   /* four groups a chunk */
+    {DT_U4, DT_F16, DT_F16, 1, 128, 40, 8, false, false, DT_F16},
+    {DT_U8, DT_F32, DT_F32, 1, 256, 130, 64, false, false, DT_U8},
+    {DT_U8, DT_F16, DT_F16, 3, 128, 40, 0, false, false, DT_U8},
+    {DT_I4, DT_F32, DT_F32, 3, 256, 40, 16, false, false, DT_I4},
+    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 32, false, false, DT_F16},
+    {DT_I8, DT_F32, DT_F32, 1, 128, 40, 0, false, false, DT_I8},
+    {DT_U4, DT_F32, DT_F32, 1, 256, 40, 32, false, false, DT_INVALID},
+    {DT_U8, DT_F32, DT_F32, 3, 128, 40, 0, false, false, DT_INVALID},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -189,9 +241,40 @@ static void check_variants(Graph *g, const char *arch) {
   cg_kernels_free(k, nk);
 }
 
-/* Cases 0 (int4) and 4 (int8) with every matmul forced to tok, emulated. */
+/* fp8 weights with zero points are not qgemv's (qg_eligible): the
+ * heuristic picks another kernel. */
+static void check_not_taken(void) {
+  static const QCase c = {DT_F8E4M3, DT_F32, DT_F32, 1, 128, 40, 32, false, false, DT_F32};
+  Graph *g = ir_graph_create("qgemv-not");
+  g->file = "test_cuda_qgemv";
+  add_case(g, 0, &c);
+  CHECK_OK(ir_verify(g));
+  PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
+  CHECK_OK(pass_run_pipeline(g, &ctx, "fuse", NULL, NULL));
+  pass_ctx_free(&ctx);
+  Kernel *k = NULL;
+  int nk = 0, nmm = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  for (int i = 0; i < nk; i++) {
+    if (!is_matmul_kernel(g, &k[i])) continue;
+    nmm++;
+    char got[32][CG_VARIANT_LEN];
+    int n = cg_cuda_variants(g, &k[i], "sm_90a", got, 32);
+    for (int j = 0; j < n; j++)
+      if (!strncmp(got[j], "qgemv:", 6)) {
+        fprintf(stderr, "%s: fp8 with zero points has the qgemv candidate %s\n", k[i].name, got[j]);
+        check_failures++;
+      }
+  }
+  CHECK(nmm == 1);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+}
+
+/* Cases 0 (int4), 4 (int8), 10 (u4 with u4 zeros) and 11 (u4 with f16
+ * zeros) with every matmul forced to tok, emulated. */
 static void check_forced(Exec *e, const char *tok, HStats *stats) {
-  Graph *c = cases_graph((const int[]){0, 4}, 2);
+  Graph *c = cases_graph((const int[]){0, 4, 10, 11}, 4);
   Kernel *kk = NULL;
   int n = 0;
   CHECK_OK(cg_lower(c, &kk, &n));
@@ -220,6 +303,7 @@ int main(void) {
   Graph *g = cases_graph(NULL, 0);
   check_variants(g, "sm_90a");
   check_variants(g, NULL);
+  check_not_taken();
 
   /* NVRTC: sm_90a with aligned arguments, sm_80 with the run-time tests */
   Kernel *k = NULL;
@@ -255,7 +339,7 @@ int main(void) {
       CHECK(h_check_graph(&e, c, NULL, &opt, off, false, what, &stats) == 0);
       ir_graph_destroy(c);
     }
-    /* each qgemv candidate but the default (run above) forced on two cases */
+    /* each qgemv candidate but the default (run above) forced on four cases */
     for (int j = 1; j < ntok; j++)
       if (!strncmp(toks[j], "qgemv:", 6)) check_forced(&e, toks[j], &stats);
     h_exec_close(&e);

@@ -7,13 +7,19 @@
  * epilogue: bias add and silu) in one contraction group, as the fuse pass
  * forms it for decode.  Cases cover both layouts ([K, N] weights with the
  * dequantize along axis 0, [N, K] with transpose_b along axis 1), every
- * weight dtype the fast path takes (i8, i4, f8e4m3, f8e5m2) and the ones
- * it leaves to the generic loop (u4 and i8 with zero points), groups of
- * 0 (per channel), 16, 32, 64 and 128 (the split int4 path needs a
+ * weight dtype the fast path takes (i8, u8, i4, u4, f8e4m3, f8e5m2), zero
+ * points of the qweight's dtype (u4 with u4 zeros: GPTQ, AWQ, ONNX
+ * MatMulNBits; u8, i8, i4) and of the scales' float dtype (f32, f16, bf16),
+ * among them rows of u4 zeros that start mid-byte (an odd K/G), groups of
+ * 0 (per channel), 16, 32, 64 and 128 (the split 4-bit path needs a
  * multiple of 2 VL), f32/f16/bf16 activations and scales, one and three
- * rows and a batch dim, column counts with tails (37, 200: the last
- * column block partial; an odd N for int4 [K, N]), and FP8 special codes
- * (NaN, e5m2 infinities, subnormals).  The harness (test_llvm_harness.h)
+ * rows and a batch dim, column counts with tails (37, 201, 200: the last
+ * column block partial), FP8 special codes (NaN, e5m2 infinities,
+ * subnormals), and some cases compiled for AVX2 and SSE2 CPUs (VL 8 and 4,
+ * so a group of 16 takes the split path there and not with AVX-512).  The
+ * ones left to the generic loop: an odd N for 4-bit [K, N], fp8 with zero
+ * points, f16 scales and zeros without hardware conversion, zero points
+ * with more than QMM_MAX_GROUPS groups.  The harness (test_llvm_harness.h)
  * checks every output (relative L2 1e-5 in f32, 2e-3 in f16, 6e-3 in bf16:
  * the reference rounds the dequantised weight to bf16, the kernel keeps it
  * in f32; NaN exactly where the reference has one), guard bytes and task
@@ -35,6 +41,9 @@ typedef struct {
   bool tb, zeros, epilogue, special, batch;
   int64_t M, K, N, G;
   bool want_fast;
+  DType zdt;       /* the zero points' dtype; DT_INVALID: u4 for u4 weights, else the scales' */
+  const char *cpu; /* compile for this CPU (NULL: the host) */
+  bool soft_f16;   /* f16 conversions in software (as without F16C) */
 } QCase;
 
 static uint64_t rng = 88172645463325252ull;
@@ -63,6 +72,7 @@ static double gen_q(DType dt, int64_t i) {
   case DT_I8: return (double)((int64_t)(r % 255) - 127);
   case DT_I4: return (double)((int64_t)(r % 16) - 8);
   case DT_U4: return (double)(r % 16);
+  case DT_U8: return (double)(r % 256);
   case DT_F8E4M3: { /* codes of |v| below NaN (0x7f), either sign */
     unsigned c = (unsigned)(r % 0x7f);
     return (double)(c | ((r >> 8) & 1 ? 0x80u : 0));
@@ -89,10 +99,21 @@ static double gen_scale(DType dt, int64_t i) {
   return 0.01 + 0.09 * (double)(next_rand() >> 11) / 9007199254740992.0;
 }
 
+/* Zero points about where quantisers put them: the middle of the codes'
+ * range, give or take (floats: [-10, 10) in steps of 0.1). */
 static double gen_zero(DType dt, int64_t i) {
   (void)i;
   uint64_t r = next_rand();
-  return dt == DT_U4 ? (double)(r % 16) : dt_is_float(dt) ? (double)(r % 200) / 10.0 - 10 : (double)(r % 11) - 5;
+  switch (dt) {
+  case DT_U4: return (double)(r % 16);
+  case DT_U8: return (double)(96 + r % 64);
+  default: return dt_is_float(dt) ? (double)(r % 200) / 10.0 - 10 : (double)(r % 11) - 5;
+  }
+}
+
+static DType zero_dtype(const QCase *c) {
+  if (c->zdt != DT_INVALID) return c->zdt;
+  return c->qdt == DT_U4 ? DT_U4 : c->sdt;
 }
 
 static double gen_bias(DType dt, int64_t i) {
@@ -120,7 +141,7 @@ static void build(TG *t, const QCase *c) {
   int in[3] = {q, s, -1}, nin = 2;
   if (c->zeros) {
     TensorType zt = st;
-    zt.dt = c->qdt == DT_U4 ? DT_U4 : c->sdt;
+    zt.dt = zero_dtype(c);
     in[nin++] = const_of(t, "z", zt, gen_zero, false);
   }
   int dq = tg_node(t, OP_DEQUANTIZE, nin, in, "w");
@@ -158,7 +179,8 @@ static bool takes_fast_path(const QCase *c) {
   int nk = 0;
   char *ir = NULL;
   if (!st) st = cg_lower(g, &ks, &nk);
-  if (!st) st = cg_llvm_ir_text(g, ks, nk, NULL, false, &ir);
+  CgLlvmOptions opt = {.cpu = c->cpu, .soft_f16 = c->soft_f16};
+  if (!st) st = cg_llvm_ir_text(g, ks, nk, &opt, false, &ir);
   if (st) {
     fprintf(stderr, "%s: probe: %s\n", label, st_message(st));
     st_free(st);
@@ -175,10 +197,11 @@ static bool takes_fast_path(const QCase *c) {
 static int ncases, nfast;
 
 static void run_case(QCase c) {
-  snprintf(label, sizeof label, "quant %s %s x %s scales %s [%s] M=%lld K=%lld N=%lld G=%lld%s%s%s%s", dt_name(c.qdt),
-           c.tb ? "[N,K]" : "[K,N]", dt_name(c.adt), dt_name(c.sdt), c.zeros ? "zeros" : "", (long long)c.M,
-           (long long)c.K, (long long)c.N, (long long)c.G, c.epilogue ? " +bias,silu" : "", c.special ? " special" : "",
-           c.batch ? " batch" : "", c.want_fast ? "" : " (generic)");
+  snprintf(label, sizeof label, "quant %s %s x %s scales %s [%s%s] M=%lld K=%lld N=%lld G=%lld%s%s%s%s%s%s%s",
+           dt_name(c.qdt), c.tb ? "[N,K]" : "[K,N]", dt_name(c.adt), dt_name(c.sdt), c.zeros ? "zeros " : "",
+           c.zeros ? dt_name(zero_dtype(&c)) : "", (long long)c.M, (long long)c.K, (long long)c.N, (long long)c.G,
+           c.epilogue ? " +bias,silu" : "", c.special ? " special" : "", c.batch ? " batch" : "", c.cpu ? " cpu " : "",
+           c.cpu ? c.cpu : "", c.soft_f16 ? " soft f16" : "", c.want_fast ? "" : " (generic)");
   bool fast = takes_fast_path(&c);
   if (fast != c.want_fast) {
     fprintf(stderr, "%s: the quantised GEMV %s the kernel\n", label, fast ? "took" : "did not take");
@@ -190,7 +213,7 @@ static void run_case(QCase c) {
   /* bf16: the reference rounds the dequantised weight to bf16 (its `to`),
    * the kernel keeps it in f32 (qmatmul.c); 2^-9 per weight shows as up to
    * ~1.5 bf16 steps of the output */
-  RunOpts ro = {.tol32 = 1e-5, .tol16 = c.adt == DT_BF16 ? 6e-3 : 2e-3};
+  RunOpts ro = {.tol32 = 1e-5, .tol16 = c.adt == DT_BF16 ? 6e-3 : 2e-3, .cpu = c.cpu, .soft_f16 = c.soft_f16};
   tg_run(&t, &ro);
   ncases++;
   nfast += fast;
@@ -228,18 +251,113 @@ static void test_cases(void) {
     run_case((QCase){.qdt = DT_F8E5M2, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 1, .K = 64, .N = 32, .G = 0,
                      .special = true, .want_fast = true});
   }
-  /* the generic loop: zero points, u4, int4 [K, N] with an odd N */
+  /* zero points and unsigned weights (test_zero_points) */
   run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 1, .K = 128, .N = 24,
-                   .G = 32, .want_fast = false});
+                   .G = 32, .want_fast = true});
   run_case((QCase){.qdt = DT_I8, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .M = 2, .K = 64, .N = 24,
-                   .G = 0, .want_fast = false});
+                   .G = 0, .want_fast = true});
+  /* the generic loop: int4 [K, N] with an odd N */
   run_case((QCase){.qdt = DT_I4, .adt = DT_F32, .sdt = DT_F32, .tb = false, .M = 1, .K = 64, .N = 37, .G = 16,
                    .want_fast = false});
+}
+
+/* Asymmetric quantisation: u4 codes with u4 zeros per group (GPTQ, AWQ,
+ * MatMulNBits), u8 with u8 zeros, i4/i8 with zeros of their own dtype or
+ * of the scales', unsigned codes without zeros; then the cases still left
+ * to the generic loop. */
+static void test_zero_points(void) {
+  const int64_t groups[] = {32, 64, 128};
+  const DType sdts[] = {DT_F32, DT_F16};
+  for (size_t si = 0; si < 2; si++)
+    for (size_t gi = 0; gi < 3; gi++)
+      for (int64_t M = 1; M <= 3; M += 2) {
+        /* N = 201: four-column passes and a tail of one, in two tasks' blocks */
+        run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = sdts[si], .tb = true, .zeros = true, .M = M, .K = 256,
+                         .N = 201, .G = groups[gi], .want_fast = true});
+      }
+  /* f16 activations and scales (the `to` dtype f16); an epilogue; a batch */
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F16, .sdt = DT_F16, .tb = true, .zeros = true, .M = 1, .K = 512, .N = 72,
+                   .G = 128, .epilogue = true, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 3, .K = 128, .N = 37,
+                   .G = 32, .epilogue = true, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_BF16, .sdt = DT_BF16, .tb = true, .zeros = true, .M = 2, .K = 256, .N = 40,
+                   .G = 64, .batch = true, .want_fast = true});
+  /* an odd number of groups per row: row n's u4 zeros start mid-byte for
+   * odd n; G = 16 is the unsplit 4-bit path with AVX-512 (VL 16) */
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 1, .K = 96, .N = 37,
+                   .G = 32, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F16, .tb = true, .zeros = true, .M = 3, .K = 80, .N = 21,
+                   .G = 16, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 1, .K = 256, .N = 40,
+                   .G = 0, .want_fast = true});
+  /* u4 [K, N] with u4 zeros [K/G, N] */
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .M = 1, .K = 256, .N = 200,
+                   .G = 64, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F16, .tb = false, .zeros = true, .M = 3, .K = 128, .N = 38,
+                   .G = 32, .epilogue = true, .want_fast = true});
+  /* u8 with u8 zeros, both layouts */
+  for (int tb = 0; tb < 2; tb++) {
+    run_case((QCase){.qdt = DT_U8, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .zdt = DT_U8, .M = 1,
+                     .K = 256, .N = 201, .G = 64, .want_fast = true});
+    run_case((QCase){.qdt = DT_U8, .adt = DT_F32, .sdt = DT_F16, .tb = tb, .zeros = true, .zdt = DT_U8, .M = 3,
+                     .K = 128, .N = 37, .G = 0, .epilogue = true, .want_fast = true});
+  }
+  /* i4 with float zeros (the scales' dtype) and with i4 zeros; i8 with i8 zeros */
+  for (int tb = 0; tb < 2; tb++) {
+    run_case((QCase){.qdt = DT_I4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .zdt = DT_F32, .M = 1,
+                     .K = 256, .N = 200, .G = 32, .want_fast = true});
+    run_case((QCase){.qdt = DT_I4, .adt = DT_F16, .sdt = DT_F16, .tb = tb, .zeros = true, .zdt = DT_F16, .M = 3,
+                     .K = 256, .N = 38, .G = 128, .epilogue = true, .want_fast = true});
+    run_case((QCase){.qdt = DT_I4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .zdt = DT_I4, .M = 1,
+                     .K = 96, .N = 38, .G = 32, .want_fast = true});
+    run_case((QCase){.qdt = DT_I8, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .zdt = DT_I8, .M = 1,
+                     .K = 128, .N = 37, .G = 32, .want_fast = true});
+  }
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .zdt = DT_F32, .M = 1,
+                   .K = 256, .N = 37, .G = 128, .want_fast = true});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_BF16, .sdt = DT_BF16, .tb = true, .zeros = true, .zdt = DT_BF16, .M = 1,
+                   .K = 256, .N = 37, .G = 64, .want_fast = true});
+  /* unsigned codes without zero points */
+  for (int tb = 0; tb < 2; tb++) {
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 1, .K = 256, .N = 200, .G = 32,
+                     .want_fast = true});
+    run_case((QCase){.qdt = DT_U8, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 3, .K = 128, .N = 37, .G = 0,
+                     .want_fast = true});
+  }
+  /* other vector widths: AVX2 (VL 8: G = 16 splits) and SSE2 (VL 4, no
+   * F16C: f32 scales) */
+  const char *cpus[] = {"x86-64-v3", "x86-64"};
+  for (int ci = 0; ci < 2; ci++) {
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 1, .K = 80, .N = 37,
+                     .G = 16, .cpu = cpus[ci], .want_fast = true});
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .M = 3, .K = 256,
+                     .N = 201, .G = 128, .epilogue = true, .cpu = cpus[ci], .want_fast = true});
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .M = 1, .K = 128,
+                     .N = 38, .G = 32, .cpu = cpus[ci], .want_fast = true});
+    run_case((QCase){.qdt = DT_I4, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .zdt = DT_F32, .M = 1,
+                     .K = 64, .N = 24, .G = 8, .cpu = cpus[ci], .want_fast = true});
+    run_case((QCase){.qdt = DT_U8, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .zdt = DT_U8, .M = 1,
+                     .K = 64, .N = 24, .G = 16, .cpu = cpus[ci], .want_fast = true});
+  }
+  /* still the generic loop: 4-bit [K, N] with an odd N; fp8 with zero
+   * points; f16 scales and zeros without F16C; zero points in more than
+   * QMM_MAX_GROUPS (2048) groups */
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .M = 1, .K = 64, .N = 37,
+                   .G = 32, .want_fast = false});
+  run_case((QCase){.qdt = DT_F8E4M3, .adt = DT_F32, .sdt = DT_F32, .tb = true, .zeros = true, .zdt = DT_F32, .M = 1,
+                   .K = 64, .N = 24, .G = 32, .want_fast = false});
+  run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F16, .tb = true, .zeros = true, .M = 1, .K = 128, .N = 24,
+                   .G = 32, .soft_f16 = true, .want_fast = false});
+  run_case((QCase){.qdt = DT_I8, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .zdt = DT_I8, .M = 1,
+                   .K = 16384, .N = 6, .G = 4, .want_fast = false});
+  run_case((QCase){.qdt = DT_I8, .adt = DT_F32, .sdt = DT_F32, .tb = false, .zeros = true, .zdt = DT_I8, .M = 1,
+                   .K = 16384, .N = 6, .G = 8, .want_fast = true});
 }
 
 int main(void) {
   (void)tg_const; /* the harness's; these weights are made here */
   test_cases();
+  test_zero_points();
   printf("test_llvm_quant: %d cases (%d through the quantised GEMV), %d kernels run\n", ncases, nfast, tg_kernels_run);
   return check_done("test_llvm_quant");
 }
