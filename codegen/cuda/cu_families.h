@@ -27,7 +27,8 @@ typedef struct {
 
 extern const CuGemmFamily cu_family_gemv, cu_family_wgmma, cu_family_mma, cu_family_tf32;
 /* qgemv.c: M <= 8 against a weight dequantize(q, s) computed in the kernel
- * (int4/uint4/int8/uint8/fp8 [N, K], a scale and for the integer codes an optional zero point per group of K); token "qgemv:w=4,c=2,u=4". */
+ * (int4/uint4/int8/uint8/fp8 [N, K], a scale per group of K and, for the
+ * integer codes, an optional zero point); token "qgemv:w=4,c=2,u=4". */
 extern const CuGemmFamily cu_family_qgemv;
 /* gemv.c's transpose reduction of the P values acc[0..P) (a power of two)
  * over the lanes that share lane % lo (offsets 16 .. lo), emitted into f;
