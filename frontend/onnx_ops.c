@@ -597,9 +597,9 @@ static smelt_status cv_hard_swish(OnnxImporter *im) {
 
 /* log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): exp never overflows
  * (Softplus(100) is 100, not inf) */
-static smelt_status cv_softplus(OnnxImporter *im) {
-  int x, y, pos;
-  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+/* softplus(x) = max(x, 0) + log(1 + exp(-|x|)): no overflow for large |x|. */
+static smelt_status softplus(OnnxImporter *im, int x, const char *name, int *out) {
+  int y, pos;
   DType dt = on_type(im, x)->dt;
   RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &y));
   RETURN_IF_ERROR(on_op1(im, OP_NEG, y, NULL, &y));
@@ -607,7 +607,13 @@ static smelt_status cv_softplus(OnnxImporter *im) {
   RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, dt, 1), NULL, &y));
   RETURN_IF_ERROR(on_op1(im, OP_LOG, y, NULL, &y));
   RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, x, on_scalar(im, dt, 0), NULL, &pos));
-  RETURN_IF_ERROR(on_op2(im, OP_ADD, pos, y, out0(im), &y));
+  return on_op2(im, OP_ADD, pos, y, name, out);
+}
+
+static smelt_status cv_softplus(OnnxImporter *im) {
+  int x, y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(softplus(im, x, out0(im), &y));
   return bind0(im, y);
 }
 
@@ -1939,19 +1945,13 @@ static smelt_status cv_elu_family(OnnxImporter *im) {
   return bind0(im, y);
 }
 
-/* Mish: x tanh(softplus(x)), softplus as cv_softplus builds it. */
+/* Mish: x tanh(softplus(x)). */
 static smelt_status cv_mish(OnnxImporter *im) {
-  int x, y, pos;
+  int x, y;
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   DType dt = on_type(im, x)->dt;
   if (!dt_is_float(dt)) return on_err(im, "x must be floating point, got %s", dt_name(dt));
-  RETURN_IF_ERROR(on_op1(im, OP_ABS, x, NULL, &y));
-  RETURN_IF_ERROR(on_op1(im, OP_NEG, y, NULL, &y));
-  RETURN_IF_ERROR(on_op1(im, OP_EXP, y, NULL, &y));
-  RETURN_IF_ERROR(on_op2(im, OP_ADD, y, on_scalar(im, dt, 1), NULL, &y));
-  RETURN_IF_ERROR(on_op1(im, OP_LOG, y, NULL, &y));
-  RETURN_IF_ERROR(on_op2(im, OP_MAXIMUM, x, on_scalar(im, dt, 0), NULL, &pos));
-  RETURN_IF_ERROR(on_op2(im, OP_ADD, pos, y, NULL, &y));
+  RETURN_IF_ERROR(softplus(im, x, NULL, &y));
   RETURN_IF_ERROR(on_op1(im, OP_TANH, y, NULL, &y));
   RETURN_IF_ERROR(on_op2(im, OP_MUL, x, y, out0(im), &y));
   return bind0(im, y);
