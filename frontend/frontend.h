@@ -54,6 +54,10 @@ void fe_safetensors_close(SafeTensors *st);
 const SafeTensor *fe_safetensors_find(const SafeTensors *st, const char *name);
 int fe_safetensors_count(const SafeTensors *st);
 const SafeTensor *fe_safetensors_at(const SafeTensors *st, int i);
+/* The safetensors dtype string of a smelt dtype ("F32", "F8_E4M3", and
+ * smelt's own "I4"/"U4"), for the writers; NULL when the file format has
+ * none (f64 has "F64"; every DType smelt stores has one). */
+const char *fe_safetensors_dtype_name(DType dt);
 
 /* ---- .npy ---- */
 /* Reads a .npy file (v1-3, little endian, C order). *out_data is malloc'd,
@@ -104,7 +108,9 @@ typedef struct {
  * every tensor the model needs, and makes the model as smelt YAML text
  * (*out_yaml, malloc'd, owned by the caller) whose weights are the
  * checkpoint's files by their HF tensor names, named relative to yaml_dir
- * (the directory the YAML will be written to).  out_info may be NULL. */
+ * (the directory the YAML will be written to).  A GPTQ or AWQ checkpoint's
+ * linears are repacked into NAME.gptq.safetensors (or .awq) written into
+ * yaml_dir, which the YAML lists too.  out_info may be NULL. */
 smelt_status fe_hf_import(const char *dir, const char *yaml_dir, const FeHfOptions *opts, char **out_yaml,
                           FeHfInfo *out_info) SMELT_MUST_USE;
 

@@ -35,6 +35,20 @@
  * primitives around a constant inv_freq vector computed here as
  * transformers computes it (in f32); unscaled models use the rope op.
  *
+ * GPTQ and AWQ checkpoints (a quantization_config in config.json) keep
+ * their linears quantised.  Their packings (GPTQ: qweight [K/8, N] packed
+ * along K, qzeros [K/G, N/8] along N, v1 storing zero - 1; AWQ: both packed
+ * along N in the nibble order 0 2 4 6 1 3 5 7) are not what the kernels
+ * stream, so these weights are the one thing the import copies: each
+ * quantised linear is repacked into smelt's [N, K] 4- or 8-bit layout, its
+ * scales and zeros into [N, K/G], written to NAME.gptq.safetensors beside
+ * the YAML, and read through a dequantize feeding the matmul.  The choice
+ * of dtypes is the whole model's (one repeat block serves every layer):
+ * signed weights without zeros when every zero is 2^(bits-1), else
+ * unsigned ones with zeros.  Act-order (a g_idx that is not k / G) sorts
+ * the inputs by group, so that groups are runs of G as dequantize has
+ * them, and the matmul reads its input through the same permutation.
+ *
  * Errors name config.json with the line and column of the key at fault
  * (found in the text: jansson keeps no positions), or the weights file and
  * the tensor.
@@ -48,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "fe_internal.h"
@@ -58,6 +73,17 @@
 #define HF_DEFAULT_CTX 2048
 
 typedef enum { ROPE_DEFAULT, ROPE_LINEAR, ROPE_LLAMA3 } RopeKind;
+
+typedef enum { HQ_NONE, HQ_GPTQ, HQ_AWQ } QuantMethod;
+
+/* config.json's quantization_config */
+typedef struct {
+  QuantMethod method;
+  int bits;      /* 4 or 8 (AWQ: 4) */
+  int64_t group; /* group_size as written: -1 is one group of all K inputs */
+  const char *group_key; /* the key group_size is read from, for errors */
+  bool v1;       /* GPTQ checkpoint_format "gptq": the stored zero is the zero - 1 */
+} HfQuant;
 
 typedef struct {
   /* the config file */
@@ -76,6 +102,7 @@ typedef struct {
   double factor, low_freq, high_freq;
   int64_t orig_max_pos;
   int64_t window; /* sliding window in force, 0 for none */
+  HfQuant quant;
 } HfConfig;
 
 typedef struct {
@@ -83,6 +110,36 @@ typedef struct {
   char *base; /* its name in the checkpoint directory */
   SafeTensors *st;
 } Shard;
+
+/* The linears of the model: the seven of each layer, then lm_head. */
+enum { LIN_Q, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, LIN_HEAD, NLIN };
+
+static const struct {
+  const char *param;  /* the weight's name in the YAML */
+  const char *suffix; /* the module's HF name, after "model.layers.N." for those of a layer */
+  const char *n, *k;  /* its [out, in] as YAML dims */
+} hf_linears[NLIN] = {
+    {"wq", "self_attn.q_proj", "q_dim", "hidden"},  {"wk", "self_attn.k_proj", "kv_dim", "hidden"},
+    {"wv", "self_attn.v_proj", "kv_dim", "hidden"}, {"wo", "self_attn.o_proj", "hidden", "q_dim"},
+    {"w_gate", "mlp.gate_proj", "ffn", "hidden"},   {"w_up", "mlp.up_proj", "ffn", "hidden"},
+    {"w_down", "mlp.down_proj", "hidden", "ffn"},   {"lm_head", "lm_head", "vocab", "hidden"},
+};
+
+/* What every layer's linear of one kind is: the YAML writes one block for all. */
+typedef struct {
+  bool quant;    /* read from qweight, qzeros and scales */
+  bool perm;     /* act-order in some layer: its input is permuted by a gather */
+  int64_t n, k, group;
+} HfLinear;
+
+/* One quantised linear of the checkpoint, checked. */
+typedef struct {
+  char prefix[128]; /* model.layers.3.mlp.up_proj */
+  int kind;
+  int64_t n, k, group;
+  const SafeTensor *qweight, *qzeros, *scales, *g_idx; /* g_idx NULL when absent */
+  bool perm;                                           /* g_idx is not k / group */
+} HfQLinear;
 
 typedef struct {
   const char *dir;
@@ -92,6 +149,14 @@ typedef struct {
   char *index_path; /* model.safetensors.index.json, or NULL */
   json_t *weight_map; /* of the index: name -> shard base name */
   DType dt;           /* of the weights */
+  /* quantised checkpoints */
+  HfLinear lin[NLIN];
+  HfQLinear *ql;
+  int nql;
+  bool all_mid;     /* every zero is 2^(bits-1): the weights become signed, without zeros */
+  bool zero_wide;   /* some zero is 2^bits (GPTQ v1's stored 2^bits - 1 plus one): zeros in floats */
+  DType qdt, zdt;   /* of the repacked weights and zeros (zdt DT_INVALID: none) */
+  char *qpath;      /* the file of repacked weights, or NULL */
 } Hf;
 
 static char *path_join(const char *dir, const char *name) {
@@ -299,6 +364,117 @@ static smelt_status read_rope(HfConfig *c) {
   return cfg_err_in(c, where, tkey, "rope type '%s' is not supported (supported: default, linear, llama3)", t);
 }
 
+/* ---- quantization_config ---- */
+
+static const char *quant_name(QuantMethod m) { return m == HQ_GPTQ ? "GPTQ" : m == HQ_AWQ ? "AWQ" : "none"; }
+
+/* The first of keys (a NULL-terminated list of a field's spellings: AutoAWQ
+ * writes w_bit where transformers writes bits) that the object has, or NULL. */
+static const char *q_key(const json_t *q, const char *const *keys) {
+  for (; *keys; keys++)
+    if (!is_null(json_object_get(q, *keys))) return *keys;
+  return NULL;
+}
+
+static smelt_status q_int(const HfConfig *c, const json_t *q, const char *const *keys, int64_t *out) {
+  const char *k = q_key(q, keys);
+  if (!k) return cfg_err(c, "quantization_config", "quantization_config.%s is missing", keys[0]);
+  const json_t *j = json_object_get(q, k);
+  if (!json_is_integer(j) || json_integer_value(j) < INT32_MIN || json_integer_value(j) > INT32_MAX)
+    return cfg_err_in(c, "quantization_config", k, "must be an integer");
+  *out = json_integer_value(j);
+  return NULL;
+}
+
+static smelt_status q_bool(const HfConfig *c, const json_t *q, const char *key, bool def, bool *out) {
+  const json_t *j = json_object_get(q, key);
+  *out = def;
+  if (is_null(j)) return NULL;
+  if (!json_is_boolean(j)) return cfg_err_in(c, "quantization_config", key, "must be true or false");
+  *out = json_is_true(j);
+  return NULL;
+}
+
+/* A string field; absent (or null) gives def. */
+static smelt_status q_str(const HfConfig *c, const json_t *q, const char *key, const char *def, const char **out) {
+  const json_t *j = json_object_get(q, key);
+  *out = def;
+  if (is_null(j)) return NULL;
+  if (!json_is_string(j)) return cfg_err_in(c, "quantization_config", key, "must be a string");
+  *out = json_string_value(j);
+  return NULL;
+}
+
+/* GPTQ (AutoGPTQ, GPTQModel, optimum) and AutoAWQ's GEMM packing are read;
+ * every other method or packing is refused here, before any tensor is. */
+static smelt_status read_quant(HfConfig *c) {
+  const json_t *q = json_object_get(c->root, "quantization_config");
+  HfQuant *hq = &c->quant;
+  hq->method = HQ_NONE;
+  if (is_null(q)) return NULL;
+  if (!json_is_object(q)) return cfg_err(c, "quantization_config", "'quantization_config' must be an object");
+  const char *m;
+  RETURN_IF_ERROR(q_str(c, q, "quant_method", NULL, &m));
+  if (!m) return cfg_err(c, "quantization_config", "quantization_config has no quant_method (smelt imports gptq and "
+                                                   "awq checkpoints)");
+  if (!strcmp(m, "gptq")) hq->method = HQ_GPTQ;
+  else if (!strcmp(m, "awq")) hq->method = HQ_AWQ;
+  else
+    return cfg_err_in(c, "quantization_config", "quant_method",
+                      "'%s' is not supported (smelt imports gptq and awq checkpoints)", m);
+  int64_t bits, group;
+  RETURN_IF_ERROR(q_int(c, q, (const char *const[]){"bits", "w_bit", NULL}, &bits));
+  RETURN_IF_ERROR(q_int(c, q, (const char *const[]){"group_size", "q_group_size", NULL}, &group));
+  const char *bkey = q_key(q, (const char *const[]){"bits", "w_bit", NULL});
+  const char *gkey = q_key(q, (const char *const[]){"group_size", "q_group_size", NULL});
+  if (hq->method == HQ_GPTQ ? bits != 4 && bits != 8 : bits != 4)
+    return cfg_err_in(c, "quantization_config", bkey, "%" PRId64 "-bit %s is not supported (smelt reads %s)", bits,
+                      m, hq->method == HQ_GPTQ ? "4- and 8-bit GPTQ" : "4-bit AWQ");
+  if (group == 0 || group < -1)
+    return cfg_err_in(c, "quantization_config", gkey, "must be positive, or -1 for one group per row");
+  hq->bits = (int)bits;
+  hq->group = group;
+  hq->group_key = gkey;
+  const json_t *dyn = json_object_get(q, "dynamic");
+  if (!is_null(dyn) && !(json_is_object(dyn) && json_object_size(dyn) == 0))
+    return cfg_err_in(c, "quantization_config", "dynamic",
+                      "per-module quantisation settings are not supported (one bits and group_size for all)");
+  if (hq->method == HQ_GPTQ) {
+    const char *fmt, *pack;
+    bool marlin, sym, desc_act;
+    RETURN_IF_ERROR(q_str(c, q, "checkpoint_format", "gptq", &fmt));
+    RETURN_IF_ERROR(q_str(c, q, "pack_dtype", "int32", &pack));
+    RETURN_IF_ERROR(q_bool(c, q, "is_marlin_format", false, &marlin));
+    /* checked, but the tensors decide: g_idx whether it is act-order, the zeros whether symmetric */
+    RETURN_IF_ERROR(q_bool(c, q, "desc_act", false, &desc_act));
+    RETURN_IF_ERROR(q_bool(c, q, "sym", true, &sym));
+    if (marlin || (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2")))
+      return cfg_err_in(c, "quantization_config", marlin ? "is_marlin_format" : "checkpoint_format",
+                        "the %s packing is not supported (smelt reads checkpoint_format gptq and gptq_v2)",
+                        marlin ? "marlin" : fmt);
+    if (strcmp(pack, "int32"))
+      return cfg_err_in(c, "quantization_config", "pack_dtype", "'%s' is not supported (smelt reads int32 packing)",
+                        pack);
+    hq->v1 = !strcmp(fmt, "gptq");
+  } else {
+    const char *version, *backend;
+    bool zp;
+    RETURN_IF_ERROR(q_str(c, q, "version", "gemm", &version));
+    RETURN_IF_ERROR(q_str(c, q, "backend", "autoawq", &backend));
+    RETURN_IF_ERROR(q_bool(c, q, "zero_point", true, &zp));
+    if (strcasecmp(version, "gemm"))
+      return cfg_err_in(c, "quantization_config", "version",
+                        "AWQ version '%s' is not supported (smelt reads AutoAWQ's gemm packing)", version);
+    if (strcmp(backend, "autoawq"))
+      return cfg_err_in(c, "quantization_config", "backend",
+                        "AWQ backend '%s' is not supported (smelt reads AutoAWQ's gemm packing)", backend);
+    if (!zp)
+      return cfg_err_in(c, "quantization_config", "zero_point",
+                        "AWQ without zero points is not supported (AutoAWQ's gemm packing has them)");
+  }
+  return NULL;
+}
+
 static smelt_status read_config(HfConfig *c, const char *dir, const FeHfOptions *o, int64_t *io_ctx) {
   c->path = path_join(dir, "config.json");
   if (!c->path) return st_error(ST_NO_MEMORY, "out of memory");
@@ -360,6 +536,7 @@ static smelt_status read_config(HfConfig *c, const char *dir, const FeHfOptions 
   if (is_null(dt)) dt = json_object_get(r, "dtype");
   if (!is_null(dt) && json_is_string(dt)) c->config_dtype = json_string_value(dt);
   RETURN_IF_ERROR(read_rope(c));
+  RETURN_IF_ERROR(read_quant(c));
 
   int64_t ctx = o->ctx > 0 ? o->ctx : c->max_pos < HF_DEFAULT_CTX ? c->max_pos : HF_DEFAULT_CTX;
   /* the longest sequence the model sees: the cache, or the whole input */
@@ -470,32 +647,56 @@ static void shape_text(int rank, const int64_t *dim, char *buf, size_t n) {
   if (k < n) snprintf(buf + k, n - k, "]");
 }
 
-/* Checks that tensor name is in the weights with the given shape and the
- * checkpoint's float dtype (the first tensor checked sets it). */
-static smelt_status check_tensor(Hf *h, const char *name, int rank, const int64_t *dim) {
-  const Shard *s = NULL;
-  const SafeTensor *t = NULL;
-  if (h->weight_map) {
-    const json_t *f = json_object_get(h->weight_map, name);
-    if (!f)
-      return st_at((SrcLoc){h->index_path, 0, 0}, "tensor '%s' is not in weight_map (a %s needs it)", name,
-                   h->c.arch);
-    for (int i = 0; i < h->nshard && !s; i++)
-      if (!strcmp(h->shard[i].base, json_string_value(f))) s = &h->shard[i];
-    t = fe_safetensors_find(s->st, name);
-    if (!t)
-      return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is not in this file (%s maps it here)", name,
-                   "model.safetensors.index.json");
-  } else {
-    s = &h->shard[0];
-    t = fe_safetensors_find(s->st, name);
-    if (!t) return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is missing (a %s needs it)", name, h->c.arch);
+/* Where tensor name is: *out_t NULL when the weights do not have it (*out_s
+ * is then the file it would be in, for messages), an error when the index
+ * maps it to a file that does not hold it. */
+static smelt_status find_tensor(const Hf *h, const char *name, const Shard **out_s, const SafeTensor **out_t) {
+  *out_s = &h->shard[0];
+  *out_t = NULL;
+  if (!h->weight_map) {
+    *out_t = fe_safetensors_find(h->shard[0].st, name);
+    return NULL;
   }
+  const json_t *f = json_object_get(h->weight_map, name);
+  if (!f) return NULL;
+  const Shard *s = NULL;
+  for (int i = 0; i < h->nshard && !s; i++)
+    if (!strcmp(h->shard[i].base, json_string_value(f))) s = &h->shard[i];
+  *out_s = s;
+  *out_t = fe_safetensors_find(s->st, name);
+  if (!*out_t)
+    return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is not in this file (%s maps it here)", name,
+                 "model.safetensors.index.json");
+  return NULL;
+}
+
+/* The error for a tensor that the model needs and the weights lack. */
+static smelt_status missing_tensor(const Hf *h, const Shard *s, const char *name, const char *why) {
+  if (h->weight_map) return st_at((SrcLoc){h->index_path, 0, 0}, "tensor '%s' is not in weight_map (%s)", name, why);
+  return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is missing (%s)", name, why);
+}
+
+static smelt_status check_shape(const Shard *s, const SafeTensor *t, int rank, const int64_t *dim,
+                                const char *implied_by) {
+  if (t->rank == rank && !memcmp(t->dim, dim, sizeof(int64_t) * (size_t)rank)) return NULL;
   char have[160], want[160];
   shape_text(t->rank, t->dim, have, sizeof have);
   shape_text(rank, dim, want, sizeof want);
-  if (t->rank != rank || memcmp(t->dim, dim, sizeof(int64_t) * (size_t)rank))
-    return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' has shape %s, config.json implies %s", name, have, want);
+  return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' has shape %s, %s implies %s", t->name, have, implied_by, want);
+}
+
+/* Checks that tensor name is in the weights with the given shape and the
+ * checkpoint's float dtype (the first tensor checked sets it). */
+static smelt_status check_tensor(Hf *h, const char *name, int rank, const int64_t *dim) {
+  const Shard *s;
+  const SafeTensor *t;
+  RETURN_IF_ERROR(find_tensor(h, name, &s, &t));
+  if (!t) {
+    char why[96];
+    snprintf(why, sizeof why, "a %s needs it", h->c.arch);
+    return missing_tensor(h, s, name, why);
+  }
+  RETURN_IF_ERROR(check_shape(s, t, rank, dim, "config.json"));
   if (t->dt != DT_F32 && t->dt != DT_F16 && t->dt != DT_BF16)
     return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is %s: smelt imports F32, F16 and BF16 checkpoints", name,
                  t->st_dtype);
@@ -506,12 +707,188 @@ static smelt_status check_tensor(Hf *h, const char *name, int rank, const int64_
   return NULL;
 }
 
+/* ---- quantised linears ---- */
+
+/* AutoAWQ packs the columns 0 2 4 6 1 3 5 7 of each eight into the nibbles
+ * 0..7 of an int32: column c is in nibble awq_slot[c]. */
+static const unsigned char awq_slot[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+static uint32_t le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The zero of group g of output n, as dequantisation subtracts it (GPTQ
+ * v1's stored zero plus one). */
+static unsigned zero_at(const HfQuant *q, const SafeTensor *qz, int64_t g, int64_t n) {
+  const unsigned char *row = (const unsigned char *)qz->data + (size_t)(g * qz->dim[1]) * 4;
+  if (q->method == HQ_AWQ) return le32(row + 4 * (size_t)(n / 8)) >> (4 * awq_slot[n % 8]) & 15;
+  int pp = 32 / q->bits;
+  unsigned mask = (1u << q->bits) - 1;
+  return (le32(row + 4 * (size_t)(n / pp)) >> (q->bits * (n % pp)) & mask) + (q->v1 ? 1 : 0);
+}
+
+/* A packed (I32) or scales (float) tensor of the quantised linear at prefix:
+ * present, and of the shape that layout (the linear's [out, in] and the
+ * quantisation, in words) implies. */
+static smelt_status check_qtensor(const Hf *h, const char *prefix, const char *what, bool packed, int rank,
+                                  const int64_t *dim, const char *layout, const SafeTensor **out) {
+  char name[192];
+  snprintf(name, sizeof name, "%s.%s", prefix, what);
+  const Shard *s;
+  const SafeTensor *t;
+  RETURN_IF_ERROR(find_tensor(h, name, &s, &t));
+  if (!t) {
+    char why[96];
+    snprintf(why, sizeof why, "a %s linear has qweight, qzeros and scales", quant_name(h->c.quant.method));
+    return missing_tensor(h, s, name, why);
+  }
+  RETURN_IF_ERROR(check_shape(s, t, rank, dim, layout));
+  if (packed && t->dt != DT_I32)
+    return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is %s: %s packs it in I32", name, t->st_dtype,
+                 quant_name(h->c.quant.method));
+  if (!packed && t->dt != DT_F32 && t->dt != DT_F16 && t->dt != DT_BF16)
+    return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is %s: scales are F16, BF16 or F32", name, t->st_dtype);
+  *out = t;
+  return NULL;
+}
+
+/* Checks the quantised linear at prefix ([n, k] as a float weight) whose
+ * qweight t is in shard s, scans its zeros (for the dtypes of the repacked
+ * weights) and its g_idx, and records it. */
+static smelt_status check_qlinear(Hf *h, int kind, const char *prefix, int64_t n, int64_t k, const Shard *s,
+                                  const SafeTensor *t) {
+  const HfQuant *q = &h->c.quant;
+  bool gptq = q->method == HQ_GPTQ;
+  int pp = 32 / q->bits;
+  int64_t G = q->group < 0 ? k : q->group;
+  if (k % G)
+    return cfg_err_in(&h->c, "quantization_config", q->group_key,
+                      "%" PRId64 " does not divide the %" PRId64 " inputs of '%s'", G, k, prefix);
+  int64_t ng = k / G;
+  /* GPTQ packs K in qweight and N in qzeros, AWQ N in both */
+  if ((gptq && k % pp) || n % pp)
+    return st_at((SrcLoc){s->file, 0, 0},
+                 "'%s' is [%" PRId64 ", %" PRId64 "] (out, in): %s packs %d values per int32 along the %s, and %" PRId64
+                 " is not a multiple of %d",
+                 prefix, n, k, quant_name(q->method), pp, gptq && k % pp ? "inputs" : "outputs",
+                 gptq && k % pp ? k : n, pp);
+  char layout[160];
+  snprintf(layout, sizeof layout, "its [out, in] = [%" PRId64 ", %" PRId64 "] in %d-bit %s with group size %" PRId64,
+           n, k, q->bits, quant_name(q->method), G);
+  HfQLinear *L = &h->ql[h->nql];
+  memset(L, 0, sizeof *L);
+  snprintf(L->prefix, sizeof L->prefix, "%s", prefix);
+  L->kind = kind;
+  L->n = n;
+  L->k = k;
+  L->group = G;
+  RETURN_IF_ERROR(check_shape(s, t, 2, gptq ? (int64_t[]){k / pp, n} : (int64_t[]){k, n / 8}, layout));
+  if (t->dt != DT_I32)
+    return st_at((SrcLoc){s->file, 0, 0}, "tensor '%s' is %s: %s packs it in I32", t->name, t->st_dtype,
+                 quant_name(q->method));
+  L->qweight = t;
+  RETURN_IF_ERROR(check_qtensor(h, prefix, "qzeros", true, 2, (int64_t[]){ng, n / (gptq ? pp : 8)}, layout,
+                                &L->qzeros));
+  RETURN_IF_ERROR(check_qtensor(h, prefix, "scales", false, 2, (int64_t[]){ng, n}, layout, &L->scales));
+
+  unsigned mid = 1u << (q->bits - 1), mask = (1u << q->bits) - 1;
+  for (int64_t g = 0; g < ng; g++)
+    for (int64_t j = 0; j < n; j++) {
+      unsigned z = zero_at(q, L->qzeros, g, j);
+      if (z != mid) h->all_mid = false;
+      if (z > mask) h->zero_wide = true;
+    }
+
+  if (gptq) {
+    char name[192];
+    snprintf(name, sizeof name, "%s.g_idx", prefix);
+    const Shard *gs;
+    const SafeTensor *gi;
+    RETURN_IF_ERROR(find_tensor(h, name, &gs, &gi));
+    if (gi) {
+      RETURN_IF_ERROR(check_shape(gs, gi, 1, (int64_t[]){k}, layout));
+      if (gi->dt != DT_I32)
+        return st_at((SrcLoc){gs->file, 0, 0}, "tensor '%s' is %s: g_idx is I32", name, gi->st_dtype);
+      /* act-order: smelt's groups are runs of G inputs, so the inputs are
+       * sorted by group, which needs G of them in each */
+      int64_t *count = calloc((size_t)ng, sizeof *count);
+      if (!count) return st_error(ST_NO_MEMORY, "out of memory");
+      for (int64_t i = 0; i < k; i++) {
+        int32_t v = (int32_t)le32((const unsigned char *)gi->data + 4 * (size_t)i);
+        if (v < 0 || v >= ng) {
+          free(count);
+          return st_at((SrcLoc){gs->file, 0, 0},
+                       "tensor '%s': g_idx[%" PRId64 "] is %" PRId32 ", not one of the %" PRId64 " groups", name, i,
+                       v, ng);
+        }
+        count[v]++;
+        if (v != i / G) L->perm = true;
+      }
+      for (int64_t g = 0; g < ng && L->perm; g++)
+        if (count[g] != G) {
+          int64_t c = count[g];
+          free(count);
+          return st_at((SrcLoc){gs->file, 0, 0},
+                       "tensor '%s': group %" PRId64 " has %" PRId64 " inputs, not the group size %" PRId64
+                       " (smelt reads act-order checkpoints whose groups are all that size)",
+                       name, g, c, G);
+        }
+      free(count);
+      L->g_idx = gi;
+    }
+  }
+  h->lin[kind].perm |= L->perm;
+  h->lin[kind].group = G;
+  h->nql++;
+  return NULL;
+}
+
+/* The linear of the given kind at prefix ("model.layers.3.mlp.up_proj"),
+ * [n, k] as a float weight: a float weight, or a quantised one when the
+ * checkpoint has its qweight.  Every layer's must be alike. */
+static smelt_status check_linear(Hf *h, int kind, int64_t layer, const char *prefix, int64_t n, int64_t k) {
+  char name[192];
+  snprintf(name, sizeof name, "%s.qweight", prefix);
+  const Shard *s;
+  const SafeTensor *t;
+  RETURN_IF_ERROR(find_tensor(h, name, &s, &t));
+  if (!t) {
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    const SafeTensor *w;
+    RETURN_IF_ERROR(find_tensor(h, name, &s, &w));
+    if (!w && h->c.quant.method != HQ_NONE) return missing_tensor(h, s, name, "and there is no qweight either");
+  }
+  HfLinear *L = &h->lin[kind];
+  if (layer <= 0) {
+    L->quant = t != NULL;
+    L->n = n;
+    L->k = k;
+  } else if (L->quant != (t != NULL)) {
+    return st_at((SrcLoc){s->file, 0, 0},
+                 "'%s' is %s but 'model.layers.0.%s' is %s: smelt imports models whose layers are quantised alike",
+                 prefix, t ? "quantised (it has a qweight)" : "not quantised", hf_linears[kind].suffix,
+                 L->quant ? "quantised" : "not");
+  }
+  if (!t) return check_tensor(h, name, 2, (int64_t[]){n, k});
+  if (h->c.quant.method == HQ_NONE)
+    return st_at((SrcLoc){s->file, 0, 0},
+                 "tensor '%s' is a quantised weight, but config.json has no quantization_config (smelt reads GPTQ "
+                 "and AWQ checkpoints by theirs)",
+                 name);
+  return check_qlinear(h, kind, prefix, n, k, s, t);
+}
+
 static smelt_status check_weights(Hf *h) {
   const HfConfig *c = &h->c;
   int64_t qd = c->heads * c->head_dim, kvd = c->kv_heads * c->head_dim;
+  h->ql = calloc((size_t)(c->layers * LIN_HEAD + 1), sizeof *h->ql);
+  if (!h->ql) return st_error(ST_NO_MEMORY, "out of memory");
+  h->all_mid = true;
   RETURN_IF_ERROR(check_tensor(h, "model.embed_tokens.weight", 2, (int64_t[]){c->vocab, c->hidden}));
   RETURN_IF_ERROR(check_tensor(h, "model.norm.weight", 1, (int64_t[]){c->hidden}));
-  if (!c->tied) RETURN_IF_ERROR(check_tensor(h, "lm_head.weight", 2, (int64_t[]){c->vocab, c->hidden}));
+  if (!c->tied) RETURN_IF_ERROR(check_linear(h, LIN_HEAD, -1, "lm_head", c->vocab, c->hidden));
+  const int64_t lin_n[LIN_HEAD] = {qd, kvd, kvd, c->hidden, c->ffn, c->ffn, c->hidden};
+  const int64_t lin_k[LIN_HEAD] = {c->hidden, c->hidden, c->hidden, qd, c->hidden, c->hidden, c->ffn};
   for (int64_t i = 0; i < c->layers; i++) {
     char n[256];
 #define LAYER_TENSOR(suffix, rank, ...)                                                  \
@@ -521,13 +898,10 @@ static smelt_status check_weights(Hf *h) {
   } while (0)
     LAYER_TENSOR("input_layernorm.weight", 1, c->hidden);
     LAYER_TENSOR("post_attention_layernorm.weight", 1, c->hidden);
-    LAYER_TENSOR("self_attn.q_proj.weight", 2, qd, c->hidden);
-    LAYER_TENSOR("self_attn.k_proj.weight", 2, kvd, c->hidden);
-    LAYER_TENSOR("self_attn.v_proj.weight", 2, kvd, c->hidden);
-    LAYER_TENSOR("self_attn.o_proj.weight", 2, c->hidden, qd);
-    LAYER_TENSOR("mlp.gate_proj.weight", 2, c->ffn, c->hidden);
-    LAYER_TENSOR("mlp.up_proj.weight", 2, c->ffn, c->hidden);
-    LAYER_TENSOR("mlp.down_proj.weight", 2, c->hidden, c->ffn);
+    for (int kind = 0; kind < LIN_HEAD; kind++) {
+      snprintf(n, sizeof n, "model.layers.%" PRId64 ".%s", i, hf_linears[kind].suffix);
+      RETURN_IF_ERROR(check_linear(h, kind, i, n, lin_n[kind], lin_k[kind]));
+    }
     if (c->attn_bias) {
       LAYER_TENSOR("self_attn.q_proj.bias", 1, qd);
       LAYER_TENSOR("self_attn.k_proj.bias", 1, kvd);
@@ -540,6 +914,228 @@ static smelt_status check_weights(Hf *h) {
       LAYER_TENSOR("mlp.down_proj.bias", 1, c->hidden);
     }
 #undef LAYER_TENSOR
+  }
+  if (h->nql) {
+    /* A symmetric checkpoint (every zero 2^(bits-1)) becomes signed weights
+     * without zeros, q - 2^(bits-1), which the fast kernels read; otherwise
+     * unsigned weights with zeros of their width, or floats where GPTQ v1
+     * stored 2^bits - 1 (a zero of 2^bits, which AutoGPTQ's kernels use). */
+    bool b4 = c->quant.bits == 4;
+    h->qdt = h->all_mid ? (b4 ? DT_I4 : DT_I8) : (b4 ? DT_U4 : DT_U8);
+    h->zdt = h->all_mid ? DT_INVALID : h->zero_wide ? h->dt : b4 ? DT_U4 : DT_U8;
+  }
+  return NULL;
+}
+
+/* ---- the repacked weights ---- */
+
+/* The [N, K] values of a quantised linear's weight, one byte each. */
+static void unpack_weight(const HfQuant *q, const HfQLinear *L, unsigned char *v) {
+  const unsigned char *w = L->qweight->data;
+  int64_t N = L->n, K = L->k;
+  enum { TILE = 64 }; /* outputs at a time: the rows of v written stay in cache */
+  if (q->method == HQ_GPTQ) {
+    int pp = 32 / q->bits;
+    unsigned mask = (1u << q->bits) - 1;
+    for (int64_t n0 = 0; n0 < N; n0 += TILE) {
+      int64_t n1 = n0 + TILE < N ? n0 + TILE : N;
+      for (int64_t r = 0; r < K / pp; r++)
+        for (int64_t n = n0; n < n1; n++) {
+          uint32_t x = le32(w + 4 * (size_t)(r * N + n));
+          unsigned char *d = v + (size_t)(n * K + r * pp);
+          for (int j = 0; j < pp; j++) d[j] = (unsigned char)(x >> (q->bits * j) & mask);
+        }
+    }
+    return;
+  }
+  int64_t W = N / 8; /* AWQ: [K, N/8] */
+  for (int64_t c0 = 0; c0 < W; c0 += TILE / 8) {
+    int64_t c1 = c0 + TILE / 8 < W ? c0 + TILE / 8 : W;
+    for (int64_t k = 0; k < K; k++)
+      for (int64_t c = c0; c < c1; c++) {
+        uint32_t x = le32(w + 4 * (size_t)(k * W + c));
+        for (int j = 0; j < 8; j++) v[(size_t)((8 * c + j) * K + k)] = (unsigned char)(x >> (4 * awq_slot[j]) & 15);
+      }
+  }
+}
+
+/* GPTQ in input order: each int32 of qweight [K/pp, N] is already the four
+ * bytes of row n of the [N, K] weight at byte 4r (value j of the word is
+ * element pp r + j, in bits bits*j, as ir/dtype.h packs i4/u4 and as u8
+ * lies), so the repacking is a transpose of words, in blocks for the cache,
+ * with flip xor'ed into each. */
+static void transpose_words(const unsigned char *src, int64_t R, int64_t N, uint32_t flip, unsigned char *dst) {
+  enum { B = 32 };
+  for (int64_t r0 = 0; r0 < R; r0 += B)
+    for (int64_t n0 = 0; n0 < N; n0 += B)
+      for (int64_t n = n0; n < n0 + B && n < N; n++)
+        for (int64_t r = r0; r < r0 + B && r < R; r++) {
+          uint32_t x = le32(src + 4 * (size_t)(r * N + n)) ^ flip;
+          unsigned char *d = dst + 4 * (size_t)(n * R + r);
+          d[0] = (unsigned char)x;
+          d[1] = (unsigned char)(x >> 8);
+          d[2] = (unsigned char)(x >> 16);
+          d[3] = (unsigned char)(x >> 24);
+        }
+}
+
+/* The inputs sorted by group, stably: perm[j] is the input at j, and the
+ * groups are runs of G (check_qlinear made sure each has G members). */
+static bool make_perm(const HfQLinear *L, int32_t *perm) {
+  int64_t K = L->k, G = L->group;
+  if (!L->g_idx || !L->perm) {
+    for (int64_t j = 0; j < K; j++) perm[j] = (int32_t)j;
+    return true;
+  }
+  int64_t *next = malloc(sizeof *next * (size_t)(K / G));
+  if (!next) return false;
+  for (int64_t g = 0; g < K / G; g++) next[g] = g * G;
+  for (int64_t k = 0; k < K; k++) {
+    int32_t g = (int32_t)le32((const unsigned char *)L->g_idx->data + 4 * (size_t)k);
+    perm[next[g]++] = (int32_t)k;
+  }
+  free(next);
+  return true;
+}
+
+static uint64_t packed_bytes(DType dt, int64_t count) { return ((uint64_t)count * (uint64_t)dt_bits(dt) + 7) / 8; }
+
+static void put_entry(FILE *f, uint64_t *off, const char *prefix, const char *what, DType dt, int rank, int64_t d0,
+                      int64_t d1) {
+  fprintf(f, "%s\"%s.%s\":{\"dtype\":\"%s\",\"shape\":[%" PRId64, *off ? "," : "", prefix, what,
+          fe_safetensors_dtype_name(dt), d0);
+  if (rank == 2) fprintf(f, ",%" PRId64, d1);
+  uint64_t bytes = packed_bytes(dt, rank == 2 ? d0 * d1 : d0);
+  fprintf(f, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", *off, *off + bytes);
+  *off += bytes;
+}
+
+/* The tensors of one quantised linear, in the order put_entry declared
+ * them: weight, scales, zeros (if any), the permutation (if the kind has
+ * one). */
+static bool write_qlinear(const Hf *h, const HfQLinear *L, FILE *f) {
+  const HfQuant *q = &h->c.quant;
+  int64_t N = L->n, K = L->k, ng = K / L->group;
+  unsigned mid = 1u << (q->bits - 1);
+  size_t nk = (size_t)(N * K), wbytes = (size_t)packed_bytes(h->qdt, N * K);
+  size_t sbytes = (size_t)(ng * L->scales->dim[1]) * dt_size(L->scales->dt);
+  size_t zbytes = h->zdt ? (size_t)packed_bytes(h->zdt, N * ng) : 0;
+  size_t obytes = (size_t)(N * ng) * dt_size(h->dt);
+  /* GPTQ in input order is a transpose of words; AWQ and act-order are
+   * unpacked to a byte per value first */
+  bool words = q->method == HQ_GPTQ && !L->perm;
+  unsigned char *v = words ? NULL : malloc(nk), *w = calloc(1, wbytes), *sraw = malloc(sbytes), *so = malloc(obytes);
+  unsigned char *z = zbytes ? calloc(1, zbytes) : NULL;
+  int32_t *perm = malloc(sizeof *perm * (size_t)K);
+  bool ok = (words || v) && w && sraw && so && perm && (!zbytes || z) && make_perm(L, perm);
+  /* signed weights are q - 2^(bits-1): in two's complement, q with the top bit flipped */
+  unsigned flip = h->all_mid ? mid : 0;
+  if (ok && words) {
+    uint32_t flips = 0;
+    for (int j = 0; j < 32 / q->bits; j++) flips |= (uint32_t)flip << (q->bits * j);
+    transpose_words(L->qweight->data, K * q->bits / 32, N, flips, w);
+  } else if (ok) {
+    unpack_weight(q, L, v);
+    for (int64_t n = 0; n < N; n++) {
+      const unsigned char *row = v + (size_t)(n * K);
+      for (int64_t j = 0; j < K; j++) {
+        size_t i = (size_t)(n * K + j);
+        unsigned x = row[perm[j]] ^ flip;
+        if (q->bits == 8) w[i] = (unsigned char)x;
+        else w[i / 2] |= (unsigned char)(x << (4 * (i & 1)));
+      }
+    }
+  }
+  if (ok) {
+    /* scales [K/G, N] -> [N, K/G] in the checkpoint's dtype; the file's data may be unaligned */
+    memcpy(sraw, L->scales->data, sbytes);
+    for (int64_t g = 0; g < ng; g++)
+      for (int64_t n = 0; n < N; n++)
+        dt_store(h->dt, so, (size_t)(n * ng + g), dt_load(L->scales->dt, sraw, (size_t)(g * N + n)));
+    if (z)
+      for (int64_t g = 0; g < ng; g++)
+        for (int64_t n = 0; n < N; n++) {
+          size_t i = (size_t)(n * ng + g);
+          unsigned x = zero_at(q, L->qzeros, g, n);
+          if (h->zdt == DT_U4) z[i / 2] |= (unsigned char)(x << (4 * (i & 1)));
+          else if (h->zdt == DT_U8) z[i] = (unsigned char)x;
+          else dt_store(h->zdt, z, i, x);
+        }
+    ok = fwrite(w, 1, wbytes, f) == wbytes && fwrite(so, 1, obytes, f) == obytes &&
+         (!z || fwrite(z, 1, zbytes, f) == zbytes);
+    if (ok && h->lin[L->kind].perm)
+      for (int64_t j = 0; j < K && ok; j++) {
+        uint32_t x = (uint32_t)perm[j];
+        unsigned char b[4] = {(unsigned char)x, (unsigned char)(x >> 8), (unsigned char)(x >> 16),
+                              (unsigned char)(x >> 24)};
+        ok = fwrite(b, 1, 4, f) == 4;
+      }
+  }
+  free(v);
+  free(w);
+  free(sraw);
+  free(so);
+  free(z);
+  free(perm);
+  return ok;
+}
+
+/* The model's name (the checkpoint directory's), as the YAML says it. */
+static const char *model_name(const Hf *h) {
+  const char *base = strrchr(h->dir, '/');
+  base = base && base[1] ? base + 1 : h->dir;
+  return *base && strcmp(base, ".") ? base : "hf_model";
+}
+
+/* Writes the quantised linears as dequantize reads them into NAME.gptq.safetensors
+ * (or .awq) in yaml_dir: weights [N, K] (the fast kernels' layout: passes/
+ * quantize.c), scales and zeros [N, K/G], and the input permutation of
+ * act-order kinds.  The names are the checkpoint's with a suffix that no
+ * HF tensor has (".qweight.nk"), so the two files never disagree on one. */
+static smelt_status write_quant(Hf *h, const char *yaml_dir) {
+  if (!yaml_dir)
+    return st_error(ST_INVALID_INPUT, "%s: error: a quantised checkpoint needs a directory for its repacked weights",
+                    h->dir);
+  const char *name = model_name(h), *ext = h->c.quant.method == HQ_GPTQ ? "gptq" : "awq";
+  size_t n = strlen(yaml_dir) + strlen(name) + 32;
+  h->qpath = malloc(n);
+  if (!h->qpath) return st_error(ST_NO_MEMORY, "out of memory");
+  snprintf(h->qpath, n, "%s/%s.%s.safetensors", yaml_dir, name, ext);
+
+  char *hdr = NULL;
+  size_t hlen = 0;
+  FILE *m = open_memstream(&hdr, &hlen);
+  if (!m) return st_error(ST_NO_MEMORY, "out of memory");
+  fputc('{', m);
+  uint64_t off = 0;
+  for (int i = 0; i < h->nql; i++) {
+    const HfQLinear *L = &h->ql[i];
+    int64_t ng = L->k / L->group;
+    put_entry(m, &off, L->prefix, "qweight.nk", h->qdt, 2, L->n, L->k);
+    put_entry(m, &off, L->prefix, "scales.nk", h->dt, 2, L->n, ng);
+    if (h->zdt) put_entry(m, &off, L->prefix, "qzeros.nk", h->zdt, 2, L->n, ng);
+    if (h->lin[L->kind].perm) put_entry(m, &off, L->prefix, "g_idx.perm", DT_I32, 1, L->k, 0);
+  }
+  fputc('}', m);
+  while (ftell(m) % 8) fputc(' ', m);
+  if (fclose(m) != 0) {
+    free(hdr);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  FILE *f = fopen(h->qpath, "wb");
+  if (!f) {
+    free(hdr);
+    return st_error(ST_IO, "%s: error: cannot write the repacked weights: %s", h->qpath, strerror(errno));
+  }
+  unsigned char le[8];
+  for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+  bool ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+  free(hdr);
+  for (int i = 0; i < h->nql && ok; i++) ok = write_qlinear(h, &h->ql[i], f);
+  ok &= fclose(f) == 0;
+  if (!ok) {
+    remove(h->qpath);
+    return st_error(ST_IO, "%s: error: cannot write the repacked weights (out of memory or disk space)", h->qpath);
   }
   return NULL;
 }
@@ -623,12 +1219,28 @@ static void inv_freq(const HfConfig *c, int64_t i, float *out) {
   *out = medium ? smoothed : g;
 }
 
-static void put_linear(FILE *f, const char *out, const char *in, const char *w, const char *bias) {
+/* out = in @ w^T (+ bias), w the weight of the linear of the given kind (or
+ * -1 for the tied embedding).  A quantised kind's weight is the dequantize
+ * of its params (put_qparams), and act-order kinds read their input
+ * permuted as the weight's columns are. */
+static void put_linear(FILE *f, const Hf *h, const char *ind, int kind, const char *out, const char *in,
+                       const char *w, const char *bias) {
+  char pin[80];
+  const HfLinear *L = kind >= 0 ? &h->lin[kind] : NULL;
+  if (L && L->quant) {
+    fprintf(f, "%s- {out: %s, op: dequantize, in: [%s_q, %s_s%s%s%s], axis: 1, group: %" PRId64 "}\n", ind, w, w, w,
+            h->zdt ? ", " : "", h->zdt ? w : "", h->zdt ? "_z" : "", L->group);
+    if (L->perm) {
+      snprintf(pin, sizeof pin, "%s_in", out);
+      fprintf(f, "%s- {out: %s, op: gather, in: [%s, %s_perm], axis: -1}\n", ind, pin, in, w);
+      in = pin;
+    }
+  }
   if (bias) {
-    fprintf(f, "      - {out: %s_mm, op: matmul, in: [%s, %s], transpose_b: true}\n", out, in, w);
-    fprintf(f, "      - {out: %s, op: add, in: [%s_mm, %s]}\n", out, out, bias);
+    fprintf(f, "%s- {out: %s_mm, op: matmul, in: [%s, %s], transpose_b: true}\n", ind, out, in, w);
+    fprintf(f, "%s- {out: %s, op: add, in: [%s_mm, %s]}\n", ind, out, out, bias);
   } else {
-    fprintf(f, "      - {out: %s, op: matmul, in: [%s, %s], transpose_b: true}\n", out, in, w);
+    fprintf(f, "%s- {out: %s, op: matmul, in: [%s, %s], transpose_b: true}\n", ind, out, in, w);
   }
 }
 
@@ -636,6 +1248,46 @@ static void put_param(FILE *f, const char *indent, const char *name, const char 
   fprintf(f, "%s%s: {shape: %s, from: ", indent, name, shape);
   put_q(f, from);
   fputs("}\n", f);
+}
+
+/* The weight of the linear of the given kind: its float weight, or the
+ * repacked tensors that dequantize reads (write_quant): w_q [out, in],
+ * w_s and w_z [out, in/G], and w_perm [in] for act-order.  prefix is what
+ * comes before the module's name ("model.layers.{i}."). */
+static void put_weight(FILE *f, const Hf *h, const char *indent, int kind, const char *prefix) {
+  const HfLinear *L = &h->lin[kind];
+  const char *w = hf_linears[kind].param, *dn = hf_linears[kind].n, *dk = hf_linears[kind].k;
+  char from[192], shape[96];
+  if (!L->quant) {
+    snprintf(from, sizeof from, "%s%s.weight", prefix, hf_linears[kind].suffix);
+    snprintf(shape, sizeof shape, "[%s, %s]", dn, dk);
+    put_param(f, indent, w, shape, from);
+    return;
+  }
+  int64_t ng = L->k / L->group;
+  snprintf(from, sizeof from, "%s%s.qweight.nk", prefix, hf_linears[kind].suffix);
+  fprintf(f, "%s%s_q: {shape: [%s, %s], dtype: %s, from: ", indent, w, dn, dk, dt_name(h->qdt));
+  put_q(f, from);
+  fputs("}\n", f);
+  snprintf(from, sizeof from, "%s%s.scales.nk", prefix, hf_linears[kind].suffix);
+  snprintf(shape, sizeof shape, "[%s, %" PRId64 "]", dn, ng);
+  char pname[48];
+  snprintf(pname, sizeof pname, "%s_s", w);
+  put_param(f, indent, pname, shape, from);
+  if (h->zdt) {
+    snprintf(from, sizeof from, "%s%s.qzeros.nk", prefix, hf_linears[kind].suffix);
+    fprintf(f, "%s%s_z: {shape: %s, ", indent, w, shape);
+    if (!dt_is_float(h->zdt)) fprintf(f, "dtype: %s, ", dt_name(h->zdt));
+    fputs("from: ", f);
+    put_q(f, from);
+    fputs("}\n", f);
+  }
+  if (L->perm) {
+    snprintf(from, sizeof from, "%s%s.g_idx.perm", prefix, hf_linears[kind].suffix);
+    fprintf(f, "%s%s_perm: {shape: [%s], dtype: i32, from: ", indent, w, dk);
+    put_q(f, from);
+    fputs("}\n", f);
+  }
 }
 
 /* The rotation of x [1, H, seq, head_dim] by the shared rcos/rsin [seq, head_dim]:
@@ -683,10 +1335,26 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
   if (c->rope == ROPE_LLAMA3)
     fprintf(f, "# Rope scaling: llama3, factor %g, low_freq_factor %g, high_freq_factor %g, original %" PRId64 ".\n",
             c->factor, c->low_freq, c->high_freq, c->orig_max_pos);
+  if (h->nql) {
+    const char *qbase = strrchr(h->qpath, '/') ? strrchr(h->qpath, '/') + 1 : h->qpath;
+    int nperm = 0;
+    for (int k = 0; k < NLIN; k++) nperm += h->lin[k].quant && h->lin[k].perm;
+    fprintf(f, "# %s %d-bit, group size %" PRId64 "%s: %d linears repacked into %s:\n",
+            quant_name(c->quant.method), c->quant.bits, h->ql[0].group,
+            c->quant.method == HQ_GPTQ ? (c->quant.v1 ? " (checkpoint_format gptq)" : " (gptq_v2)") : " (gemm)",
+            h->nql, qbase);
+    if (h->all_mid)
+      fprintf(f, "# %s [out, in] weights (symmetric: q - %u) and [out, in/G] scales, read through dequantize.\n",
+              dt_name(h->qdt), 1u << (c->quant.bits - 1));
+    else
+      fprintf(f, "# %s [out, in] weights, [out, in/G] scales and %s zeros, read through dequantize.\n",
+              dt_name(h->qdt), dt_name(dt_is_float(h->zdt) ? dt : h->zdt));
+    if (nperm)
+      fputs("# Act-order (g_idx): the weights' inputs are sorted by group, and so are the matmuls' inputs (gather).\n",
+            f);
+  }
   fputs("smelt: 1\nname: ", f);
-  const char *base = strrchr(h->dir, '/');
-  base = base && base[1] ? base + 1 : h->dir;
-  put_q(f, *base && strcmp(base, ".") ? base : "hf_model");
+  put_q(f, model_name(h));
   fprintf(f, "\ndtype: %s\n", dt_name(dt));
   fprintf(f, "dims: {seq: %" PRId64, seq);
   if (cache) fprintf(f, ", ctx: %" PRId64, ctx);
@@ -696,36 +1364,26 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
           c->hidden, c->heads, c->kv_heads, c->head_dim, c->heads * c->head_dim, c->kv_heads * c->head_dim, c->ffn,
           c->vocab, c->layers);
   fputs("weights: ", f);
-  if (h->nshard == 1) {
-    char *r = yaml_ref(yaml_dir, h->shard[0].file);
+  int nfiles = h->nshard + (h->qpath != NULL);
+  if (nfiles > 1) fputc('[', f);
+  for (int i = 0; i < nfiles; i++) {
+    char *r = yaml_ref(yaml_dir, i < h->nshard ? h->shard[i].file : h->qpath);
     if (!r) {
       fclose(f);
       free(text);
       return st_error(ST_NO_MEMORY, "out of memory");
     }
+    fputs(i ? ", " : "", f);
     put_q(f, r);
     free(r);
-  } else {
-    fputc('[', f);
-    for (int i = 0; i < h->nshard; i++) {
-      char *r = yaml_ref(yaml_dir, h->shard[i].file);
-      if (!r) {
-        fclose(f);
-        free(text);
-        return st_error(ST_NO_MEMORY, "out of memory");
-      }
-      fputs(i ? ", " : "", f);
-      put_q(f, r);
-      free(r);
-    }
-    fputc(']', f);
   }
+  if (nfiles > 1) fputc(']', f);
   fputs("\ninputs:\n  ids: {shape: [seq], dtype: i32}\n  pos: {shape: [seq], dtype: i32}\n", f);
 
   fputs("params:\n", f);
   put_param(f, "  ", "embed", "[vocab, hidden]", "model.embed_tokens.weight");
   put_param(f, "  ", "final_norm", "[hidden]", "model.norm.weight");
-  if (!c->tied) put_param(f, "  ", "lm_head", "[vocab, hidden]", "lm_head.weight");
+  if (!c->tied) put_weight(f, h, "  ", LIN_HEAD, "");
   int64_t half = c->head_dim / 2;
   if (explicit_rope) {
     fprintf(f, "  inv_freq: {shape: [1, %" PRId64 "], dtype: f32, value: [[", half);
@@ -748,13 +1406,7 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
   const char *P = "      ";
   put_param(f, P, "attn_norm", "[hidden]", "model.layers.{i}.input_layernorm.weight");
   put_param(f, P, "ffn_norm", "[hidden]", "model.layers.{i}.post_attention_layernorm.weight");
-  put_param(f, P, "wq", "[q_dim, hidden]", "model.layers.{i}.self_attn.q_proj.weight");
-  put_param(f, P, "wk", "[kv_dim, hidden]", "model.layers.{i}.self_attn.k_proj.weight");
-  put_param(f, P, "wv", "[kv_dim, hidden]", "model.layers.{i}.self_attn.v_proj.weight");
-  put_param(f, P, "wo", "[hidden, q_dim]", "model.layers.{i}.self_attn.o_proj.weight");
-  put_param(f, P, "w_gate", "[ffn, hidden]", "model.layers.{i}.mlp.gate_proj.weight");
-  put_param(f, P, "w_up", "[ffn, hidden]", "model.layers.{i}.mlp.up_proj.weight");
-  put_param(f, P, "w_down", "[hidden, ffn]", "model.layers.{i}.mlp.down_proj.weight");
+  for (int k = 0; k < LIN_HEAD; k++) put_weight(f, h, P, k, "model.layers.{i}.");
   if (c->attn_bias) {
     put_param(f, P, "bq", "[q_dim]", "model.layers.{i}.self_attn.q_proj.bias");
     put_param(f, P, "bk", "[kv_dim]", "model.layers.{i}.self_attn.k_proj.bias");
@@ -770,9 +1422,9 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
   fputs("      # attention\n      - {out: h, op: rms_norm, in: [x, attn_norm], eps: ", f);
   put_real(f, c->eps);
   fputs("}\n", f);
-  put_linear(f, "q0", "h", "wq", c->attn_bias ? "bq" : NULL);
-  put_linear(f, "k0", "h", "wk", c->attn_bias ? "bk" : NULL);
-  put_linear(f, "v0", "h", "wv", c->attn_bias ? "bv" : NULL);
+  put_linear(f, h, P, LIN_Q, "q0", "h", "wq", c->attn_bias ? "bq" : NULL);
+  put_linear(f, h, P, LIN_K, "k0", "h", "wk", c->attn_bias ? "bk" : NULL);
+  put_linear(f, h, P, LIN_V, "v0", "h", "wv", c->attn_bias ? "bv" : NULL);
   fputs("      # [seq, heads*head_dim] -> [1, heads, seq, head_dim]\n"
         "      - {out: q1, op: reshape, in: [q0], shape: [1, seq, heads, head_dim]}\n"
         "      - {out: q2, op: transpose, in: [q1], perm: [0, 2, 1, 3]}\n"
@@ -803,18 +1455,18 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
   fputs("      - {out: att_t, op: transpose, in: [att], perm: [0, 2, 1, 3]}\n"
         "      - {out: att_m, op: reshape, in: [att_t], shape: [seq, q_dim]}\n",
         f);
-  put_linear(f, "o", "att_m", "wo", c->o_bias ? "bo" : NULL);
+  put_linear(f, h, P, LIN_O, "o", "att_m", "wo", c->o_bias ? "bo" : NULL);
   fputs("      - {out: x1, op: add, in: [x, o]}\n"
         "      # SwiGLU MLP: (silu(h2 @ gate^T) * (h2 @ up^T)) @ down^T\n"
         "      - {out: h2, op: rms_norm, in: [x1, ffn_norm], eps: ",
         f);
   put_real(f, c->eps);
   fputs("}\n", f);
-  put_linear(f, "g0", "h2", "w_gate", c->mlp_bias ? "b_gate" : NULL);
+  put_linear(f, h, P, LIN_GATE, "g0", "h2", "w_gate", c->mlp_bias ? "b_gate" : NULL);
   fputs("      - {out: g, op: silu, in: [g0]}\n", f);
-  put_linear(f, "u", "h2", "w_up", c->mlp_bias ? "b_up" : NULL);
+  put_linear(f, h, P, LIN_UP, "u", "h2", "w_up", c->mlp_bias ? "b_up" : NULL);
   fputs("      - {out: gu, op: mul, in: [g, u]}\n", f);
-  put_linear(f, "d", "gu", "w_down", c->mlp_bias ? "b_down" : NULL);
+  put_linear(f, h, P, LIN_DOWN, "d", "gu", "w_down", c->mlp_bias ? "b_down" : NULL);
   fputs("      - {out: y, op: add, in: [x1, d]}\n    outputs: [y]\n", f);
 
   fputs("nodes:\n  - {out: x, op: gather, in: [embed, ids]}\n", f);
@@ -839,16 +1491,10 @@ static smelt_status write_yaml(const Hf *h, const FeHfOptions *o, const char *ya
   put_real(f, c->eps);
   fputs("}\n", f);
   const char *head = c->tied ? "embed" : "lm_head";
-  if (cache) {
-    fprintf(f,
-            "  - {out: last, op: slice, in: [hn], axis: 0, start: -1}\n"
-            "  - {out: logits, op: matmul, in: [last, %s], transpose_b: true}\n"
-            "  - {out: next, op: argmax, in: [logits], axis: -1}\n"
-            "outputs: [logits, next]\n",
-            head);
-  } else {
-    fprintf(f, "  - {out: logits, op: matmul, in: [hn, %s], transpose_b: true}\noutputs: [logits]\n", head);
-  }
+  if (cache) fputs("  - {out: last, op: slice, in: [hn], axis: 0, start: -1}\n", f);
+  put_linear(f, h, "  ", c->tied ? -1 : LIN_HEAD, "logits", cache ? "last" : "hn", head, NULL);
+  if (cache) fputs("  - {out: next, op: argmax, in: [logits], axis: -1}\noutputs: [logits, next]\n", f);
+  else fputs("outputs: [logits]\n", f);
   if (fclose(f) != 0) {
     free(text);
     return st_error(ST_NO_MEMORY, "out of memory");
@@ -878,9 +1524,10 @@ smelt_status fe_hf_import(const char *dir, const char *yaml_dir, const FeHfOptio
   DType dt = o.dtype != DT_INVALID ? o.dtype : h->dt;
   if (!st && !dt_is_float(dt))
     st = st_error(ST_INVALID_INPUT, "error: --dtype %s: the model's dtype must be a float type", dt_name(dt));
+  if (!st && h->nql) st = write_quant(h, yaml_dir);
   if (!st) st = write_yaml(h, &o, yaml_dir, ctx, dt, out_yaml);
   if (!st && out_info) {
-    *out_info = (FeHfInfo){.layers = h->c.layers, .nfiles = h->nshard, .ctx = o.no_cache ? 0 : ctx,
+    *out_info = (FeHfInfo){.layers = h->c.layers, .nfiles = h->nshard + (h->qpath != NULL), .ctx = o.no_cache ? 0 : ctx,
                            .weights_dtype = h->dt, .dtype = dt};
     snprintf(out_info->arch, sizeof out_info->arch, "%s", h->c.arch);
   }
@@ -894,6 +1541,8 @@ smelt_status fe_hf_import(const char *dir, const char *yaml_dir, const FeHfOptio
   free(h->c.text);
   free(h->c.path);
   free(h->index_path);
+  free(h->ql);
+  free(h->qpath);
   free(h);
   return st;
 }

@@ -18,6 +18,10 @@
  * format forces alignment): copy it with memcpy before typed access.
  *
  * F8_E4M3 and F8_E5M2 are smelt's f8e4m3 and f8e5m2 (quantised weights).
+ * I4 and U4 are not safetensors dtypes: they are smelt's own i4 and u4,
+ * packed two per byte as ir/dtype.h says (numel / 2 bytes, rounded up),
+ * for the weights that `smelt import hf` repacks from GPTQ and AWQ
+ * checkpoints.
  * Dtypes that smelt has no type for (I16, U16, U32, U64) are accepted
  * with dt = DT_INVALID, so that a weights file with some such tensor can
  * still provide the others; using one as a param is the loader's error.
@@ -54,13 +58,20 @@ struct SafeTensors {
 static const struct {
   const char *name;
   DType dt;
-  size_t size;
+  unsigned bits;
 } st_dtypes[] = {
-    {"F64", DT_F64, 8},      {"F32", DT_F32, 4},      {"F16", DT_F16, 2},     {"BF16", DT_BF16, 2},
-    {"I64", DT_I64, 8},      {"I32", DT_I32, 4},      {"I16", DT_INVALID, 2}, {"I8", DT_I8, 1},
-    {"U8", DT_U8, 1},        {"BOOL", DT_BOOL, 1},    {"U16", DT_INVALID, 2}, {"U32", DT_INVALID, 4},
-    {"U64", DT_INVALID, 8},  {"F8_E4M3", DT_F8E4M3, 1}, {"F8_E5M2", DT_F8E5M2, 1},
+    {"F64", DT_F64, 64},     {"F32", DT_F32, 32},     {"F16", DT_F16, 16},     {"BF16", DT_BF16, 16},
+    {"I64", DT_I64, 64},     {"I32", DT_I32, 32},     {"I16", DT_INVALID, 16}, {"I8", DT_I8, 8},
+    {"U8", DT_U8, 8},        {"BOOL", DT_BOOL, 8},    {"U16", DT_INVALID, 16}, {"U32", DT_INVALID, 32},
+    {"U64", DT_INVALID, 64}, {"F8_E4M3", DT_F8E4M3, 8}, {"F8_E5M2", DT_F8E5M2, 8},
+    {"I4", DT_I4, 4},        {"U4", DT_U4, 4},
 };
+
+const char *fe_safetensors_dtype_name(DType dt) {
+  for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
+    if (st_dtypes[i].dt == dt && dt != DT_INVALID) return st_dtypes[i].name;
+  return NULL;
+}
 
 static int find_dtype(const char *name) {
   for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
@@ -105,18 +116,19 @@ static smelt_status parse_entry(SafeTensors *s, const char *name, json_t *e, con
   size_t rank = json_array_size(jshape);
   if (rank > IR_MAX_RANK)
     return st_error(ST_INVALID_INPUT, "tensor '%s': rank %zu exceeds the maximum of %d", name, rank, IR_MAX_RANK);
-  /* numel * element size must fit in int64: checked one dimension at a time */
-  uint64_t bytes = st_dtypes[di].size;
+  /* numel * element bits must fit in int64: checked one dimension at a time */
+  uint64_t bits = st_dtypes[di].bits;
   t->rank = (int)rank;
   for (size_t i = 0; i < rank; i++) {
     uint64_t d;
     if (!json_nonneg(json_array_get(jshape, i), &d))
       return st_error(ST_INVALID_INPUT, "tensor '%s': shape[%zu] is not a non-negative integer", name, i);
-    if (d != 0 && bytes > (uint64_t)INT64_MAX / d)
-      return st_error(ST_INVALID_INPUT, "tensor '%s': shape overflows (more than 2^63 bytes)", name);
-    bytes *= d;
+    if (d != 0 && bits > (uint64_t)INT64_MAX / d)
+      return st_error(ST_INVALID_INPUT, "tensor '%s': shape overflows (more than 2^60 bytes)", name);
+    bits *= d;
     t->dim[i] = (int64_t)d;
   }
+  uint64_t bytes = (bits + 7) / 8; /* as ir_type_bytes counts a packed tensor */
   uint64_t begin, end;
   if (!json_is_array(joff) || json_array_size(joff) != 2 || !json_nonneg(json_array_get(joff, 0), &begin) ||
       !json_nonneg(json_array_get(joff, 1), &end) || begin > end)

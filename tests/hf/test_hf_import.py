@@ -13,6 +13,11 @@ the cache: a prompt's prefill (seq = L) then 16 greedy decode steps (seq =
 step; that needs the state ops and a stateful `smelt generate`/`smelt run`,
 which this test probes for and reports as a SKIP line while they are not
 there.  Every bad checkpoint must exit 1 with a located message.
+
+GPTQ and AWQ checkpoints (make_quant.py: quantised and packed in numpy from
+the formats' descriptions) are compared with the same numpy model on their
+dequantised weights, so the import's unpacking, zeros, act-order
+permutation and repacking are checked exactly (to f32 rounding).
 """
 import argparse
 import ctypes
@@ -28,6 +33,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_checkpoint as mc  # noqa: E402
+import make_quant as mq  # noqa: E402
 
 FAILED = []
 SKIPPED = []
@@ -495,6 +501,162 @@ def test_bad(sm, tmp, good):
     check(r.returncode == 2, f"usage: --ctx 0 (exit {r.returncode})")
 
 
+# ---- GPTQ and AWQ ----
+
+def test_packers():
+    """make_quant.py's packing against the formats' own examples, so that the numpy side of the comparison is not
+    merely consistent with itself: GPTQ puts value j of 8 consecutive inputs in bits 4j..4j+3 (word 0x76543210 for
+    the values 0..7), AutoAWQ the columns 0 2 4 6 1 3 5 7 in nibbles 0..7 (0x75316420 for the columns 0..7), and a
+    GPTQ 8-bit word holds 4 values (0x03020100)."""
+    v = np.arange(8).reshape(8, 1)
+    g = int(mq.pack_along_rows(v, 4).view(np.uint32)[0, 0])
+    a = int(mq.pack_along_cols(v.T, 4, mq.AWQ_ORDER).view(np.uint32)[0, 0])
+    b8 = int(mq.pack_along_rows(np.arange(4).reshape(4, 1), 8).view(np.uint32)[0, 0])
+    check(g == 0x76543210 and a == 0x75316420 and b8 == 0x03020100,
+          f"make_quant packs as the formats say: GPTQ {g:#010x}, AWQ {a:#010x}, GPTQ 8-bit {b8:#010x}")
+
+
+QUANT_CASES = [
+    # name, make_quant options, config options, devices, what the YAML must hold
+    ("gptq_sym", dict(method="gptq"), {}, ["ref", "cpu"],
+     ["dtype: i4", "op: dequantize", "gptq_sym.gptq.safetensors"]),
+    ("gptq_act_order", dict(method="gptq", act_order=True, seed=11), dict(arch="qwen2", tied=True), ["ref", "cpu"],
+     ["dtype: i4", "op: gather, in: [h, wq_perm], axis: -1", "Act-order"]),
+    ("gptq_asym_v1", dict(method="gptq", sym=False, wide_zeros=True, quant_head=True, seed=12), {}, ["ref", "cpu"],
+     ["dtype: u4", "lm_head_q:", "f32 zeros"]),
+    ("gptq_v2_8bit", dict(method="gptq", bits=8, group=-1, sym=False, fmt="gptq_v2", g_idx=False, seed=13), {},
+     ["ref", "cpu"], ["dtype: u8", "group: 64}", "(gptq_v2)"]),
+    # act-order in layer 1 only: layer 0's inputs go through the gather too, by the identity
+    ("gptq_f16_act_order_layer1", dict(method="gptq", sym=False, dtype="f16", act_order="model.layers.1.", seed=15),
+     dict(dtype="f16"), ["ref"], ["dtype: u4", "op: gather, in: [gu, w_down_perm], axis: -1"]),
+    ("awq", dict(method="awq", sym=False, shards=2, seed=14), {}, ["ref", "cpu"],
+     ["dtype: u4", "u4 zeros", "(gemm)", "model-00002-of-00002.safetensors"]),
+]
+
+
+def make_quant(tmp, name, cfg_kw=None, **kw):
+    d = os.path.join(tmp, name)
+    W = mq.write_quant_checkpoint(d, mc.make_config(**(cfg_kw or {})), **kw)
+    return d, json.load(open(os.path.join(d, "config.json"))), W
+
+
+def test_quant(sm, tmp):
+    test_packers()
+    made = {}
+    for name, kw, cfg_kw, devices, needles in QUANT_CASES:
+        ck, cfg, W = made[name] = make_quant(tmp, name, cfg_kw, **kw)
+        tol = 2e-2 if kw.get("dtype") == "f16" else 1e-5
+        compare_nocache(sm, tmp, name, ck, cfg, W, devices, tol)
+        y = os.path.join(tmp, "yaml_" + name, name + ".yaml")
+        text = open(y).read() if os.path.exists(y) else ""
+        check(all(n in text for n in needles), f"{name}: the YAML has {needles}")
+        if name == "gptq_sym":
+            # the compiled bundle keeps the weights in 4 bits, dequantised inside the matmul
+            b = os.path.join(tmp, name + ".smelt")
+            r = sm.run("compile", y, "-o", b)
+            ir = sm.run("inspect", b, "--ir").stdout if r.returncode == 0 else ""
+            check("layer.0/wq_q: i4[64,64]" in ir and "dequantize(layer.0/wq_q" in ir,
+                  f"{name}: the compiled weights stay i4 [out, in], read through dequantize")
+    # the KV-cache form of an act-order model: prefill on ref, decode steps through the C API
+    test_cache(sm, tmp, *made["gptq_act_order"], "gptq_act_order", 1e-5, False)
+    test_quant_bad(sm, tmp)
+
+
+def test_quant_bad(sm, tmp):
+    cfg = mc.make_config()
+    q = "model.layers.0.self_attn.q_proj"
+
+    def bad(name, needles, qcfg=None, **kw):
+        d = os.path.join(tmp, "qbad_" + name)
+        mq.write_quant_checkpoint(d, cfg, **{"method": "gptq", **kw})
+        p = os.path.join(d, "config.json")
+        if qcfg:
+            c = json.load(open(p))
+            qcfg(c)
+            json.dump(c, open(p, "w"), indent=2)
+        expect_fail(sm, tmp, name, d, [n.replace("CONFIG", p).replace("WEIGHTS", d + "/model.safetensors")
+                                       for n in needles])
+
+    def qset(**kv):
+        return lambda c: c["quantization_config"].update(kv)
+
+    bad("GPTQ 3-bit", ["CONFIG:", "quantization_config.bits", "3-bit", "not supported"], qset(bits=3))
+    bad("AWQ 8-bit", ["CONFIG:", "quantization_config.bits", "8-bit", "4-bit AWQ"], qset(bits=8), method="awq")
+    bad("group size that does not divide K", ["CONFIG:", "group_size", "24 does not divide the 64 inputs", q],
+        qset(group_size=24))
+    bad("group size 0", ["CONFIG:", "group_size", "must be positive"], qset(group_size=0))
+    bad("quant_method bitsandbytes", ["CONFIG:", "bitsandbytes", "not supported", "gptq and awq"],
+        qset(quant_method="bitsandbytes"))
+    bad("no quant_method", ["CONFIG:", "no quant_method"], lambda c: c["quantization_config"].pop("quant_method"))
+    bad("AWQ version gemv", ["CONFIG:", "quantization_config.version", "gemv", "not supported", "gemm"],
+        qset(version="gemv"), method="awq")
+    bad("AWQ version marlin", ["CONFIG:", "marlin", "not supported"], qset(version="marlin"), method="awq")
+    bad("AWQ without zero points", ["CONFIG:", "zero_point", "not supported"], qset(zero_point=False), method="awq")
+    bad("GPTQ checkpoint_format marlin", ["CONFIG:", "checkpoint_format", "marlin", "gptq_v2"],
+        qset(checkpoint_format="marlin"))
+    bad("GPTQ is_marlin_format", ["CONFIG:", "is_marlin_format", "marlin"], qset(is_marlin_format=True))
+    bad("bits as a string", ["CONFIG:", "quantization_config.bits", "integer"], qset(bits="4"))
+    bad("qweight without quantization_config", ["WEIGHTS", q + ".qweight", "no quantization_config"],
+        lambda c: c.pop("quantization_config"))
+    bad("missing scales", ["WEIGHTS", q + ".scales", "missing", "qweight, qzeros and scales"], drop=[q + ".scales"])
+    bad("missing qzeros", ["WEIGHTS", q + ".qzeros", "missing"], drop=[q + ".qzeros"])
+    bad("scales of the wrong shape", ["WEIGHTS", q + ".scales", "[3, 64]", "[4, 64]"],
+        override={q + ".scales": np.ones((3, 64), np.float16)})
+    bad("qzeros of the wrong shape", ["WEIGHTS", q + ".qzeros", "[4, 16]", "[4, 8]"],
+        override={q + ".qzeros": np.zeros((4, 16), np.int32)})
+    bad("qweight of the wrong shape", ["WEIGHTS", q + ".qweight", "[64, 8]", "[8, 64]"], method="gptq",
+        override={q + ".qweight": np.zeros((64, 8), np.int32)})
+    bad("AWQ qweight in GPTQ's layout", ["WEIGHTS", q + ".qweight", "[8, 64]", "[64, 8]"], method="awq",
+        override={q + ".qweight": np.zeros((8, 64), np.int32)})
+    bad("qweight not I32", ["WEIGHTS", q + ".qweight", "F32", "I32"],
+        override={q + ".qweight": np.zeros((8, 64), np.float32)})
+    bad("scales not float", ["WEIGHTS", q + ".scales", "I32", "F16, BF16 or F32"],
+        override={q + ".scales": np.zeros((4, 64), np.int32)})
+    gi = np.arange(64, dtype=np.int32) // 16
+    gi[20] = 0  # group 0 gets 17 inputs, group 1 15
+    bad("g_idx with unequal groups", ["WEIGHTS", q + ".g_idx", "group 0 has 17 inputs", "group size 16"],
+        override={q + ".g_idx": gi})
+    gi = np.arange(64, dtype=np.int32) // 16
+    gi[5] = 9
+    bad("g_idx outside the groups", ["WEIGHTS", q + ".g_idx", "g_idx[5] is 9", "4 groups"], override={q + ".g_idx": gi})
+    bad("g_idx of the wrong length", ["WEIGHTS", q + ".g_idx", "[32]", "[64]"],
+        override={q + ".g_idx": np.zeros(32, np.int32)})
+    # N (here ffn = 180) must be a multiple of the 8 values an int32 packs
+    d = os.path.join(tmp, "qbad_pack")
+    mq.write_quant_checkpoint(d, mc.make_config(ffn=180), "gptq", group=-1,
+                              float_linears=[f"model.layers.{i}.mlp.{m}" for i in (0, 1)
+                                             for m in ("gate_proj", "up_proj", "down_proj")],
+                              override={"model.layers.0.mlp.gate_proj.qweight": np.zeros((8, 180), np.int32)})
+    expect_fail(sm, tmp, "N not a multiple of 8", d, [d + "/model.safetensors", "model.layers.0.mlp.gate_proj",
+                                                       "8 values per int32 along the outputs", "180"])
+    bad("layers quantised unlike", ["WEIGHTS", "model.layers.1.self_attn.q_proj", "not quantised", "alike"],
+        float_linears=["model.layers.1.self_attn.q_proj"])
+    bad("a linear neither float nor quantised", ["WEIGHTS", q + ".weight", "no qweight either"],
+        drop=[q + ".qweight"])
+
+    # quantization_config's keys set to values of the wrong kind or range: exit 0 or 1, never a crash
+    d = os.path.join(tmp, "qfuzz")
+    mq.write_quant_checkpoint(d, cfg, "gptq")
+    base = json.load(open(os.path.join(d, "config.json")))
+    worst, n = [], 0
+    keys = ["quant_method", "bits", "group_size", "desc_act", "sym", "checkpoint_format", "w_bit", "q_group_size",
+            "version", "zero_point", "backend", "pack_dtype", "dynamic", "is_marlin_format"]
+    for key in keys:
+        for v in [None, "x", -1, 0, 2 ** 62, 1.5, True, {}]:
+            c = json.loads(json.dumps(base))
+            c["quantization_config"][key] = v
+            json.dump(c, open(os.path.join(d, "config.json"), "w"))
+            r = sm.run("import", "hf", d, "-o", os.path.join(tmp, "qfuzz.yaml"))
+            n += 1
+            if r.returncode not in (0, 1) or "AddressSanitizer" in r.stderr or "runtime error" in r.stderr or \
+                    (r.returncode == 1 and "config.json" not in r.stderr and "safetensors" not in r.stderr):
+                worst.append((key, v, r.returncode, r.stderr[-200:]))
+    check(not worst, f"quantization_config fuzz: {n} imports, each exit 0 or 1 with a located message "
+          f"({len(worst)} bad)")
+    for w in worst[:5]:
+        print("    ", w)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smelt", required=True)
@@ -559,6 +721,7 @@ def main():
         check("ctx: 512," in open(y).read(), "default ctx is max_position_embeddings (512) when below 2048")
 
         test_bad(sm, tmp, os.path.join(tmp, "llama"))
+        test_quant(sm, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if FAILED:
