@@ -29,6 +29,7 @@
  * each cache at the mean context) over the measured copy bandwidth, divided
  * by the measured time per token.
  */
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -515,6 +516,23 @@ static bool is_bundle_path(const char *p) {
   return n > 6 && strcmp(p + n - 6, ".smelt") == 0;
 }
 
+/* Removes the temporary directory a checkpoint was imported into: the YAML
+ * and whatever the import wrote beside it (a GPTQ/AWQ checkpoint's
+ * repacked weights), then the directory. */
+static void remove_import_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d) {
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+          (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path)
+        remove(path);
+    closedir(d);
+  }
+  rmdir(dir);
+}
+
 int cli_generate(int argc, char **argv) {
   Gen G;
   memset(&G, 0, sizeof G);
@@ -724,10 +742,7 @@ int cli_generate(int argc, char **argv) {
   smelt_bundle_close(b);
   if (st) rc = cli_fail(st);
 cleanup:
-  if (yaml_path[0]) {
-    remove(yaml_path);
-    rmdir(tmpdir);
-  }
+  if (yaml_path[0]) remove_import_dir(tmpdir);
 done:
   free(G.prompt.v);
   free(G.out.v);

@@ -36,7 +36,8 @@ static const char import_help[] =
     "\n"
     "'smelt import hf DIR' writes the Hugging Face checkpoint in DIR (config.json and\n"
     "model.safetensors, or the shards of model.safetensors.index.json) as smelt YAML that\n"
-    "reads the weights from the checkpoint's files by their HF names (nothing is copied).\n"
+    "reads the weights from the checkpoint's files by their HF names (nothing is copied but\n"
+    "the repacked linears of a GPTQ or AWQ checkpoint: NAME.gptq.safetensors beside the YAML).\n"
     "Llama-family models: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM.\n"
     "The model takes ids and pos ([seq] i32) and keeps a KV cache per layer (state\n"
     "k_cache/v_cache [1, kv_heads, ctx, head_dim]); its outputs are the last position's\n"
@@ -100,21 +101,6 @@ static void put_quoted(FILE *f, const char *s) {
 
 /* ---- safetensors ---- */
 
-static const char *st_dtype(DType dt) {
-  switch (dt) {
-  case DT_F32: return "F32";
-  case DT_F16: return "F16";
-  case DT_BF16: return "BF16";
-  case DT_F64: return "F64";
-  case DT_I64: return "I64";
-  case DT_I32: return "I32";
-  case DT_I8: return "I8";
-  case DT_U8: return "U8";
-  case DT_BOOL: return "BOOL";
-  default: return "?";
-  }
-}
-
 static smelt_status write_safetensors(const char *path, const Graph *g, const int *consts, int n, Names *nm) {
   char *hdr = NULL;
   size_t hlen = 0;
@@ -127,7 +113,8 @@ static smelt_status write_safetensors(const char *path, const Graph *g, const in
     uint64_t bytes = ir_type_bytes(&v->type);
     fputs(i ? "," : "", h);
     put_quoted(h, yaml_name(nm, g, consts[i]));
-    fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype(v->type.dt));
+    const char *dn = fe_safetensors_dtype_name(v->type.dt);
+    fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", dn ? dn : "?"); /* every stored dtype has a name */
     for (int d = 0; d < v->type.rank; d++) fprintf(h, "%s%" PRId64, d ? "," : "", v->type.dim[d]);
     fprintf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
     off += bytes;

@@ -332,6 +332,14 @@ def check_quant(smelt, tmp, failures, report):
             report.append(f"{label:38s} weight kept quantised: {'yes' if kept else 'NO'}")
             if not kept:
                 failures.append(f"{label}: the compiled weight is not quantised any more: {ir[-600:]} {r.stderr[-300:]}")
+            # smelt import writes the quantised weights (I4/U4/F8 too) into its safetensors file
+            yml = os.path.join(tmp, label[:-5] + ".yaml")
+            r = smelt_cmd(smelt, ["import", path, "-o", yml])
+            got, err = run_smelt(smelt, yml, feeds, ["y"], "cpu", tmp) if r.returncode == 0 else (None, r.stderr[-500:])
+            e = rel_l2(got["y"], want["y"]) if got is not None else float("nan")
+            report.append(f"{label:38s} import + run cpu rel L2 vs ORT {e:.2e}")
+            if not e <= TOL:
+                failures.append(f"{label}: smelt import, then run: {err or f'rel L2 {e:.3e}'}")
         check_cuda(smelt, path, label, [], feeds, ["y"], want, tmp, failures, report)
 
 
