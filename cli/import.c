@@ -102,42 +102,27 @@ static void put_quoted(FILE *f, const char *s) {
 /* ---- safetensors ---- */
 
 static smelt_status write_safetensors(const char *path, const Graph *g, const int *consts, int n, Names *nm) {
-  char *hdr = NULL;
-  size_t hlen = 0;
-  FILE *h = open_memstream(&hdr, &hlen);
-  if (!h) return st_error(ST_NO_MEMORY, "out of memory");
-  fputc('{', h);
-  uint64_t off = 0;
+  FeStHeader hd;
+  RETURN_IF_ERROR(fe_st_header_open(&hd));
   for (int i = 0; i < n; i++) {
     const Value *v = &g->val[consts[i]];
-    uint64_t bytes = ir_type_bytes(&v->type);
-    fputs(i ? "," : "", h);
-    put_quoted(h, yaml_name(nm, g, consts[i]));
-    const char *dn = fe_safetensors_dtype_name(v->type.dt);
-    fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", dn ? dn : "?"); /* every stored dtype has a name */
-    for (int d = 0; d < v->type.rank; d++) fprintf(h, "%s%" PRId64, d ? "," : "", v->type.dim[d]);
-    fprintf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + bytes);
-    off += bytes;
+    fe_st_header_add(&hd, yaml_name(nm, g, consts[i]), v->type.dt, v->type.rank, v->type.dim);
   }
-  fputc('}', h);
-  while ((ftell(h) % 8) != 0) fputc(' ', h);
-  fclose(h);
   FILE *f = fopen(path, "wb");
   if (!f) {
-    free(hdr);
+    fclose(hd.json);
+    free(hd.buf);
     return st_error(ST_IO, "%s: error: cannot write: %s", path, strerror(errno));
   }
-  uint64_t len = hlen;
-  unsigned char le[8];
-  for (int i = 0; i < 8; i++) le[i] = (unsigned char)(len >> (8 * i));
-  bool ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
+  smelt_status st = fe_st_header_write(&hd, f, path);
+  bool ok = !st;
   for (int i = 0; i < n && ok; i++) {
     const Value *v = &g->val[consts[i]];
     size_t bytes = ir_type_bytes(&v->type);
     ok = !bytes || fwrite(v->data, 1, bytes, f) == bytes;
   }
   ok &= fclose(f) == 0;
-  free(hdr);
+  if (st) return st;
   if (!ok) return st_error(ST_IO, "%s: error: write failed", path);
   return NULL;
 }

@@ -59,6 +59,23 @@ const SafeTensor *fe_safetensors_at(const SafeTensors *st, int i);
  * none (f64 has "F64"; every DType smelt stores has one). */
 const char *fe_safetensors_dtype_name(DType dt);
 
+/* Writing a safetensors file: the header is built in memory, one entry per
+ * tensor in the order its bytes will follow (offsets counted here), then
+ * written with its 8-byte length and padded to 8; the caller writes the
+ * tensors' bytes after it, in the same order. */
+typedef struct {
+  FILE *json;
+  char *buf;
+  size_t len;
+  uint64_t off; /* bytes of the tensors added so far */
+  int n;
+} FeStHeader;
+smelt_status fe_st_header_open(FeStHeader *h) SMELT_MUST_USE;
+void fe_st_header_add(FeStHeader *h, const char *name, DType dt, int rank, const int64_t *dim);
+/* Writes the header to f (path for messages) and frees it; also frees it
+ * on failure. */
+smelt_status fe_st_header_write(FeStHeader *h, FILE *f, const char *path) SMELT_MUST_USE;
+
 /* ---- .npy ---- */
 /* Reads a .npy file (v1-3, little endian, C order). *out_data is malloc'd,
  * owned by the caller. */

@@ -1000,14 +1000,11 @@ static bool make_perm(const HfQLinear *L, int32_t *perm) {
 
 static uint64_t packed_bytes(DType dt, int64_t count) { return ((uint64_t)count * (uint64_t)dt_bits(dt) + 7) / 8; }
 
-static void put_entry(FILE *f, uint64_t *off, const char *prefix, const char *what, DType dt, int rank, int64_t d0,
+static void put_entry(FeStHeader *hd, const char *prefix, const char *what, DType dt, int rank, int64_t d0,
                       int64_t d1) {
-  fprintf(f, "%s\"%s.%s\":{\"dtype\":\"%s\",\"shape\":[%" PRId64, *off ? "," : "", prefix, what,
-          fe_safetensors_dtype_name(dt), d0);
-  if (rank == 2) fprintf(f, ",%" PRId64, d1);
-  uint64_t bytes = packed_bytes(dt, rank == 2 ? d0 * d1 : d0);
-  fprintf(f, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", *off, *off + bytes);
-  *off += bytes;
+  char name[512];
+  snprintf(name, sizeof name, "%s.%s", prefix, what);
+  fe_st_header_add(hd, name, dt, rank, (int64_t[]){d0, d1});
 }
 
 /* The tensors of one quantised linear, in the order put_entry declared
@@ -1102,35 +1099,25 @@ static smelt_status write_quant(Hf *h, const char *yaml_dir) {
   if (!h->qpath) return st_error(ST_NO_MEMORY, "out of memory");
   snprintf(h->qpath, n, "%s/%s.%s.safetensors", yaml_dir, name, ext);
 
-  char *hdr = NULL;
-  size_t hlen = 0;
-  FILE *m = open_memstream(&hdr, &hlen);
-  if (!m) return st_error(ST_NO_MEMORY, "out of memory");
-  fputc('{', m);
-  uint64_t off = 0;
+  FeStHeader hd;
+  RETURN_IF_ERROR(fe_st_header_open(&hd));
   for (int i = 0; i < h->nql; i++) {
     const HfQLinear *L = &h->ql[i];
     int64_t ng = L->k / L->group;
-    put_entry(m, &off, L->prefix, "qweight.nk", h->qdt, 2, L->n, L->k);
-    put_entry(m, &off, L->prefix, "scales.nk", h->dt, 2, L->n, ng);
-    if (h->zdt) put_entry(m, &off, L->prefix, "qzeros.nk", h->zdt, 2, L->n, ng);
-    if (h->lin[L->kind].perm) put_entry(m, &off, L->prefix, "g_idx.perm", DT_I32, 1, L->k, 0);
-  }
-  fputc('}', m);
-  while (ftell(m) % 8) fputc(' ', m);
-  if (fclose(m) != 0) {
-    free(hdr);
-    return st_error(ST_NO_MEMORY, "out of memory");
+    put_entry(&hd, L->prefix, "qweight.nk", h->qdt, 2, L->n, L->k);
+    put_entry(&hd, L->prefix, "scales.nk", h->dt, 2, L->n, ng);
+    if (h->zdt) put_entry(&hd, L->prefix, "qzeros.nk", h->zdt, 2, L->n, ng);
+    if (h->lin[L->kind].perm) put_entry(&hd, L->prefix, "g_idx.perm", DT_I32, 1, L->k, 0);
   }
   FILE *f = fopen(h->qpath, "wb");
   if (!f) {
-    free(hdr);
+    fclose(hd.json);
+    free(hd.buf);
     return st_error(ST_IO, "%s: error: cannot write the repacked weights: %s", h->qpath, strerror(errno));
   }
-  unsigned char le[8];
-  for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-  bool ok = fwrite(le, 1, 8, f) == 8 && fwrite(hdr, 1, hlen, f) == hlen;
-  free(hdr);
+  smelt_status wst = fe_st_header_write(&hd, f, h->qpath);
+  bool ok = !wst;
+  st_free(wst); /* reported below, with the file removed */
   for (int i = 0; i < h->nql && ok; i++) ok = write_qlinear(h, &h->ql[i], f);
   ok &= fclose(f) == 0;
   if (!ok) {

@@ -31,8 +31,10 @@
 #define _DEFAULT_SOURCE /* MAP_POPULATE, realpath */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,48 @@ static const struct {
 const char *fe_safetensors_dtype_name(DType dt) {
   for (size_t i = 0; i < sizeof st_dtypes / sizeof st_dtypes[0]; i++)
     if (st_dtypes[i].dt == dt && dt != DT_INVALID) return st_dtypes[i].name;
+  return NULL;
+}
+
+smelt_status fe_st_header_open(FeStHeader *h) {
+  memset(h, 0, sizeof *h);
+  h->json = open_memstream(&h->buf, &h->len);
+  if (!h->json) return st_error(ST_NO_MEMORY, "out of memory");
+  fputc('{', h->json);
+  return NULL;
+}
+
+void fe_st_header_add(FeStHeader *h, const char *name, DType dt, int rank, const int64_t *dim) {
+  FILE *f = h->json;
+  int64_t numel = 1;
+  for (int d = 0; d < rank; d++) numel *= dim[d];
+  uint64_t bytes = ((uint64_t)numel * (uint64_t)dt_bits(dt) + 7) / 8; /* as ir_type_bytes counts a packed tensor */
+  fputs(h->n++ ? ",\"" : "\"", f);
+  for (const char *s = name; *s; s++) {
+    if (*s == '"' || *s == '\\') fputc('\\', f);
+    fputc(*s, f);
+  }
+  const char *dn = fe_safetensors_dtype_name(dt);
+  fprintf(f, "\":{\"dtype\":\"%s\",\"shape\":[", dn ? dn : "?"); /* every dtype smelt stores has a name */
+  for (int d = 0; d < rank; d++) fprintf(f, "%s%" PRId64, d ? "," : "", dim[d]);
+  fprintf(f, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", h->off, h->off + bytes);
+  h->off += bytes;
+}
+
+smelt_status fe_st_header_write(FeStHeader *h, FILE *f, const char *path) {
+  fputc('}', h->json);
+  while (ftell(h->json) % 8) fputc(' ', h->json);
+  bool ok = fclose(h->json) == 0;
+  if (!ok) {
+    free(h->buf);
+    return st_error(ST_NO_MEMORY, "out of memory");
+  }
+  unsigned char le[8];
+  for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+  ok = fwrite(le, 1, 8, f) == 8 && fwrite(h->buf, 1, h->len, f) == h->len;
+  free(h->buf);
+  h->buf = NULL;
+  if (!ok) return st_error(ST_IO, "%s: error: write failed: %s", path, strerror(errno));
   return NULL;
 }
 
