@@ -11,8 +11,10 @@
 # test_cuda_session,test_cuda_examples,test_cuda_state_ops; "all" = every
 # one; "" = none), SMELT_VERIFY_STEPS (default python,compile_time,quant),
 # SMELT_VERIFY_QUANT (quant.py's --only, default gemv,w2_m1); the steps
+# onnx_tune (after onnx_bench: smelt tune of ResNet-50, then it again) and
 # onnx_bench (bench/cpu/onnx_models.py --device cuda for each dtype of
-# SMELT_VERIFY_ONNX_DTYPES, default f16) and onnx_test (test_onnx_models.py,
+# SMELT_VERIFY_ONNX_DTYPES, default f16, then `smelt bench` of each bundle:
+# $LOGS/kernels-NAME.log) and onnx_test (test_onnx_models.py,
 # CUDA runs only) are not in the default list.
 # Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
 set -uo pipefail
@@ -81,6 +83,28 @@ if has_step onnx_bench; then
   rc=$?
   row onnx_bench "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/cpu/onnx_models.py --device cuda"
   grep -vE "Warning|warn\(|^\s*$" "$LOGS/onnx_bench.log" | tail -16
+  # every kernel of the last dtype's bundles, timed one by one (smelt bench)
+  for b in "${TMPDIR:-/tmp}"/onnx-bench/*.smelt; do
+    [ -f "$b" ] && timeout 60 build-gpu/smelt bench "$b" --device cuda > "$LOGS/kernels-$(basename "$b" .smelt).log" 2>&1
+  done
+fi
+
+if has_step onnx_tune; then
+  # smelt tune on ResNet-50's convs (the .onnx onnx_bench exported), into
+  # tuning/cuda.table (copied to $LOGS), then ResNet-50 benched again
+  t0=$(date +%s)
+  B="${TMPDIR:-/tmp}/onnx-bench"
+  timeout "${SMELT_VERIFY_TUNE_TIMEOUT:-260}" build-gpu/smelt tune "$B/resnet.onnx" --dtype f16 \
+    --budget "${SMELT_VERIFY_TUNE_BUDGET:-200}" -o tuning/cuda.table > "$LOGS/tune.log" 2>&1
+  rc=$?
+  cp tuning/cuda.table "$LOGS/cuda.table"
+  timeout 200 python3 bench/cpu/onnx_models.py --smelt build-gpu/smelt --device cuda --dtype f16 --rounds 2 \
+    --min-seconds 1 --keep "$B" --only resnet --compile-mode "${SMELT_VERIFY_COMPILE_MODE:-default}" \
+    > "$LOGS/onnx_bench_tuned.log" 2>&1
+  timeout 60 build-gpu/smelt bench "$B/resnet.smelt" --device cuda > "$LOGS/kernels-resnet-tuned.log" 2>&1
+  row onnx_tune "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "smelt tune resnet.onnx, then bench"
+  grep -E "^\[|REJECT|best|error" "$LOGS/tune.log" | tail -30
+  grep -E "^\|" "$LOGS/onnx_bench_tuned.log"
 fi
 
 if has_step onnx_test; then

@@ -67,15 +67,15 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
  * cores through mma.sync; f32 when the user allows TF32
  * (CgCudaOptions.allow_tf32) and the rows are 16 bytes: the TF32 tensor
  * cores (tf32.c; a table row naming tf32 does not change an f32 matmul's
- * numerics unasked: the family is not eligible then).  Every family is
- * for matmuls only; conv2d and everything else gets the simple kernel. */
+ * numerics unasked: the family is not eligible then).  The families are
+ * for matmuls, except mma, which also runs f16/bf16 conv2d as an implicit
+ * GEMM on the tensor cores; other convs get the simple kernel. */
 static const CuGemmFamily *const families[] = {&cu_family_qgemv, &cu_family_gemv, &cu_family_wgmma, &cu_family_mma,
                                                &cu_family_tf32};
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 
-static bool family_applies(const CuFn *f, const Gemm *gm, const CuGemmFamily *fam) {
-  return gm->an->op == OP_MATMUL && fam->eligible(f, gm);
-}
+/* Each family's eligible() checks the op: mma takes f16/bf16 conv2d too. */
+static bool family_applies(const CuFn *f, const Gemm *gm, const CuGemmFamily *fam) { return fam->eligible(f, gm); }
 
 /* Emits the kernel of variant token tok when it names a family that can
  * compute this contraction; false (nothing emitted) otherwise. */

@@ -51,7 +51,12 @@ void cu_tc_wait_group(CuFn *f, int n);
  * into buffer `buf` (cp.async; the pipeline commits them as one group);
  * k_tile(f, ctx) the MMAs over the tile in `as` / `bs` (of type elem, one
  * stage a_stage / b_stage elements of As / Bs).  Ends after the last tile
- * with every copy landed and the block synchronised. */
+ * with every copy landed and the block synchronised.
+ * With store_stage (not NULL), load_stage may also load elements into
+ * registers (declared by the caller before the pipeline) and
+ * store_stage(f, ctx, buf) writes them into buffer `buf`: the pipeline
+ * issues tile kt+stages-1's loads before the MMAs of tile kt and stores
+ * them after, so the loads are in flight while the tensor cores work. */
 typedef struct {
   int stages, MI, NI;
   const char *kt0;
@@ -60,9 +65,14 @@ typedef struct {
   void (*load_stage)(CuFn *f, const void *ctx, const char *buf, const char *tile);
   void (*k_tile)(CuFn *f, const void *ctx);
   const void *ctx;
+  void (*store_stage)(CuFn *f, const void *ctx, const char *buf);
 } CuTcPipeline;
 void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl);
 void cu_tc_frag_coords(CuFn *f, int WM, int WN, const char *m, const char *n);
 void cu_tc_epilogue(CuFn *f, const CuGemm *gm, int WM, int WN, int MI, int NI, const char *z, const int *epi, int nepi);
+/* Whether the epilogue hands accumulators over in pairs of columns n, n+1
+ * (neighbours in the result: an even N; for conv2d an even OW, so that a
+ * pair never straddles two rows of the image). */
+bool cu_tc_pairs(const CuGemm *gm);
 
 #endif

@@ -8,7 +8,7 @@
  *
  * Variant selection: a kernel's shape is summed up as a tuning key
  * (cg_cuda_tune_key): the op, the dtype, the rows m (matmul M, attention
- * query length S) and the rest of the shape as sorted "k=v" tokens, so
+ * query length S, conv2d images) and the rest of the shape as sorted "k=v" tokens, so
  * that the key is also the tuning table's row key (table.h).  Selection,
  * in order of precedence:
  *   1. a forced token (CgCudaOptions.force: smelt tune compiling one
@@ -145,6 +145,23 @@ bool cg_cuda_tune_key(const Graph *g, const Kernel *k, CgTuneKey *out) {
     /* sorted by name, as the table keeps them */
     snprintf(out->rest, sizeof out->rest, "K=%lld N=%lld Z=%lld%s ta=%d tb=%d", (long long)K, (long long)N, (long long)Z,
              quant, ta, tb);
+    return true;
+  }
+  if (an->op == OP_CONV2D) {
+    /* m: the images; the rest: everything the implicit GEMM's shape and
+     * addressing depend on */
+    const TensorType *xt = &g->val[an->in[0]].type, *wt = &g->val[an->in[1]].type, *yt = &g->val[an->out[0]].type;
+    const Attr *st = ir_attr(an, "strides"), *pd = ir_attr(an, "pads"), *dl = ir_attr(an, "dilations");
+    if (!st || !pd || !dl || st->n < 2 || pd->n < 2 || dl->n < 2) return false;
+    snprintf(out->op, sizeof out->op, "conv2d");
+    snprintf(out->dtype, sizeof out->dtype, "%s", dtype_name(yt->dt));
+    out->m = xt->dim[0];
+    snprintf(out->rest, sizeof out->rest,
+             "C=%lld H=%lld KH=%lld KW=%lld O=%lld OH=%lld OW=%lld W=%lld dh=%lld dw=%lld g=%lld pl=%lld pt=%lld sh=%lld sw=%lld",
+             (long long)xt->dim[1], (long long)xt->dim[2], (long long)wt->dim[2], (long long)wt->dim[3],
+             (long long)wt->dim[0], (long long)yt->dim[2], (long long)yt->dim[3], (long long)xt->dim[3],
+             (long long)dl->ints[0], (long long)dl->ints[1], (long long)ir_attr_int(an, "groups"), (long long)pd->ints[1],
+             (long long)pd->ints[0], (long long)st->ints[0], (long long)st->ints[1]);
     return true;
   }
   if (an->op == OP_ATTENTION) {

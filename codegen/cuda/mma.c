@@ -39,6 +39,22 @@
  * The epilogue applies the group's elementwise consumers to each f32
  * accumulator through cu_store_epilogue, like the simple kernel.
  *
+ * conv2d (f16/bf16, implicit GEMM: gemm.c) runs on the same tensor cores:
+ * A is the weight, [Og, Cg KH KW] per group with k contiguous, copied with
+ * cp.async like a matmul's A when it is an argument and K % 8 == 0; B is
+ * the im2col matrix of x, which is never built: every element of a B tile
+ * (and of an A tile that cannot be copied) is computed in registers through
+ * the group's loaders (padding, strides, dilation, fused producers), 8
+ * consecutive n (or k) per thread and chunk.  The pipeline issues those
+ * loads for tile kt+stages-1 before the MMAs of tile kt and stores them
+ * into shared memory after (CuTcPipeline.store_stage), so that they are in
+ * flight while the tensor cores work.  N (batch x OH x OW) need not be a
+ * multiple of 8: B elements are guarded one by one.  A 1x1 conv of stride
+ * 1 without padding whose x is an argument and OH x OW a multiple of 8
+ * reads B straight from x (rows of x are rows of B) with cp.async, like a
+ * matmul.  The default tile is the largest that gives every SM a block
+ * (small K: few k-tiles to split), else the smallest, split along K.
+ *
  * Without the alignment guarantee (CgCudaOptions.args_aligned), a uniform
  * branch tests the operand pointers once and copies with plain loads when
  * they are not 16-byte aligned.  The PTX is under #ifdef __CUDA_ARCH__; on
@@ -59,8 +75,30 @@ static bool is_arg_value(const CuFn *f, int v) {
   return !(val->kind == VK_NODE && f->member[val->node]);
 }
 
+/* conv2d: f16/bf16 throughout, and enough output channels per group and
+ * a long enough K for 16 x 16 MMAs (depthwise convs keep the simple
+ * kernel). */
+static bool conv_eligible(const CuGemm *gm) {
+  DType dt = gm->yt->dt;
+  if (dt != DT_F16 && dt != DT_BF16) return false;
+  if (gm->at->dt != dt || gm->bt->dt != dt) return false;
+  return gm->M >= 8 && gm->K >= 16 && gm->N >= 1 && gm->Z >= 1;
+}
+
+/* Whether a conv2d's A (the weight) is copied with cp.async. */
+static bool conv_a_direct(const CuFn *f, const CuGemm *gm) { return is_arg_value(f, gm->an->in[1]) && gm->K % 8 == 0; }
+
+/* Whether its B is too: a 1x1 conv of stride 1 without padding reads
+ * B[k, n] = x[img, c, p] (n = img HW + p), so 8 consecutive n are one
+ * 16-byte chunk of a row of x when HW is a multiple of 8. */
+static bool conv_b_direct(const CuFn *f, const CuGemm *gm) {
+  return is_arg_value(f, gm->an->in[0]) && gm->KH == 1 && gm->KW == 1 && gm->sh == 1 && gm->sw == 1 && gm->pt == 0 &&
+         gm->pl == 0 && gm->OH == gm->H && gm->OW == gm->W && (gm->H * gm->W) % 8 == 0;
+}
+
 bool cu_mma_eligible(const CuFn *f, const CuGemm *gm) {
   const Node *an = gm->an;
+  if (an->op == OP_CONV2D) return conv_eligible(gm);
   if (an->op != OP_MATMUL) return false;
   DType dt = gm->yt->dt;
   if (dt != DT_F16 && dt != DT_BF16) return false;
@@ -92,7 +130,35 @@ static int pick_splitk(const CuGemm *gm, const CuMmaParams *p) {
   return sk;
 }
 
+/* conv2d (ResNet's convs at batch 1: K from 64 to 4608, N from 49 to
+ * 12544, a few hundred MFLOP each) is latency-bound: too few blocks leave
+ * SMs with one block of 4 warps waiting on its loads.  The largest tile
+ * that still gives every SM two blocks, else the smallest, then split-K
+ * (down to 4 k-tiles a slice) towards two blocks per SM; 3 stages. */
+#define CONV_TARGET_BLOCKS (2 * MMA_TARGET_BLOCKS)
+static void conv_default_params(const CuGemm *gm, CuMmaParams *out) {
+  static const CuMmaParams tiles[] = {
+      {128, 128, 32, 64, 64, 3, 1}, {64, 128, 32, 32, 64, 3, 1}, {64, 64, 32, 32, 32, 3, 1}};
+  int nt = (int)(sizeof tiles / sizeof *tiles);
+  *out = gm->M <= 32 ? (CuMmaParams){32, 128, 32, 32, 32, 3, 1} : tiles[nt - 1];
+  for (int i = 0; i < nt && gm->M > 32; i++) {
+    if (tiles[i].BM > 64 && tiles[i].BM > gm->M) continue; /* mostly empty rows */
+    if (tiles_of(gm, tiles[i].BM, tiles[i].BN) >= CONV_TARGET_BLOCKS) {
+      *out = tiles[i];
+      break;
+    }
+  }
+  int64_t tiles_n = tiles_of(gm, out->BM, out->BN), KT = ceil_div(gm->K, out->BK);
+  int sk = 1;
+  while (sk < 32 && tiles_n * sk < CONV_TARGET_BLOCKS && KT >= 4 * 2 * sk) sk *= 2;
+  out->splitk = sk;
+}
+
 void cu_mma_default_params(const CuGemm *gm, CuMmaParams *out) {
+  if (gm->an && gm->an->op == OP_CONV2D) {
+    conv_default_params(gm, out);
+    return;
+  }
   /* Few rows: a flat tile wastes less (B's bandwidth is what counts).
    * Otherwise 8 warps of 64 x 64 on a 128 x 256 tile when that gives the
    * GPU enough blocks, else 4 of them on 128 x 128 (and split-K when even
@@ -134,10 +200,34 @@ static uint64_t workspace_bytes(const CuGemm *gm, const CuMmaParams *p, uint64_t
   return counters + (uint64_t)(gm->Z < 1 ? 1 : gm->Z) * (uint64_t)p->splitk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
 }
 
-int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+/* conv2d's candidates for the tuner: the default, then each tile of the
+ * heuristic's list (and a 32-row one) with 1 to 16 slices, while the grid
+ * stays between half a wave and 8 blocks per SM and every slice keeps 2
+ * k-tiles; at most 16. */
+static int conv_candidates(const CuGemm *gm, CuMmaParams *list, int max) {
+  static const CuMmaParams tiles[] = {{128, 128, 32, 64, 64, 3, 1},
+                                      {64, 128, 32, 32, 64, 3, 1},
+                                      {64, 64, 32, 32, 32, 3, 1},
+                                      {32, 128, 32, 32, 32, 3, 1}};
+  int n = 0;
+  conv_default_params(gm, &list[n++]);
+  for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++)
+    for (int sk = 1; sk <= 16 && n < max; sk *= 2) {
+      int64_t blocks = tiles_of(gm, tiles[i].BM, tiles[i].BN) * sk, KT = ceil_div(gm->K, tiles[i].BK);
+      if (tiles[i].BM > 2 * gm->M && tiles[i].BM > 32) break;
+      if (KT < 2 * sk || blocks > 8 * MMA_TARGET_BLOCKS) break;
+      if (blocks < MMA_TARGET_BLOCKS / 2 && sk < 16 && KT >= 4 * sk) continue; /* more slices would fill it */
+      list[n] = tiles[i];
+      list[n++].splitk = sk;
+    }
+  return n;
+}
+
+/* A matmul's: the default, the other tiles with their split-K, and the
+ * default with twice the slices. */
+static int matmul_candidates(const CuGemm *gm, CuMmaParams *list) {
   CuMmaParams d;
   cu_mma_default_params(gm, &d);
-  CuMmaParams list[16];
   int n = 0;
   list[n++] = d;
   static const CuMmaParams alt[] = {
@@ -154,6 +244,12 @@ int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
   }
   /* split-K itself: the default with twice the slices, if K allows */
   if (ceil_div(gm->K, d.BK) >= 8 * d.splitk && d.splitk < 16) list[n] = d, list[n++].splitk = d.splitk * 2;
+  return n;
+}
+
+int cu_mma_candidates(const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  CuMmaParams list[20];
+  int n = gm->an && gm->an->op == OP_CONV2D ? conv_candidates(gm, list, 20) : matmul_candidates(gm, list);
   int got = 0;
   for (int i = 0; i < n && got < max; i++) {
     uint64_t off;
@@ -175,6 +271,8 @@ typedef struct {
   int threads, MI, NI;
   bool bf16;
   const char *aligned;
+  const char *z;       /* the batch (matmul) or group (conv2d) index */
+  bool conv, a_direct, b_direct; /* conv2d; its A, its B copied with cp.async */
 } MmaCtx;
 
 /* Issues the loads of K tile `kt` into buffer `stage` (CuTcPipeline.load_stage). */
@@ -229,6 +327,154 @@ static void load_stage(CuFn *f, const void *ctx, const char *stage, const char *
   cu_close(f);
 }
 
+/* ---- conv2d: operand tiles computed in registers ---- */
+
+/* The register chunks (8 elements each) a thread holds for one tile of
+ * an operand: A (BM rows of BK) or B (BK rows of BN).  A chunk is always
+ * 8 consecutive k of one row m (A) or one column n (B): the column's
+ * coordinates (image, oh, ow) are then the same for the whole chunk and
+ * for every k-tile, so they are computed once, and neighbouring threads
+ * take neighbouring n (coalesced reads of x). */
+static int conv_chunks(const MmaCtx *x, bool is_a) {
+  const CuMmaParams *p = x->p;
+  int chunks = (is_a ? p->BM : p->BN) * (p->BK / 8);
+  return (chunks + x->threads - 1) / x->threads;
+}
+
+/* The 16-bit pattern of float v in the operand dtype. */
+static const char *conv_bits(CuFn *f, bool bf16, const char *v) {
+  return bf16 ? cu_fmt(f, "__bfloat16_as_ushort(__float2bfloat16_rn(%s))", v)
+              : cu_fmt(f, "__half_as_ushort(__float2half_rn(%s))", v);
+}
+
+/* Chunk i of the thread: o (the row m of A, the column n of B, within the
+ * tile) and g (its group of 8 k within the tile). */
+static void conv_chunk_of(CuFn *f, const MmaCtx *x, bool is_a) {
+  const CuMmaParams *p = x->p;
+  int CK = p->BK / 8, outer = is_a ? p->BM : p->BN, total = outer * CK;
+  cu_line(f, "const int c = threadIdx.x + i * %d;", x->threads);
+  if (total % x->threads) cu_line(f, "if (c >= %d) break;", total);
+  if (is_a) cu_line(f, "const int o = c / %d, g = c %% %d;  // row m, k group", CK, CK);
+  else cu_line(f, "const int o = c %% %d, g = c / %d;  // column n, k group", outer, outer);
+}
+
+/* Loads the thread's chunks of operand tile (is_a: A, else B) at k-tile
+ * origin k0 into regs[i][0..3] (pairs of 16-bit elements), zero outside
+ * the matrix. */
+static void conv_load_regs(CuFn *f, const MmaCtx *x, bool is_a, const char *regs) {
+  const CuGemm *gm = x->gm;
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", conv_chunks(x, is_a));
+  conv_chunk_of(f, x, is_a);
+  const char *mn = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)(%s + o);", f->idx, mn, f->idx, is_a ? "m0" : "n0");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < 8; e++)");
+  const char *k = cu_tmp(f);
+  cu_line(f, "const %s %s = (%s)(k0 + g * 8 + e);", f->idx, k, f->idx);
+  const char *v = cu_tmp(f);
+  cu_line(f, "float %s = 0.0f;", v);
+  cu_open(f, "if (%s < %lld && %s < %lld)", mn, (long long)(is_a ? gm->M : gm->N), k, (long long)gm->K);
+  CuVal val;
+  if (is_a) gm->load_a(f, gm, x->z, mn, k, &val);
+  else gm->load_b(f, gm, x->z, k, mn, &val);
+  cu_line(f, "%s = %s;", v, val.l[0]);
+  cu_close(f);
+  cu_line(f, "const unsigned bits = %s;", conv_bits(f, x->bf16, v));
+  cu_line(f, "if (e & 1) %s[i][e >> 1] |= bits << 16; else %s[i][e >> 1] = bits;", regs, regs);
+  cu_close(f);
+  cu_close(f);
+}
+
+/* Stores regs (conv_load_regs) into the operand's tile `dst`: A rows of
+ * `stride` elements hold a chunk as 16 contiguous bytes; B rows are k, so
+ * a chunk is 8 elements of one column. */
+static void conv_store_regs(CuFn *f, const MmaCtx *x, bool is_a, const char *regs, const char *dst, int stride) {
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", conv_chunks(x, is_a));
+  conv_chunk_of(f, x, is_a);
+  if (is_a) {
+    cu_line(f, "unsigned *const d = reinterpret_cast<unsigned *>(%s + o * %d + g * 8);", dst, stride);
+    cu_line(f, "#ifdef __CUDA_ARCH__");
+    cu_line(f, "*reinterpret_cast<uint4 *>(d) = make_uint4(%s[i][0], %s[i][1], %s[i][2], %s[i][3]);", regs, regs, regs,
+            regs);
+    cu_line(f, "#else");
+    cu_line(f, "d[0] = %s[i][0], d[1] = %s[i][1], d[2] = %s[i][2], d[3] = %s[i][3];", regs, regs, regs, regs);
+    cu_line(f, "#endif");
+  } else {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < 8; e++) %s[(g * 8 + e) * %d + o] = (unsigned short)(%s[i][e >> 1] >> ((e & 1) * 16));",
+            dst, stride, regs);
+  }
+  cu_close(f);
+}
+
+/* CuTcPipeline.load_stage for conv2d: A with cp.async (a_direct) or into
+ * registers ra, B into registers rb. */
+static void conv_load_stage(CuFn *f, const void *ctx, const char *stage, const char *kt) {
+  const MmaCtx *x = ctx;
+  const CuGemm *gm = x->gm;
+  const CuMmaParams *p = x->p;
+  int CK = p->BK / 8, AS = p->BK + 8, a_chunks = p->BM * CK;
+  cu_open(f, "%s", "");
+  cu_line(f, "const long long k0 = (long long)(%s) * %d;", kt, p->BK);
+  if (x->a_direct) {
+    cu_line(f, "unsigned short *as = As + (%s) * %d;", stage, p->BM * AS);
+    cu_line(f, "// A tile (the weight): %d rows of %d chunks", p->BM, CK);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", (a_chunks + x->threads - 1) / x->threads);
+    cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, kc = (c %% %d) * 8;", x->threads, CK, CK);
+    if (a_chunks % x->threads) cu_line(f, "if (c >= %d) break;", a_chunks);
+    cu_line(f, "const long long gm = m0 + r, gk = k0 + kc;");
+    cu_line(f, "const bool ok = gm < %lldLL && gk < %lldLL;", (long long)gm->M, (long long)gm->K);
+    cu_line(f, "const unsigned short *src = A + (ok ? gm * %lldLL + gk : 0LL);", (long long)gm->K);
+    cu_line(f, "unsigned short *dst = as + r * %d + kc;", AS);
+    cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
+    cu_close(f);
+  } else {
+    cu_line(f, "// A tile (the weight), computed into registers");
+    conv_load_regs(f, x, true, "ra");
+  }
+  if (x->b_direct) {
+    int CN = p->BN / 8, BS = p->BN + 8, b_chunks = p->BK * CN;
+    long long HW = (long long)(gm->H * gm->W);
+    cu_line(f, "unsigned short *bs = Bs + (%s) * %d;", stage, p->BK * BS);
+    cu_line(f, "// B tile (x itself: a 1x1 conv), %d rows (k) of %d chunks", p->BK, CN);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int i = 0; i < %d; i++)", (b_chunks + x->threads - 1) / x->threads);
+    cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, nc = (c %% %d) * 8;", x->threads, CN, CN);
+    if (b_chunks % x->threads) cu_line(f, "if (c >= %d) break;", b_chunks);
+    cu_line(f, "const long long gk = k0 + r, gn = n0 + nc;");
+    cu_line(f, "const bool ok = gk < %lldLL && gn < %lldLL;", (long long)gm->K, (long long)gm->N);
+    cu_line(f, "const unsigned short *src = X + (ok ? (gn / %lldLL) * %lldLL + gk * %lldLL + gn %% %lldLL : 0LL);", HW,
+            (long long)gm->C * HW, HW, HW);
+    cu_line(f, "unsigned short *dst = bs + r * %d + nc;", BS);
+    cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
+    cu_close(f);
+  } else {
+    cu_line(f, "// B tile (im2col of %s, never stored), computed into registers", f->g->val[gm->an->in[0]].name);
+    conv_load_regs(f, x, false, "rb");
+  }
+  cu_close(f);
+}
+
+/* CuTcPipeline.store_stage for conv2d. */
+static void conv_store_stage(CuFn *f, const void *ctx, const char *stage) {
+  const MmaCtx *x = ctx;
+  const CuMmaParams *p = x->p;
+  int AS = p->BK + 8, BS = p->BN + 8;
+  cu_open(f, "%s", "");
+  if (!x->a_direct) {
+    cu_line(f, "unsigned short *as = As + (%s) * %d;", stage, p->BM * AS);
+    conv_store_regs(f, x, true, "ra", "as", AS);
+  }
+  if (!x->b_direct) {
+    cu_line(f, "unsigned short *bs = Bs + (%s) * %d;", stage, p->BK * BS);
+    conv_store_regs(f, x, false, "rb", "bs", BS);
+  }
+  cu_close(f);
+}
+
 /* The shared memory of one stage of p for gm, in bytes. */
 static int64_t stage_bytes(const CuGemm *gm, const CuMmaParams *p) {
   int64_t AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
@@ -255,7 +501,8 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
   cu_line(f, "float *const pp = part + ((%s * %d + blockIdx.y) * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M,
           (long long)gm->N);
-  cu_line(f, "pp[0] = acc[i][j][2 * h], pp[1] = acc[i][j][2 * h + 1];  // n + 1 < N: N is a multiple of 8");
+  if (gm->N % 2 == 0) cu_line(f, "pp[0] = acc[i][j][2 * h], pp[1] = acc[i][j][2 * h + 1];  // n + 1 < N: N is even");
+  else cu_line(f, "pp[0] = acc[i][j][2 * h];  if (n + 1 < %lld) pp[1] = acc[i][j][2 * h + 1];", (long long)gm->N);
   cu_close(f);
   cu_close(f);
   cu_close(f);
@@ -295,11 +542,13 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_line(f, "// slice by slice (L2: written by other SMs), each cleared for the next kernel");
   cu_open(f, "for (int q = 0; q < %d; q++)", sk);
   cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "s0 += __ldcg(pp + q * %lldLL), s1 += __ldcg(pp + q * %lldLL + 1);", MN, MN);
+  /* with an odd N (a conv2d's batch x OH x OW), column n + 1 of the last column is not there */
+  const char *two = gm->N % 2 == 0 ? "true" : cu_fmt(f, "(n + 1 < %lld)", (long long)gm->N);
+  cu_line(f, "s0 += __ldcg(pp + q * %lldLL);  if (%s) s1 += __ldcg(pp + q * %lldLL + 1);", MN, two, MN);
   cu_line(f, "#else");
-  cu_line(f, "s0 += pp[q * %lldLL], s1 += pp[q * %lldLL + 1];", MN, MN);
+  cu_line(f, "s0 += pp[q * %lldLL];  if (%s) s1 += pp[q * %lldLL + 1];", MN, two, MN);
   cu_line(f, "#endif");
-  cu_line(f, "pp[q * %lldLL] = 0.0f, pp[q * %lldLL + 1] = 0.0f;", MN, MN);
+  cu_line(f, "pp[q * %lldLL] = 0.0f;  if (%s) pp[q * %lldLL + 1] = 0.0f;", MN, two, MN);
   cu_close(f);
   cu_line(f, "acc[i][j][2 * h] = s0, acc[i][j][2 * h + 1] = s1;");
   cu_close(f);
@@ -373,7 +622,8 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   q.stages = cu_tc_fit_stages(f, q.stages, stage_bytes(gm, &q));
   const CuMmaParams *p = &q;
   cu_mma_format(p, l->variant);
-  l->kind = "matmul";
+  bool conv = an->op == OP_CONV2D;
+  l->kind = conv ? "conv2d" : "matmul";
   if (!cu_tc_smem_fits(f, l, p->stages, stage_bytes(gm, p))) return;
   int warps_m = p->BM / p->WM, warps_n = p->BN / p->WN, threads = 32 * warps_m * warps_n;
   int MI = p->WM / 16, NI = p->WN / 8;
@@ -393,9 +643,13 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
   l->workspace = ws;
   if (gm->Z == 0) return;
 
-  cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async), %s x %s%s",
-          bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[0]].name, g->val[an->in[1]].name,
-          gm->tb ? " (B given as [N, K])" : "");
+  if (conv)
+    cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix), conv2d as an implicit GEMM: weight %s x im2col(%s)",
+            bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[1]].name, g->val[an->in[0]].name);
+  else
+    cu_line(f, "// variant: tensor cores (mma.sync.m16n8k16.row.col.f32.%s, ldmatrix, cp.async), %s x %s%s",
+            bf16 ? "bf16.bf16" : "f16.f16", g->val[an->in[0]].name, g->val[an->in[1]].name,
+            gm->tb ? " (B given as [N, K])" : "");
   cu_line(f, "// parameters: BM %d, BN %d, BK %d, warps %d x %d of %d x %d, %d stages, %d K slices; M %lld, N %lld, K %lld, batch %lld",
           p->BM, p->BN, p->BK, warps_m, warps_n, p->WM, p->WN, p->stages, p->splitk, (long long)gm->M, (long long)gm->N,
           (long long)gm->K, (long long)gm->Z);
@@ -410,15 +664,36 @@ void cu_emit_mma(CuFn *f, const CuGemm *gm, const CuMmaParams *params, const int
     cu_line(f, "const int kt0 = (int)blockIdx.y * %lld, nt = kt0 + %lld <= %lld ? %lld : %lld - kt0;  // this slice's k-tiles",
             (long long)KTS, (long long)KTS, (long long)KT, (long long)KTS, (long long)KT);
   else cu_line(f, "const int kt0 = 0, nt = %lld;  // k-tiles", (long long)KT);
-  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
   const char *aligned;
+  if (conv) {
+    bool a_direct = conv_a_direct(f, gm);
+    const char *z = cu_tc_batch_loop(f, gm, &aligned);
+    if (a_direct)
+      cu_line(f, "const unsigned short *A = reinterpret_cast<const unsigned short *>(a%d) + %s * %lldLL;  // %s, group %s",
+              f->arg_of[an->in[1]], z, (long long)(gm->M * gm->K), g->val[an->in[1]].name, z);
+    bool b_direct = conv_b_direct(f, gm);
+    if (b_direct)
+      cu_line(f, "const unsigned short *X = reinterpret_cast<const unsigned short *>(a%d) + %s * %lldLL;  // %s, group %s",
+              f->arg_of[an->in[0]], z, (long long)(gm->Cg * gm->H * gm->W), g->val[an->in[0]].name, z);
+    MmaCtx x = {gm, p, threads, MI, NI, bf16, aligned, z, true, a_direct, b_direct};
+    if (!b_direct) cu_line(f, "unsigned rb[%d][4];  // this thread's chunks of the next B tile", conv_chunks(&x, false));
+    if (!a_direct) cu_line(f, "unsigned ra[%d][4];  // and of the next A tile", conv_chunks(&x, true));
+    bool staged = !a_direct || !b_direct;
+    cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, "kt0", "unsigned short", a_stage, b_stage, conv_load_stage, k_tile,
+                                      &x, staged ? conv_store_stage : NULL});
+    if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
+    cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
+    cu_close(f); /* z */
+    return;
+  }
+  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
   const char *z = cu_tc_batch_loop(f, gm, &aligned);
   cu_line(f, "const unsigned short *A = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", a0,
           cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
   cu_line(f, "const unsigned short *B = reinterpret_cast<const unsigned short *>(a%d) + %s;  // %s", b0,
           cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
-  MmaCtx x = {gm, p, threads, MI, NI, bf16, aligned};
-  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, "kt0", "unsigned short", a_stage, b_stage, load_stage, k_tile, &x});
+  MmaCtx x = {gm, p, threads, MI, NI, bf16, aligned, z, false, true, true};
+  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, "kt0", "unsigned short", a_stage, b_stage, load_stage, k_tile, &x, NULL});
   if (p->splitk > 1) split_k(f, gm, p, z, MI, NI, threads, part_off);
   cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
   cu_close(f); /* z */

@@ -186,10 +186,19 @@ void cu_tc_block_tile(CuFn *f, const CuGemm *gm, int BM, int BN, int WM, int WN)
 
 const char *cu_tc_batch_loop(CuFn *f, const CuGemm *gm, const char **aligned) {
   const Node *an = gm->an;
-  int a0 = f->arg_of[an->in[0]], b0 = f->arg_of[an->in[1]];
   *aligned = f->opt && f->opt->args_aligned ? "true" : "aligned16";
-  if (!(f->opt && f->opt->args_aligned))
-    cu_line(f, "const bool aligned16 = smelt_aligned(a%d, 16) && smelt_aligned(a%d, 16);", a0, b0);
+  if (!(f->opt && f->opt->args_aligned)) {
+    /* the operands that are arguments (a conv2d's im2col operand is computed, not copied) */
+    CuBuf b = {0};
+    for (int i = 0; i < 2; i++) {
+      int v = an->in[i];
+      const Value *val = &f->g->val[v];
+      if (f->arg_of[v] < 0 || (val->kind == VK_NODE && f->member[val->node])) continue;
+      cu_buf_printf(&b, "%ssmelt_aligned(a%d, 16)", b.len ? " && " : "", f->arg_of[v]);
+    }
+    cu_line(f, "const bool aligned16 = %s;", b.len || b.oom ? cu_buf_str(f, &b) : "true");
+    cu_buf_free(&b);
+  }
   const char *z = cu_tmp(f);
   cu_open(f, "for (long long %s = blockIdx.z; %s < %lldLL; %s += gridDim.z)", z, z, (long long)gm->Z, z);
   return z;
@@ -219,6 +228,7 @@ void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl) {
   cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
   cu_open(f, "if (s < nt)");
   pl->load_stage(f, pl->ctx, "s", pl->kt0 ? cu_fmt(f, "%s + s", pl->kt0) : "s");
+  if (pl->store_stage) pl->store_stage(f, pl->ctx, "s");
   cu_close(f);
   cu_tc_commit_group(f);
   cu_close(f);
@@ -232,10 +242,18 @@ void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl) {
   pl->load_stage(f, pl->ctx, cu_fmt(f, "(next %% %d)", S), pl->kt0 ? cu_fmt(f, "%s + next", pl->kt0) : "next");
   cu_close(f);
   cu_tc_commit_group(f);
-  cu_close(f);
+  cu_open(f, "%s", "");
   cu_line(f, "const %s *as = As + (kt %% %d) * %d, *bs = Bs + (kt %% %d) * %d;", pl->elem, S, pl->a_stage, S,
           pl->b_stage);
   pl->k_tile(f, pl->ctx);
+  cu_close(f);
+  if (pl->store_stage) {
+    cu_line(f, "// the registers loaded above, into the buffer tile kt-1 used (everyone left it at the barrier)");
+    cu_open(f, "if (next < nt)");
+    pl->store_stage(f, pl->ctx, cu_fmt(f, "(next %% %d)", S));
+    cu_close(f);
+  }
+  cu_close(f);
   cu_close(f); /* kt */
   cu_tc_wait_group(f, 0);
   cu_line(f, "__syncthreads();  // the next batch reuses the buffers");
@@ -246,6 +264,11 @@ void cu_tc_pipeline(CuFn *f, const CuTcPipeline *pl) {
 void cu_tc_frag_coords(CuFn *f, int WM, int WN, const char *m, const char *n) {
   cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + h * 8);", f->idx, m, f->idx, WM);
   cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2);", f->idx, n, f->idx, WN);
+}
+
+bool cu_tc_pairs(const CuGemm *gm) {
+  if (gm->an->op == OP_CONV2D) return gm->OW % 2 == 0;
+  return gm->N % 2 == 0;
 }
 
 /* Fragment element e of tile (i, j) is row g (+8 for e >= 2), column 2t
@@ -260,7 +283,7 @@ void cu_tc_epilogue(CuFn *f, const CuGemm *gm, int WM, int WN, int MI, int NI, c
   const Node *an = gm->an;
   const Value *av = &g->val[an->out[0]];
   const char *zi = cu_fmt(f, "((%s)%s)", f->idx, z);
-  bool pairs = gm->N % 2 == 0;
+  bool pairs = cu_tc_pairs(gm);
   CuCoords co;
   CuVal val;
   cu_line(f, "// epilogue: the fused elementwise ops on each %s, stored",
@@ -285,7 +308,11 @@ void cu_tc_epilogue(CuFn *f, const CuGemm *gm, int WM, int WN, int MI, int NI, c
     co.step[co.rank - 1] = 1;
     co.aligned = f->opt && f->opt->args_aligned;
     co.whole_lanes = true;
-    val.l[1] = cu_normalise(f, gm->yt->dt, "acc[i][j][2 * h + 1]");
+    /* column n + 1's value through the same rule (a conv2d's bias) */
+    CuCoords co1;
+    CuVal val1;
+    gm->result(f, gm, zi, m, cu_fmt(f, "(%s + 1)", n), "acc[i][j][2 * h + 1]", &co1, &val1);
+    val.l[1] = val1.l[0];
   }
   for (int e = 0; e < (pairs ? 2 : 1); e++) {
     const char *r = cu_tmp(f);

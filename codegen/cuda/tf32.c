@@ -410,7 +410,7 @@ void cu_emit_tf32(CuFn *f, const CuGemm *gm, const CuTf32Params *params, const i
   cu_line(f, "const float *A = a%d + %s;  // %s", a0, cu_gemm_batch_offset(f, gm, z, gm->at), g->val[an->in[0]].name);
   cu_line(f, "const float *B = a%d + %s;  // %s", b0, cu_gemm_batch_offset(f, gm, z, gm->bt), g->val[an->in[1]].name);
   Tf32Ctx x = {gm, p, threads, MI, NI, aligned};
-  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, NULL, "float", a_stage(gm, p), b_stage(gm, p), load_stage, k_tile, &x});
+  cu_tc_pipeline(f, &(CuTcPipeline){p->stages, MI, NI, NULL, "float", a_stage(gm, p), b_stage(gm, p), load_stage, k_tile, &x, NULL});
   cu_tc_epilogue(f, gm, p->WM, p->WN, MI, NI, z, epi, nepi);
   cu_close(f); /* z */
 }

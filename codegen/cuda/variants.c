@@ -21,7 +21,8 @@ int cg_cuda_variants(const Graph *g, const Kernel *k, const char *arch, char (*o
     return 0;
   }
   /* the candidate lists look at shapes only, but emitters may note errors */
-  int n = strcmp(key.op, "matmul") == 0 ? cu_contraction_candidates(&f, out, max) : cu_attention_candidates(&f, out, max);
+  bool contraction = strcmp(key.op, "matmul") == 0 || strcmp(key.op, "conv2d") == 0;
+  int n = contraction ? cu_contraction_candidates(&f, out, max) : cu_attention_candidates(&f, out, max);
   cu_fn_fini(&f);
   return n;
 }

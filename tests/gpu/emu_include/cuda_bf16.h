@@ -30,4 +30,6 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
   return h;
 }
 
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+
 #endif

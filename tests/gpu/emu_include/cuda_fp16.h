@@ -50,4 +50,6 @@ inline __half __float2half_rn(float f) {
   return h;
 }
 
+inline unsigned short __half_as_ushort(__half h) { return h.x; }
+
 #endif
