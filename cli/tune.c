@@ -17,8 +17,8 @@
 static const char tune_help[] =
     "usage: smelt tune MODEL.yaml [--target cuda] [flags]\n"
     "\n"
-    "Measures every variant of the model's matmul and attention kernels on the GPU and\n"
-    "writes the fastest of each shape into a tuning table, which `smelt compile\n"
+    "Measures every variant of the model's matmul, conv2d and attention kernels on the\n"
+    "GPU and writes the fastest of each shape into a tuning table, which `smelt compile\n"
     "--target cuda` then uses.  Each candidate's result is checked against the\n"
     "heuristic's first; a candidate that disagrees is reported as REJECTED.\n"
     "\n"

@@ -15,6 +15,8 @@
  * into regs[4], and c[4] += a[4] * (b0, b1) with mma.sync m16n8k16. */
 void cu_tc_emu_helpers(CuFn *f);
 void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned);
+/* The same for 8 bytes (4 halves). */
+void cu_tc_cp_async8(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned);
 void cu_tc_ldmatrix_x4(CuFn *f, const char *regs, const char *ptr, bool trans);
 void cu_tc_mma_16816(CuFn *f, bool bf16, const char *c, const char *a, const char *b0, const char *b1);
 

@@ -50,9 +50,9 @@
  * into shared memory after (CuTcPipeline.store_stage), so that they are in
  * flight while the tensor cores work.  N (batch x OH x OW) need not be a
  * multiple of 8: B elements are guarded one by one.  A 1x1 conv of stride
- * 1 without padding whose x is an argument and OH x OW a multiple of 8
+ * 1 without padding whose x is an argument and OH x OW a multiple of 4
  * reads B straight from x (rows of x are rows of B) with cp.async, like a
- * matmul.  The default tile is the largest that gives every SM a block
+ * matmul (8-byte copies when OH x OW is not a multiple of 8).  The default tile is the largest that gives every SM a block
  * (small K: few k-tiles to split), else the smallest, split along K.
  *
  * Without the alignment guarantee (CgCudaOptions.args_aligned), a uniform
@@ -90,10 +90,11 @@ static bool conv_a_direct(const CuFn *f, const CuGemm *gm) { return is_arg_value
 
 /* Whether its B is too: a 1x1 conv of stride 1 without padding reads
  * B[k, n] = x[img, c, p] (n = img HW + p), so 8 consecutive n are one
- * 16-byte chunk of a row of x when HW is a multiple of 8. */
+ * 16-byte chunk of a row of x when HW is a multiple of 8, two 8-byte ones
+ * when it is a multiple of 4 (ResNet's 14 x 14). */
 static bool conv_b_direct(const CuFn *f, const CuGemm *gm) {
   return is_arg_value(f, gm->an->in[0]) && gm->KH == 1 && gm->KW == 1 && gm->sh == 1 && gm->sw == 1 && gm->pt == 0 &&
-         gm->pl == 0 && gm->OH == gm->H && gm->OW == gm->W && (gm->H * gm->W) % 8 == 0;
+         gm->pl == 0 && gm->OH == gm->H && gm->OW == gm->W && (gm->H * gm->W) % 4 == 0;
 }
 
 bool cu_mma_eligible(const CuFn *f, const CuGemm *gm) {
@@ -444,12 +445,23 @@ static void conv_load_stage(CuFn *f, const void *ctx, const char *stage, const c
     cu_open(f, "for (int i = 0; i < %d; i++)", (b_chunks + x->threads - 1) / x->threads);
     cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, nc = (c %% %d) * 8;", x->threads, CN, CN);
     if (b_chunks % x->threads) cu_line(f, "if (c >= %d) break;", b_chunks);
-    cu_line(f, "const long long gk = k0 + r, gn = n0 + nc;");
+    cu_line(f, "const long long gk = k0 + r;");
+    bool halves = HW % 8 != 0; /* two 8-byte copies, each inside one image */
+    if (halves) {
+      cu_line(f, "#pragma unroll");
+      cu_open(f, "for (int hh = 0; hh < 8; hh += 4)");
+    }
+    cu_line(f, "const long long gn = n0 + nc%s;", halves ? " + hh" : "");
     cu_line(f, "const bool ok = gk < %lldLL && gn < %lldLL;", (long long)gm->K, (long long)gm->N);
     cu_line(f, "const unsigned short *src = X + (ok ? (gn / %lldLL) * %lldLL + gk * %lldLL + gn %% %lldLL : 0LL);", HW,
             (long long)gm->C * HW, HW, HW);
-    cu_line(f, "unsigned short *dst = bs + r * %d + nc;", BS);
-    cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
+    cu_line(f, "unsigned short *dst = bs + r * %d + nc%s;", BS, halves ? " + hh" : "");
+    if (halves) {
+      cu_tc_cp_async8(f, "dst", "src", "ok", x->aligned);
+      cu_close(f);
+    } else {
+      cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
+    }
     cu_close(f);
   } else {
     cu_line(f, "// B tile (im2col of %s, never stored), computed into registers", f->g->val[gm->an->in[0]].name);

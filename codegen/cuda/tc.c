@@ -91,13 +91,14 @@ void cu_tc_mma_16816(CuFn *f, bool bf16, const char *c, const char *a, const cha
 /* Copies the 16-byte chunk at global `src` (when `ok`; zeros otherwise) to
  * shared `dst`: cp.async when the pointers allow, plain loads otherwise;
  * the chunk as `n` elements of which `zero` is the zero. */
-static void cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned, int n,
-                       const char *zero) {
+static void cp_async(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned, int n,
+                     const char *zero, int bytes) {
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "if (%s) {", aligned);
   cu_line(f, "  const unsigned d = (unsigned)__cvta_generic_to_shared(%s);", dst);
-  cu_line(f, "  asm volatile(\"cp.async.cg.shared.global.L2::128B [%%0], [%%1], 16, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? 16 : 0));",
-          src, ok);
+  /* .cg (L2 only) takes 16 bytes alone; smaller copies go through .ca */
+  cu_line(f, "  asm volatile(\"cp.async.%s.shared.global.L2::128B [%%0], [%%1], %d, %%2;\\n\" :: \"r\"(d), \"l\"(%s), \"r\"(%s ? %d : 0));",
+          bytes == 16 ? "cg" : "ca", bytes, src, ok, bytes);
   cu_line(f, "} else");
   cu_line(f, "#endif");
   cu_line(f, "{");
@@ -107,11 +108,15 @@ static void cp_async16(CuFn *f, const char *dst, const char *src, const char *ok
 }
 
 void cu_tc_cp_async16(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
-  cp_async16(f, dst, src, ok, aligned, 8, "(unsigned short)0");
+  cp_async(f, dst, src, ok, aligned, 8, "(unsigned short)0", 16);
+}
+
+void cu_tc_cp_async8(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
+  cp_async(f, dst, src, ok, aligned, 4, "(unsigned short)0", 8);
 }
 
 void cu_tc_cp_async16_f32(CuFn *f, const char *dst, const char *src, const char *ok, const char *aligned) {
-  cp_async16(f, dst, src, ok, aligned, 4, "0.0f");
+  cp_async(f, dst, src, ok, aligned, 4, "0.0f", 16);
 }
 
 void cu_tc_ldmatrix_x4(CuFn *f, const char *regs, const char *ptr, bool trans) {

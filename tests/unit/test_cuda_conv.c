@@ -9,7 +9,8 @@
  * and no column pairs in the epilogue) and even; K = Cg KH KW a multiple of
  * 8 (the weight copied with cp.async) and not (147: the weight computed in
  * registers, as for ResNet's first conv); 1x1 convs whose x is copied
- * with cp.async (HW a multiple of 8) and computed (odd HW); strides, dilations, asymmetric
+ * with cp.async (HW a multiple of 8; of 4, by halves) and computed (odd
+ * HW); strides, dilations, asymmetric
  * pads, groups, a bias, a fused relu epilogue and a fused producer of x.
  * The model
  *   - runs in the CPU emulation (tests/gpu/cuda_emu.hpp) against the
@@ -211,6 +212,8 @@ int main(void) {
       /* 1x1 stride 1, HW = 24 (x read with cp.async), batch 2, groups 2, bias; then HW = 25 (registers) */
       {"f16 1x1 direct, batch 2, groups 2", "f16", 2, 32, 4, 6, 32, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, 2, true, "relu", "",
        {"mma:bm=32,bn=32,bk=16,wm=16,wn=16,st=2,sk=1", "mma:bm=64,bn=64,bk=16,wm=32,wn=32,st=4,sk=2"}, "mma:"},
+      {"f16 1x1 direct by halves, HW 12, batch 3", "f16", 3, 16, 3, 4, 24, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, 1, true, "", "",
+       {"mma:bm=32,bn=32,bk=16,wm=16,wn=16,st=2,sk=1", "mma:bm=32,bn=64,bk=16,wm=32,wn=32,st=3,sk=2"}, "mma:"},
       {"bf16 1x1, odd HW", "bf16", 1, 24, 5, 5, 16, 1, 1, 1, 1, {0, 0, 0, 0}, 1, 1, 1, false, "", "",
        {"mma:bm=32,bn=32,bk=16,wm=16,wn=16,st=3,sk=1"}, "mma:"},
       /* groups 2 (Og 16), dilation 2, asymmetric pads, rectangular kernel */
