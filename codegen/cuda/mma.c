@@ -493,6 +493,20 @@ static int64_t stage_bytes(const CuGemm *gm, const CuMmaParams *p) {
   return (p->BM * AS + (gm->tb ? p->BN * BS : p->BK * BS)) * 2;
 }
 
+/* Opens the loops over the thread's accumulator pairs (i, j, h) with the
+ * row m and column n of each, and the test that it is in the matrix: four
+ * blocks for the caller to close. */
+static void open_pairs(CuFn *f, const CuGemm *gm, const CuMmaParams *p, int MI, int NI) {
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < 2; h++)");
+  cu_tc_frag_coords(f, p->WM, p->WN, "m", "n");
+  cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
+}
+
 /* Split-K, after the main loop: publish this slice's f32 tile, count it,
  * and leave only the block of the last slice (with the sum of all slices
  * in acc) to run the epilogue; the others go on to the next batch. */
@@ -503,14 +517,7 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_line(f, "// split-K: this slice's f32 tile into the workspace; the block of the last slice adds all %d", sk);
   cu_open(f, "%s", "");
   cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // [Z][%d][M][N]", (unsigned long long)part_off, sk);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int h = 0; h < 2; h++)");
-  cu_tc_frag_coords(f, p->WM, p->WN, "m", "n");
-  cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
+  open_pairs(f, gm, p, MI, NI);
   cu_line(f, "float *const pp = part + ((%s * %d + blockIdx.y) * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M,
           (long long)gm->N);
   if (gm->N % 2 == 0) cu_line(f, "pp[0] = acc[i][j][2 * h], pp[1] = acc[i][j][2 * h + 1];  // n + 1 < N: N is even");
@@ -550,14 +557,7 @@ static void split_k(CuFn *f, const CuGemm *gm, const CuMmaParams *p, const char 
   cu_line(f, "// the sum of the slices in slice order, whichever block came last (L2: written by other SMs)");
   for (int pass = 0; pass < 2; pass++) {
     if (pass) cu_line(f, "// then every slice cleared for the next kernel");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", MI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int j = 0; j < %d; j++)", NI);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int h = 0; h < 2; h++)");
-    cu_tc_frag_coords(f, p->WM, p->WN, "m", "n");
-    cu_open(f, "if (m < %lld && n < %lld)", (long long)gm->M, (long long)gm->N);
+    open_pairs(f, gm, p, MI, NI);
     cu_line(f, "float *const pp = part + (%s * %d * %lldLL + m) * %lldLL + n;", z, sk, (long long)gm->M, (long long)gm->N);
     if (!pass) {
       cu_line(f, "float s0 = 0.0f, s1 = 0.0f;");
