@@ -276,6 +276,26 @@ typedef struct {
   bool conv, a_direct, b_direct; /* conv2d; its A, its B copied with cp.async */
 } MmaCtx;
 
+/* The cp.async copies of A's tile at k0 (rows m0.., [M, K] with k
+ * contiguous, through pointer A) into `as`: a matmul's A, a conv2d's
+ * weight. */
+static void copy_a_tile(CuFn *f, const MmaCtx *x) {
+  const CuGemm *gm = x->gm;
+  const CuMmaParams *p = x->p;
+  int CK = p->BK / 8, AS = p->BK + 8, a_chunks = p->BM * CK, threads = x->threads;
+  cu_line(f, "// A tile: %d rows of %d chunks", p->BM, CK);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < %d; i++)", (a_chunks + threads - 1) / threads);
+  cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, kc = (c %% %d) * 8;", threads, CK, CK);
+  if (a_chunks % threads) cu_line(f, "if (c >= %d) break;", a_chunks);
+  cu_line(f, "const long long gm = m0 + r, gk = k0 + kc;");
+  cu_line(f, "const bool ok = gm < %lldLL && gk < %lldLL;", (long long)gm->M, (long long)gm->K);
+  cu_line(f, "const unsigned short *src = A + (ok ? gm * %lldLL + gk : 0LL);", (long long)gm->K);
+  cu_line(f, "unsigned short *dst = as + r * %d + kc;", AS);
+  cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
+  cu_close(f);
+}
+
 /* Issues the loads of K tile `kt` into buffer `stage` (CuTcPipeline.load_stage). */
 static void load_stage(CuFn *f, const void *ctx, const char *stage, const char *kt) {
   const MmaCtx *x = ctx;
@@ -286,22 +306,12 @@ static void load_stage(CuFn *f, const void *ctx, const char *stage, const char *
   int CK = p->BK / 8;                /* 16-byte chunks per row of BK */
   int CN = p->BN / 8;                /* chunks per row of BN (B stored [K, N]) */
   int AS = p->BK + 8, BS = gm->tb ? p->BK + 8 : p->BN + 8;
-  int a_chunks = p->BM * CK, b_chunks = p->BN * CK;
+  int b_chunks = p->BN * CK;
   cu_open(f, "%s", "");
   cu_line(f, "const long long k0 = (long long)(%s) * %d;", kt, p->BK);
   cu_line(f, "unsigned short *as = As + (%s) * %d, *bs = Bs + (%s) * %d;", stage, p->BM * AS, stage,
           gm->tb ? p->BN * BS : p->BK * BS);
-  cu_line(f, "// A tile: %d rows of %d chunks", p->BM, CK);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int i = 0; i < %d; i++)", (a_chunks + threads - 1) / threads);
-  cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, kc = (c %% %d) * 8;", threads, CK, CK);
-  if (a_chunks % threads) cu_line(f, "if (c >= %d) break;", a_chunks);
-  cu_line(f, "const long long gm = m0 + r, gk = k0 + kc;");
-  cu_line(f, "const bool ok = gm < %lldLL && gk < %lldLL;", (long long)gm->M, (long long)gm->K);
-  cu_line(f, "const unsigned short *src = A + (ok ? gm * %lldLL + gk : 0LL);", (long long)gm->K);
-  cu_line(f, "unsigned short *dst = as + r * %d + kc;", AS);
-  cu_tc_cp_async16(f, "dst", "src", "ok", aligned);
-  cu_close(f);
+  copy_a_tile(f, x);
   if (gm->tb) {
     cu_line(f, "// B tile, stored [N, K]: %d rows (n) of %d chunks", p->BN, CK);
     cu_line(f, "#pragma unroll");
@@ -416,22 +426,12 @@ static void conv_load_stage(CuFn *f, const void *ctx, const char *stage, const c
   const MmaCtx *x = ctx;
   const CuGemm *gm = x->gm;
   const CuMmaParams *p = x->p;
-  int CK = p->BK / 8, AS = p->BK + 8, a_chunks = p->BM * CK;
+  int AS = p->BK + 8;
   cu_open(f, "%s", "");
   cu_line(f, "const long long k0 = (long long)(%s) * %d;", kt, p->BK);
   if (x->a_direct) {
     cu_line(f, "unsigned short *as = As + (%s) * %d;", stage, p->BM * AS);
-    cu_line(f, "// A tile (the weight): %d rows of %d chunks", p->BM, CK);
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int i = 0; i < %d; i++)", (a_chunks + x->threads - 1) / x->threads);
-    cu_line(f, "const int c = threadIdx.x + i * %d, r = c / %d, kc = (c %% %d) * 8;", x->threads, CK, CK);
-    if (a_chunks % x->threads) cu_line(f, "if (c >= %d) break;", a_chunks);
-    cu_line(f, "const long long gm = m0 + r, gk = k0 + kc;");
-    cu_line(f, "const bool ok = gm < %lldLL && gk < %lldLL;", (long long)gm->M, (long long)gm->K);
-    cu_line(f, "const unsigned short *src = A + (ok ? gm * %lldLL + gk : 0LL);", (long long)gm->K);
-    cu_line(f, "unsigned short *dst = as + r * %d + kc;", AS);
-    cu_tc_cp_async16(f, "dst", "src", "ok", x->aligned);
-    cu_close(f);
+    copy_a_tile(f, x);
   } else {
     cu_line(f, "// A tile (the weight), computed into registers");
     conv_load_regs(f, x, true, "ra");
