@@ -905,6 +905,157 @@ static smelt_status cv_conv(OnnxImporter *im) {
 static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
                              int cval, const char *name, int *out);
 
+/* ConvTranspose's weight W [C, M/g, kH, kW] as conv2d's [M, C/g, kH, kW]:
+ * flipped in both spatial axes, input and output channels swapped within
+ * each group.  Computed here, so W must be a constant. */
+static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *out) {
+  if (!on_is_const(im, w))
+    return on_unsupported(im, "W ('%s') must be a constant at import time (smelt turns it into a convolution's "
+                              "weight as it imports); it is computed by a node",
+                          im->g->val[w].name);
+  TensorType wt = *on_type(im, w);
+  if (!dt_is_float(wt.dt)) return on_err(im, "W must be floating point, got %s", dt_name(wt.dt));
+  int64_t C = wt.dim[0], Mg = wt.dim[1], kh = wt.rank == 4 ? wt.dim[2] : 1, kw = wt.dim[wt.rank - 1];
+  int64_t Cg = C / group;
+  TensorType ct = {.dt = wt.dt, .rank = 4, .dim = {Mg * group, Cg, kh, kw}};
+  int v = on_const(im, on_tmp_name(im, "w"), ct, NULL);
+  char *dst = im->g->val[v].data;
+  const char *src = im->g->val[w].data;
+  if (!dst || !src) return st_error(ST_NO_MEMORY, "out of memory");
+  size_t es = dt_size(wt.dt);
+  for (int64_t g = 0; g < group; g++)
+    for (int64_t m = 0; m < Mg; m++)
+      for (int64_t c = 0; c < Cg; c++)
+        for (int64_t a = 0; a < kh; a++)
+          for (int64_t b = 0; b < kw; b++) {
+            int64_t from = (((g * Cg + c) * Mg + m) * kh + (kh - 1 - a)) * kw + (kw - 1 - b);
+            int64_t to = (((g * Mg + m) * Cg + c) * kh + a) * kw + b;
+            memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
+          }
+  *out = v;
+  return NULL;
+}
+
+/* x with s - 1 zeros after every element along `axis` (length L -> L * s):
+ * a unit axis after it, padded with zeros to s, merged back. */
+static smelt_status spread_axis(OnnxImporter *im, int x, int axis, int64_t s, int *out) {
+  TensorType xt = *on_type(im, x);
+  int64_t shape[IR_MAX_RANK];
+  int r = 0;
+  for (int i = 0; i < xt.rank; i++) {
+    shape[r++] = xt.dim[i];
+    if (i == axis) shape[r++] = 1;
+  }
+  int zero = on_scalar(im, xt.dt, 0);
+  RETURN_IF_ERROR(on_reshape(im, x, shape, r, NULL, &x));
+  RETURN_IF_ERROR(pad_axis(im, x, axis + 1, 0, s - 1, "constant", zero, NULL, &x));
+  xt.dim[axis] *= s;
+  return on_reshape(im, x, xt.dim, xt.rank, NULL, out);
+}
+
+/* ConvTranspose (1-D and 2-D) as a stride-1 conv2d: the input gets s - 1
+ * zeros between its pixels and d*(k-1) - pad zeros around it (plus
+ * output_padding at the end), the weight is flipped (flipped_weight).
+ * The border zeros are conv2d's pads; where an ONNX pad exceeds d*(k-1)
+ * the border is negative and a slice crops instead.  1-D is 2-D with height
+ * 1.  Padding from output_shape or auto_pad SAME_* is as ONNX states it
+ * (and ONNX Runtime computes it): total = full size - wanted size (the
+ * input's size times the stride for SAME_*), the odd pixel cut at the end
+ * for SAME_UPPER and at the start otherwise. */
+static smelt_status cv_conv_transpose(OnnxImporter *im) {
+  int x, w, b = on_in(im, 2), y;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_in_req(im, 1, &w));
+  int r = rank_of(im, x);
+  if (r != 3 && r != 4) return on_unsupported(im, "%d-D ConvTranspose (supported: 1-D and 2-D)", r - 2);
+  if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
+  int n = r - 2;
+  int64_t st[2], dl[2], kshape[2], opad[2], oshape[2], pads[4], grp;
+  int nk, nop, nos, np;
+  const char *ap;
+  RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
+  RETURN_IF_ERROR(spatial_ints(im, "dilations", n, dl));
+  RETURN_IF_ERROR(on_attr_int(im, "group", 1, &grp));
+  RETURN_IF_ERROR(on_attr_ints(im, "kernel_shape", kshape, n, &nk));
+  RETURN_IF_ERROR(on_attr_ints(im, "output_padding", opad, n, &nop));
+  RETURN_IF_ERROR(on_attr_ints(im, "output_shape", oshape, n, &nos));
+  RETURN_IF_ERROR(on_attr_ints(im, "pads", pads, 2 * n, &np));
+  RETURN_IF_ERROR(on_attr_string(im, "auto_pad", "NOTSET", &ap));
+  bool upper = !strcmp(ap, "SAME_UPPER"), same = upper || !strcmp(ap, "SAME_LOWER");
+  if (!same && strcmp(ap, "NOTSET") && strcmp(ap, "VALID"))
+    return on_unsupported(im, "auto_pad '%s' (supported: NOTSET, VALID, SAME_UPPER, SAME_LOWER)", ap);
+  if (nop >= 0 && nop != n) return on_err(im, "output_padding has %d values, expected %d", nop, n);
+  if (np >= 0 && np != 2 * n) return on_err(im, "pads has %d values, expected %d", np, 2 * n);
+  if (nos >= 0 && nos != n) return on_err(im, "output_shape has %d values, expected %d", nos, n);
+  TensorType xt = *on_type(im, x), wt = *on_type(im, w);
+  int64_t C = xt.dim[1];
+  if (grp < 1 || C % grp) return on_err(im, "group %lld must divide the %lld input channels", (long long)grp, (long long)C);
+  if (wt.dim[0] != C) return on_err(im, "W has %lld input channels, x has %lld", (long long)wt.dim[0], (long long)C);
+
+  /* per spatial axis i of n: the zeros to put before and after the spread input */
+  int64_t before[2], after[2], in[2], k[2];
+  for (int i = 0; i < n; i++) {
+    in[i] = xt.dim[2 + i];
+    k[i] = wt.dim[2 + i];
+    if (nk >= 0 && kshape[i] != k[i]) return on_err(im, "kernel_shape differs from the weight's shape");
+    int64_t op = nop >= 0 ? opad[i] : 0;
+    if (op < 0) return on_err(im, "output_padding must not be negative");
+    int64_t full = (in[i] - 1) * st[i] + op + (k[i] - 1) * dl[i] + 1, head = 0, tail = 0;
+    if (nos >= 0 || same) {
+      int64_t want = nos >= 0 ? oshape[i] : in[i] * st[i];
+      if (want > full)
+        return on_unsupported(im, "output size %lld is larger than the %lld ConvTranspose computes (use output_padding)",
+                              (long long)want, (long long)full);
+      int64_t total = full - want;
+      head = upper ? total / 2 : total - total / 2;
+      tail = total - head;
+    } else if (np >= 0 && strcmp(ap, "VALID")) {
+      head = pads[i], tail = pads[n + i];
+      if (head < 0 || tail < 0) return on_err(im, "pads must not be negative");
+    }
+    if (full - head - tail < 1) return on_err(im, "the output would have no pixels along spatial axis %d", i);
+    before[i] = (k[i] - 1) * dl[i] - head;
+    after[i] = (k[i] - 1) * dl[i] - tail + op;
+  }
+
+  int wc = -1;
+  RETURN_IF_ERROR(flipped_weight(im, w, grp, &wc));
+  if (n == 1) {
+    int64_t xs[4] = {xt.dim[0], C, 1, in[0]};
+    RETURN_IF_ERROR(on_reshape(im, x, xs, 4, NULL, &x));
+    st[1] = st[0], dl[1] = dl[0], before[1] = before[0], after[1] = after[0];
+    st[0] = dl[0] = 1, before[0] = after[0] = 0;
+  }
+  int64_t p4[4];
+  for (int i = 0; i < 2; i++) {
+    int axis = 2 + i;
+    if (st[i] > 1) {
+      RETURN_IF_ERROR(spread_axis(im, x, axis, st[i], &x));
+      after[i] -= st[i] - 1; /* spread_axis leaves s - 1 zeros after the last pixel too */
+    }
+    if (before[i] < 0 || after[i] < 0) { /* crop what a pad larger than d*(k-1) takes away */
+      int zero = on_scalar(im, xt.dt, 0);
+      RETURN_IF_ERROR(pad_axis(im, x, axis, before[i] < 0 ? before[i] : 0, after[i] < 0 ? after[i] : 0, "constant",
+                               zero, NULL, &x));
+    }
+    p4[i] = before[i] > 0 ? before[i] : 0;
+    p4[2 + i] = after[i] > 0 ? after[i] : 0;
+  }
+  int ins[3] = {x, wc, b};
+  int id = on_node(im, OP_CONV2D, b >= 0 ? 3 : 2, ins, n == 2 ? out0(im) : NULL);
+  ir_set_attr_ints(im->g, id, "strides", (int64_t[]){1, 1}, 2);
+  ir_set_attr_ints(im->g, id, "dilations", dl, 2);
+  ir_set_attr_ints(im->g, id, "pads", p4, 4);
+  ir_set_attr_int(im->g, id, "groups", grp);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (n == 1) {
+    const TensorType *yt = on_type(im, y);
+    int64_t ys[3] = {yt->dim[0], yt->dim[1], yt->dim[3]};
+    RETURN_IF_ERROR(on_reshape(im, y, ys, 3, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
 static smelt_status cv_pool(OnnxImporter *im) {
   bool is_max = !strcmp(im->node->op_type, "MaxPool");
   int x, y;
@@ -2260,6 +2411,7 @@ static const OnnxOpDef ops[] = {
     {"Constant", cv_constant, "value value_float value_floats value_int value_ints"},
     {"ConstantOfShape", cv_constant_of_shape, "value"},
     {"Conv", cv_conv, "auto_pad dilations group kernel_shape pads strides"},
+    {"ConvTranspose", cv_conv_transpose, "auto_pad dilations group kernel_shape output_padding output_shape pads strides"},
     {"Ceil", cv_unary, ""},
     {"Cos", cv_unary, ""},
     {"CumSum", cv_cumsum, "exclusive reverse"},

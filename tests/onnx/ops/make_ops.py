@@ -3,8 +3,8 @@
 ops at import (frontend/onnx_ops.c's composites: Elu, Selu, Celu,
 ThresholdedRelu, Mish, Shrink, Mod, InstanceNormalization,
 GroupNormalization, DepthToSpace, SpaceToDepth, ReduceLogSumExp,
-ReduceLogSum, ReduceL1, LpNormalization, TopK, OneHot; and Floor, Ceil,
-Round, Sign), with ONNX Runtime's output on fixed inputs stored beside it
+ReduceLogSum, ReduceL1, LpNormalization, TopK, OneHot, ConvTranspose;
+and Floor, Ceil, Round, Sign), with ONNX Runtime's output on fixed inputs stored beside it
 (NAME.npz: in.NAME for each graph input, out.NAME for each output), so
 that test_onnx_models.py's check_ops needs neither onnx nor onnxruntime.
 Needs onnx, onnxruntime and numpy.
@@ -89,6 +89,51 @@ def main():
                      helper.make_node("OneHot", ["ids", "depth", "vals"], ["z"])],
          [("ids", I64, [2, 3], np.array([[0, 4, -1], [2, -5, 3]]))], [("y", F), ("z", F)],
          [("depth", np.array(5, np.int64)), ("vals", np.array([-1.0, 3.0], np.float32))])
+    conv_transpose(r)
+
+
+def conv_transpose(r):
+    """ConvTranspose: one model per group of attributes, a node per case."""
+    def ct(name, xshape, cases):
+        """cases: (output, W shape, bias?, attributes)."""
+        nodes, inits, outs = [], [], []
+        for out, wshape, bias, attrs in cases:
+            ins = ["x", out + ".w"]
+            inits.append((out + ".w", (r.standard_normal(wshape) * 0.5).astype(np.float32)))
+            if bias:
+                m = wshape[1] * attrs.get("group", 1)
+                inits.append((out + ".b", r.standard_normal(m).astype(np.float32)))
+                ins.append(out + ".b")
+            nodes.append(helper.make_node("ConvTranspose", ins, [out], **attrs))
+            outs.append((out, F))
+        save(name, nodes, [("x", F, list(xshape), r.standard_normal(xshape))], outs, inits)
+
+    ct("conv_transpose_stride", (2, 4, 5, 6), [
+        ("s2_op", (4, 3, 3, 3), True, dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+        ("s3x2", (4, 2, 2, 4), False, dict(strides=[3, 2], output_padding=[2, 0])),
+        ("s1", (4, 5, 3, 3), True, {}),
+    ])
+    ct("conv_transpose_1d", (2, 3, 7), [
+        ("s2", (3, 4, 3), True, dict(strides=[2], pads=[1, 0], output_padding=[1])),
+        ("g3", (3, 2, 4), False, dict(group=3, dilations=[2])),
+    ])
+    ct("conv_transpose_groups", (1, 6, 5, 4), [
+        ("g2_d2", (6, 2, 3, 3), True, dict(group=2, dilations=[2, 2])),
+        ("g3_s2_d3", (6, 1, 2, 3), False, dict(group=3, strides=[3, 2], dilations=[3, 1], output_padding=[2, 1])),
+        ("dw", (6, 1, 3, 3), True, dict(group=6, strides=[2, 1], pads=[1, 1, 1, 1])),
+    ])
+    ct("conv_transpose_pads", (2, 3, 4, 5), [
+        ("asym", (3, 4, 3, 3), True, dict(strides=[2, 2], pads=[0, 2, 1, 0])),
+        ("crop", (3, 2, 2, 3), False, dict(strides=[2, 3], pads=[2, 1, 1, 3])),  # pads beyond d*(k-1): cropped
+        ("valid", (3, 2, 3, 3), False, dict(strides=[2, 2], auto_pad="VALID")),
+    ])
+    ct("conv_transpose_auto_pad", (1, 4, 5, 6), [
+        ("upper", (4, 3, 3, 3), True, dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+        ("lower", (4, 3, 3, 3), True, dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+        ("upper_odd", (4, 2, 4, 2), False, dict(strides=[3, 1], auto_pad="SAME_UPPER")),
+        ("oshape", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[10, 12])),
+        ("oshape_odd", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[9, 10])),
+    ])
 
 
 if __name__ == "__main__":
