@@ -2249,6 +2249,284 @@ static smelt_status cv_depth_space(OnnxImporter *im) {
   return bind0(im, y);
 }
 
+/* ---- Einsum ---- */
+
+/* Einsum's labels as small numbers: a letter is its character code; the
+ * dims an ellipsis covers are 1..EIN_ELL_MAX, right-aligned (the last dim
+ * of every operand's ellipsis is label E), so ellipsis dims broadcast as
+ * numpy's do.  Implicit output order (ONNX, numpy): the ellipsis dims,
+ * then the labels used once, sorted by character code. */
+#define EIN_LABELS 128
+#define EIN_MAX_OPERANDS 2
+
+typedef struct {
+  int n;               /* labels, after the ellipsis is expanded */
+  int lab[IR_MAX_RANK];
+  int64_t size[IR_MAX_RANK];
+} EinTerm;
+
+/* One term of the equation from *p up to ',', '-' or the end: letters and
+ * at most one "..." that covers rank - (letters) dims (a rank of -1: the
+ * output, whose ellipsis covers `ell` dims). */
+static smelt_status ein_term(OnnxImporter *im, const char **p, int rank, int ell, const char *what, EinTerm *t,
+                             int *out_ell) {
+  int letters[IR_MAX_RANK + 1], nl = 0, at = -1;
+  const char *s = *p;
+  for (; *s && *s != ',' && *s != '-'; s++) {
+    if (*s == ' ') continue;
+    if (*s == '.') {
+      if (s[1] != '.' || s[2] != '.' || at >= 0) return on_err(im, "equation: a stray '.' in %s", what);
+      at = nl;
+      s += 2;
+      continue;
+    }
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+      return on_err(im, "equation: character '%c' in %s (labels are letters)", *s, what);
+    if (nl == IR_MAX_RANK) return on_unsupported(im, "equation: %s has more than %d labels", what, IR_MAX_RANK);
+    letters[nl++] = *s;
+  }
+  *p = s;
+  int ne = 0;
+  if (rank >= 0) {
+    if (at < 0 && nl != rank) return on_err(im, "equation: %s has %d labels, the operand has rank %d", what, nl, rank);
+    if (at >= 0 && nl > rank)
+      return on_err(im, "equation: %s has %d labels besides '...', the operand has rank %d", what, nl, rank);
+    ne = at >= 0 ? rank - nl : 0;
+  } else {
+    ne = at >= 0 ? ell : 0;
+    if (nl + ne > IR_MAX_RANK) return on_unsupported(im, "equation: the output has rank %d", nl + ne);
+  }
+  t->n = 0;
+  for (int i = 0; i <= nl; i++) {
+    if (i == at)
+      for (int j = 0; j < ne; j++) t->lab[t->n++] = (rank >= 0 ? ell - ne : 0) + j + 1;
+    if (i < nl) t->lab[t->n++] = letters[i];
+  }
+  if (out_ell) *out_ell = ne;
+  for (int i = 0; i < t->n; i++)
+    for (int j = 0; j < i; j++)
+      if (t->lab[i] == t->lab[j]) {
+        if (t->lab[i] <= IR_MAX_RANK) return on_err(im, "equation: '...' twice in %s", what);
+        return on_unsupported(im, "equation: label '%c' appears twice in %s (diagonals are not supported)",
+                              t->lab[i], what);
+      }
+  return NULL;
+}
+
+static int ein_find(const EinTerm *t, int lab) {
+  for (int i = 0; i < t->n; i++)
+    if (t->lab[i] == lab) return i;
+  return -1;
+}
+
+/* Sums x over the axes whose labels `keep` does not want, dropping them
+ * from t. */
+static smelt_status ein_sum_out(OnnxImporter *im, int x, EinTerm *t, const bool *keep, int *out) {
+  int64_t axes[IR_MAX_RANK];
+  int na = 0, n = 0;
+  for (int i = 0; i < t->n; i++) {
+    if (!keep[t->lab[i]]) {
+      axes[na++] = i;
+      continue;
+    }
+    t->lab[n] = t->lab[i], t->size[n] = t->size[i];
+    n++;
+  }
+  t->n = n;
+  *out = x;
+  if (!na) return NULL;
+  return reduce(im, OP_SUM, x, axes, na, false, NULL, out);
+}
+
+/* x (labels t) transposed to the label order `want` (a permutation of t);
+ * nothing when it is that order already. */
+static smelt_status ein_order(OnnxImporter *im, int x, EinTerm *t, const int *want, const char *name, int *out) {
+  int64_t perm[IR_MAX_RANK];
+  bool moved = false;
+  EinTerm to = *t;
+  for (int i = 0; i < t->n; i++) {
+    perm[i] = ein_find(t, want[i]);
+    to.lab[i] = want[i], to.size[i] = t->size[perm[i]];
+    moved |= perm[i] != i;
+  }
+  *t = to;
+  *out = x;
+  return moved ? on_transpose(im, x, perm, t->n, name, out) : NULL;
+}
+
+static bool same_shape(const TensorType *t, const int64_t *shape, int rank) {
+  if (t->rank != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (t->dim[i] != shape[i]) return false;
+  return true;
+}
+
+static smelt_status reshape_if(OnnxImporter *im, int x, const int64_t *shape, int rank, const char *name, int *out) {
+  *out = x;
+  return same_shape(on_type(im, x), shape, rank) ? NULL : on_reshape(im, x, shape, rank, name, out);
+}
+
+/* Two operands: one matmul [batch..., M, K] x [batch..., K, N].  Labels in
+ * both operands and the output are batch dims, in both but not the output
+ * contracted (K), in one and the output free (M or N); labels in one operand
+ * only and not the output were summed before.  An operand already in the
+ * order [batch, K, M] (or [batch, N, K]) is read through transpose_a
+ * (transpose_b) instead of a transpose, which keeps "bhid,bhjd->bhij" one
+ * matmul as attention exporters write it. */
+static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinTerm *tb, const EinTerm *to, int *out) {
+  int batch[IR_MAX_RANK], contr[IR_MAX_RANK], af[IR_MAX_RANK], bf[IR_MAX_RANK];
+  int nb = 0, nc = 0, naf = 0, nbf = 0;
+  int64_t K = 1, M = 1, N = 1;
+  for (int i = 0; i < ta->n; i++) {
+    int l = ta->lab[i];
+    bool in_b = ein_find(tb, l) >= 0, in_out = ein_find(to, l) >= 0;
+    if (in_b && in_out) batch[nb++] = l;
+    else if (in_b) contr[nc++] = l, K *= ta->size[i];
+    else af[naf++] = l, M *= ta->size[i];
+  }
+  for (int i = 0; i < tb->n; i++)
+    if (ein_find(ta, tb->lab[i]) < 0) bf[nbf++] = tb->lab[i], N *= tb->size[i];
+  /* A as [batch, free, contracted] or, read transposed, [batch, contracted, free] */
+  int want[IR_MAX_RANK], wantt[IR_MAX_RANK], k = 0;
+  for (int i = 0; i < nb; i++) want[k] = wantt[k] = batch[i], k++;
+  for (int i = 0; i < naf; i++) want[k + i] = af[i], wantt[k + nc + i] = af[i];
+  for (int i = 0; i < nc; i++) want[k + naf + i] = contr[i], wantt[k + i] = contr[i];
+  bool trans_a = naf && nc && !memcmp(ta->lab, wantt, sizeof(int) * (size_t)ta->n) &&
+                 memcmp(ta->lab, want, sizeof(int) * (size_t)ta->n);
+  RETURN_IF_ERROR(ein_order(im, a, ta, trans_a ? wantt : want, NULL, &a));
+  for (int i = 0; i < nc; i++) want[k + i] = contr[i], wantt[k + nbf + i] = contr[i];
+  for (int i = 0; i < nbf; i++) want[k + nc + i] = bf[i], wantt[k + i] = bf[i];
+  bool trans_b = nbf && nc && !memcmp(tb->lab, wantt, sizeof(int) * (size_t)tb->n) &&
+                 memcmp(tb->lab, want, sizeof(int) * (size_t)tb->n);
+  RETURN_IF_ERROR(ein_order(im, b, tb, trans_b ? wantt : want, NULL, &b));
+  int64_t shape[IR_MAX_RANK];
+  for (int i = 0; i < nb; i++) shape[i] = ta->size[i];
+  shape[nb] = trans_a ? K : M, shape[nb + 1] = trans_a ? M : K;
+  RETURN_IF_ERROR(reshape_if(im, a, shape, nb + 2, NULL, &a));
+  shape[nb] = trans_b ? N : K, shape[nb + 1] = trans_b ? K : N;
+  RETURN_IF_ERROR(reshape_if(im, b, shape, nb + 2, NULL, &b));
+  int id = on_node(im, OP_MATMUL, 2, (int[]){a, b}, NULL);
+  ir_set_attr_bool(im->g, id, "transpose_a", trans_a);
+  ir_set_attr_bool(im->g, id, "transpose_b", trans_b);
+  RETURN_IF_ERROR(on_done(im, id, out));
+  /* the result's labels: batch, A's free, B's free */
+  EinTerm tr = {.n = nb + naf + nbf};
+  for (int i = 0; i < nb; i++) tr.lab[i] = batch[i], tr.size[i] = ta->size[i];
+  for (int i = 0; i < naf; i++) tr.lab[nb + i] = af[i], tr.size[nb + i] = ta->size[ein_find(ta, af[i])];
+  for (int i = 0; i < nbf; i++) tr.lab[nb + naf + i] = bf[i], tr.size[nb + naf + i] = tb->size[ein_find(tb, bf[i])];
+  *ta = tr;
+  return NULL;
+}
+
+/* Einsum of one operand (sums and a transpose) or two (ein_matmul).
+ * Repeated labels in one term (diagonals, "ii->i") and three or more
+ * operands are refused. */
+static smelt_status cv_einsum(OnnxImporter *im) {
+  const char *eq;
+  RETURN_IF_ERROR(on_attr_string(im, "equation", NULL, &eq));
+  if (!eq) return on_err(im, "the equation attribute is required");
+  int nin = on_nin(im), x[EIN_MAX_OPERANDS];
+  if (nin < 1 || nin > EIN_MAX_OPERANDS)
+    return on_unsupported(im, "Einsum of %d operands (supported: 1 and 2)", nin);
+  /* the ellipsis's rank is the largest any operand gives it: the first pass
+   * finds it, the second numbers the labels with it */
+  EinTerm t[EIN_MAX_OPERANDS], to;
+  int ell = IR_MAX_RANK, most = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const char *p = eq;
+    for (int i = 0; i < nin; i++) {
+      char what[32];
+      snprintf(what, sizeof what, "operand %d", i + 1);
+      RETURN_IF_ERROR(on_in_req(im, i, &x[i]));
+      int e;
+      RETURN_IF_ERROR(ein_term(im, &p, rank_of(im, x[i]), ell, what, &t[i], &e));
+      if (e > most) most = e;
+      if (i + 1 < nin && *p++ != ',') return on_err(im, "equation '%s' has %d terms for %d operands", eq, i + 1, nin);
+    }
+    if (*p == ',') return on_err(im, "equation '%s' has more terms than the %d operands", eq, nin);
+    if (pass == 0) {
+      ell = most;
+      continue;
+    }
+    if (*p == '-') {
+      if (p[1] != '>') return on_err(im, "equation '%s': '-' without '>'", eq);
+      p += 2;
+      int e;
+      RETURN_IF_ERROR(ein_term(im, &p, -1, ell, "the output", &to, &e));
+      if (*p) return on_err(im, "equation '%s': '%c' after the output", eq, *p);
+      if (ell && !e) /* numpy refuses it too */
+        return on_err(im, "equation '%s': the operands' '...' covers %d dims, but the output has no '...'", eq, ell);
+    } else { /* implicit output */
+      int uses[EIN_LABELS] = {0};
+      for (int i = 0; i < nin; i++)
+        for (int j = 0; j < t[i].n; j++) uses[t[i].lab[j]]++;
+      to.n = 0;
+      for (int l = 1; l < EIN_LABELS; l++)
+        if ((l <= ell && uses[l]) || (l > IR_MAX_RANK && uses[l] == 1)) to.lab[to.n++] = l;
+    }
+  }
+  /* sizes; a label of size 1 in one operand broadcasts to the other's size */
+  int64_t size[EIN_LABELS];
+  bool seen[EIN_LABELS] = {false};
+  for (int i = 0; i < nin; i++)
+    for (int j = 0; j < t[i].n; j++) {
+      int l = t[i].lab[j];
+      t[i].size[j] = on_type(im, x[i])->dim[j];
+      if (seen[l] && size[l] != 1 && t[i].size[j] != 1 && size[l] != t[i].size[j]) {
+        if (l <= IR_MAX_RANK)
+          return on_err(im, "the operands' '...' dims have sizes %lld and %lld", (long long)size[l],
+                        (long long)t[i].size[j]);
+        return on_err(im, "label '%c' has size %lld and %lld", l, (long long)size[l], (long long)t[i].size[j]);
+      }
+      if (!seen[l] || size[l] == 1) size[l] = t[i].size[j];
+      seen[l] = true;
+    }
+  for (int j = 0; j < to.n; j++) {
+    if (!seen[to.lab[j]]) return on_err(im, "equation: output label '%c' is in no operand", to.lab[j]);
+    to.size[j] = size[to.lab[j]];
+  }
+  for (int i = 0; i < nin; i++) { /* broadcast the size-1 labels that the other operand has bigger */
+    bool grow = false;
+    int64_t shape[IR_MAX_RANK];
+    for (int j = 0; j < t[i].n; j++) {
+      shape[j] = size[t[i].lab[j]];
+      grow |= shape[j] != t[i].size[j];
+      t[i].size[j] = shape[j];
+    }
+    if (grow) RETURN_IF_ERROR(expand_to(im, x[i], shape, t[i].n, NULL, &x[i]));
+  }
+  /* labels neither in the output nor in the other operand are summed first */
+  for (int i = 0; i < nin; i++) {
+    bool keep[EIN_LABELS] = {false};
+    for (int j = 0; j < to.n; j++) keep[to.lab[j]] = true;
+    for (int k = 0; k < nin; k++)
+      for (int j = 0; j < t[k].n && k != i; j++) keep[t[k].lab[j]] = true;
+    RETURN_IF_ERROR(ein_sum_out(im, x[i], &t[i], keep, &x[i]));
+  }
+  int y = x[0];
+  if (nin == 2) {
+    /* the operand whose free labels come first in the output is the matmul's
+     * A, so that "bhjd,bhid->bhij" needs no transpose of the result */
+    int first = 0;
+    for (int j = 0; j < to.n && !first; j++)
+      if ((ein_find(&t[0], to.lab[j]) < 0) != (ein_find(&t[1], to.lab[j]) < 0))
+        first = ein_find(&t[0], to.lab[j]) >= 0 ? 1 : 2;
+    if (first == 2) {
+      EinTerm tt = t[0];
+      t[0] = t[1], t[1] = tt;
+      y = x[0], x[0] = x[1], x[1] = y;
+    }
+    RETURN_IF_ERROR(ein_matmul(im, x[0], &t[0], x[1], &t[1], &to, &y));
+  }
+  /* to the output's order: a reshape when the matmul merged dims, a transpose */
+  int64_t shape[IR_MAX_RANK];
+  for (int j = 0; j < t[0].n; j++) shape[j] = t[0].size[j];
+  bool ordered = !memcmp(t[0].lab, to.lab, sizeof(int) * (size_t)to.n);
+  RETURN_IF_ERROR(reshape_if(im, y, shape, t[0].n, ordered ? out0(im) : NULL, &y));
+  RETURN_IF_ERROR(ein_order(im, y, &t[0], to.lab, out0(im), &y));
+  return bind0(im, y);
+}
+
 /* ReduceLogSumExp: m + log(sum(exp(x - m))) with m the max (kept dims,
  * so that large values do not overflow); ReduceLogSum: log(sum(x));
  * ReduceL1: sum(|x|). */
@@ -2419,6 +2697,7 @@ static const OnnxOpDef ops[] = {
     {"DequantizeLinear", cv_dequantize_linear, "axis block_size"},
     {"Div", cv_binary, ""},
     {"Dropout", cv_dropout, "seed"},
+    {"Einsum", cv_einsum, "equation"},
     {"Elu", cv_elu_family, "alpha"},
     {"Equal", cv_binary, ""},
     {"Erf", cv_unary, ""},

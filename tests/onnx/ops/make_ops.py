@@ -3,8 +3,8 @@
 ops at import (frontend/onnx_ops.c's composites: Elu, Selu, Celu,
 ThresholdedRelu, Mish, Shrink, Mod, InstanceNormalization,
 GroupNormalization, DepthToSpace, SpaceToDepth, ReduceLogSumExp,
-ReduceLogSum, ReduceL1, LpNormalization, TopK, OneHot, ConvTranspose;
-and Floor, Ceil, Round, Sign), with ONNX Runtime's output on fixed inputs stored beside it
+ReduceLogSum, ReduceL1, LpNormalization, TopK, OneHot, ConvTranspose,
+Einsum; and Floor, Ceil, Round, Sign), with ONNX Runtime's output on fixed inputs stored beside it
 (NAME.npz: in.NAME for each graph input, out.NAME for each output), so
 that test_onnx_models.py's check_ops needs neither onnx nor onnxruntime.
 Needs onnx, onnxruntime and numpy.
@@ -90,6 +90,7 @@ def main():
          [("ids", I64, [2, 3], np.array([[0, 4, -1], [2, -5, 3]]))], [("y", F), ("z", F)],
          [("depth", np.array(5, np.int64)), ("vals", np.array([-1.0, 3.0], np.float32))])
     conv_transpose(r)
+    einsum(r)
 
 
 def conv_transpose(r):
@@ -134,6 +135,42 @@ def conv_transpose(r):
         ("oshape", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[10, 12])),
         ("oshape_odd", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[9, 10])),
     ])
+
+
+def einsum(r):
+    """Einsum: the equations exporters write for attention and linear layers,
+    and transposes, sums, ellipses, broadcasting and implicit outputs."""
+    def es(name, inputs, cases):
+        """inputs: name -> shape; cases: (output, equation, operand names)."""
+        nodes = [helper.make_node("Einsum", ins, [out], equation=eq) for out, eq, ins in cases]
+        save(name, nodes, [(n, F, list(s), r.standard_normal(s)) for n, s in inputs.items()],
+             [(out, F) for out, _, _ in cases], opset=18)
+
+    es("einsum_attention", {"q": (2, 3, 4, 8), "k": (2, 3, 5, 8), "p": (2, 3, 4, 5)}, [
+        ("scores", "bhid,bhjd->bhij", ["q", "k"]),
+        ("ctx", "bhij,bhjd->bhid", ["p", "k"]),
+        ("ctx_t", "bhij,bhjd->bihd", ["p", "k"]),  # context straight to [b, s, h, d]
+        ("kq", "bhjd,bhid->bhij", ["k", "q"]),
+    ])
+    es("einsum_matmul", {"a": (3, 4, 5), "b": (3, 5, 6), "m": (4, 5), "n": (5, 6), "w": (7, 5), "b1": (1, 5, 6)}, [
+        ("bik", "bij,bjk->bik", ["a", "b"]),
+        ("ik", "ij,jk->ik", ["m", "n"]),
+        ("linear", "bsd,od->bso", ["a", "w"]),  # nn.Linear: x @ W^T
+        ("ell", "...ij,...jk->...ik", ["a", "b"]),
+        ("ell_bcast", "...ij,...jk->...ik", ["a", "b1"]),  # b1's ellipsis [1] broadcasts to a's [3]
+        ("implicit", "ij,jk", ["m", "n"]),
+        ("outer", "bi,bj->bij", ["m", "m"]),
+        ("dot", "bij,bij->b", ["a", "a"]),
+    ])
+    es("einsum_unary", {"x": (3, 4, 5), "y": (3, 5, 2)}, [
+        ("kji", "ijk->kji", ["x"]),
+        ("sum_j", "ijk->ik", ["x"]),
+        ("sum_all", "ijk->", ["x"]),
+        ("ell_t", "...ij->...ji", ["x"]),
+        ("implicit_t", "kji", ["x"]),  # implicit output: sorted labels, "ijk"
+        ("only_a", "aij,ajk->ak", ["x", "y"]),  # i in x only: summed before the matmul
+    ])
+    es("einsum_2d", {"m": (4, 5)}, [("mt", "ij->ji", ["m"]), ("rows", "ij->i", ["m"])])
 
 
 if __name__ == "__main__":
