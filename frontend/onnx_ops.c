@@ -13,7 +13,10 @@
  *   - the rest are short compositions: HardSwish = x * clip(x/6 + 1/2),
  *     ArgMax = min over where(x == max(x), iota, n), Tile = reshape ->
  *     expand -> reshape, Trilu = where(constant mask, x, 0), RotaryEmbedding
- *     from its cos/sin caches with slices, muls and a concat.
+ *     from its cos/sin caches with slices, muls and a concat;
+ *   - ConvTranspose is a stride-1 conv2d over the input with zeros spread
+ *     between its pixels, its weight flipped here (so it must be constant),
+ *     and Einsum one matmul between transposes and reshapes.
  * Ops that only exist to compute at import time (Shape, Size, Range,
  * ConstantOfShape, Constant) produce constants directly.
  *
