@@ -361,6 +361,14 @@ def seeds_onnx():
          fb(13, fb(1, "offset") + fb(2, "0")) + fb(13, fb(1, "length") + fb(2, "16")) + fv(14, 1))
     write(d, "external_self.onnx", model([node("Add", ["x", "w"], ["y"])], [("x", FLOAT, [4])], [("y", FLOAT, None)],
                                          [t]))
+    # ConvTranspose and Einsum, which the importer writes out in smelt ops
+    write(d, "convt_einsum.onnx", model(
+        [node("ConvTranspose", ["x", "tw", "tb"], ["c"], strides=[2, 2], pads=[1, 0, 0, 1], output_padding=[1, 1],
+              group=2),
+         node("Einsum", ["c", "c"], ["s"], equation="bhid,bhjd->bhij"),
+         node("Einsum", ["s"], ["y"], equation="...ij->...j")],
+        [("x", FLOAT, [1, 2, 3, 3])], [("y", FLOAT, None)],
+        [tensor("tw", FLOAT, w(2, 2, 3, 3)), tensor("tb", FLOAT, w(4))], opset=17))
 
 
 def regress_onnx():
@@ -380,6 +388,10 @@ def regress_onnx():
                    [("x", FLOAT, [1, 2, 3, 4])],
                    [tensor("cos", FLOAT, np.ones((3, 2))), tensor("sin", FLOAT, np.zeros((3, 2))),
                     tensor("pos", INT64, [[0, 1, 2]])], 23),
+        "convt": (lambda a, b: node("ConvTranspose", [a, "w"], [b], pads=[1, 1, 1, 1]), [("x", FLOAT, [1, 2, 3, 3])],
+                  [tensor("w", FLOAT, np.ones((2, 2, 3, 3)) * 0.1)], 17),
+        "einsum": (lambda a, b: node("Einsum", [a, "w"], [b], equation="bij,jk->bik"), [("x", FLOAT, [2, 3, 3])],
+                   [tensor("w", FLOAT, np.eye(3))], 17),
     }
     for name, (make, inputs, inits, opset) in ops.items():
         for k in range(3):
@@ -540,11 +552,12 @@ ONNX_OPS = ("Abs Add And ArgMax ArgMin Attention AveragePool BatchNormalization 
             "LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax MatMul Max MaxPool Mean Min Mul Neg Not Or "
             "PRelu Pad Pow RMSNormalization Range Reciprocal ReduceMax ReduceMean ReduceMin ReduceSum ReduceSumSquare "
             "Relu Reshape Resize RotaryEmbedding ScatterND Shape Sigmoid Sin Size Slice Softmax Softplus Split Sqrt "
-            "Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor").split()
+            "Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor ConvTranspose Einsum").split()
 ONNX_ATTRS = ("axis axes keepdims perm to value alpha beta gamma epsilon transA transB kernel_shape pads strides "
               "dilations group auto_pad ceil_mode count_include_pad mode upper is_causal scale num_outputs split "
               "approximate exclusive reverse allowzero noop_with_empty_axes select_last_index coordinate_transformation_mode "
-              "q_num_heads kv_num_heads interleaved num_heads rotary_embedding_dim stash_type").split()
+              "q_num_heads kv_num_heads interleaved num_heads rotary_embedding_dim stash_type output_padding "
+              "output_shape equation").split()
 
 
 def dicts():
