@@ -651,6 +651,8 @@ static void place_quant_matmul(Fuser *f, int n, int G) {
  * join too.  Attention takes prologues only with one query tile (S <= 64,
  * decode): with more, every query tile would recompute the keys, and the
  * prefill kernel's 16-byte tile copies beat element-wise loads even for q.
+ * A scatter (the KV-cache append) takes its rows' producers at any length:
+ * it reads each element once.
  * A GEMV takes only data movement (see movement_only).  Only for a
  * CUDA-only target: the CPU backend reads these operands as arrays.
  */
@@ -725,6 +727,8 @@ static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
      * loads, 17 us without) */
     int64_t S = vtype(f, nn->in[0])->dim[2];
     ok[0] = ok[1] = ok[2] = S <= ATT_PROLOGUE_MAX_S;
+  } else if (nn->op == OP_SCATTER) {
+    ok[2] = true; /* the rows written: this step's k (its rope) or v */
   } else {
     ok[0] = true; /* A of the GEMV; B is the weight, */
     ok[1] = quant_weight_group(f, n) >= 0; /* or its dequantize */
@@ -757,12 +761,15 @@ static void place_with_prologue(Fuser *f, int n, GroupKind kind) {
   f->anchor[G] = n;
 }
 
-/* Whether node n takes a prologue (CUDA only): attention always, a
- * matmul with M <= 8 whose A is not transposed. */
+/* Whether node n takes a prologue (CUDA only): attention and scatter
+ * always, a matmul with M <= 8 whose A is not transposed.  A scatter
+ * reads each element of its rows once, so the rope and the transposes
+ * that make a KV-cache append's k and v cost nothing there, and the
+ * kernel that computed them (a launch per layer in decode) goes. */
 static bool takes_prologue(const Fuser *f, int n) {
   if (!cuda_only(f)) return false;
   const Node *nn = &f->g->node[n];
-  if (nn->op == OP_ATTENTION) return true;
+  if (nn->op == OP_ATTENTION || nn->op == OP_SCATTER) return true;
   if (nn->op != OP_MATMUL || ir_attr_int(nn, "transpose_a")) return false;
   const TensorType *a = vtype(f, nn->in[0]);
   return a->rank >= 2 && a->dim[a->rank - 2] <= GEMV_PROLOGUE_MAX_M;
@@ -895,15 +902,18 @@ static bool pair_halves(const Fuser *f, int v) {
 }
 
 /* Whether node n may join contraction group H as a half of its
- * interleaved gated pair: the GEMM's result is read only by pair slices,
- * and its rows are more than a GEMV takes (the tensor-core kernels hold
- * columns 2j and 2j + 1 of a row in one thread; the GEMV does not). */
+ * interleaved gated pair: the GEMM's result is read only by pair slices.
+ * The tensor-core kernels hold columns 2j and 2j + 1 of a row in one
+ * thread, and the float GEMV (M <= 8, a weight that no kernel computes)
+ * in one warp (pair mode); the quantised GEMV, whose weight is a
+ * dequantize, has no pair mode, so its gated pairs stay a kernel of their
+ * own. */
 static bool gated_half(Fuser *f, int H, int u, int n) {
   if (!layout_epilogue(f, H) || f->kind[H] != GK_CONTRACTION || f->g->node[f->anchor[H]].op != OP_MATMUL) return false;
   if (u != f->g->node[f->anchor[H]].out[0] || !pair_slice(f, n) || !pair_halves(f, u)) return false;
   int64_t M, N, K;
   gemm_dims(f, f->anchor[H], &M, &N, &K);
-  return M > GEMV_PROLOGUE_MAX_M;
+  return M > GEMV_PROLOGUE_MAX_M || f->g->val[f->g->node[f->anchor[H]].in[1]].kind != VK_NODE;
 }
 
 /* Why node n cannot be the next epilogue op of contraction/reduction group

@@ -21,15 +21,16 @@
  * gains little from one wider product.
  *
  * A gated pair (two products a, b whose only use is act(a) * b, act one
- * elementwise op: SwiGLU's silu(x Wg) * (x Wu), GeGLU) with more than
- * GLU_MIN_ROWS rows is merged with the columns interleaved instead, a_j
- * next to b_j, and the two results are the slices of step 2 starting at 0
- * and 1: a thread of a tensor-core GEMM holds columns 2j and 2j + 1 of a
- * row together, so fuse can take the slices, the activation and the
- * product into the GEMM's epilogue, which stores only the [M, N] product
- * (half the columns, and no separate kernel).  With fewer rows the GEMV
- * (one result per lane) does the product better in a kernel of its own,
- * and the halves stay side by side.
+ * elementwise op: SwiGLU's silu(x Wg) * (x Wu), GeGLU) is merged with the
+ * columns interleaved instead, a_j next to b_j, and the two results are the
+ * slices of step 2 starting at 0 and 1: a thread of a tensor-core GEMM
+ * holds columns 2j and 2j + 1 of a row together, and a warp of the decode
+ * GEMV owns both (codegen/cuda/gemv.c, pair mode), so fuse can take the
+ * slices, the activation and the product into the kernel's epilogue, which
+ * stores only the [M, N] product (half the columns, and no separate
+ * kernel).  Whatever the rows, so the decode and prefill specialisations
+ * of one model merge the same weight (one copy in the bundle and on the
+ * device).
  *
  * The merged weight is pure data movement of the old ones, so when each of
  * them came straight from a weights file (Value.source, one contiguous
@@ -45,7 +46,7 @@
 #include "passes.h"
 #include "rewrite.h"
 
-enum { MERGE_MAX = 8, GLU_MIN_ROWS = 8 };
+enum { MERGE_MAX = 8 };
 
 /* The only use of v's value: its consumer node, or -1. */
 static int sole_use(const Graph *g, const int *uses, int v) {
@@ -61,12 +62,10 @@ static int sole_use(const Graph *g, const int *uses, int v) {
 
 /* Whether matmuls a and b (ids, compatible, same N) are a gated pair:
  * mul(act(a), b) or mul(b, act(a)) is the only use of each, act an
- * elementwise op of one operand, and more than GLU_MIN_ROWS rows. */
+ * elementwise op of one operand. */
 static bool gated_pair(const Graph *g, int a, int b) {
   const TensorType *yt = &g->val[g->node[a].out[0]].type;
-  int64_t rows = 1;
-  for (int d = 0; d + 1 < yt->rank; d++) rows *= yt->dim[d];
-  if (rows <= GLU_MIN_ROWS || yt->dim[yt->rank - 1] != g->val[g->node[b].out[0]].type.dim[yt->rank - 1]) return false;
+  if (yt->dim[yt->rank - 1] != g->val[g->node[b].out[0]].type.dim[yt->rank - 1]) return false;
   int *uses = ir_use_counts(g);
   if (!uses) return false;
   bool ok = false;

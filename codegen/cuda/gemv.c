@@ -65,6 +65,8 @@
 
 static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
 
+static bool wants_pairs(const CuFn *f, const CuGemm *gm);
+
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1 || gm->K < 1) return false;
   int bv = gm->an->in[1];
@@ -72,6 +74,8 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (f->arg_of[bv] < 0 || (b->kind == VK_NODE && f->member[b->node])) return false;
   if (!float_storage(gm->bt->dt) || !float_storage(gm->at->dt) || !float_storage(gm->yt->dt)) return false;
   int vec = (int)(16 / dt_size(gm->bt->dt));
+  /* pair mode (a gated pair's halves in the epilogue) exists for B [N, K] */
+  if (wants_pairs(f, gm) && (!gm->tb || gm->N % 2)) return false;
   return gm->tb ? gm->K % vec == 0 : gm->N % vec == 0;
 }
 
@@ -164,9 +168,11 @@ int cu_gemv_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_L
     list[n].splitk = pick_splitk(gm, &list[n]);
     n++;
   }
+  /* pair mode runs an odd column count as twice that: not a variant of its own */
+  bool pairs = f && wants_pairs(f, gm);
   int got = 0;
   for (int i = 0; i < n && got < max; i++) {
-    if (!params_fit(gm, &list[i])) continue;
+    if (!params_fit(gm, &list[i]) || (pairs && list[i].cols % 2)) continue;
     char tok[CG_VARIANT_LEN];
     cu_gemv_format(&list[i], tok);
     bool dup = false;
@@ -188,6 +194,7 @@ typedef struct {
   int vec, M;
   int a0, b0;          /* argument indices */
   bool x_vec;          /* A read as packs straight from its argument */
+  bool pairs;          /* pair mode: columns n, n + 1 reach the epilogue together */
   const char *z;       /* the batch index */
   int64_t gx;          /* column blocks */
   uint64_t part_off;   /* split-K: byte offset of the partial sums in ws */
@@ -216,6 +223,45 @@ static void finish(CuFn *f, const Gv *v, const char *m, const char *n, const cha
   cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
   val.l[0] = r;
   cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+}
+
+/* Pair mode: the anchor's values at (m, n) and (m, n + 1) (n even) from
+ * their f32 sums, through the epilogue as one pair of lanes, as the
+ * tensor-core kernels hand them over (tc.c): the halves of an interleaved
+ * gated pair (merge-matmuls) meet there, and only their product is
+ * stored. */
+static void finish_pair(CuFn *f, const Gv *v, const char *m, const char *n, const char *s0, const char *s1) {
+  const CuGemm *gm = v->gm;
+  const Value *av = &f->g->val[gm->an->out[0]];
+  CuCoords co, co1;
+  CuVal val, val1;
+  gm->result(f, gm, v->z, m, n, s0, &co, &val);
+  gm->result(f, gm, v->z, m, cu_fmt(f, "(%s + 1)", n), s1, &co1, &val1);
+  val.l[1] = val1.l[0];
+  co.lanes = 2;
+  co.step[co.rank - 1] = 1;
+  co.aligned = false;
+  co.whole_lanes = true;
+  for (int e = 0; e < 2; e++) {
+    const char *r = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(gm->an->op),
+            e ? ", column n + 1" : "");
+    val.l[e] = r;
+  }
+  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+}
+
+/* Whether the group's epilogue takes the anchor's result in step-2 slices
+ * of its last axis (the halves of a gated pair): the GEMV then runs in
+ * pair mode. */
+static bool wants_pairs(const CuFn *f, const CuGemm *gm) {
+  const Graph *g = f->g;
+  int av = gm->an->out[0];
+  for (int i = 0; i < f->grp->nnodes; i++) {
+    const Node *n = &g->node[f->grp->nodes[i]];
+    if (n->op == OP_SLICE && n->in[0] == av && ir_attr_int(n, "step") == 2) return true;
+  }
+  return false;
 }
 
 /* Result (m, n) of this block's slice: the epilogue, or (split-K) its
@@ -257,23 +303,29 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "__threadfence();");
   cu_line(f, "#endif");
-  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", (int)gm->M * NBLK, threads);
+  /* pair mode: each thread adds columns n and n + 1 (n even; NBLK is even) */
+  int E = v->pairs ? 2 : 1, NU = NBLK / E;
+  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", (int)gm->M * NU, threads);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
-  cu_line(f, "const %s %s = i / %d, %s = (%s)(%s + i %% %d);", f->idx, m, NBLK, n, f->idx, nb0, NBLK);
+  cu_line(f, "const %s %s = i / %d, %s = (%s)(%s + i %% %d * %d);", f->idx, m, NU, n, f->idx, nb0, NU, E);
   cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
   cu_line(f, "float *const pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", v->z, sk, (long long)gm->M, m,
           (long long)gm->N, n);
-  cu_line(f, "float s = 0.0f;");
+  cu_line(f, "float s[%d] = {0.0f};", E);
   cu_line(f, "// slice by slice (L2: written by other SMs), each cleared for the next kernel");
   cu_open(f, "for (int q = 0; q < %d; q++)", sk);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = 0; e < %d; e++)", E);
   cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "s += __ldcg(pp + q * %lldLL);", (long long)(gm->M * gm->N));
+  cu_line(f, "s[e] += __ldcg(pp + q * %lldLL + e);", (long long)(gm->M * gm->N));
   cu_line(f, "#else");
-  cu_line(f, "s += pp[q * %lldLL];", (long long)(gm->M * gm->N));
+  cu_line(f, "s[e] += pp[q * %lldLL + e];", (long long)(gm->M * gm->N));
   cu_line(f, "#endif");
-  cu_line(f, "pp[q * %lldLL] = 0.0f;", (long long)(gm->M * gm->N));
+  cu_line(f, "pp[q * %lldLL + e] = 0.0f;", (long long)(gm->M * gm->N));
   cu_close(f);
-  finish(f, v, m, n, "s");
+  cu_close(f);
+  if (v->pairs) finish_pair(f, v, m, n, "s[0]", "s[1]");
+  else finish(f, v, m, n, "s[0]");
   cu_close(f);
   cu_close(f);
   cu_close(f);
@@ -515,15 +567,41 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     cu_close(f);
   }
   cu_close(f);
-  int R = cu_gemv_transpose_reduce(f, P, 1);
-  for (int r = 0; r < R; r++) {
-    reduced_value(f, P, 1, R, r);
+  if (v->pairs) {
+    /* pair mode: every lane gets every sum (P is small: C <= 8 columns,
+     * M <= 8 rows), and lane q runs the epilogue of column pair q / M
+     * (columns n0 + 2 (q / M) and the next) for row q %% M */
+    cu_line(f, "// add the partial sums of the lanes: every lane ends with all %d sums", P);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int o = 16; o >= 1; o >>= 1)");
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int i = 0; i < %d; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);", P);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int q = 0; q < %d; q++)", C / 2 * M);
     const char *m = cu_tmp(f), *n = cu_tmp(f);
-    cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
-    cu_open(f, "if (%s < %d && %s < %lld)", m, M, n, (long long)gm->N);
-    result(f, v, m, n, "s");
+    cu_line(f, "const %s %s = q %% %d, %s = (%s)(n0 + 2 * (q / %d));", f->idx, m, M, n, f->idx, M);
+    cu_open(f, "if (lane == q && %s < %lld)", n, (long long)gm->N);
+    const char *s0 = cu_fmt(f, "acc[2 * (q / %d) * %d + q %% %d]", M, MP, M);
+    const char *s1 = cu_fmt(f, "acc[(2 * (q / %d) + 1) * %d + q %% %d]", M, MP, M);
+    if (p->splitk <= 1) {
+      finish_pair(f, v, m, n, s0, s1);
+    } else {
+      result(f, v, m, n, s0);
+      result(f, v, m, cu_fmt(f, "(%s + 1)", n), s1);
+    }
     cu_close(f);
     cu_close(f);
+  } else {
+    int R = cu_gemv_transpose_reduce(f, P, 1);
+    for (int r = 0; r < R; r++) {
+      reduced_value(f, P, 1, R, r);
+      const char *m = cu_tmp(f), *n = cu_tmp(f);
+      cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
+      cu_open(f, "if (%s < %d && %s < %lld)", m, M, n, (long long)gm->N);
+      result(f, v, m, n, "s");
+      cu_close(f);
+      cu_close(f);
+    }
   }
   if (p->splitk > 1) split_tail(f, v, cu_fmt(f, "(long long)blockIdx.x * %d", W * C), W * C, T);
   cu_close(f); /* z */
@@ -659,9 +737,14 @@ static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {
   cu_close(f); /* z */
 }
 
-void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *epi, int nepi, CuLaunch *l) {
+void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *given, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
   const Node *an = gm->an;
+  /* pair mode needs both columns of a pair in one warp: an even count a warp */
+  bool pairs = gm->tb && wants_pairs(f, gm);
+  CuGemvParams pp = *given;
+  if (pairs && pp.cols % 2) pp.cols *= 2;
+  const CuGemvParams *p = &pp;
   cu_gemv_format(p, l->variant);
   l->kind = "matmul";
   if (!params_fit(gm, p)) {
@@ -669,7 +752,8 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *p, const int *e
             l->variant, (long long)gm->M, (long long)gm->N, (long long)gm->K);
     return;
   }
-  Gv v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .bdt = gm->bt->dt, .adt = gm->at->dt, .M = (int)gm->M};
+  Gv v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .bdt = gm->bt->dt, .adt = gm->at->dt, .M = (int)gm->M,
+          .pairs = pairs};
   v.st = cu_stype(v.bdt);
   v.sa = cu_stype(v.adt);
   v.vec = vec_of(gm);

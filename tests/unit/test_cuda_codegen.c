@@ -466,8 +466,8 @@ static void test_absent(void) {
 
 /* ---- numerics without a GPU: the CPU emulation ---- */
 
-static Graph *load_example(const char *path, DType dtype) {
-  FeOptions fo = {.dtype = dtype};
+static Graph *load_example_dims(const char *path, DType dtype, const FeDim *dims, int ndims) {
+  FeOptions fo = {.dtype = dtype, .dims = dims, .ndims = ndims};
   Graph *g = NULL;
   smelt_status st = fe_load_yaml(path, &fo, &g);
   if (!st) {
@@ -485,6 +485,8 @@ static Graph *load_example(const char *path, DType dtype) {
   }
   return g;
 }
+
+static Graph *load_example(const char *path, DType dtype) { return load_example_dims(path, dtype, NULL, 0); }
 
 static void test_emulated(void) {
   Exec e;
@@ -520,6 +522,27 @@ static void test_emulated(void) {
       if (!g) continue;
       char what[128];
       snprintf(what, sizeof what, "%s%s", examples[i], h ? " (f16)" : "");
+      CHECK(h_check_graph(&e, g, NULL, &opt, 0, true, what, &stats) == 0);
+      ir_graph_destroy(g);
+    }
+  /* the causal LM at decode sizes: the KV-cache appends with the rope and
+   * transposes of k and v in their loads (scatter prologue), the gated
+   * pair's SwiGLU in the GEMV's epilogue (pair mode) */
+  for (int64_t seq = 1; seq <= 4; seq += 3)
+    for (int h = 0; h < 2; h++) {
+      FeDim d = {.name = "seq", .value = seq};
+      Graph *g = load_example_dims("examples/tiny_lm.yaml", h ? DT_F16 : DT_INVALID, &d, 1);
+      if (!g) continue;
+      int scatters = 0, glu = 0;
+      for (int k = 0; k < g->ngroups; k++) {
+        const Node *an = &g->node[g->groups[k].anchor];
+        if (an->op == OP_SCATTER) scatters += g->groups[k].nnodes > 1;
+        if (an->op == OP_MATMUL)
+          for (int j = 0; j < g->groups[k].nnodes; j++) glu += g->node[g->groups[k].nodes[j]].op == OP_SILU;
+      }
+      CHECK(scatters == 4 && glu == 2); /* 2 layers: k and v with their producers; one SwiGLU each */
+      char what[128];
+      snprintf(what, sizeof what, "examples/tiny_lm.yaml seq=%lld%s", (long long)seq, h ? " (f16)" : "");
       CHECK(h_check_graph(&e, g, NULL, &opt, 0, true, what, &stats) == 0);
       ir_graph_destroy(g);
     }

@@ -44,13 +44,59 @@ typedef struct {
   int64_t batch; /* 0: rank-2 operands */
   int64_t M, K, N;
   bool tb;
-  const char *epi; /* "", "bias_silu", "gelu_res", "mul" */
+  const char *epi; /* "", "bias_silu", "gelu_res", "mul", "glu" (N: half the matmul's columns) */
   const char *extra[3]; /* tokens beyond the candidate lists */
   bool all_runs;        /* also with args_aligned */
 } Case;
 
+/* A model with `count` gated pairs as merge-matmuls leaves them: x @ w<i>
+ * of 2 N columns interleaved, silu(columns 0, 2, ...) * (columns 1, 3, ...),
+ * through the pipeline for a CUDA-only target, where fuse puts both
+ * halves and the product into the matmul's epilogue (one kernel each). */
+static Graph *glu_graph(const Case *c, int count) {
+  char path[] = "/tmp/smelt-glu-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  long long M = c->M, K = c->K, N2 = 2 * c->N;
+  fprintf(fp, "smelt: 1\nname: glu\nseed: 3\ndtype: %s\ninputs:\n  x: {shape: [%lld, %lld]}\n", c->dt, M, K);
+  for (int i = 0; i < count; i++)
+    fprintf(fp, "  w%d: {shape: [%lld, %lld]}\n", i, c->tb ? N2 : K, c->tb ? K : N2);
+  fprintf(fp, "nodes:\n");
+  for (int i = 0; i < count; i++)
+    fprintf(fp,
+            "  - {out: mm%d, op: matmul, in: [x, w%d]%s}\n"
+            "  - {out: g%d, op: slice, in: [mm%d], axis: -1, start: 0, end: %lld, step: 2}\n"
+            "  - {out: u%d, op: slice, in: [mm%d], axis: -1, start: 1, end: %lld, step: 2}\n"
+            "  - {out: s%d, op: silu, in: [g%d]}\n  - {out: y%d, op: mul, in: [s%d, u%d]}\n",
+            i, i, c->tb ? ", transpose_b: true" : "", i, i, N2, i, i, N2, i, i, i, i, i);
+  fprintf(fp, "outputs: [");
+  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
+  fprintf(fp, "]\n");
+  fclose(fp);
+  FeOptions fo = {0};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  unlink(path);
+  if (!st) {
+    PassCtx ctx = {.target = "cuda"};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "glu model: %s\n", st_message(st));
+    st_free(st);
+    ir_graph_destroy(g);
+    return NULL;
+  }
+  /* the halves and the product are in the matmul's kernel */
+  CHECK(g->ngroups == count);
+  return g;
+}
+
 /* A model with `count` matmuls x @ w<i>, each with the case's epilogue. */
 static Graph *case_graph(const Case *c, int count) {
+  if (!strcmp(c->epi, "glu")) return glu_graph(c, count);
   return h_matmul_model("gemm", c->dt, c->batch, c->M, c->K, c->N, false, c->tb, c->epi, count);
 }
 
@@ -307,6 +353,10 @@ int main(void) {
       {"f16", 0, 1, 1000, 72, true, "gelu_res", {"gemv:w=4,c=2,u=4,sk=5", "gemv:w=3,c=4,u=2,sk=2"}, false},
       {"f32", 0, 2, 40, 24, true, "bias_silu", {"gemv:w=2,c=2,u=2,sk=3"}, false},
       {"f16", 2, 5, 64, 48, true, "", {"gemv:w=4,c=2,u=4,sk=3"}, false},
+      /* GEMV in pair mode: a gated pair's halves and product in the epilogue */
+      {"f16", 0, 1, 40, 20, true, "glu", {"gemv:w=2,c=4,u=2,sk=3", "gemv:w=1,c=2,u=1,sk=5"}, true},
+      {"bf16", 0, 6, 24, 12, true, "glu", {"gemv:w=4,c=8,u=3,sk=2"}, false},
+      {"f32", 0, 8, 48, 16, true, "glu", {"gemv:w=2,c=2,u=2,sk=3"}, false},
       /* GEMV, B [K, N] */
       {"bf16", 0, 8, 200, 40, false, "mul", {"gemv:w=8,c=2,u=3,sk=3"}, true},
       {"f16", 0, 5, 520, 24, false, "bias_silu", {"gemv:w=2,c=4,u=2,sk=5"}, false},
