@@ -17,7 +17,8 @@ cache, smelt next to Hugging Face transformers in one run (SPEC §8, issue 12).
      transformers' forward over the same ids (cosine per step).
 Prints one table; --json FILE writes the numbers.
 
-Usage: w5.py --smelt build/smelt [--dir /tmp/w5] [--steps 64] [--json OUT]
+Usage: w5.py --smelt build/smelt [--dir /tmp/w5] [--steps 64] [--json OUT] [--no-peer] [--no-static]
+       [--hf-modes eager,compiled]
 """
 import argparse
 import json
@@ -194,6 +195,8 @@ def main():
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--json")
     ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--no-static", action="store_true",
+                    help="leave out the compiled static-cache torch peer (static_peer)")
     ap.add_argument("--hf-modes", default="eager,compiled",
                     help="transformers' generate modes to time (eager, compiled; '' for none)")
     args = ap.parse_args()
@@ -202,7 +205,7 @@ def main():
     prompts = {512: rng.integers(3, 32000, 512).tolist(), 2048: rng.integers(3, 32000, 2048).tolist()}
     sm = smelt_side(args, args.dir, prompts)
     hf = {} if args.no_peer else hf_side(args, args.dir, prompts, sm)
-    if not args.no_peer:
+    if not args.no_peer and not args.no_static:
         import torch
         from transformers import LlamaForCausalLM
         try:

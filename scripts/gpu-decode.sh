@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Decode work on the lent GPU (issues 12 and 15): this tree against an
+# earlier one, side by side in one lease, and a short table at the end.
+#
+# .base/ (git-ignored through .git/info/exclude) may hold an earlier tree:
+#   rm -rf .base && mkdir .base && git archive COMMIT | tar -x -C .base
+# and travels with `carry: [".deps", ".base"]`.
+#
+# Steps (SMELT_DECODE_STEPS, comma-separated; default all of them):
+#   build       scripts/gpu-check.sh without benchmarks: builds build-gpu and
+#               runs the GPU tests of SMELT_DECODE_TESTS (default
+#               test_cuda_examples,test_cuda_state_ops; "" for none)
+#   base_build  the same build of .base (no tests) into .base/build-gpu
+#   w5_base     bench/gpu/w5.py with .base's smelt (no peers), then
+#               `smelt bench --dim seq=1` of its bundle: every kernel of
+#               the decode step timed ($LOGS/kernels-base.log)
+#   w5          bench/gpu/w5.py with this tree's smelt, the transformers
+#               logits check (cosine of 16 steps) and the peers of
+#               SMELT_DECODE_PEERS (w5.py --hf-modes; default none), then
+#               the same per-kernel bench ($LOGS/kernels.log)
+# The W5 checkpoint is written once into /tmp/w5 (kept while the machine
+# stays warm); each build has its own compile cache.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+LOGS="${OUT:-build-gpu/logs}"
+mkdir -p "$LOGS"
+STEPS="${SMELT_DECODE_STEPS-build,base_build,w5_base,w5}"
+has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
+rows=()
+row() { rows+=("$(printf '%-11s %-5s %5ss  %s' "$1" "$2" "$3" "$4")"); }
+W5DIR=/tmp/w5
+# libyaml and jansson from .deps (a carried .deps replaces the unpacked one)
+shopt -s nullglob
+debs=(.deps/*.deb)
+if [ ${#debs[@]} -gt 0 ]; then
+  . scripts/gpu-sysroot.sh
+  smelt_gpu_sysroot "$(pwd)/.deps/root" "${debs[@]}"
+fi
+
+# W5 with one smelt: $1 label, $2 smelt binary, then w5.py's extra flags
+w5_run() {
+  local label=$1 bin=$2 t0 rc
+  shift 2
+  t0=$(date +%s)
+  SMELT_CACHE_DIR="/tmp/cache-$label" timeout 420 python3 bench/gpu/w5.py --smelt "$bin" --dir "$W5DIR" --steps 64 \
+    --json "$LOGS/w5-$label.json" "$@" > "$LOGS/w5-$label.log" 2>&1
+  rc=$?
+  timeout 120 "$bin" bench "$W5DIR/w5.smelt" --device cuda --dim seq=1 --iters 200 > "$LOGS/kernels-$label.log" 2>&1
+  row "w5 $label" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/w5.py $*"
+  grep -E "^ *(context|512|2048)|error|FAILED" "$LOGS/w5-$label.log" | head -8
+  grep -E "graph|replay|sum of|kernels" "$LOGS/kernels-$label.log" | head -6
+}
+
+if has_step build; then
+  t0=$(date +%s)
+  SMELT_GPU_BENCH=0 SMELT_GPU_CODEGEN_TEST=0 \
+    SMELT_GPU_TESTS_ONLY="${SMELT_DECODE_TESTS-test_cuda_examples,test_cuda_state_ops}" \
+    scripts/gpu-check.sh > "$LOGS/gpu-check.log" 2>&1
+  rc=$?
+  row build "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "gpu-check.sh, tests: ${SMELT_DECODE_TESTS-test_cuda_examples,test_cuda_state_ops}"
+  grep -E "^(PASS|FAIL|ok|SKIP)|passed|failed|error:" "$LOGS/gpu-check.log" | tail -12
+fi
+if has_step base_build && [ -d .base ]; then
+  t0=$(date +%s)
+  ln -sfn ../.deps .base/.deps
+  (cd .base && SMELT_GPU_BENCH=0 SMELT_GPU_TESTS=0 scripts/gpu-check.sh) > "$LOGS/gpu-check-base.log" 2>&1
+  rc=$?
+  row base_build "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) ".base/build-gpu"
+fi
+if has_step w5_base && [ -x .base/build-gpu/smelt ]; then
+  w5_run base .base/build-gpu/smelt --no-peer
+fi
+if has_step w5 && [ -x build-gpu/smelt ]; then
+  peers="${SMELT_DECODE_PEERS-}"
+  if [ -n "$peers" ]; then w5_run new build-gpu/smelt --hf-modes "$peers"
+  else w5_run new build-gpu/smelt --hf-modes '' --no-static; fi
+fi
+
+echo
+echo "== summary ($(($(date +%s) - START)) s)"
+printf '%s\n' "${rows[@]}"
