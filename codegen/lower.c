@@ -66,11 +66,20 @@ bool cg_reduced_axes(const Graph *g, const Node *n, bool red[IR_MAX_RANK]) {
   }
 }
 
+/* Whether node n of group gr is an rms_norm that the group's matmul
+ * computes in its loads (fuse: a decode GEMV's norm prologue, CUDA only):
+ * part of the operand, not a second anchor. */
+static bool norm_prologue(const Graph *g, const Group *gr, const Node *n) {
+  if (n->op != OP_RMS_NORM || gr->anchor < 0) return false;
+  const Node *a = &g->node[gr->anchor];
+  return a != n && a->op == OP_MATMUL && a->in[0] == n->out[0];
+}
+
 int cg_group_anchor(const Graph *g, const Group *gr, int *out_count) {
   int anchor = -1, count = 0;
   for (int i = 0; i < gr->nnodes; i++) {
     const Node *n = &g->node[gr->nodes[i]];
-    if (ir_op_info(n->op)->fclass < FC_REDUCTION) continue;
+    if (ir_op_info(n->op)->fclass < FC_REDUCTION || norm_prologue(g, gr, n)) continue;
     if (anchor < 0 || gr->nodes[i] == gr->anchor) anchor = gr->nodes[i];
     count++;
   }

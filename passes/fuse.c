@@ -660,11 +660,52 @@ enum { PRO_MAX = 32, ATT_PROLOGUE_MAX_S = 64, GEMV_PROLOGUE_MAX_M = 8 };
 
 static bool cuda_only(const Fuser *f) { return f->ctx->target && strcmp(f->ctx->target, "cuda") == 0; }
 
+static bool takes_prologue(const Fuser *f, int n);
+
+static bool gemv_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
+
+/* The decode matmul that rms_norm node r can be computed in, or -1.  The
+ * float GEMV (codegen/cuda/gemv.c) reads all of A's row in every warp
+ * anyway, so it computes the row's mean square itself and normalises A in
+ * its loads: the norm's kernel (a launch per norm, two per layer in
+ * decode) goes.  When: a CUDA-only target; r normalises the last axis and
+ * its result is read only as A of one matmul that takes a prologue (M <=
+ * 8), whose weight is [N, K] (transpose_b), not computed by a kernel and
+ * of 16-byte rows; every dtype a GEMV takes. */
+static int norm_gemv_consumer(const Fuser *f, int r) {
+  const Graph *g = f->g;
+  const Node *rn = &g->node[r];
+  if (!cuda_only(f) || rn->op != OP_RMS_NORM || rn->nin != 2) return -1;
+  int v = rn->out[0];
+  const TensorType *xt = vtype(f, v);
+  if (xt->rank < 1 || ir_norm_axis(ir_attr_int(rn, "axis"), xt->rank) != xt->rank - 1 || f->is_out[v]) return -1;
+  if (f->ustart[v + 1] - f->ustart[v] != 1) return -1;
+  int m = f->unode[f->ustart[v]];
+  const Node *mn = &g->node[m];
+  if (mn->op != OP_MATMUL || mn->nin != 2 || mn->in[0] != v || mn->in[1] == v || !takes_prologue(f, m)) return -1;
+  if (!ir_attr_int(mn, "transpose_b")) return -1;
+  const Value *b = &g->val[mn->in[1]];
+  if (b->kind == VK_NODE || b->type.rank != 2) return -1;
+  DType dts[] = {xt->dt, b->type.dt, vtype(f, mn->out[0])->dt, vtype(f, rn->in[0])->dt, vtype(f, rn->in[1])->dt};
+  for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)
+    if (!gemv_storage(dts[i])) return -1;
+  int64_t vec = 16 / (int64_t)dt_size(b->type.dt);
+  return xt->dim[xt->rank - 1] % vec == 0 ? m : -1;
+}
+
+/* Whether group G is a lone rms_norm that matmul `user` computes in its
+ * loads (norm_gemv_consumer). */
+static bool norm_prologue(const Fuser *f, int G, int user) {
+  int a = f->anchor[G];
+  return f->kind[G] == GK_REDUCTION && f->size[G] == 1 && norm_gemv_consumer(f, a) == user;
+}
+
 /* Whether group G (producing operand v of node `user` inside the
  * candidate) can be absorbed as a prologue; the reason in why if not. */
 static bool prologue_group_ok(Fuser *f, int G, int v, char *why, size_t cap) {
   int p = producer(f, v);
   bool lone_concat = f->kind[G] == GK_OPAQUE && f->head[G] == f->last[G] && f->g->node[p].op == OP_CONCAT;
+  if (norm_prologue(f, G, f->cand_node)) return true;
   if (f->kind[G] != GK_ELEMWISE && !lone_concat) {
     snprintf(why, cap, "%s is %s", nd(f, p),
              f->kind[G] == GK_OPAQUE ? "opaque" : "the result of a reduction or contraction");
@@ -708,9 +749,12 @@ static int absorb_producers(Fuser *f, int m, const bool *operand_ok, int *grps, 
     int G = f->gid[p];
     char why[256];
     if (!prologue_group_ok(f, G, nn->in[j], why, sizeof why)) continue;
-    if (f->g->node[f->cand_node].op == OP_MATMUL && !movement_only(f, G)) continue;
+    bool norm = norm_prologue(f, G, f->cand_node);
+    if (f->g->node[f->cand_node].op == OP_MATMUL && !norm && !movement_only(f, G)) continue;
     cand_mark(f, G, true);
     grps[ng++] = G;
+    /* the norm's input is read from memory (the GEMV's loads of it) */
+    if (norm) continue;
     for (int k = f->head[G]; k >= 0 && ng < PRO_MAX; k = f->next[k]) ng = absorb_producers(f, k, NULL, grps, ng);
   }
   return ng;
@@ -858,7 +902,9 @@ static int prologue_consumer(const Fuser *f, int n) {
   int v = f->g->node[n].out[0];
   for (int i = f->ustart[v]; i < f->ustart[v + 1]; i++) {
     int c = f->unode[i];
-    if (f->role[c] == ROLE_RED && f->g->node[c].in[0] == v) return c;
+    /* a norm that a decode GEMV computes in its loads reads its input
+     * from memory: the residual sum joins the epilogue before it */
+    if (f->role[c] == ROLE_RED && f->g->node[c].in[0] == v && norm_gemv_consumer(f, c) < 0) return c;
   }
   return -1;
 }

@@ -67,6 +67,15 @@ static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt
 
 static bool wants_pairs(const CuFn *f, const CuGemm *gm);
 
+/* The rms_norm node of the group that computes A (fuse: norm_gemv_consumer),
+ * or NULL. */
+static const Node *norm_of(const CuFn *f, const CuGemm *gm) {
+  const Value *a = &f->g->val[gm->an->in[0]];
+  if (a->kind != VK_NODE || !f->member[a->node]) return NULL;
+  const Node *n = &f->g->node[a->node];
+  return n->op == OP_RMS_NORM ? n : NULL;
+}
+
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1 || gm->K < 1) return false;
   int bv = gm->an->in[1];
@@ -76,6 +85,11 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   int vec = (int)(16 / dt_size(gm->bt->dt));
   /* pair mode (a gated pair's halves in the epilogue) exists for B [N, K] */
   if (wants_pairs(f, gm) && (!gm->tb || gm->N % 2)) return false;
+  /* norm mode: for B [N, K], Y and G read from memory in the norm's axis order */
+  const Node *nm = norm_of(f, gm);
+  if (nm && (!gm->tb || gm->ta || f->arg_of[nm->in[0]] < 0 || f->arg_of[nm->in[1]] < 0 ||
+             !float_storage(f->g->val[nm->in[0]].type.dt) || !float_storage(f->g->val[nm->in[1]].type.dt)))
+    return false;
   return gm->tb ? gm->K % vec == 0 : gm->N % vec == 0;
 }
 
@@ -195,6 +209,9 @@ typedef struct {
   int a0, b0;          /* argument indices */
   bool x_vec;          /* A read as packs straight from its argument */
   bool pairs;          /* pair mode: columns n, n + 1 reach the epilogue together */
+  const Node *norm;    /* A = rms_norm(Y, G) computed in the loads (norm mode), else NULL */
+  int y0, g0;          /* norm mode: argument indices of Y and G */
+  DType ydt, gdt;
   const char *z;       /* the batch index */
   int64_t gx;          /* column blocks */
   uint64_t part_off;   /* split-K: byte offset of the partial sums in ws */
@@ -372,6 +389,14 @@ static void tb_loads(CuFn *f, const Gv *v, int U, const char *dst, const char *c
           dst, v->st, v->vec, c, c);
 }
 
+/* Norm mode: an element of A from its f32 value, rounded to A's storage
+ * dtype as the norm's own kernel would have stored it (a K-long sum of
+ * products otherwise drifts from the unfused graph's by more than f16's
+ * tolerance). */
+static const char *a_rounded(CuFn *f, const Gv *v, const char *x) {
+  return cu_from_storage(f, v->adt, cu_to_storage(f, v->adt, x));
+}
+
 /* The arithmetic of one step: chunks c + 32 u (u < U) of every column,
  * from `src` (the packs tb_loads gave) or, without one, element loads;
  * guarded: chunks at or past c1 add nothing. */
@@ -391,7 +416,24 @@ static void tb_compute(CuFn *f, const Gv *v, int U, const char *src, bool guarde
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", M);
   cu_line(f, "float x[%d];  // A[m][k .. k+%d]", vec, vec - 1);
-  if (src && v->x_vec) {
+  if (v->norm && src) {
+    cu_line(f, "const smelt_pack<%s, %d> yp = *reinterpret_cast<const smelt_pack<%s, %d> *>(Y + m * %lldLL + k);",
+            cu_stype(v->ydt), vec, cu_stype(v->ydt), vec, (long long)gm->K);
+    cu_line(f, "const smelt_pack<%s, %d> gp = *reinterpret_cast<const smelt_pack<%s, %d> *>(G + k);", cu_stype(v->gdt),
+            vec, cu_stype(v->gdt), vec);
+    /* rounded to A's dtype, as the norm's own kernel would store it */
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < %d; e++) x[e] = %s;", vec,
+            a_rounded(f, v, cu_fmt(f, "%s * rs[m] * %s", cu_from_storage(f, v->ydt, "yp.v[e]"),
+                                   cu_from_storage(f, v->gdt, "gp.v[e]"))));
+  } else if (v->norm) {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < %d; e++) x[e] = %s;", vec,
+            a_rounded(f, v,
+                      cu_fmt(f, "%s * rs[m] * %s",
+                             cu_from_storage(f, v->ydt, cu_fmt(f, "Y[m * %lldLL + k + e]", (long long)gm->K)),
+                             cu_from_storage(f, v->gdt, "G[k + e]"))));
+  } else if (src && v->x_vec) {
     cu_line(f, "const smelt_pack<%s, %d> xp = *reinterpret_cast<const smelt_pack<%s, %d> *>(X + m * %lldLL + k);", v->sa, vec,
             v->sa, vec, (long long)gm->K);
     cu_line(f, "#pragma unroll");
@@ -519,6 +561,44 @@ static const char *tb_prefetch(CuFn *f, const Gv *v) {
                 (long long)KC, p->cols, p->unroll, (long long)gm->N, v->b0, (long long)gm->K, v->vec);
 }
 
+/* Norm mode: A = rms_norm(Y, G) over K, computed in the loads.  Every
+ * warp first takes the mean square of each of its M rows of Y (all lanes,
+ * before any lane-dependent branch: the sums end in every lane), so that
+ * rs[m] = 1 / sqrt(mean(Y[m]^2) + eps) and A[m][k] = Y[m][k] rs[m] G[k].
+ * Y is 4 to 32 KB a warp reads from L2 while its weights stream in. */
+static void norm_rows(CuFn *f, const Gv *v, bool aligned_opt) {
+  const CuGemm *gm = v->gm;
+  const Graph *g = f->g;
+  int M = v->M, MP = pow2_at_least(M), vec = v->vec;
+  int64_t K = gm->K;
+  cu_line(f, "const %s *Y = a%d + %s;  // %s, normalised in the loads (%s)", cu_stype(v->ydt), v->y0,
+          cu_gemm_batch_offset(f, gm, v->z, gm->at), g->val[v->norm->in[0]].name, g->val[v->norm->out[0]].name);
+  cu_line(f, "const %s *G = a%d;  // %s", cu_stype(v->gdt), v->g0, g->val[v->norm->in[1]].name);
+  cu_line(f, "float rs[%d];  // 1 / rms of each row", MP);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int m = 0; m < %d; m++)", M);
+  cu_line(f, "float ss = 0.0f;");
+  const char *pk = cu_fmt(f, "smelt_pack<%s, %d>", cu_stype(v->ydt), vec);
+  const char *sq = cu_fmt(f, "{ const float y = %s; ss += y * y; }", cu_from_storage(f, v->ydt, "p.v[e]"));
+  if (!aligned_opt) cu_open(f, "if (vec_ok)");
+  cu_line(f, "for (int c = lane; c < %lld; c += 32) {", (long long)(K / vec));
+  cu_line(f, "  const %s p = *reinterpret_cast<const %s *>(Y + m * %lldLL + c * %d);", pk, pk, (long long)K, vec);
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int e = 0; e < %d; e++) %s", vec, sq);
+  cu_line(f, "}");
+  if (!aligned_opt) {
+    cu_close(f);
+    cu_open(f, "else");
+    cu_line(f, "for (int k = lane; k < %lld; k += 32) { const float y = %s; ss += y * y; }", (long long)K,
+            cu_from_storage(f, v->ydt, cu_fmt(f, "Y[m * %lldLL + k]", (long long)K)));
+    cu_close(f);
+  }
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int o = 16; o >= 1; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);");
+  cu_line(f, "rs[m] = rsqrtf(ss / %lld.0f + %.9gf);", (long long)K, ir_attr_float(v->norm, "eps"));
+  cu_close(f);
+}
+
 static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   const CuGemm *gm = v->gm;
   const CuGemvParams *p = v->p;
@@ -530,8 +610,11 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   cu_line(f, "// chunks of k (chunk c at k = %d c), %d chunks per column in flight, A's chunks read beside them", v->vec,
           p->unroll);
   if (!aligned_opt)
-    cu_line(f, "const bool vec_ok = smelt_aligned(a%d, 16)%s;", v->b0,
-            v->x_vec ? cu_fmt(f, " && smelt_aligned(a%d, %d)", v->a0, v->vec * (int)dt_size(v->adt)) : "");
+    cu_line(f, "const bool vec_ok = smelt_aligned(a%d, 16)%s%s;", v->b0,
+            v->x_vec ? cu_fmt(f, " && smelt_aligned(a%d, %d)", v->a0, v->vec * (int)dt_size(v->adt)) : "",
+            v->norm ? cu_fmt(f, " && smelt_aligned(a%d, %d) && smelt_aligned(a%d, %d)", v->y0,
+                             v->vec * (int)dt_size(v->ydt), v->g0, v->vec * (int)dt_size(v->gdt))
+                    : "");
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
   stream_lambda(f, v);
   if (p->splitk > 1)
@@ -543,6 +626,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   if (v->x_vec)
     cu_line(f, "const %s *X = a%d + %s;  // %s", v->sa, v->a0, cu_gemm_batch_offset(f, gm, v->z, gm->at),
             g->val[gm->an->in[0]].name);
+  if (v->norm) norm_rows(f, v, aligned_opt);
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
   if (p->splitk > 1)
     cu_line(f, "const int c0 = (int)blockIdx.y * %lld, c1 = c0 + %lld < %lld ? c0 + %lld : %lld;  // this slice's chunks",
@@ -762,6 +846,13 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *given, const in
   /* A is read as packs when it is a plain argument with k contiguous */
   const Value *av = &g->val[an->in[0]];
   v.x_vec = gm->tb && !gm->ta && v.a0 >= 0 && !(av->kind == VK_NODE && f->member[av->node]);
+  v.norm = norm_of(f, gm);
+  if (v.norm) {
+    v.y0 = f->arg_of[v.norm->in[0]];
+    v.g0 = f->arg_of[v.norm->in[1]];
+    v.ydt = g->val[v.norm->in[0]].type.dt;
+    v.gdt = g->val[v.norm->in[1]].type.dt;
+  }
   v.gx = col_blocks(gm, p);
   uint64_t ws = workspace_bytes(gm, p, &v.part_off);
   if (v.gx > 0x7fffffffLL || k_units(gm) > INT_MAX / 2) {

@@ -44,7 +44,8 @@ typedef struct {
   int64_t batch; /* 0: rank-2 operands */
   int64_t M, K, N;
   bool tb;
-  const char *epi; /* "", "bias_silu", "gelu_res", "mul", "glu" (N: half the matmul's columns) */
+  const char *epi; /* "", "bias_silu", "gelu_res", "mul", "glu" (N: half the matmul's columns),
+                    * "norm" (rms_norm of x in the GEMV's loads) */
   const char *extra[3]; /* tokens beyond the candidate lists */
   bool all_runs;        /* also with args_aligned */
 } Case;
@@ -94,9 +95,54 @@ static Graph *glu_graph(const Case *c, int count) {
   return g;
 }
 
+/* A model with `count` products rms_norm(x, gamma) @ w<i>^T + r, each norm
+ * with its own eps (cse keeps them apart), through the pipeline for a
+ * CUDA-only target, where fuse computes each norm in its GEMV's loads (the
+ * row's mean square in every warp) and the add in its epilogue: one
+ * kernel each. */
+static Graph *norm_graph(const Case *c, int count) {
+  char path[] = "/tmp/smelt-norm-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  FILE *fp = fdopen(fd, "w");
+  long long M = c->M, K = c->K, N = c->N;
+  fprintf(fp, "smelt: 1\nname: normmm\nseed: 3\ndtype: %s\ninputs:\n  x: {shape: [%lld, %lld]}\n", c->dt, M, K);
+  fprintf(fp, "  gamma: {shape: [%lld]}\n  r: {shape: [%lld]}\n", K, N);
+  for (int i = 0; i < count; i++) fprintf(fp, "  w%d: {shape: [%lld, %lld]}\n", i, N, K);
+  fprintf(fp, "nodes:\n");
+  for (int i = 0; i < count; i++)
+    fprintf(fp,
+            "  - {out: h%d, op: rms_norm, in: [x, gamma], eps: %g}\n"
+            "  - {out: mm%d, op: matmul, in: [h%d, w%d], transpose_b: true}\n"
+            "  - {out: y%d, op: add, in: [mm%d, r]}\n",
+            i, 1e-5 * (i + 1), i, i, i, i, i);
+  fprintf(fp, "outputs: [");
+  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
+  fprintf(fp, "]\n");
+  fclose(fp);
+  FeOptions fo = {0};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  unlink(path);
+  if (!st) {
+    PassCtx ctx = {.target = "cuda"};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "norm model: %s\n", st_message(st));
+    st_free(st);
+    ir_graph_destroy(g);
+    return NULL;
+  }
+  CHECK(g->ngroups == count); /* each norm in its matmul's kernel */
+  return g;
+}
+
 /* A model with `count` matmuls x @ w<i>, each with the case's epilogue. */
 static Graph *case_graph(const Case *c, int count) {
   if (!strcmp(c->epi, "glu")) return glu_graph(c, count);
+  if (!strcmp(c->epi, "norm")) return norm_graph(c, count);
   return h_matmul_model("gemm", c->dt, c->batch, c->M, c->K, c->N, false, c->tb, c->epi, count);
 }
 
@@ -357,6 +403,10 @@ int main(void) {
       {"f16", 0, 1, 40, 20, true, "glu", {"gemv:w=2,c=4,u=2,sk=3", "gemv:w=1,c=2,u=1,sk=5"}, true},
       {"bf16", 0, 6, 24, 12, true, "glu", {"gemv:w=4,c=8,u=3,sk=2"}, false},
       {"f32", 0, 8, 48, 16, true, "glu", {"gemv:w=2,c=2,u=2,sk=3"}, false},
+      /* GEMV in norm mode: rms_norm(x) computed in the loads (a partial last step, split-K) */
+      {"f16", 0, 1, 1000, 72, true, "norm", {"gemv:w=4,c=2,u=4,sk=5", "gemv:w=1,c=1,u=1,sk=1"}, true},
+      {"bf16", 0, 5, 64, 24, true, "norm", {"gemv:w=2,c=4,u=2,sk=3"}, false},
+      {"f32", 0, 3, 40, 40, true, "norm", {"gemv:w=2,c=2,u=2,sk=3"}, false},
       /* GEMV, B [K, N] */
       {"bf16", 0, 8, 200, 40, false, "mul", {"gemv:w=8,c=2,u=3,sk=3"}, true},
       {"f16", 0, 5, 520, 24, false, "bias_silu", {"gemv:w=2,c=4,u=2,sk=5"}, false},
