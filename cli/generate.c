@@ -369,6 +369,78 @@ static void keep_logits(Gen *G, const void *logits, DType dt, int64_t vocab) {
   for (int64_t i = 0; i < vocab; i++) row[i] = (float)dt_load(dt, logits, (size_t)i);
 }
 
+/* Steps queued between two looks at the generated ids (the progress line,
+ * --stop-at-eos): the GPU waits for the host once per chunk. */
+enum { QUEUE_CHUNK = 16 };
+
+/* Whether greedy decode can run queued on the device: each step's 'next'
+ * (on the device) is the following step's 'ids', so they must have one
+ * dtype. */
+static bool can_queue(const LmModel *m) {
+  return m->next >= 0 && m->g->val[m->next].type.dt == m->ids_dt && ir_type_numel(&m->g->val[m->next].type) == 1;
+}
+
+/* Greedy decode on CUDA without the host in the loop: every step is
+ * queued on the session's stream (smelt_session_enqueue) with its inputs
+ * in device memory: 'ids' copied from the step before's 'next', 'pos'
+ * from a table of all the steps' positions written once, and each step's
+ * 'next' copied into a history of ids.  The host queues QUEUE_CHUNK steps,
+ * then reads their ids (the progress line, --stop-at-eos) while the GPU
+ * goes on with nothing between its steps but three 4-byte copies.
+ * Continues from token tok at position at; appends to G->out. */
+static smelt_status decode_queued(Gen *G, const LmModel *m, smelt_session *s, RtCudaDevice *dev, int64_t tok,
+                                  int64_t at, bool tty, double t1) {
+  int steps = G->n - G->out.n;
+  if (steps <= 0) return NULL;
+  size_t isz = dt_size(m->ids_dt), psz = dt_size(m->pos_dt);
+  RtCudaPtr d_ids = 0, d_pos = 0, d_next = 0, d_hist = 0, d_posall = 0;
+  void *host = malloc((size_t)steps * (isz > psz ? isz : psz));
+  smelt_status st = host ? NULL : st_error(ST_NO_MEMORY, "out of memory");
+  if (!st) st = rt_cuda_alloc(dev, isz, &d_ids);
+  if (!st) st = rt_cuda_alloc(dev, psz, &d_pos);
+  if (!st) st = rt_cuda_alloc(dev, isz, &d_next);
+  if (!st) st = rt_cuda_alloc(dev, (size_t)steps * isz, &d_hist);
+  if (!st) st = rt_cuda_alloc(dev, (size_t)steps * psz, &d_posall);
+  for (int i = 0; !st && i < steps; i++) store_int(m->pos_dt, host, i, at + i);
+  if (!st) st = rt_cuda_upload(dev, d_posall, host, (size_t)steps * psz);
+  if (!st) {
+    store_int(m->ids_dt, host, 0, tok);
+    st = rt_cuda_upload(dev, d_next, host, isz);
+  }
+  int64_t one = 1;
+  if (!st) st = smelt_session_bind_input_shaped(s, "ids", (void *)(uintptr_t)d_ids, 1, &one, isz);
+  if (!st) st = smelt_session_bind_input_shaped(s, "pos", (void *)(uintptr_t)d_pos, 1, &one, psz);
+  if (!st) st = smelt_session_bind_output(s, "next", (void *)(uintptr_t)d_next, isz);
+  double last_print = 0;
+  bool stop = false;
+  for (int t0 = 0; !st && !stop && t0 < steps; t0 += QUEUE_CHUNK) {
+    int t1c = t0 + QUEUE_CHUNK < steps ? t0 + QUEUE_CHUNK : steps;
+    for (int t = t0; !st && t < t1c; t++) {
+      st = rt_cuda_copy_async(dev, d_ids, d_next, isz);
+      if (!st) st = rt_cuda_copy_async(dev, d_pos, d_posall + (RtCudaPtr)t * psz, psz);
+      if (!st) st = smelt_session_enqueue(s);
+      if (!st) st = rt_cuda_copy_async(dev, d_hist + (RtCudaPtr)t * isz, d_next, isz);
+    }
+    if (!st) st = smelt_session_synchronize(s);
+    if (!st) st = rt_cuda_download(dev, host, d_hist + (RtCudaPtr)t0 * isz, (size_t)(t1c - t0) * isz);
+    for (int t = t0; !st && !stop && t < t1c; t++) {
+      tok = (int64_t)dt_load(m->ids_dt, host, (size_t)(t - t0));
+      if (!ids_push(&G->out, tok)) st = st_error(ST_NO_MEMORY, "out of memory");
+      stop = G->stop_at_eos && tok == G->eos;
+    }
+    double now = smelt_now_s();
+    if (tty && (now - last_print > 0.1 || G->out.n == G->n)) {
+      fprintf(stderr, "\rgenerate: %d/%d tokens, %.1f tokens/s   ", G->out.n, G->n, (G->out.n - 1) / (now - t1));
+      last_print = now;
+    }
+  }
+  RtCudaPtr bufs[] = {d_ids, d_pos, d_next, d_hist, d_posall};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    if (bufs[i]) rt_cuda_free(dev, bufs[i]);
+  free(host);
+  return st;
+}
+
 static smelt_status generate(Gen *G, const LmModel *m) {
   const Graph *g = m->g;
   if ((int64_t)G->prompt.n + G->n > m->capacity)
@@ -442,10 +514,18 @@ static smelt_status generate(Gen *G, const LmModel *m) {
     keep_logits(G, logits, ldt, m->vocab);
     if (!ids_push(&G->out, tok)) st = st_error(ST_NO_MEMORY, "out of memory");
   }
-  /* decode: one run per token at the next position */
+  /* decode: one run per token at the next position (queued on the device
+   * for greedy CUDA decoding, unless SMELT_GENERATE_SYNC=1 asks for one
+   * synchronous run per step, for a comparison) */
   bool tty = !G->quiet && !G->json && isatty(2);
   double t1 = smelt_now_s(), last_print = 0;
-  while (!st && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
+  const char *sync_env = getenv("SMELT_GENERATE_SYNC");
+  bool queued = device_logits && can_queue(m) && !(sync_env && !strcmp(sync_env, "1"));
+  if (!st && queued && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
+    st = decode_queued(G, m, s, dev, tok, at, tty, t1);
+    at = G->prompt.n + G->out.n - 1;
+  }
+  while (!st && !queued && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
     st = step(s, m, &tok, 1, at, ids, pos);
     at++;
     if (st) break;

@@ -192,6 +192,26 @@ const char *smelt_version(void);
  * session's stream wait for it (cuStreamWaitEvent) or by synchronising. */
 smelt_status smelt_session_run(smelt_session *session);
 
+/* Queues a run and returns without waiting for it (CUDA; on the CPU it is
+ * smelt_session_run).  For a decode loop that feeds each step's result to
+ * the next on the device: the host queues step t + 1 while the GPU runs
+ * step t, so the GPU never waits for the host between steps.
+ *   - Every output must be bound to device memory (SMELT_INVALID_INPUT
+ *     otherwise): nothing is copied back.
+ *   - Inputs in pageable host memory are copied before the call returns
+ *     (the memory may be reused; the driver first waits for the stream's
+ *     earlier work, so bind device memory to keep runs back to back).
+ *     Inputs in device memory are read when the stream gets there: keep
+ *     them unchanged until then, or change them only with work queued on
+ *     the session's stream (smelt_session_cuda_stream).
+ *   - A failing kernel is reported by a later call: the next enqueue or
+ *     run, or smelt_session_synchronize. */
+smelt_status smelt_session_enqueue(smelt_session *session);
+/* Waits until every run queued on the session has finished (the results
+ * of smelt_session_enqueue are then in their device memory); reports a
+ * kernel's failure.  NULL at once on the CPU. */
+smelt_status smelt_session_synchronize(smelt_session *session);
+
 /* CUDA sessions.  The CUstream the session queues its runs on (valid for
  * the session's life), for a producer of input memory to order its work
  * before the run (the DLPack `stream` protocol): *out_stream is a CUstream.

@@ -609,6 +609,30 @@ smelt_status rt_cuda_upload(RtCudaDevice *d, RtCudaPtr dst, const void *src, siz
   return NULL;
 }
 
+smelt_status rt_cuda_upload_input(RtCudaDevice *d, RtCudaPtr dst, const void *src, size_t n) {
+  if (n == 0) return NULL;
+  RETURN_IF_ERROR(current(d));
+  unsigned int type = 0;
+  /* pageable host memory (the driver does not know it): the driver stages
+   * it before cuMemcpyHtoDAsync returns, so the caller may reuse it at
+   * once, and the kernels after it in the stream see the copy */
+  if (d->api.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)src) != 0) {
+    CU_CHECK(d, d->api.MemcpyHtoDAsync(dst, src, n, d->stream), "cuMemcpyHtoDAsync", NULL);
+    return NULL;
+  }
+  /* device memory: a copy in the stream's order, before the kernels */
+  if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED)
+    return rt_cuda_copy_async(d, dst, (RtCudaPtr)(uintptr_t)src, n);
+  return rt_cuda_upload(d, dst, src, n);
+}
+
+smelt_status rt_cuda_copy_async(RtCudaDevice *d, RtCudaPtr dst, RtCudaPtr src, size_t n) {
+  if (n == 0) return NULL;
+  RETURN_IF_ERROR(current(d));
+  CU_CHECK(d, d->api.MemcpyDtoDAsync(dst, src, n, d->stream), "cuMemcpyDtoDAsync", NULL);
+  return NULL;
+}
+
 smelt_status rt_cuda_download(RtCudaDevice *d, void *dst, RtCudaPtr src, size_t n) {
   if (n == 0) return NULL;
   RETURN_IF_ERROR(current(d));

@@ -136,6 +136,15 @@ void rt_cuda_buffer_free(RtCudaBuffer *b);
  * rt_cuda_is_device_pointer).  Ordered on the device's stream and complete
  * when the call returns. */
 smelt_status rt_cuda_upload(RtCudaDevice *d, RtCudaPtr dst, const void *src, size_t n) SMELT_MUST_USE;
+/* A run's input, copied without waiting: from pageable host memory the
+ * driver has staged the bytes when the call returns (src may be reused),
+ * from device memory the copy is queued on the stream (src must hold its
+ * value until the stream gets there: smelt_session_run waits for it, and
+ * smelt_session_enqueue says so); either way the kernels queued after it
+ * see the copy.  Pinned host memory as rt_cuda_upload. */
+smelt_status rt_cuda_upload_input(RtCudaDevice *d, RtCudaPtr dst, const void *src, size_t n) SMELT_MUST_USE;
+/* n bytes device to device, queued on the device's stream (no wait). */
+smelt_status rt_cuda_copy_async(RtCudaDevice *d, RtCudaPtr dst, RtCudaPtr src, size_t n) SMELT_MUST_USE;
 smelt_status rt_cuda_download(RtCudaDevice *d, void *dst, RtCudaPtr src, size_t n) SMELT_MUST_USE;
 
 /* Every constant of g that a kernel reads (VK_CONST values) in one device

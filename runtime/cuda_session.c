@@ -316,7 +316,7 @@ smelt_status rt_cuda_session_prepare(smelt_session *s) {
     int v = g->inputs[i];
     size_t n = ir_type_bytes(&g->val[v].type);
     if (!cu->staged[v] || n == 0) continue;
-    smelt_status st = rt_cuda_upload(cu->dev, cu->dptr[v], s->in_ptr[i], n);
+    smelt_status st = rt_cuda_upload_input(cu->dev, cu->dptr[v], s->in_ptr[i], n);
     if (st) return st_prefix(st, "input '%s'", g->val[v].name);
   }
   for (int k = 0; k < b->nkernels; k++) {
@@ -359,6 +359,14 @@ smelt_status rt_cuda_session_finish(smelt_session *s) {
   return NULL;
 }
 
+/* A failure of the queued kernels, as the run reports it. */
+static smelt_status graph_failed(const smelt_session *s, smelt_status st) {
+  /* A kernel that faults poisons the context: it cannot be found by
+   * running the kernels again one by one in this session. */
+  return st_prefix(st, "%s: running the CUDA graph of %d kernels (smelt run --check=groups runs them one at a time "
+                   "and names the failing one)", fmt_file_path(s->b->file), s->b->nkernels);
+}
+
 smelt_status rt_cuda_session_run(smelt_session *s) {
   RETURN_IF_ERROR(rt_session_prepare(s));
   CudaState *cu = s->r->cu;
@@ -366,13 +374,43 @@ smelt_status rt_cuda_session_run(smelt_session *s) {
     RETURN_IF_ERROR(cuda_ensure_graph(s));
     smelt_status st = rt_cuda_graph_launch(cu->dev, cu->graph);
     if (!st) st = rt_cuda_sync(cu->dev);
-    /* A kernel that faults poisons the context: it cannot be found by
-     * running the kernels again one by one in this session. */
-    if (st)
-      return st_prefix(st, "%s: running the CUDA graph of %d kernels (smelt run --check=groups runs them one at a time "
-                       "and names the failing one)", fmt_file_path(s->b->file), s->b->nkernels);
+    if (st) return graph_failed(s, st);
   }
   return rt_cuda_session_finish(s);
+}
+
+smelt_status rt_cuda_session_enqueue(smelt_session *s) {
+  const Graph *g = s->b->g;
+  /* every result must land in device memory: nothing is copied back */
+  for (int i = 0; i < g->noutputs; i++) {
+    const void *p = s->out_ptr[i];
+    if (ir_type_bytes(&g->val[g->outputs[i]].type) > 0 && !rt_cuda_is_device_pointer(s->r->cu->dev, p))
+      return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: output '%s' is bound to host memory; bind device memory "
+                      "(smelt_session_cuda_alloc) or use smelt_session_run", g->val[g->outputs[i]].name);
+  }
+  RETURN_IF_ERROR(rt_session_prepare(s));
+  CudaState *cu = s->r->cu;
+  if (s->b->nkernels > 0) {
+    RETURN_IF_ERROR(cuda_ensure_graph(s));
+    smelt_status st = rt_cuda_graph_launch(cu->dev, cu->graph);
+    if (st) return graph_failed(s, st);
+  }
+  /* results computed elsewhere than their bound memory (staged: device
+   * memory off the kernels' alignment; a constant or input as output;
+   * a second slot of one value): copied after the kernels, on the stream */
+  for (int i = 0; i < g->noutputs; i++) {
+    int v = g->outputs[i];
+    size_t n = ir_type_bytes(&g->val[v].type);
+    if (n == 0 || (uintptr_t)s->out_ptr[i] == cu->dptr[v]) continue;
+    smelt_status st = rt_cuda_copy_async(cu->dev, (RtCudaPtr)(uintptr_t)s->out_ptr[i], cu->dptr[v], n);
+    if (st) return st_prefix(st, "output '%s'", g->val[v].name);
+  }
+  return NULL;
+}
+
+smelt_status rt_cuda_session_synchronize(smelt_session *s) {
+  smelt_status st = rt_cuda_sync(s->r->cu->dev);
+  return st ? graph_failed(s, st) : NULL;
 }
 
 static double now_ms(void) {

@@ -165,5 +165,7 @@ smelt_status rt_cuda_session_prepare(smelt_session *s) SMELT_MUST_USE;
 smelt_status rt_cuda_session_finish(smelt_session *s) SMELT_MUST_USE;
 /* One run as a CUDA graph (captured on the first run). */
 smelt_status rt_cuda_session_run(smelt_session *s) SMELT_MUST_USE;
+smelt_status rt_cuda_session_enqueue(smelt_session *s) SMELT_MUST_USE;
+smelt_status rt_cuda_session_synchronize(smelt_session *s) SMELT_MUST_USE;
 
 #endif

@@ -1064,6 +1064,16 @@ smelt_status smelt_session_run(smelt_session *s) {
   return rt_session_finish(s);
 }
 
+smelt_status smelt_session_enqueue(smelt_session *s) {
+  if (!s) return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: no session");
+  return s->cuda ? rt_cuda_session_enqueue(s) : smelt_session_run(s);
+}
+
+smelt_status smelt_session_synchronize(smelt_session *s) {
+  if (!s) return st_error(ST_INVALID_INPUT, "smelt_session_synchronize: no session");
+  return s->cuda && s->r && s->r->cu ? rt_cuda_session_synchronize(s) : NULL;
+}
+
 void *rt_session_value_data(const smelt_session *s, int v) {
   const Graph *g = s->b->g;
   if (v < 0 || v >= g->nval || !s->r || s->r->cu) return NULL;

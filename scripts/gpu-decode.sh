@@ -17,7 +17,9 @@
 #   w5          bench/gpu/w5.py with this tree's smelt, the transformers
 #               logits check (cosine of 16 steps) and the peers of
 #               SMELT_DECODE_PEERS (w5.py --hf-modes; default none), then
-#               the same per-kernel bench ($LOGS/kernels.log)
+#               the same per-kernel bench ($LOGS/kernels-new.log)
+#   w5_sync     the same smelt with SMELT_GENERATE_SYNC=1 (one synchronous
+#               run per decode step instead of the queued loop), no peers
 # The W5 checkpoint is written once into /tmp/w5 (kept while the machine
 # stays warm); each build has its own compile cache.
 set -uo pipefail
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 START=$(date +%s)
 LOGS="${OUT:-build-gpu/logs}"
 mkdir -p "$LOGS"
-STEPS="${SMELT_DECODE_STEPS-build,base_build,w5_base,w5}"
+STEPS="${SMELT_DECODE_STEPS-build,base_build,w5_base,w5,w5_sync}"
 has_step() { [[ ",$STEPS," == *",$1,"* ]]; }
 rows=()
 row() { rows+=("$(printf '%-11s %-5s %5ss  %s' "$1" "$2" "$3" "$4")"); }
@@ -75,6 +77,9 @@ if has_step w5 && [ -x build-gpu/smelt ]; then
   peers="${SMELT_DECODE_PEERS-}"
   if [ -n "$peers" ]; then w5_run new build-gpu/smelt --hf-modes "$peers"
   else w5_run new build-gpu/smelt --hf-modes '' --no-static; fi
+fi
+if has_step w5_sync && [ -x build-gpu/smelt ]; then
+  SMELT_GENERATE_SYNC=1 w5_run sync build-gpu/smelt --no-peer
 fi
 
 echo

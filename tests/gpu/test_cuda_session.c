@@ -57,8 +57,16 @@ static void *make_input(const smelt_tensor_info *ti, size_t *out_bytes, uint64_t
 
 /* Runs s with inputs/outputs in device memory at `offset` bytes past a
  * 256-byte-aligned allocation, and compares the outputs with want[]. */
+/* Whether st has code `code` and its message holds `part` (st freed). */
+static bool expect_status(smelt_status st, int code, const char *part) {
+  bool ok = st && smelt_status_code(st) == code && strstr(smelt_status_message(st), part);
+  if (!ok) fprintf(stderr, "expected status %d with '%s', got %s\n", code, part, st ? smelt_status_message(st) : "success");
+  smelt_status_free(st);
+  return ok;
+}
+
 static void run_on_device_memory(RtCudaDevice *d, smelt_session *s, void **in, size_t *in_bytes, void **want,
-                                 size_t *out_bytes, size_t offset, const char *what) {
+                                 size_t *out_bytes, size_t offset, bool queued, const char *what) {
   int ni = smelt_session_num_inputs(s), no = smelt_session_num_outputs(s);
   RtCudaPtr *dev = calloc((size_t)(ni + no), sizeof *dev);
   for (int i = 0; i < ni + no; i++) {
@@ -75,7 +83,14 @@ static void run_on_device_memory(RtCudaDevice *d, smelt_session *s, void **in, s
       CHECK_OK(smelt_session_bind_output(s, ti.name, (void *)(uintptr_t)(dev[i] + offset), n));
     }
   }
-  CHECK_OK(smelt_session_run(s));
+  if (queued) {
+    /* twice queued back to back, then one wait: the same results */
+    CHECK_OK(smelt_session_enqueue(s));
+    CHECK_OK(smelt_session_enqueue(s));
+    CHECK_OK(smelt_session_synchronize(s));
+  } else {
+    CHECK_OK(smelt_session_run(s));
+  }
   for (int o = 0; o < no; o++) {
     void *got = malloc(out_bytes[o] + 1);
     CHECK_OK(rt_cuda_download(d, got, dev[ni + o] + offset, out_bytes[o]));
@@ -158,9 +173,13 @@ static void test_model(RtCudaDevice *d, const char *path, const char *dtype) {
   }
   if (rep.noutputs == no) {
     run_on_host_memory(s, in, in_bytes, want, out_bytes, what);
-    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 0, what);
-    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 16, what);
+    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 0, false, what);
+    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 16, false, what);
+    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 0, true, what);
+    run_on_device_memory(d, s, in, in_bytes, want, out_bytes, 16, true, what);
     run_on_host_memory(s, in, in_bytes, want, out_bytes, what);
+    /* queued, outputs must be device memory: host outputs are refused */
+    CHECK(expect_status(smelt_session_enqueue(s), SMELT_INVALID_INPUT, "bound to host memory"));
   }
   ScGroupReport gr = {0};
   CHECK_OK(sc_check_groups(s, (const void *const *)in, &gr));
