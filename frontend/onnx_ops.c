@@ -858,8 +858,28 @@ static smelt_status spatial_ints(OnnxImporter *im, const char *name, int n, int6
   return NULL;
 }
 
+/* The conv2d node of a Conv or ConvTranspose (x [N, C, H, W], weight w,
+ * bias b or -1), its ONNX output bound; a 1-D one (n == 1, height 1 in
+ * x) is reshaped back to [N, O, W]. */
+static smelt_status conv_node(OnnxImporter *im, int x, int w, int b, const int64_t st[2], const int64_t dl[2],
+                              const int64_t p4[4], int64_t grp, int n) {
+  int ins[3] = {x, w, b}, y;
+  int id = on_node(im, OP_CONV2D, b >= 0 ? 3 : 2, ins, n == 2 ? out0(im) : NULL);
+  ir_set_attr_ints(im->g, id, "strides", st, 2);
+  ir_set_attr_ints(im->g, id, "dilations", dl, 2);
+  ir_set_attr_ints(im->g, id, "pads", p4, 4);
+  ir_set_attr_int(im->g, id, "groups", grp);
+  RETURN_IF_ERROR(on_done(im, id, &y));
+  if (n == 1) {
+    const TensorType *yt = on_type(im, y);
+    int64_t ys[3] = {yt->dim[0], yt->dim[1], yt->dim[3]};
+    RETURN_IF_ERROR(on_reshape(im, y, ys, 3, out0(im), &y));
+  }
+  return bind0(im, y);
+}
+
 static smelt_status cv_conv(OnnxImporter *im) {
-  int x, w, b = on_in(im, 2), y;
+  int x, w, b = on_in(im, 2);
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
@@ -890,19 +910,7 @@ static smelt_status cv_conv(OnnxImporter *im) {
   } else {
     memcpy(p4, pads, sizeof p4);
   }
-  int ins[3] = {x, w, b};
-  int id = on_node(im, OP_CONV2D, b >= 0 ? 3 : 2, ins, n == 2 ? out0(im) : NULL);
-  ir_set_attr_ints(im->g, id, "strides", st, 2);
-  ir_set_attr_ints(im->g, id, "dilations", dl, 2);
-  ir_set_attr_ints(im->g, id, "pads", p4, 4);
-  ir_set_attr_int(im->g, id, "groups", grp);
-  RETURN_IF_ERROR(on_done(im, id, &y));
-  if (n == 1) {
-    const TensorType *yt = on_type(im, y);
-    int64_t ys[3] = {yt->dim[0], yt->dim[1], yt->dim[3]};
-    RETURN_IF_ERROR(on_reshape(im, y, ys, 3, out0(im), &y));
-  }
-  return bind0(im, y);
+  return conv_node(im, x, w, b, st, dl, p4, grp, n);
 }
 
 static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
@@ -966,7 +974,7 @@ static smelt_status spread_axis(OnnxImporter *im, int x, int axis, int64_t s, in
  * input's size times the stride for SAME_*), the odd pixel cut at the end
  * for SAME_UPPER and at the start otherwise. */
 static smelt_status cv_conv_transpose(OnnxImporter *im) {
-  int x, w, b = on_in(im, 2), y;
+  int x, w, b = on_in(im, 2);
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
@@ -1044,19 +1052,7 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
     p4[i] = before[i] > 0 ? before[i] : 0;
     p4[2 + i] = after[i] > 0 ? after[i] : 0;
   }
-  int ins[3] = {x, wc, b};
-  int id = on_node(im, OP_CONV2D, b >= 0 ? 3 : 2, ins, n == 2 ? out0(im) : NULL);
-  ir_set_attr_ints(im->g, id, "strides", (int64_t[]){1, 1}, 2);
-  ir_set_attr_ints(im->g, id, "dilations", dl, 2);
-  ir_set_attr_ints(im->g, id, "pads", p4, 4);
-  ir_set_attr_int(im->g, id, "groups", grp);
-  RETURN_IF_ERROR(on_done(im, id, &y));
-  if (n == 1) {
-    const TensorType *yt = on_type(im, y);
-    int64_t ys[3] = {yt->dim[0], yt->dim[1], yt->dim[3]};
-    RETURN_IF_ERROR(on_reshape(im, y, ys, 3, out0(im), &y));
-  }
-  return bind0(im, y);
+  return conv_node(im, x, wc, b, (int64_t[]){1, 1}, dl, p4, grp, n);
 }
 
 static smelt_status cv_pool(OnnxImporter *im) {

@@ -50,6 +50,29 @@ typedef struct {
   bool all_runs;        /* also with args_aligned */
 } Case;
 
+/* Loads the model the test wrote to path (then deletes the file) through
+ * the pipeline for a CUDA-only target (its epilogue and prologue rules);
+ * NULL, with the error on stderr after `what`. */
+static Graph *load_for_cuda(const char *path, const char *what) {
+  FeOptions fo = {0};
+  Graph *g = NULL;
+  smelt_status st = fe_load_yaml(path, &fo, &g);
+  unlink(path);
+  if (!st) {
+    PassCtx ctx = {.target = "cuda"};
+    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
+    pass_ctx_free(&ctx);
+  }
+  if (st) {
+    fprintf(stderr, "%s: %s\n", what, st_message(st));
+    st_free(st);
+    ir_graph_destroy(g);
+    check_failures++;
+    return NULL;
+  }
+  return g;
+}
+
 /* A model with `count` gated pairs as merge-matmuls leaves them: x @ w<i>
  * of 2 N columns interleaved, silu(columns 0, 2, ...) * (columns 1, 3, ...),
  * through the pipeline for a CUDA-only target, where fuse puts both
@@ -75,23 +98,9 @@ static Graph *glu_graph(const Case *c, int count) {
   for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
   fprintf(fp, "]\n");
   fclose(fp);
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {.target = "cuda"};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "glu model: %s\n", st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    return NULL;
-  }
+  Graph *g = load_for_cuda(path, "glu model");
   /* the halves and the product are in the matmul's kernel */
-  CHECK(g->ngroups == count);
+  if (g) CHECK(g->ngroups == count);
   return g;
 }
 
@@ -120,22 +129,8 @@ static Graph *norm_graph(const Case *c, int count) {
   for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
   fprintf(fp, "]\n");
   fclose(fp);
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {.target = "cuda"};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "norm model: %s\n", st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    return NULL;
-  }
-  CHECK(g->ngroups == count); /* each norm in its matmul's kernel */
+  Graph *g = load_for_cuda(path, "norm model");
+  if (g) CHECK(g->ngroups == count); /* each norm in its matmul's kernel */
   return g;
 }
 
