@@ -106,7 +106,8 @@ int cu_contraction_candidates(CuFn *f, char (*out)[CG_VARIANT_LEN], int max) {
   snprintf(all[n++], CG_VARIANT_LEN, "%s", h);
   for (int i = 0; i < NFAMILIES; i++)
     if (family_applies(f, &gm, families[i])) n += families[i]->candidates(f, &gm, all + n, 64 - n);
-  if (n < 64) snprintf(all[n++], CG_VARIANT_LEN, "simple");
+  /* the simple kernel cannot compute a norm in its loads */
+  if (n < 64 && !cu_gemv_norm_mode(f, &gm)) snprintf(all[n++], CG_VARIANT_LEN, "simple");
   int got = 0;
   for (int i = 0; i < n && got < max; i++) {
     bool dup = false;
@@ -127,6 +128,14 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   /* the variant: forced, else the tuning table's, else the heuristic's */
   bool from_table = false;
   const char *tok = cu_pick_variant(f, &from_table);
+  if (tok && strcmp(tok, "simple") == 0 && cu_gemv_norm_mode(f, &gm)) {
+    if (!from_table) {
+      cu_fail(f, ST_INVALID_INPUT, "variant 'simple' cannot compute this matmul: its rms_norm is computed in the GEMV's loads");
+      return;
+    }
+    cu_log(f, "%s: tuned variant 'simple' does not apply (a norm in the GEMV's loads); using the heuristic", f->k->name);
+    tok = NULL;
+  }
   if (tok && strcmp(tok, "simple") != 0) {
     if (emit_token(f, &gm, tok, epi, nepi, l)) return;
     if (!from_table) {

@@ -83,6 +83,9 @@ typedef struct {
   int splitk;   /* slices of K added in the workspace (1: none) */
 } CuGemvParams;
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm);
+/* Whether gm's A is an rms_norm computed in its loads (fuse's norm
+ * prologue of a decode GEMV): only the GEMV can compute such a kernel. */
+bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm);
 bool cu_gemv_parse(const char *tok, CuGemvParams *out);
 void cu_gemv_format(const CuGemvParams *p, char out[CG_VARIANT_LEN]);
 void cu_gemv_default_params(const CuFn *f, const CuGemm *gm, CuGemvParams *out);

@@ -76,6 +76,8 @@ static const Node *norm_of(const CuFn *f, const CuGemm *gm) {
   return n->op == OP_RMS_NORM ? n : NULL;
 }
 
+bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm) { return norm_of(f, gm) != NULL; }
+
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1 || gm->K < 1) return false;
   int bv = gm->an->in[1];

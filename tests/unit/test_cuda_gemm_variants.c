@@ -165,8 +165,11 @@ static int case_tokens(const Case *c, char (*toks)[CG_VARIANT_LEN]) {
       /* the first is the heuristic's: for portable builds GEMV for M <= 8, else mma (tensor cores
        * apply to every case here); sm_90a may prefer wgmma */
       if (ng > 0 && !archs[a]) CHECK(!strncmp(got[0], c->M <= 8 ? "gemv:" : "mma:", c->M <= 8 ? 5 : 4));
-      for (int j = 0; j < ng; j++)
+      for (int j = 0; j < ng; j++) {
         if (family_tested(got[j])) h_add_token(toks, &n, MAX_TOKENS, got[j]);
+        /* a norm in the loads: only the GEMV computes it, the tuner is not offered the simple kernel */
+        if (!strcmp(c->epi, "norm")) CHECK(strcmp(got[j], "simple") != 0);
+      }
     }
   }
   for (int j = 0; j < 3 && c->extra[j]; j++) h_add_token(toks, &n, MAX_TOKENS, c->extra[j]);
