@@ -523,7 +523,6 @@ static smelt_status generate(Gen *G, const LmModel *m) {
   bool queued = device_logits && can_queue(m) && !(sync_env && !strcmp(sync_env, "1"));
   if (!st && queued && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
     st = decode_queued(G, m, s, dev, tok, at, tty, t1);
-    at = G->prompt.n + G->out.n - 1;
   }
   while (!st && !queued && G->out.n < G->n && !(G->stop_at_eos && tok == G->eos)) {
     st = step(s, m, &tok, 1, at, ids, pos);

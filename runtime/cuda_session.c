@@ -346,18 +346,26 @@ static smelt_status cuda_ensure_graph(smelt_session *s) {
   return NULL;
 }
 
-smelt_status rt_cuda_session_finish(smelt_session *s) {
+/* Copies each result computed elsewhere than its bound memory (staged:
+ * host memory, or device memory off the kernels' alignment; a constant or
+ * input as output; a second slot of one value) to that memory: waiting
+ * for each copy, or (queued, every output in device memory) only queuing
+ * it on the stream after the kernels. */
+static smelt_status copy_outputs(smelt_session *s, bool queued) {
   const Graph *g = s->b->g;
   CudaState *cu = s->r->cu;
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
     size_t n = ir_type_bytes(&g->val[v].type);
     if (n == 0 || (uintptr_t)s->out_ptr[i] == cu->dptr[v]) continue;
-    smelt_status st = rt_cuda_download(cu->dev, s->out_ptr[i], cu->dptr[v], n);
+    smelt_status st = queued ? rt_cuda_copy_async(cu->dev, (RtCudaPtr)(uintptr_t)s->out_ptr[i], cu->dptr[v], n)
+                             : rt_cuda_download(cu->dev, s->out_ptr[i], cu->dptr[v], n);
     if (st) return st_prefix(st, "output '%s'", g->val[v].name);
   }
   return NULL;
 }
+
+smelt_status rt_cuda_session_finish(smelt_session *s) { return copy_outputs(s, false); }
 
 /* A failure of the queued kernels, as the run reports it. */
 static smelt_status graph_failed(const smelt_session *s, smelt_status st) {
@@ -395,17 +403,7 @@ smelt_status rt_cuda_session_enqueue(smelt_session *s) {
     smelt_status st = rt_cuda_graph_launch(cu->dev, cu->graph);
     if (st) return graph_failed(s, st);
   }
-  /* results computed elsewhere than their bound memory (staged: device
-   * memory off the kernels' alignment; a constant or input as output;
-   * a second slot of one value): copied after the kernels, on the stream */
-  for (int i = 0; i < g->noutputs; i++) {
-    int v = g->outputs[i];
-    size_t n = ir_type_bytes(&g->val[v].type);
-    if (n == 0 || (uintptr_t)s->out_ptr[i] == cu->dptr[v]) continue;
-    smelt_status st = rt_cuda_copy_async(cu->dev, (RtCudaPtr)(uintptr_t)s->out_ptr[i], cu->dptr[v], n);
-    if (st) return st_prefix(st, "output '%s'", g->val[v].name);
-  }
-  return NULL;
+  return copy_outputs(s, true);
 }
 
 smelt_status rt_cuda_session_synchronize(smelt_session *s) {

@@ -256,15 +256,16 @@ static inline smelt_status he_sync(Exec *e) {
 }
 
 /* Loads the model the test wrote to `path` (then deletes the file) and
- * runs the default pass pipeline; NULL, with the error on stderr after
- * `what`, when either fails. */
-static inline Graph *h_load_temp_model(const char *path, const char *what) {
+ * runs the default pass pipeline for `target` (NULL: none named; "cuda":
+ * the CUDA-only rules, merge-matmuls, prologues and layout epilogues);
+ * NULL, with the error on stderr after `what`, when either fails. */
+static inline Graph *h_load_temp_model_for(const char *path, const char *what, const char *target) {
   FeOptions fo = {0};
   Graph *g = NULL;
   smelt_status st = fe_load_yaml(path, &fo, &g);
   unlink(path);
   if (!st) {
-    PassCtx ctx = {0};
+    PassCtx ctx = {.target = target};
     st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
     pass_ctx_free(&ctx);
   }
@@ -275,6 +276,10 @@ static inline Graph *h_load_temp_model(const char *path, const char *what) {
     return NULL;
   }
   return g;
+}
+
+static inline Graph *h_load_temp_model(const char *path, const char *what) {
+  return h_load_temp_model_for(path, what, NULL);
 }
 
 /* A CPU executor; *skip says why there is none (no C++ compiler). */

@@ -50,26 +50,17 @@ typedef struct {
   bool all_runs;        /* also with args_aligned */
 } Case;
 
-/* Loads the model the test wrote to path (then deletes the file) through
- * the pipeline for a CUDA-only target (its epilogue and prologue rules);
- * NULL, with the error on stderr after `what`. */
-static Graph *load_for_cuda(const char *path, const char *what) {
-  FeOptions fo = {0};
-  Graph *g = NULL;
-  smelt_status st = fe_load_yaml(path, &fo, &g);
-  unlink(path);
-  if (!st) {
-    PassCtx ctx = {.target = "cuda"};
-    st = pass_run_pipeline(g, &ctx, NULL, NULL, NULL);
-    pass_ctx_free(&ctx);
-  }
-  if (st) {
-    fprintf(stderr, "%s: %s\n", what, st_message(st));
-    st_free(st);
-    ir_graph_destroy(g);
-    check_failures++;
-    return NULL;
-  }
+/* Ends the model being written to fp (outputs y0 .. y<count-1>), loads
+ * it through the pipeline for a CUDA-only target (its epilogue and
+ * prologue rules) and checks that each product is one kernel. */
+static Graph *finish_cuda_model(FILE *fp, const char *path, int count, const char *what) {
+  fprintf(fp, "outputs: [");
+  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
+  fprintf(fp, "]\n");
+  fclose(fp);
+  Graph *g = h_load_temp_model_for(path, what, "cuda");
+  if (!g) check_failures++;
+  else CHECK(g->ngroups == count);
   return g;
 }
 
@@ -94,14 +85,8 @@ static Graph *glu_graph(const Case *c, int count) {
             "  - {out: u%d, op: slice, in: [mm%d], axis: -1, start: 1, end: %lld, step: 2}\n"
             "  - {out: s%d, op: silu, in: [g%d]}\n  - {out: y%d, op: mul, in: [s%d, u%d]}\n",
             i, i, c->tb ? ", transpose_b: true" : "", i, i, N2, i, i, N2, i, i, i, i, i);
-  fprintf(fp, "outputs: [");
-  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
-  fprintf(fp, "]\n");
-  fclose(fp);
-  Graph *g = load_for_cuda(path, "glu model");
   /* the halves and the product are in the matmul's kernel */
-  if (g) CHECK(g->ngroups == count);
-  return g;
+  return finish_cuda_model(fp, path, count, "glu model");
 }
 
 /* A model with `count` products rms_norm(x, gamma) @ w<i>^T + r, each norm
@@ -125,13 +110,8 @@ static Graph *norm_graph(const Case *c, int count) {
             "  - {out: mm%d, op: matmul, in: [h%d, w%d], transpose_b: true}\n"
             "  - {out: y%d, op: add, in: [mm%d, r]}\n",
             i, 1e-5 * (i + 1), i, i, i, i, i);
-  fprintf(fp, "outputs: [");
-  for (int i = 0; i < count; i++) fprintf(fp, "%sy%d", i ? ", " : "", i);
-  fprintf(fp, "]\n");
-  fclose(fp);
-  Graph *g = load_for_cuda(path, "norm model");
-  if (g) CHECK(g->ngroups == count); /* each norm in its matmul's kernel */
-  return g;
+  /* each norm in its matmul's kernel */
+  return finish_cuda_model(fp, path, count, "norm model");
 }
 
 /* A model with `count` matmuls x @ w<i>, each with the case's epilogue. */
