@@ -2,12 +2,16 @@
 # Runs the libFuzzer targets of tests/fuzz for a long time, then minimises
 # every crash they found and prints a table of what ran.
 #
-#   scripts/fuzz-long.sh [-t SECONDS] [-j JOBS] [TARGET...]
-#     -t SECONDS  per target (default 3600)
+#   scripts/fuzz-long.sh [-t SECONDS] [-j JOBS] [-f WORKERS] [TARGET...]
+#     -t SECONDS  per target, wall time (default 3600)
 #     -j JOBS     targets fuzzed at once (default: the number of CPUs)
+#     -f WORKERS  libFuzzer fork-mode workers per target (default 1): a
+#                 target gets WORKERS x SECONDS of CPU time
 #     TARGET      yaml npy safetensors elf bundle bundle_crc onnx (default all)
 #   SMELT_FUZZ_BUILD_DIR  the fuzz build (default build-fuzz: clang,
 #                         -DSMELT_FUZZ=ON, configured and built here)
+#   SMELT_FUZZ_PREBUILT=1 use the fuzzers already in the build directory
+#                         (another machine's build, carried over), no cmake
 #   SMELT_FUZZ_TIMEOUT    seconds one input may take (default 10)
 #
 # Each target runs in libFuzzer's fork mode, which carries on after a crash,
@@ -23,11 +27,13 @@ cd "$(dirname "$0")/.."
 
 secs=3600
 jobs=$(nproc)
-while getopts "t:j:" opt; do
+workers=1
+while getopts "t:j:f:" opt; do
   case $opt in
     t) secs=$OPTARG ;;
     j) jobs=$OPTARG ;;
-    *) sed -n '2,12p' "$0"; exit 2 ;;
+    f) workers=$OPTARG ;;
+    *) sed -n '2,16p' "$0"; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -35,10 +41,12 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(yaml npy safetensors elf bundle bundle_crc onnx)
 
 build=${SMELT_FUZZ_BUILD_DIR:-build-fuzz}
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  CC=clang cmake -S . -B "$build" -DSMELT_FUZZ=ON -DSMELT_LLVM=OFF >/dev/null
+if [ "${SMELT_FUZZ_PREBUILT:-0}" != 1 ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    CC=clang cmake -S . -B "$build" -DSMELT_FUZZ=ON -DSMELT_LLVM=OFF >/dev/null
+  fi
+  cmake --build "$build" -j"$(nproc)" --target smelt_fuzzers >/dev/null
 fi
-cmake --build "$build" -j"$(nproc)" --target smelt_fuzzers >/dev/null
 
 work=$build/fuzz-work
 mkdir -p "$work/logs" "$work/minimised"
@@ -51,18 +59,18 @@ fuzz_one() {
   mkdir -p "$dir" "$crashes"
   local extra=(); [ -d "tests/fuzz/regress/$t" ] && extra=("tests/fuzz/regress/$t")
   local dict=(); [ -f "tests/fuzz/dict/$s.dict" ] && dict=(-dict="tests/fuzz/dict/$s.dict")
-  "$build/tests/fuzz/fuzz_$t" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+  "$build/tests/fuzz/fuzz_$t" -fork="$workers" -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
     -max_total_time="$secs" -timeout="${SMELT_FUZZ_TIMEOUT:-10}" -rss_limit_mb=2048 "${dict[@]}" \
     -artifact_prefix="$crashes/" "$dir" "tests/fuzz/corpus/$s" "${extra[@]}" > "$work/logs/$t.log" 2>&1 || true
 }
 export -f fuzz_one seeds_of
-export build work secs
+export build work secs workers
 
-echo "fuzz-long: ${targets[*]}, ${secs} s each, $jobs at once; logs in $work/logs"
+echo "fuzz-long: ${targets[*]}, ${secs} s each with $workers workers, $jobs at once; logs in $work/logs"
 printf '%s\n' "${targets[@]}" | xargs -P "$jobs" -I{} bash -c 'fuzz_one {}'
 
 status=0
-printf '%-12s %8s %14s %10s %s\n' target seconds executions cov failed
+printf '%-12s %8s %10s %14s %10s %s\n' target seconds cpu_s executions cov failed
 for t in "${targets[@]}"; do
   # fork mode's progress lines: "#EXECS: cov: C ... oom/timeout/crash: O/T/C time: Ss ..."
   last=$(grep -E '^#[0-9]+: cov:' "$work/logs/$t.log" | tail -1 || true)
@@ -78,7 +86,7 @@ for t in "${targets[@]}"; do
       -exact_artifact_path="$out" "$a" > "$work/logs/$t-minimise.log" 2>&1 || true
     [ -f "$out" ] || cp "$a" "$out" # timeouts and leaks do not minimise: keep the input
   done
-  printf '%-12s %8s %14s %10s %s\n' "$t" "${took:-?}" "${execs:-?}" "${cov:-?}" "${#found[@]}"
+  printf '%-12s %8s %10s %14s %10s %s\n' "$t" "${took:-?}" "$(( ${took:-0} * workers ))" "${execs:-?}" "${cov:-?}" "${#found[@]}"
   [ ${#found[@]} -eq 0 ] || status=1
   # keep the corpus small: only inputs that add coverage
   merged="$work/corpus-merged/$t"
