@@ -2125,8 +2125,12 @@ static smelt_status cv_shrink(OnnxImporter *im) {
   return bind0(im, y);
 }
 
-/* Mod with fmod=1 (C's fmod, the sign of the dividend): a - b trunc(a / b),
- * trunc(v) = sign(v) floor(|v|).  Integer Mod (either fmod) is refused. */
+/* Mod.  Floating point (fmod=1, C's fmod, the sign of the dividend):
+ * a - b trunc(a / b), trunc(v) = sign(v) floor(|v|).  Integers: smelt's
+ * integer div truncates toward zero, so r = a - b (a / b) is C's remainder
+ * (fmod=1), with r = 0 where b = -1 (a / b saturates for the most negative
+ * a); fmod=0 takes the divisor's sign, as Python's %: b is added where r
+ * is nonzero and its sign differs from b's.  An unsigned r is both. */
 static smelt_status cv_mod(OnnxImporter *im) {
   int a, b, q, t, y;
   int64_t fmod;
@@ -2134,7 +2138,28 @@ static smelt_status cv_mod(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 1, &b));
   RETURN_IF_ERROR(on_attr_int(im, "fmod", 0, &fmod));
   DType dt = on_type(im, a)->dt;
-  if (!dt_is_float(dt)) return on_unsupported(im, "integer Mod (smelt imports the floating-point fmod=1 form)");
+  if (on_type(im, b)->dt != dt)
+    return on_err(im, "A is %s and B is %s (Mod needs one type)", dt_name(dt), dt_name(on_type(im, b)->dt));
+  if (!dt_is_float(dt)) {
+    if (!dt_is_int(dt)) return on_err(im, "Mod of %s (needs numbers)", dt_name(dt));
+    bool sign = dt != DT_U8;
+    RETURN_IF_ERROR(on_op2(im, OP_DIV, a, b, NULL, &q));
+    RETURN_IF_ERROR(on_op2(im, OP_MUL, q, b, NULL, &t));
+    RETURN_IF_ERROR(on_op2(im, OP_SUB, a, t, sign ? NULL : out0(im), &y));
+    if (!sign) return bind0(im, y);
+    int zero = on_scalar(im, dt, 0), c;
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, b, on_scalar(im, dt, -1), NULL, &c));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, zero, y, fmod ? out0(im) : NULL, &y));
+    if (fmod) return bind0(im, y);
+    int sr, sb;
+    RETURN_IF_ERROR(on_op1(im, OP_SIGN, y, NULL, &sr));
+    RETURN_IF_ERROR(on_op1(im, OP_SIGN, b, NULL, &sb));
+    RETURN_IF_ERROR(on_op2(im, OP_MUL, sr, sb, NULL, &c));
+    RETURN_IF_ERROR(on_op2(im, OP_LESS, c, zero, NULL, &c));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, b, zero, NULL, &t));
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, y, t, out0(im), &y));
+    return bind0(im, y);
+  }
   if (!fmod) return on_err(im, "floating-point Mod needs fmod=1");
   RETURN_IF_ERROR(on_op2(im, OP_DIV, a, b, NULL, &q));
   RETURN_IF_ERROR(on_op1(im, OP_ABS, q, NULL, &t));
@@ -2256,7 +2281,7 @@ static smelt_status cv_depth_space(OnnxImporter *im) {
  * numpy's do.  Implicit output order (ONNX, numpy): the ellipsis dims,
  * then the labels used once, sorted by character code. */
 #define EIN_LABELS 128
-#define EIN_MAX_OPERANDS 2
+#define EIN_MAX_OPERANDS 16
 
 typedef struct {
   int n;               /* labels, after the ellipsis is expanded */
@@ -2366,25 +2391,29 @@ static smelt_status reshape_if(OnnxImporter *im, int x, const int64_t *shape, in
 }
 
 /* Two operands: one matmul [batch..., M, K] x [batch..., K, N].  Labels in
- * both operands and the output are batch dims, in both but not the output
- * contracted (K), in one and the output free (M or N); labels in one operand
- * only and not the output were summed before.  An operand already in the
+ * both operands and `keep` (the output's labels and, between operands of a
+ * longer Einsum, those of the operands still to come) are batch dims, in
+ * both but not `keep` contracted (K), in one free (M or N); labels in one
+ * operand only and not `keep` were summed before.  An operand already in the
  * order [batch, K, M] (or [batch, N, K]) is read through transpose_a
  * (transpose_b) instead of a transpose, which keeps "bhid,bhjd->bhij" one
  * matmul as attention exporters write it. */
-static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinTerm *tb, const EinTerm *to, int *out) {
+static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinTerm *tb, const bool *keep, int *out) {
   int batch[IR_MAX_RANK], contr[IR_MAX_RANK], af[IR_MAX_RANK], bf[IR_MAX_RANK];
   int nb = 0, nc = 0, naf = 0, nbf = 0;
   int64_t K = 1, M = 1, N = 1;
   for (int i = 0; i < ta->n; i++) {
     int l = ta->lab[i];
-    bool in_b = ein_find(tb, l) >= 0, in_out = ein_find(to, l) >= 0;
+    bool in_b = ein_find(tb, l) >= 0, in_out = keep[l];
     if (in_b && in_out) batch[nb++] = l;
     else if (in_b) contr[nc++] = l, K *= ta->size[i];
     else af[naf++] = l, M *= ta->size[i];
   }
   for (int i = 0; i < tb->n; i++)
     if (ein_find(ta, tb->lab[i]) < 0) bf[nbf++] = tb->lab[i], N *= tb->size[i];
+  if (nb + 2 > IR_MAX_RANK || nb + naf + nbf > IR_MAX_RANK)
+    return on_unsupported(im, "Einsum: a product of %d batch and %d free labels is over rank %d", nb, naf + nbf,
+                          IR_MAX_RANK);
   /* A as [batch, free, contracted] or, read transposed, [batch, contracted, free] */
   int want[IR_MAX_RANK], wantt[IR_MAX_RANK], k = 0;
   for (int i = 0; i < nb; i++) want[k] = wantt[k] = batch[i], k++;
@@ -2417,16 +2446,33 @@ static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinT
   return NULL;
 }
 
-/* Einsum of one operand (sums and a transpose) or two (ein_matmul).
- * Repeated labels in one term (diagonals, "ii->i") and three or more
- * operands are refused. */
+/* The operand whose free labels come first in the output is the matmul's
+ * A, so that "bhjd,bhid->bhij" needs no transpose of the result. */
+static void ein_first(int *a, EinTerm *ta, int *b, EinTerm *tb, const EinTerm *to) {
+  int first = 0;
+  for (int j = 0; j < to->n && !first; j++)
+    if ((ein_find(ta, to->lab[j]) < 0) != (ein_find(tb, to->lab[j]) < 0))
+      first = ein_find(ta, to->lab[j]) >= 0 ? 1 : 2;
+  if (first == 2) {
+    EinTerm tt = *ta;
+    *ta = *tb, *tb = tt;
+    int v = *a;
+    *a = *b, *b = v;
+  }
+}
+
+/* Einsum of one operand (sums and a transpose), two (ein_matmul) or more:
+ * contracted pairwise from the left, each product keeping the labels that
+ * the output or an operand still to come has.  Repeated labels in one term
+ * (diagonals, "ii->i") are refused. */
 static smelt_status cv_einsum(OnnxImporter *im) {
   const char *eq;
   RETURN_IF_ERROR(on_attr_string(im, "equation", NULL, &eq));
   if (!eq) return on_err(im, "the equation attribute is required");
   int nin = on_nin(im), x[EIN_MAX_OPERANDS];
-  if (nin < 1 || nin > EIN_MAX_OPERANDS)
-    return on_unsupported(im, "Einsum of %d operands (supported: 1 and 2)", nin);
+  if (nin < 1) return on_err(im, "Einsum needs at least one operand");
+  if (nin > EIN_MAX_OPERANDS)
+    return on_unsupported(im, "Einsum of %d operands (supported: 1 to %d)", nin, EIN_MAX_OPERANDS);
   /* the ellipsis's rank is the largest any operand gives it: the first pass
    * finds it, the second numbers the labels with it */
   EinTerm t[EIN_MAX_OPERANDS], to;
@@ -2494,7 +2540,7 @@ static smelt_status cv_einsum(OnnxImporter *im) {
     }
     if (grow) RETURN_IF_ERROR(expand_to(im, x[i], shape, t[i].n, NULL, &x[i]));
   }
-  /* labels neither in the output nor in the other operand are summed first */
+  /* labels neither in the output nor in another operand are summed first */
   for (int i = 0; i < nin; i++) {
     bool keep[EIN_LABELS] = {false};
     for (int j = 0; j < to.n; j++) keep[to.lab[j]] = true;
@@ -2503,19 +2549,23 @@ static smelt_status cv_einsum(OnnxImporter *im) {
     RETURN_IF_ERROR(ein_sum_out(im, x[i], &t[i], keep, &x[i]));
   }
   int y = x[0];
-  if (nin == 2) {
-    /* the operand whose free labels come first in the output is the matmul's
-     * A, so that "bhjd,bhid->bhij" needs no transpose of the result */
-    int first = 0;
-    for (int j = 0; j < to.n && !first; j++)
-      if ((ein_find(&t[0], to.lab[j]) < 0) != (ein_find(&t[1], to.lab[j]) < 0))
-        first = ein_find(&t[0], to.lab[j]) >= 0 ? 1 : 2;
-    if (first == 2) {
-      EinTerm tt = t[0];
-      t[0] = t[1], t[1] = tt;
-      y = x[0], x[0] = x[1], x[1] = y;
-    }
-    RETURN_IF_ERROR(ein_matmul(im, x[0], &t[0], x[1], &t[1], &to, &y));
+  for (int i = 1; i < nin; i++) {
+    /* what this product keeps: the output's labels and those of operands to come */
+    bool keep[EIN_LABELS] = {false}, keep_a[EIN_LABELS], keep_b[EIN_LABELS];
+    for (int j = 0; j < to.n; j++) keep[to.lab[j]] = true;
+    for (int k = i + 1; k < nin; k++)
+      for (int j = 0; j < t[k].n; j++) keep[t[k].lab[j]] = true;
+    /* a label only one side has and nothing later wants is summed first */
+    memcpy(keep_a, keep, sizeof keep);
+    memcpy(keep_b, keep, sizeof keep);
+    for (int j = 0; j < t[i].n; j++) keep_a[t[i].lab[j]] = true;
+    for (int j = 0; j < t[0].n; j++) keep_b[t[0].lab[j]] = true;
+    RETURN_IF_ERROR(ein_sum_out(im, y, &t[0], keep_a, &y));
+    RETURN_IF_ERROR(ein_sum_out(im, x[i], &t[i], keep_b, &x[i]));
+    if (i == nin - 1) ein_first(&y, &t[0], &x[i], &t[i], &to);
+    RETURN_IF_ERROR(ein_matmul(im, y, &t[0], x[i], &t[i], keep, &y));
+    if (i < nin - 1) /* the matmul's merged dims back to one per label */
+      RETURN_IF_ERROR(reshape_if(im, y, t[0].size, t[0].n, NULL, &y));
   }
   /* to the output's order: a reshape when the matmul merged dims, a transpose */
   int64_t shape[IR_MAX_RANK];
@@ -2571,6 +2621,58 @@ static smelt_status cv_reduce_log(OnnxImporter *im) {
     }
   }
   RETURN_IF_ERROR(on_reshape(im, y, want.dim, want.rank, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ReduceProd: smelt has no product reduction, so each reduced axis is
+ * halved in turn: its first half times its second half, an odd last
+ * element carried along by a concat, until the axis has size 1 (about
+ * log2(n) slices and muls; exact for integers up to smelt's saturating
+ * multiply, and for floats a product taken in another order). */
+static smelt_status cv_reduce_prod(OnnxImporter *im) {
+  int x, y, n;
+  int64_t axes[MAXV], keep;
+  bool identity;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
+  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  if (identity) return bind0(im, x);
+  TensorType xt = *on_type(im, x);
+  if (xt.dt == DT_BOOL) return on_err(im, "x must be a number, got bool");
+  bool red[IR_MAX_RANK] = {false};
+  if (n < 0) {
+    for (int d = 0; d < xt.rank; d++) red[d] = true;
+  } else {
+    for (int i = 0; i < n; i++) {
+      int ax;
+      RETURN_IF_ERROR(norm_axis(im, axes[i], xt.rank, "axis", &ax));
+      if (red[ax]) return on_err(im, "axis %lld is named twice", (long long)axes[i]);
+      red[ax] = true;
+    }
+  }
+  y = x;
+  for (int d = 0; d < xt.rank; d++) {
+    if (!red[d]) continue;
+    if (xt.dim[d] == 0) return on_unsupported(im, "ReduceProd over axis %d of size 0", d);
+    for (int64_t len = xt.dim[d]; len > 1;) {
+      int64_t h = len / 2;
+      int lo, hi;
+      RETURN_IF_ERROR(on_slice(im, y, d, 0, h, 1, NULL, &lo));
+      RETURN_IF_ERROR(on_slice(im, y, d, h, 2 * h, 1, NULL, &hi));
+      int odd = -1;
+      if (len % 2) RETURN_IF_ERROR(on_slice(im, y, d, 2 * h, len, 1, NULL, &odd));
+      RETURN_IF_ERROR(on_op2(im, OP_MUL, lo, hi, NULL, &y));
+      if (odd >= 0) RETURN_IF_ERROR(on_concat(im, (int[]){y, odd}, 2, d, NULL, &y));
+      len = h + (len % 2);
+    }
+  }
+  TensorType want = *on_type(im, y);
+  if (!keep) { /* drop the reduced (now 1) axes */
+    want.rank = 0;
+    for (int d = 0; d < xt.rank; d++)
+      if (!red[d]) want.dim[want.rank++] = xt.dim[d];
+  }
+  RETURN_IF_ERROR(reshape_if(im, y, want.dim, want.rank, out0(im), &y));
   return bind0(im, y);
 }
 
@@ -2753,6 +2855,7 @@ static const OnnxOpDef ops[] = {
     {"ReduceMax", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMean", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMin", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceProd", cv_reduce_prod, "axes keepdims noop_with_empty_axes"},
     {"ReduceSum", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceSumSquare", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"Relu", cv_unary, ""},
