@@ -878,15 +878,54 @@ static smelt_status conv_node(OnnxImporter *im, int x, int w, int b, const int64
   return bind0(im, y);
 }
 
+/* A 3-D convolution as conv2d: x [N, C, D, H, W] with its depth padded
+ * already, w [M, C/g, kD, kH, kW].  Output depth o reads x's depths
+ * o*sd + t*dd for the taps t < kD, so tap t is one conv2d of w[:, :, t]
+ * over the depths t*dd, t*dd + sd, ... taken as a batch [N*Do, C, H, W]
+ * (x's depth moved next to N first); the taps' results are summed (the
+ * bias goes to tap 0's) and put back as [N, M, Do, Ho, Wo]. */
+static smelt_status conv3d_node(OnnxImporter *im, int x, int w, int b, int64_t sd, int64_t dd, const int64_t st[2],
+                                const int64_t dl[2], const int64_t p4[4], int64_t grp) {
+  TensorType xt = *on_type(im, x), wt = *on_type(im, w);
+  int64_t N = xt.dim[0], D = xt.dim[2], kd = wt.dim[2], span = dd * (kd - 1) + 1;
+  if (D < span) return on_err(im, "the output would have no pixels along the depth axis");
+  int64_t Do = (D - span) / sd + 1;
+  int xp, y = -1;
+  RETURN_IF_ERROR(on_transpose(im, x, (const int64_t[]){0, 2, 1, 3, 4}, 5, NULL, &xp));
+  for (int64_t t = 0; t < kd; t++) {
+    int xs, ws, yt;
+    RETURN_IF_ERROR(on_slice(im, xp, 1, t * dd, t * dd + sd * (Do - 1) + 1, sd, NULL, &xs));
+    RETURN_IF_ERROR(on_reshape(im, xs, (const int64_t[]){N * Do, xt.dim[1], xt.dim[3], xt.dim[4]}, 4, NULL, &xs));
+    RETURN_IF_ERROR(on_slice(im, w, 2, t, t + 1, 1, NULL, &ws));
+    RETURN_IF_ERROR(on_reshape(im, ws, (const int64_t[]){wt.dim[0], wt.dim[1], wt.dim[3], wt.dim[4]}, 4, NULL, &ws));
+    int ins[3] = {xs, ws, b};
+    int id = on_node(im, OP_CONV2D, t == 0 && b >= 0 ? 3 : 2, ins, NULL);
+    ir_set_attr_ints(im->g, id, "strides", st, 2);
+    ir_set_attr_ints(im->g, id, "dilations", dl, 2);
+    ir_set_attr_ints(im->g, id, "pads", p4, 4);
+    ir_set_attr_int(im->g, id, "groups", grp);
+    RETURN_IF_ERROR(on_done(im, id, &yt));
+    if (y < 0) y = yt;
+    else RETURN_IF_ERROR(on_op2(im, OP_ADD, y, yt, NULL, &y));
+  }
+  const TensorType *yt = on_type(im, y);
+  RETURN_IF_ERROR(on_reshape(im, y, (const int64_t[]){N, Do, yt->dim[1], yt->dim[2], yt->dim[3]}, 5, NULL, &y));
+  RETURN_IF_ERROR(on_transpose(im, y, (const int64_t[]){0, 2, 1, 3, 4}, 5, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
+                             int cval, const char *name, int *out);
+
 static smelt_status cv_conv(OnnxImporter *im) {
   int x, w, b = on_in(im, 2);
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
-  if (r != 3 && r != 4) return on_unsupported(im, "%d-D convolution (supported: 1-D and 2-D)", r - 2);
+  if (r < 3 || r > 5) return on_unsupported(im, "%d-D convolution (supported: 1-D, 2-D and 3-D)", r - 2);
   if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
   int n = r - 2;
-  int64_t st[2], dl[2], k[2], in[2], pads[4], grp;
+  int64_t st[3], dl[3], k[3], in[3], pads[6], grp;
   int nk;
   RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
   RETURN_IF_ERROR(spatial_ints(im, "dilations", n, dl));
@@ -907,18 +946,22 @@ static smelt_status cv_conv(OnnxImporter *im) {
     RETURN_IF_ERROR(on_reshape(im, w, ws, 4, NULL, &w));
     st[1] = st[0], st[0] = 1, dl[1] = dl[0], dl[0] = 1;
     p4[0] = 0, p4[1] = pads[0], p4[2] = 0, p4[3] = pads[1];
+  } else if (n == 3) {
+    /* 3-D: the depth padded here, height and width by the conv2d taps */
+    int zero = on_scalar(im, on_type(im, x)->dt, 0);
+    RETURN_IF_ERROR(pad_axis(im, x, 2, pads[0], pads[3], "constant", zero, NULL, &x));
+    p4[0] = pads[1], p4[1] = pads[2], p4[2] = pads[4], p4[3] = pads[5];
+    return conv3d_node(im, x, w, b, st[0], dl[0], st + 1, dl + 1, p4, grp);
   } else {
     memcpy(p4, pads, sizeof p4);
   }
   return conv_node(im, x, w, b, st, dl, p4, grp, n);
 }
 
-static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
-                             int cval, const char *name, int *out);
-
-/* ConvTranspose's weight W [C, M/g, kH, kW] as conv2d's [M, C/g, kH, kW]:
- * flipped in both spatial axes, input and output channels swapped within
- * each group.  Computed here, so W must be a constant. */
+/* ConvTranspose's weight W [C, M/g, kH, kW] as conv2d's [M, C/g, kH, kW]
+ * (1-D: kH = 1; 3-D: [M, C/g, kD, kH, kW]): flipped in every spatial axis
+ * (the spatial index read backwards), input and output channels swapped
+ * within each group.  Computed here, so W must be a constant. */
 static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *out) {
   if (!on_is_const(im, w))
     return on_unsupported(im, "W ('%s') must be a constant at import time (smelt turns it into a convolution's "
@@ -926,9 +969,11 @@ static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *
                           im->g->val[w].name);
   TensorType wt = *on_type(im, w);
   if (!dt_is_float(wt.dt)) return on_err(im, "W must be floating point, got %s", dt_name(wt.dt));
-  int64_t C = wt.dim[0], Mg = wt.dim[1], kh = wt.rank == 4 ? wt.dim[2] : 1, kw = wt.dim[wt.rank - 1];
+  int64_t C = wt.dim[0], Mg = wt.dim[1], kd = wt.rank == 5 ? wt.dim[2] : 1;
+  int64_t kh = wt.rank >= 4 ? wt.dim[wt.rank - 2] : 1, kw = wt.dim[wt.rank - 1], S = kd * kh * kw;
   int64_t Cg = C / group;
   TensorType ct = {.dt = wt.dt, .rank = 4, .dim = {Mg * group, Cg, kh, kw}};
+  if (wt.rank == 5) ct = (TensorType){.dt = wt.dt, .rank = 5, .dim = {Mg * group, Cg, kd, kh, kw}};
   int v = on_const(im, on_tmp_name(im, "w"), ct, NULL);
   char *dst = im->g->val[v].data;
   const char *src = im->g->val[w].data;
@@ -937,12 +982,11 @@ static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *
   for (int64_t g = 0; g < group; g++)
     for (int64_t m = 0; m < Mg; m++)
       for (int64_t c = 0; c < Cg; c++)
-        for (int64_t a = 0; a < kh; a++)
-          for (int64_t b = 0; b < kw; b++) {
-            int64_t from = (((g * Cg + c) * Mg + m) * kh + (kh - 1 - a)) * kw + (kw - 1 - b);
-            int64_t to = (((g * Mg + m) * Cg + c) * kh + a) * kw + b;
-            memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
-          }
+        for (int64_t k = 0; k < S; k++) {
+          int64_t from = ((g * Cg + c) * Mg + m) * S + (S - 1 - k);
+          int64_t to = ((g * Mg + m) * Cg + c) * S + k;
+          memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
+        }
   *out = v;
   return NULL;
 }
@@ -964,12 +1008,13 @@ static smelt_status spread_axis(OnnxImporter *im, int x, int axis, int64_t s, in
   return on_reshape(im, x, xt.dim, xt.rank, NULL, out);
 }
 
-/* ConvTranspose (1-D and 2-D) as a stride-1 conv2d: the input gets s - 1
+/* ConvTranspose (1-D, 2-D and 3-D) as a stride-1 conv2d: the input gets s - 1
  * zeros between its pixels and d*(k-1) - pad zeros around it (plus
  * output_padding at the end), the weight is flipped (flipped_weight).
  * The border zeros are conv2d's pads; where an ONNX pad exceeds d*(k-1)
  * the border is negative and a slice crops instead.  1-D is 2-D with height
- * 1.  Padding from output_shape or auto_pad SAME_* is as ONNX states it
+ * 1; 3-D spreads and pads the depth here and is a stride-1 3-D convolution
+ * (conv3d_node).  Padding from output_shape or auto_pad SAME_* is as ONNX states it
  * (and ONNX Runtime computes it): total = full size - wanted size (the
  * input's size times the stride for SAME_*), the odd pixel cut at the end
  * for SAME_UPPER and at the start otherwise. */
@@ -978,10 +1023,10 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
-  if (r != 3 && r != 4) return on_unsupported(im, "%d-D ConvTranspose (supported: 1-D and 2-D)", r - 2);
+  if (r < 3 || r > 5) return on_unsupported(im, "%d-D ConvTranspose (supported: 1-D, 2-D and 3-D)", r - 2);
   if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
   int n = r - 2;
-  int64_t st[2], dl[2], kshape[2], opad[2], oshape[2], pads[4], grp;
+  int64_t st[3], dl[3], kshape[3], opad[3], oshape[3], pads[6], grp;
   int nk, nop, nos, np;
   const char *ap;
   RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
@@ -1004,7 +1049,7 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
   if (wt.dim[0] != C) return on_err(im, "W has %lld input channels, x has %lld", (long long)wt.dim[0], (long long)C);
 
   /* per spatial axis i of n: the zeros to put before and after the spread input */
-  int64_t before[2], after[2], in[2], k[2];
+  int64_t before[3], after[3], in[3], k[3];
   for (int i = 0; i < n; i++) {
     in[i] = xt.dim[2 + i];
     k[i] = wt.dim[2 + i];
@@ -1038,20 +1083,25 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
     st[0] = dl[0] = 1, before[0] = after[0] = 0;
   }
   int64_t p4[4];
-  for (int i = 0; i < 2; i++) {
+  int sp0 = n == 3; /* the first spatial axis (of st, dl, before, after) that conv2d pads */
+  for (int i = 0; i < (n == 1 ? 2 : n); i++) {
     int axis = 2 + i;
     if (st[i] > 1) {
       RETURN_IF_ERROR(spread_axis(im, x, axis, st[i], &x));
       after[i] -= st[i] - 1; /* spread_axis leaves s - 1 zeros after the last pixel too */
     }
-    if (before[i] < 0 || after[i] < 0) { /* crop what a pad larger than d*(k-1) takes away */
+    bool conv_pads = i >= sp0;
+    if (!conv_pads || before[i] < 0 || after[i] < 0) { /* crop what a pad larger than d*(k-1) takes away */
       int zero = on_scalar(im, xt.dt, 0);
-      RETURN_IF_ERROR(pad_axis(im, x, axis, before[i] < 0 ? before[i] : 0, after[i] < 0 ? after[i] : 0, "constant",
-                               zero, NULL, &x));
+      RETURN_IF_ERROR(pad_axis(im, x, axis, conv_pads && before[i] > 0 ? 0 : before[i],
+                               conv_pads && after[i] > 0 ? 0 : after[i], "constant", zero, NULL, &x));
     }
-    p4[i] = before[i] > 0 ? before[i] : 0;
-    p4[2 + i] = after[i] > 0 ? after[i] : 0;
+    if (conv_pads) {
+      p4[i - sp0] = before[i] > 0 ? before[i] : 0;
+      p4[2 + i - sp0] = after[i] > 0 ? after[i] : 0;
+    }
   }
+  if (n == 3) return conv3d_node(im, x, wc, b, 1, dl[0], (const int64_t[]){1, 1}, dl + 1, p4, grp);
   return conv_node(im, x, wc, b, (int64_t[]){1, 1}, dl, p4, grp, n);
 }
 

@@ -97,6 +97,7 @@ def main():
     einsum(r)
     mod_int(np.random.default_rng(1))
     reduce_prod(np.random.default_rng(2))
+    conv_3d(np.random.default_rng(3))
 
 
 def mod_int(r):
@@ -187,6 +188,39 @@ def conv_transpose(r):
         ("upper_odd", (4, 2, 4, 2), False, dict(strides=[3, 1], auto_pad="SAME_UPPER")),
         ("oshape", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[10, 12])),
         ("oshape_odd", (4, 3, 3, 3), False, dict(strides=[2, 2], output_shape=[9, 10])),
+    ])
+
+
+def conv_3d(r):
+    """Conv and ConvTranspose 3-D (a sum of conv2d over the depth taps):
+    strides, pads, dilations, groups, auto_pad, output_padding and
+    output_shape along the depth as along height and width."""
+    def cv(name, op, xshape, cases):
+        """cases: (output, W shape, bias?, attributes)."""
+        nodes, inits, outs = [], [], []
+        for out, wshape, bias, attrs in cases:
+            ins = ["x", out + ".w"]
+            inits.append((out + ".w", (r.standard_normal(wshape) * 0.5).astype(np.float32)))
+            if bias:
+                m = wshape[0] if op == "Conv" else wshape[1] * attrs.get("group", 1)
+                inits.append((out + ".b", r.standard_normal(m).astype(np.float32)))
+                ins.append(out + ".b")
+            nodes.append(helper.make_node(op, ins, [out], **attrs))
+            outs.append((out, F))
+        save(name, nodes, [("x", F, list(xshape), r.standard_normal(xshape))], outs, inits)
+
+    cv("conv_3d", "Conv", (2, 4, 5, 6, 7), [
+        ("plain", (3, 4, 3, 3, 3), True, {}),
+        ("stride_pad", (6, 4, 2, 3, 2), True, dict(strides=[2, 1, 2], pads=[1, 0, 1, 0, 1, 1], dilations=[1, 2, 1])),
+        ("group", (4, 2, 3, 1, 3), False, dict(group=2, dilations=[2, 1, 1], strides=[1, 2, 1])),
+        ("same", (3, 4, 3, 3, 3), True, dict(auto_pad="SAME_UPPER", strides=[2, 2, 2])),
+    ])
+    cv("conv_transpose_3d", "ConvTranspose", (1, 4, 3, 4, 5), [
+        ("s2", (4, 3, 3, 3, 3), True, dict(strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0], output_padding=[1, 1, 0])),
+        ("g2_d2", (4, 2, 2, 3, 2), False, dict(group=2, dilations=[2, 1, 2], strides=[1, 2, 1])),
+        ("crop", (4, 2, 2, 2, 3), True, dict(strides=[3, 2, 1], pads=[3, 0, 2, 1, 2, 0])),  # depth pad > d*(k-1)
+        ("same", (4, 2, 3, 3, 3), False, dict(auto_pad="SAME_LOWER", strides=[2, 1, 2])),
+        ("oshape", (4, 3, 3, 3, 3), False, dict(strides=[2, 2, 2], output_shape=[6, 8, 9])),
     ])
 
 
