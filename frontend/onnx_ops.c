@@ -15,8 +15,11 @@
  *     expand -> reshape, Trilu = where(constant mask, x, 0), RotaryEmbedding
  *     from its cos/sin caches with slices, muls and a concat;
  *   - ConvTranspose is a stride-1 conv2d over the input with zeros spread
- *     between its pixels, its weight flipped here (so it must be constant),
- *     and Einsum one matmul between transposes and reshapes.
+ *     between its pixels, its weight flipped here (so it must be constant);
+ *     3-D Conv and ConvTranspose a sum of conv2d over the depth taps;
+ *     Einsum one matmul between transposes and reshapes per pair of
+ *     operands; ReduceProd halving slices multiplied together; integer Mod
+ *     from the truncating integer div.
  * Ops that only exist to compute at import time (Shape, Size, Range,
  * ConstantOfShape, Constant) produce constants directly.
  *
