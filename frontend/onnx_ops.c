@@ -2465,8 +2465,9 @@ static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinT
   for (int i = 0; i < tb->n; i++)
     if (ein_find(ta, tb->lab[i]) < 0) bf[nbf++] = tb->lab[i], N *= tb->size[i];
   if (nb + 2 > IR_MAX_RANK || nb + naf + nbf > IR_MAX_RANK)
-    return on_unsupported(im, "Einsum: a product of %d batch and %d free labels is over rank %d", nb, naf + nbf,
-                          IR_MAX_RANK);
+    return on_unsupported(im, "Einsum: a product of two operands with %d batch and %d free labels needs rank %d "
+                              "(smelt's tensors have at most %d dims)",
+                          nb, naf + nbf, nb + 2 > nb + naf + nbf ? nb + 2 : nb + naf + nbf, IR_MAX_RANK);
   /* A as [batch, free, contracted] or, read transposed, [batch, contracted, free] */
   int want[IR_MAX_RANK], wantt[IR_MAX_RANK], k = 0;
   for (int i = 0; i < nb; i++) want[k] = wantt[k] = batch[i], k++;
