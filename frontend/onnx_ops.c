@@ -1566,16 +1566,16 @@ static smelt_status cv_size(OnnxImporter *im) {
  * amounts crop. */
 static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
                              int cval, const char *name, int *out) {
-  const TensorType *xt = on_type(im, x);
-  int64_t len = xt->dim[axis];
+  TensorType xt = *on_type(im, x); /* a copy: every node added may move the types */
+  int64_t len = xt.dim[axis];
   if (before < 0 || after < 0) {
     int64_t s = before < 0 ? -before : 0, e = after < 0 ? len + after : len;
     if (e < s) return on_err(im, "pads crop more than the axis holds");
     RETURN_IF_ERROR(on_slice(im, x, axis, s, e, 1, before >= 0 && after >= 0 ? name : NULL, &x));
     before = before < 0 ? 0 : before;
     after = after < 0 ? 0 : after;
-    xt = on_type(im, x);
-    len = xt->dim[axis];
+    xt = *on_type(im, x);
+    len = xt.dim[axis];
   }
   if (!before && !after) {
     *out = x;
@@ -1587,7 +1587,7 @@ static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, 
     for (int side = 0; side < 2; side++) {
       if (side == 1) parts[k++] = x;
       if (!amount[side]) continue;
-      TensorType bt = *xt;
+      TensorType bt = xt;
       bt.dim[axis] = amount[side];
       RETURN_IF_ERROR(expand_to(im, cval, bt.dim, bt.rank, NULL, &parts[k]));
       k++;
