@@ -15,8 +15,11 @@
  *     expand -> reshape, Trilu = where(constant mask, x, 0), RotaryEmbedding
  *     from its cos/sin caches with slices, muls and a concat;
  *   - ConvTranspose is a stride-1 conv2d over the input with zeros spread
- *     between its pixels, its weight flipped here (so it must be constant),
- *     and Einsum one matmul between transposes and reshapes.
+ *     between its pixels, its weight flipped here (so it must be constant);
+ *     3-D Conv and ConvTranspose a sum of conv2d over the depth taps;
+ *     Einsum one matmul between transposes and reshapes per pair of
+ *     operands; ReduceProd halving slices multiplied together; integer Mod
+ *     from the truncating integer div.
  * Ops that only exist to compute at import time (Shape, Size, Range,
  * ConstantOfShape, Constant) produce constants directly.
  *
@@ -878,15 +881,54 @@ static smelt_status conv_node(OnnxImporter *im, int x, int w, int b, const int64
   return bind0(im, y);
 }
 
+/* A 3-D convolution as conv2d: x [N, C, D, H, W] with its depth padded
+ * already, w [M, C/g, kD, kH, kW].  Output depth o reads x's depths
+ * o*sd + t*dd for the taps t < kD, so tap t is one conv2d of w[:, :, t]
+ * over the depths t*dd, t*dd + sd, ... taken as a batch [N*Do, C, H, W]
+ * (x's depth moved next to N first); the taps' results are summed (the
+ * bias goes to tap 0's) and put back as [N, M, Do, Ho, Wo]. */
+static smelt_status conv3d_node(OnnxImporter *im, int x, int w, int b, int64_t sd, int64_t dd, const int64_t st[2],
+                                const int64_t dl[2], const int64_t p4[4], int64_t grp) {
+  TensorType xt = *on_type(im, x), wt = *on_type(im, w);
+  int64_t N = xt.dim[0], D = xt.dim[2], kd = wt.dim[2], span = dd * (kd - 1) + 1;
+  if (D < span) return on_err(im, "the output would have no pixels along the depth axis");
+  int64_t Do = (D - span) / sd + 1;
+  int xp, y = -1;
+  RETURN_IF_ERROR(on_transpose(im, x, (const int64_t[]){0, 2, 1, 3, 4}, 5, NULL, &xp));
+  for (int64_t t = 0; t < kd; t++) {
+    int xs, ws, yt;
+    RETURN_IF_ERROR(on_slice(im, xp, 1, t * dd, t * dd + sd * (Do - 1) + 1, sd, NULL, &xs));
+    RETURN_IF_ERROR(on_reshape(im, xs, (const int64_t[]){N * Do, xt.dim[1], xt.dim[3], xt.dim[4]}, 4, NULL, &xs));
+    RETURN_IF_ERROR(on_slice(im, w, 2, t, t + 1, 1, NULL, &ws));
+    RETURN_IF_ERROR(on_reshape(im, ws, (const int64_t[]){wt.dim[0], wt.dim[1], wt.dim[3], wt.dim[4]}, 4, NULL, &ws));
+    int ins[3] = {xs, ws, b};
+    int id = on_node(im, OP_CONV2D, t == 0 && b >= 0 ? 3 : 2, ins, NULL);
+    ir_set_attr_ints(im->g, id, "strides", st, 2);
+    ir_set_attr_ints(im->g, id, "dilations", dl, 2);
+    ir_set_attr_ints(im->g, id, "pads", p4, 4);
+    ir_set_attr_int(im->g, id, "groups", grp);
+    RETURN_IF_ERROR(on_done(im, id, &yt));
+    if (y < 0) y = yt;
+    else RETURN_IF_ERROR(on_op2(im, OP_ADD, y, yt, NULL, &y));
+  }
+  const TensorType *yt = on_type(im, y);
+  RETURN_IF_ERROR(on_reshape(im, y, (const int64_t[]){N, Do, yt->dim[1], yt->dim[2], yt->dim[3]}, 5, NULL, &y));
+  RETURN_IF_ERROR(on_transpose(im, y, (const int64_t[]){0, 2, 1, 3, 4}, 5, out0(im), &y));
+  return bind0(im, y);
+}
+
+static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
+                             int cval, const char *name, int *out);
+
 static smelt_status cv_conv(OnnxImporter *im) {
   int x, w, b = on_in(im, 2);
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
-  if (r != 3 && r != 4) return on_unsupported(im, "%d-D convolution (supported: 1-D and 2-D)", r - 2);
+  if (r < 3 || r > 5) return on_unsupported(im, "%d-D convolution (supported: 1-D, 2-D and 3-D)", r - 2);
   if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
   int n = r - 2;
-  int64_t st[2], dl[2], k[2], in[2], pads[4], grp;
+  int64_t st[3], dl[3], k[3], in[3], pads[6], grp;
   int nk;
   RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
   RETURN_IF_ERROR(spatial_ints(im, "dilations", n, dl));
@@ -907,18 +949,22 @@ static smelt_status cv_conv(OnnxImporter *im) {
     RETURN_IF_ERROR(on_reshape(im, w, ws, 4, NULL, &w));
     st[1] = st[0], st[0] = 1, dl[1] = dl[0], dl[0] = 1;
     p4[0] = 0, p4[1] = pads[0], p4[2] = 0, p4[3] = pads[1];
+  } else if (n == 3) {
+    /* 3-D: the depth padded here, height and width by the conv2d taps */
+    int zero = on_scalar(im, on_type(im, x)->dt, 0);
+    RETURN_IF_ERROR(pad_axis(im, x, 2, pads[0], pads[3], "constant", zero, NULL, &x));
+    p4[0] = pads[1], p4[1] = pads[2], p4[2] = pads[4], p4[3] = pads[5];
+    return conv3d_node(im, x, w, b, st[0], dl[0], st + 1, dl + 1, p4, grp);
   } else {
     memcpy(p4, pads, sizeof p4);
   }
   return conv_node(im, x, w, b, st, dl, p4, grp, n);
 }
 
-static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
-                             int cval, const char *name, int *out);
-
-/* ConvTranspose's weight W [C, M/g, kH, kW] as conv2d's [M, C/g, kH, kW]:
- * flipped in both spatial axes, input and output channels swapped within
- * each group.  Computed here, so W must be a constant. */
+/* ConvTranspose's weight W [C, M/g, kH, kW] as conv2d's [M, C/g, kH, kW]
+ * (1-D: kH = 1; 3-D: [M, C/g, kD, kH, kW]): flipped in every spatial axis
+ * (the spatial index read backwards), input and output channels swapped
+ * within each group.  Computed here, so W must be a constant. */
 static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *out) {
   if (!on_is_const(im, w))
     return on_unsupported(im, "W ('%s') must be a constant at import time (smelt turns it into a convolution's "
@@ -926,9 +972,11 @@ static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *
                           im->g->val[w].name);
   TensorType wt = *on_type(im, w);
   if (!dt_is_float(wt.dt)) return on_err(im, "W must be floating point, got %s", dt_name(wt.dt));
-  int64_t C = wt.dim[0], Mg = wt.dim[1], kh = wt.rank == 4 ? wt.dim[2] : 1, kw = wt.dim[wt.rank - 1];
+  int64_t C = wt.dim[0], Mg = wt.dim[1], kd = wt.rank == 5 ? wt.dim[2] : 1;
+  int64_t kh = wt.rank >= 4 ? wt.dim[wt.rank - 2] : 1, kw = wt.dim[wt.rank - 1], S = kd * kh * kw;
   int64_t Cg = C / group;
   TensorType ct = {.dt = wt.dt, .rank = 4, .dim = {Mg * group, Cg, kh, kw}};
+  if (wt.rank == 5) ct = (TensorType){.dt = wt.dt, .rank = 5, .dim = {Mg * group, Cg, kd, kh, kw}};
   int v = on_const(im, on_tmp_name(im, "w"), ct, NULL);
   char *dst = im->g->val[v].data;
   const char *src = im->g->val[w].data;
@@ -937,12 +985,11 @@ static smelt_status flipped_weight(OnnxImporter *im, int w, int64_t group, int *
   for (int64_t g = 0; g < group; g++)
     for (int64_t m = 0; m < Mg; m++)
       for (int64_t c = 0; c < Cg; c++)
-        for (int64_t a = 0; a < kh; a++)
-          for (int64_t b = 0; b < kw; b++) {
-            int64_t from = (((g * Cg + c) * Mg + m) * kh + (kh - 1 - a)) * kw + (kw - 1 - b);
-            int64_t to = (((g * Mg + m) * Cg + c) * kh + a) * kw + b;
-            memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
-          }
+        for (int64_t k = 0; k < S; k++) {
+          int64_t from = ((g * Cg + c) * Mg + m) * S + (S - 1 - k);
+          int64_t to = ((g * Mg + m) * Cg + c) * S + k;
+          memcpy(dst + (size_t)to * es, src + (size_t)from * es, es);
+        }
   *out = v;
   return NULL;
 }
@@ -964,12 +1011,13 @@ static smelt_status spread_axis(OnnxImporter *im, int x, int axis, int64_t s, in
   return on_reshape(im, x, xt.dim, xt.rank, NULL, out);
 }
 
-/* ConvTranspose (1-D and 2-D) as a stride-1 conv2d: the input gets s - 1
+/* ConvTranspose (1-D, 2-D and 3-D) as a stride-1 conv2d: the input gets s - 1
  * zeros between its pixels and d*(k-1) - pad zeros around it (plus
  * output_padding at the end), the weight is flipped (flipped_weight).
  * The border zeros are conv2d's pads; where an ONNX pad exceeds d*(k-1)
  * the border is negative and a slice crops instead.  1-D is 2-D with height
- * 1.  Padding from output_shape or auto_pad SAME_* is as ONNX states it
+ * 1; 3-D spreads and pads the depth here and is a stride-1 3-D convolution
+ * (conv3d_node).  Padding from output_shape or auto_pad SAME_* is as ONNX states it
  * (and ONNX Runtime computes it): total = full size - wanted size (the
  * input's size times the stride for SAME_*), the odd pixel cut at the end
  * for SAME_UPPER and at the start otherwise. */
@@ -978,10 +1026,10 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 0, &x));
   RETURN_IF_ERROR(on_in_req(im, 1, &w));
   int r = rank_of(im, x);
-  if (r != 3 && r != 4) return on_unsupported(im, "%d-D ConvTranspose (supported: 1-D and 2-D)", r - 2);
+  if (r < 3 || r > 5) return on_unsupported(im, "%d-D ConvTranspose (supported: 1-D, 2-D and 3-D)", r - 2);
   if (rank_of(im, w) != r) return on_err(im, "weight rank %d differs from input rank %d", rank_of(im, w), r);
   int n = r - 2;
-  int64_t st[2], dl[2], kshape[2], opad[2], oshape[2], pads[4], grp;
+  int64_t st[3], dl[3], kshape[3], opad[3], oshape[3], pads[6], grp;
   int nk, nop, nos, np;
   const char *ap;
   RETURN_IF_ERROR(spatial_ints(im, "strides", n, st));
@@ -1004,7 +1052,7 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
   if (wt.dim[0] != C) return on_err(im, "W has %lld input channels, x has %lld", (long long)wt.dim[0], (long long)C);
 
   /* per spatial axis i of n: the zeros to put before and after the spread input */
-  int64_t before[2], after[2], in[2], k[2];
+  int64_t before[3], after[3], in[3], k[3];
   for (int i = 0; i < n; i++) {
     in[i] = xt.dim[2 + i];
     k[i] = wt.dim[2 + i];
@@ -1038,20 +1086,25 @@ static smelt_status cv_conv_transpose(OnnxImporter *im) {
     st[0] = dl[0] = 1, before[0] = after[0] = 0;
   }
   int64_t p4[4];
-  for (int i = 0; i < 2; i++) {
+  int sp0 = n == 3; /* the first spatial axis (of st, dl, before, after) that conv2d pads */
+  for (int i = 0; i < (n == 1 ? 2 : n); i++) {
     int axis = 2 + i;
     if (st[i] > 1) {
       RETURN_IF_ERROR(spread_axis(im, x, axis, st[i], &x));
       after[i] -= st[i] - 1; /* spread_axis leaves s - 1 zeros after the last pixel too */
     }
-    if (before[i] < 0 || after[i] < 0) { /* crop what a pad larger than d*(k-1) takes away */
+    bool conv_pads = i >= sp0;
+    if (!conv_pads || before[i] < 0 || after[i] < 0) { /* crop what a pad larger than d*(k-1) takes away */
       int zero = on_scalar(im, xt.dt, 0);
-      RETURN_IF_ERROR(pad_axis(im, x, axis, before[i] < 0 ? before[i] : 0, after[i] < 0 ? after[i] : 0, "constant",
-                               zero, NULL, &x));
+      RETURN_IF_ERROR(pad_axis(im, x, axis, conv_pads && before[i] > 0 ? 0 : before[i],
+                               conv_pads && after[i] > 0 ? 0 : after[i], "constant", zero, NULL, &x));
     }
-    p4[i] = before[i] > 0 ? before[i] : 0;
-    p4[2 + i] = after[i] > 0 ? after[i] : 0;
+    if (conv_pads) {
+      p4[i - sp0] = before[i] > 0 ? before[i] : 0;
+      p4[2 + i - sp0] = after[i] > 0 ? after[i] : 0;
+    }
   }
+  if (n == 3) return conv3d_node(im, x, wc, b, 1, dl[0], (const int64_t[]){1, 1}, dl + 1, p4, grp);
   return conv_node(im, x, wc, b, (int64_t[]){1, 1}, dl, p4, grp, n);
 }
 
@@ -1513,16 +1566,16 @@ static smelt_status cv_size(OnnxImporter *im) {
  * amounts crop. */
 static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, int64_t after, const char *mode,
                              int cval, const char *name, int *out) {
-  const TensorType *xt = on_type(im, x);
-  int64_t len = xt->dim[axis];
+  TensorType xt = *on_type(im, x); /* a copy: every node added may move the types */
+  int64_t len = xt.dim[axis];
   if (before < 0 || after < 0) {
     int64_t s = before < 0 ? -before : 0, e = after < 0 ? len + after : len;
     if (e < s) return on_err(im, "pads crop more than the axis holds");
     RETURN_IF_ERROR(on_slice(im, x, axis, s, e, 1, before >= 0 && after >= 0 ? name : NULL, &x));
     before = before < 0 ? 0 : before;
     after = after < 0 ? 0 : after;
-    xt = on_type(im, x);
-    len = xt->dim[axis];
+    xt = *on_type(im, x);
+    len = xt.dim[axis];
   }
   if (!before && !after) {
     *out = x;
@@ -1534,7 +1587,7 @@ static smelt_status pad_axis(OnnxImporter *im, int x, int axis, int64_t before, 
     for (int side = 0; side < 2; side++) {
       if (side == 1) parts[k++] = x;
       if (!amount[side]) continue;
-      TensorType bt = *xt;
+      TensorType bt = xt;
       bt.dim[axis] = amount[side];
       RETURN_IF_ERROR(expand_to(im, cval, bt.dim, bt.rank, NULL, &parts[k]));
       k++;
@@ -2125,8 +2178,12 @@ static smelt_status cv_shrink(OnnxImporter *im) {
   return bind0(im, y);
 }
 
-/* Mod with fmod=1 (C's fmod, the sign of the dividend): a - b trunc(a / b),
- * trunc(v) = sign(v) floor(|v|).  Integer Mod (either fmod) is refused. */
+/* Mod.  Floating point (fmod=1, C's fmod, the sign of the dividend):
+ * a - b trunc(a / b), trunc(v) = sign(v) floor(|v|).  Integers: smelt's
+ * integer div truncates toward zero, so r = a - b (a / b) is C's remainder
+ * (fmod=1), with r = 0 where b = -1 (a / b saturates for the most negative
+ * a); fmod=0 takes the divisor's sign, as Python's %: b is added where r
+ * is nonzero and its sign differs from b's.  An unsigned r is both. */
 static smelt_status cv_mod(OnnxImporter *im) {
   int a, b, q, t, y;
   int64_t fmod;
@@ -2134,7 +2191,28 @@ static smelt_status cv_mod(OnnxImporter *im) {
   RETURN_IF_ERROR(on_in_req(im, 1, &b));
   RETURN_IF_ERROR(on_attr_int(im, "fmod", 0, &fmod));
   DType dt = on_type(im, a)->dt;
-  if (!dt_is_float(dt)) return on_unsupported(im, "integer Mod (smelt imports the floating-point fmod=1 form)");
+  if (on_type(im, b)->dt != dt)
+    return on_err(im, "A is %s and B is %s (Mod needs one type)", dt_name(dt), dt_name(on_type(im, b)->dt));
+  if (!dt_is_float(dt)) {
+    if (!dt_is_int(dt)) return on_err(im, "Mod of %s (needs numbers)", dt_name(dt));
+    bool sign = dt != DT_U8;
+    RETURN_IF_ERROR(on_op2(im, OP_DIV, a, b, NULL, &q));
+    RETURN_IF_ERROR(on_op2(im, OP_MUL, q, b, NULL, &t));
+    RETURN_IF_ERROR(on_op2(im, OP_SUB, a, t, sign ? NULL : out0(im), &y));
+    if (!sign) return bind0(im, y);
+    int zero = on_scalar(im, dt, 0), c;
+    RETURN_IF_ERROR(on_op2(im, OP_EQUAL, b, on_scalar(im, dt, -1), NULL, &c));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, zero, y, fmod ? out0(im) : NULL, &y));
+    if (fmod) return bind0(im, y);
+    int sr, sb;
+    RETURN_IF_ERROR(on_op1(im, OP_SIGN, y, NULL, &sr));
+    RETURN_IF_ERROR(on_op1(im, OP_SIGN, b, NULL, &sb));
+    RETURN_IF_ERROR(on_op2(im, OP_MUL, sr, sb, NULL, &c));
+    RETURN_IF_ERROR(on_op2(im, OP_LESS, c, zero, NULL, &c));
+    RETURN_IF_ERROR(on_op3(im, OP_WHERE, c, b, zero, NULL, &t));
+    RETURN_IF_ERROR(on_op2(im, OP_ADD, y, t, out0(im), &y));
+    return bind0(im, y);
+  }
   if (!fmod) return on_err(im, "floating-point Mod needs fmod=1");
   RETURN_IF_ERROR(on_op2(im, OP_DIV, a, b, NULL, &q));
   RETURN_IF_ERROR(on_op1(im, OP_ABS, q, NULL, &t));
@@ -2256,7 +2334,7 @@ static smelt_status cv_depth_space(OnnxImporter *im) {
  * numpy's do.  Implicit output order (ONNX, numpy): the ellipsis dims,
  * then the labels used once, sorted by character code. */
 #define EIN_LABELS 128
-#define EIN_MAX_OPERANDS 2
+#define EIN_MAX_OPERANDS 16
 
 typedef struct {
   int n;               /* labels, after the ellipsis is expanded */
@@ -2366,25 +2444,30 @@ static smelt_status reshape_if(OnnxImporter *im, int x, const int64_t *shape, in
 }
 
 /* Two operands: one matmul [batch..., M, K] x [batch..., K, N].  Labels in
- * both operands and the output are batch dims, in both but not the output
- * contracted (K), in one and the output free (M or N); labels in one operand
- * only and not the output were summed before.  An operand already in the
+ * both operands and `keep` (the output's labels and, between operands of a
+ * longer Einsum, those of the operands still to come) are batch dims, in
+ * both but not `keep` contracted (K), in one free (M or N); labels in one
+ * operand only and not `keep` were summed before.  An operand already in the
  * order [batch, K, M] (or [batch, N, K]) is read through transpose_a
  * (transpose_b) instead of a transpose, which keeps "bhid,bhjd->bhij" one
  * matmul as attention exporters write it. */
-static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinTerm *tb, const EinTerm *to, int *out) {
+static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinTerm *tb, const bool *keep, int *out) {
   int batch[IR_MAX_RANK], contr[IR_MAX_RANK], af[IR_MAX_RANK], bf[IR_MAX_RANK];
   int nb = 0, nc = 0, naf = 0, nbf = 0;
   int64_t K = 1, M = 1, N = 1;
   for (int i = 0; i < ta->n; i++) {
     int l = ta->lab[i];
-    bool in_b = ein_find(tb, l) >= 0, in_out = ein_find(to, l) >= 0;
+    bool in_b = ein_find(tb, l) >= 0, in_out = keep[l];
     if (in_b && in_out) batch[nb++] = l;
     else if (in_b) contr[nc++] = l, K *= ta->size[i];
     else af[naf++] = l, M *= ta->size[i];
   }
   for (int i = 0; i < tb->n; i++)
     if (ein_find(ta, tb->lab[i]) < 0) bf[nbf++] = tb->lab[i], N *= tb->size[i];
+  if (nb + 2 > IR_MAX_RANK || nb + naf + nbf > IR_MAX_RANK)
+    return on_unsupported(im, "Einsum: a product of two operands with %d batch and %d free labels needs rank %d "
+                              "(smelt's tensors have at most %d dims)",
+                          nb, naf + nbf, nb + 2 > nb + naf + nbf ? nb + 2 : nb + naf + nbf, IR_MAX_RANK);
   /* A as [batch, free, contracted] or, read transposed, [batch, contracted, free] */
   int want[IR_MAX_RANK], wantt[IR_MAX_RANK], k = 0;
   for (int i = 0; i < nb; i++) want[k] = wantt[k] = batch[i], k++;
@@ -2417,16 +2500,33 @@ static smelt_status ein_matmul(OnnxImporter *im, int a, EinTerm *ta, int b, EinT
   return NULL;
 }
 
-/* Einsum of one operand (sums and a transpose) or two (ein_matmul).
- * Repeated labels in one term (diagonals, "ii->i") and three or more
- * operands are refused. */
+/* The operand whose free labels come first in the output is the matmul's
+ * A, so that "bhjd,bhid->bhij" needs no transpose of the result. */
+static void ein_first(int *a, EinTerm *ta, int *b, EinTerm *tb, const EinTerm *to) {
+  int first = 0;
+  for (int j = 0; j < to->n && !first; j++)
+    if ((ein_find(ta, to->lab[j]) < 0) != (ein_find(tb, to->lab[j]) < 0))
+      first = ein_find(ta, to->lab[j]) >= 0 ? 1 : 2;
+  if (first == 2) {
+    EinTerm tt = *ta;
+    *ta = *tb, *tb = tt;
+    int v = *a;
+    *a = *b, *b = v;
+  }
+}
+
+/* Einsum of one operand (sums and a transpose), two (ein_matmul) or more:
+ * contracted pairwise from the left, each product keeping the labels that
+ * the output or an operand still to come has.  Repeated labels in one term
+ * (diagonals, "ii->i") are refused. */
 static smelt_status cv_einsum(OnnxImporter *im) {
   const char *eq;
   RETURN_IF_ERROR(on_attr_string(im, "equation", NULL, &eq));
   if (!eq) return on_err(im, "the equation attribute is required");
   int nin = on_nin(im), x[EIN_MAX_OPERANDS];
-  if (nin < 1 || nin > EIN_MAX_OPERANDS)
-    return on_unsupported(im, "Einsum of %d operands (supported: 1 and 2)", nin);
+  if (nin < 1) return on_err(im, "Einsum needs at least one operand");
+  if (nin > EIN_MAX_OPERANDS)
+    return on_unsupported(im, "Einsum of %d operands (supported: 1 to %d)", nin, EIN_MAX_OPERANDS);
   /* the ellipsis's rank is the largest any operand gives it: the first pass
    * finds it, the second numbers the labels with it */
   EinTerm t[EIN_MAX_OPERANDS], to;
@@ -2494,7 +2594,7 @@ static smelt_status cv_einsum(OnnxImporter *im) {
     }
     if (grow) RETURN_IF_ERROR(expand_to(im, x[i], shape, t[i].n, NULL, &x[i]));
   }
-  /* labels neither in the output nor in the other operand are summed first */
+  /* labels neither in the output nor in another operand are summed first */
   for (int i = 0; i < nin; i++) {
     bool keep[EIN_LABELS] = {false};
     for (int j = 0; j < to.n; j++) keep[to.lab[j]] = true;
@@ -2503,19 +2603,23 @@ static smelt_status cv_einsum(OnnxImporter *im) {
     RETURN_IF_ERROR(ein_sum_out(im, x[i], &t[i], keep, &x[i]));
   }
   int y = x[0];
-  if (nin == 2) {
-    /* the operand whose free labels come first in the output is the matmul's
-     * A, so that "bhjd,bhid->bhij" needs no transpose of the result */
-    int first = 0;
-    for (int j = 0; j < to.n && !first; j++)
-      if ((ein_find(&t[0], to.lab[j]) < 0) != (ein_find(&t[1], to.lab[j]) < 0))
-        first = ein_find(&t[0], to.lab[j]) >= 0 ? 1 : 2;
-    if (first == 2) {
-      EinTerm tt = t[0];
-      t[0] = t[1], t[1] = tt;
-      y = x[0], x[0] = x[1], x[1] = y;
-    }
-    RETURN_IF_ERROR(ein_matmul(im, x[0], &t[0], x[1], &t[1], &to, &y));
+  for (int i = 1; i < nin; i++) {
+    /* what this product keeps: the output's labels and those of operands to come */
+    bool keep[EIN_LABELS] = {false}, keep_a[EIN_LABELS], keep_b[EIN_LABELS];
+    for (int j = 0; j < to.n; j++) keep[to.lab[j]] = true;
+    for (int k = i + 1; k < nin; k++)
+      for (int j = 0; j < t[k].n; j++) keep[t[k].lab[j]] = true;
+    /* a label only one side has and nothing later wants is summed first */
+    memcpy(keep_a, keep, sizeof keep);
+    memcpy(keep_b, keep, sizeof keep);
+    for (int j = 0; j < t[i].n; j++) keep_a[t[i].lab[j]] = true;
+    for (int j = 0; j < t[0].n; j++) keep_b[t[0].lab[j]] = true;
+    RETURN_IF_ERROR(ein_sum_out(im, y, &t[0], keep_a, &y));
+    RETURN_IF_ERROR(ein_sum_out(im, x[i], &t[i], keep_b, &x[i]));
+    if (i == nin - 1) ein_first(&y, &t[0], &x[i], &t[i], &to);
+    RETURN_IF_ERROR(ein_matmul(im, y, &t[0], x[i], &t[i], keep, &y));
+    if (i < nin - 1) /* the matmul's merged dims back to one per label */
+      RETURN_IF_ERROR(reshape_if(im, y, t[0].size, t[0].n, NULL, &y));
   }
   /* to the output's order: a reshape when the matmul merged dims, a transpose */
   int64_t shape[IR_MAX_RANK];
@@ -2571,6 +2675,58 @@ static smelt_status cv_reduce_log(OnnxImporter *im) {
     }
   }
   RETURN_IF_ERROR(on_reshape(im, y, want.dim, want.rank, out0(im), &y));
+  return bind0(im, y);
+}
+
+/* ReduceProd: smelt has no product reduction, so each reduced axis is
+ * halved in turn: its first half times its second half, an odd last
+ * element carried along by a concat, until the axis has size 1 (about
+ * log2(n) slices and muls; exact for integers up to smelt's saturating
+ * multiply, and for floats a product taken in another order). */
+static smelt_status cv_reduce_prod(OnnxImporter *im) {
+  int x, y, n;
+  int64_t axes[MAXV], keep;
+  bool identity;
+  RETURN_IF_ERROR(on_in_req(im, 0, &x));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
+  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  if (identity) return bind0(im, x);
+  TensorType xt = *on_type(im, x);
+  if (xt.dt == DT_BOOL) return on_err(im, "x must be a number, got bool");
+  bool red[IR_MAX_RANK] = {false};
+  if (n < 0) {
+    for (int d = 0; d < xt.rank; d++) red[d] = true;
+  } else {
+    for (int i = 0; i < n; i++) {
+      int ax;
+      RETURN_IF_ERROR(norm_axis(im, axes[i], xt.rank, "axis", &ax));
+      if (red[ax]) return on_err(im, "axis %lld is named twice", (long long)axes[i]);
+      red[ax] = true;
+    }
+  }
+  y = x;
+  for (int d = 0; d < xt.rank; d++) {
+    if (!red[d]) continue;
+    if (xt.dim[d] == 0) return on_unsupported(im, "ReduceProd over axis %d of size 0", d);
+    for (int64_t len = xt.dim[d]; len > 1;) {
+      int64_t h = len / 2;
+      int lo, hi;
+      RETURN_IF_ERROR(on_slice(im, y, d, 0, h, 1, NULL, &lo));
+      RETURN_IF_ERROR(on_slice(im, y, d, h, 2 * h, 1, NULL, &hi));
+      int odd = -1;
+      if (len % 2) RETURN_IF_ERROR(on_slice(im, y, d, 2 * h, len, 1, NULL, &odd));
+      RETURN_IF_ERROR(on_op2(im, OP_MUL, lo, hi, NULL, &y));
+      if (odd >= 0) RETURN_IF_ERROR(on_concat(im, (int[]){y, odd}, 2, d, NULL, &y));
+      len = h + (len % 2);
+    }
+  }
+  TensorType want = *on_type(im, y);
+  if (!keep) { /* drop the reduced (now 1) axes */
+    want.rank = 0;
+    for (int d = 0; d < xt.rank; d++)
+      if (!red[d]) want.dim[want.rank++] = xt.dim[d];
+  }
+  RETURN_IF_ERROR(reshape_if(im, y, want.dim, want.rank, out0(im), &y));
   return bind0(im, y);
 }
 
@@ -2753,6 +2909,7 @@ static const OnnxOpDef ops[] = {
     {"ReduceMax", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMean", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceMin", cv_reduce, "axes keepdims noop_with_empty_axes"},
+    {"ReduceProd", cv_reduce_prod, "axes keepdims noop_with_empty_axes"},
     {"ReduceSum", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"ReduceSumSquare", cv_reduce, "axes keepdims noop_with_empty_axes"},
     {"Relu", cv_unary, ""},
