@@ -202,10 +202,6 @@ static smelt_status build_cuda(const Graph *g, const Kernel *k, int nk, const ch
   /* Variants are chosen for one arch; for several, only those every
    * sm_80+ GPU runs (the same source is compiled for each). */
   if (c->narch == 1) co.arch = c->arch[0];
-  if (g->nranges)
-    return st_error(ST_UNSUPPORTED, "--target cuda: ranged dims (%s: %lld..%lld) run on the CPU target only in this "
-                    "version; for CUDA compile exact values (--dim %s=A,B,...)", g->ranges[0].name,
-                    (long long)g->ranges[0].min, (long long)g->ranges[0].max, g->ranges[0].name);
   double t0 = smelt_now_s();
   RETURN_IF_ERROR(cg_cuda_generate(g, k, nk, &co, &c->m));
   double t1 = smelt_now_s();

@@ -52,9 +52,13 @@ typedef struct {
   const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool" */
   bool vectorised;      /* some loop uses 16-byte vector loads/stores */
   char variant[FMT_VARIANT_LEN]; /* matmul/attention: the variant token; "" for other kernels */
-  /* Bytes of scratch the kernel needs, zero when the session starts and
+  /* When the bundle's graph has ranged dims (ir.h: Graph.ranges), every
+   * kernel takes one more parameter after the arguments, `const long long
+   * *__restrict__ rng`: the run's value of each range, in device memory
+   * (runtime/cuda_session.c keeps it up to date before each launch).
+   * Bytes of scratch the kernel needs, zero when the session starts and
    * left zero by every launch (counters are reset by the block that uses
-   * them last).  Non-zero: one more parameter after the arguments,
+   * them last).  Non-zero: one more parameter after those,
    * `unsigned char *__restrict__ ws`.  Kernels of a module run one after
    * another, so one buffer of the largest size serves them all. */
   uint64_t workspace;

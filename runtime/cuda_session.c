@@ -198,7 +198,7 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
     if (l->workspace > ws_bytes) ws_bytes = l->workspace;
     ntmaps += (size_t)l->ntmaps;
   }
-  size_t nparams = nargs + (size_t)b->nkernels + ntmaps;
+  size_t nparams = nargs + 2 * (size_t)b->nkernels + ntmaps;
   cu->params = calloc(nparams ? nparams : 1, sizeof *cu->params);
   cu->launches = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->launches);
   cu->tmap_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->tmap_at);
@@ -210,6 +210,10 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
   if (ntmaps) memset(cu->tmaps, 0, ntmaps * 128);
   if (b->cuda) RETURN_IF_ERROR(cuda_load_modules(s));
   RETURN_IF_ERROR(cuda_place(s));
+  if (b->g->nranges) {
+    RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, sizeof s->r->ranges, &cu->rng));
+    RETURN_IF_ERROR(rt_cuda_upload(cu->dev, cu->rng, s->r->ranges, sizeof s->r->ranges));
+  }
   if (ws_bytes) {
     RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, (size_t)ws_bytes, &cu->ws));
     RETURN_IF_ERROR(rt_cuda_memset(cu->dev, cu->ws, 0, (size_t)ws_bytes));
@@ -222,6 +226,7 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
     void **p = cu->params + at;
     int n = 0;
     for (int a = 0; a < b->kernels[k].nargs; a++) p[n++] = &cu->argval[s->r->argv_at[k] + a];
+    if (b->g->nranges) p[n++] = &cu->rng; /* codegen/cuda/module.c */
     if (l->workspace) p[n++] = &cu->ws;
     cu->tmap_at[k] = tm;
     for (int t = 0; t < l->ntmaps; t++) p[n++] = cu->tmaps + (size_t)(tm++) * 128;
@@ -265,6 +270,7 @@ void rt_cuda_session_destroy(smelt_session *s) {
     rt_cuda_free(cu->dev, cu->arena);
     rt_cuda_free(cu->dev, cu->const_block);
     rt_cuda_free(cu->dev, cu->ws);
+    rt_cuda_free(cu->dev, cu->rng);
     for (int u = 0; cu->mods && u < s->b->cuda->nunits; u++) rt_cuda_module_unload(cu->mods[u]);
   }
   for (int v = 0; cu->mirror && v < g->nval; v++) free(cu->mirror[v]);
@@ -281,18 +287,37 @@ void rt_cuda_session_destroy(smelt_session *s) {
  * value's staging buffer. */
 static smelt_status cuda_bind(smelt_session *s, int v, const void *p, size_t n) {
   CudaState *cu = s->r->cu;
-  if (p && (uintptr_t)p % 64 == 0 && rt_cuda_is_device_pointer(cu->dev, p)) {
+  const TensorType *t = &s->b->g->val[v].type;
+  bool ranged = ir_type_dynamic(t);
+  if (!ranged && p && (uintptr_t)p % 64 == 0 && rt_cuda_is_device_pointer(cu->dev, p)) {
     cu->dptr[v] = (RtCudaPtr)(uintptr_t)p;
     cu->staged[v] = false;
     return NULL;
   }
   if (!cu->own[v]) {
     smelt_status st = rt_cuda_alloc(cu->dev, n, &cu->own[v]);
+    /* laid out at the max: the rows beyond a run's are zero until a run
+     * has them (the kernels read them, and nothing they feed is kept) */
+    if (!st && ranged) st = rt_cuda_memset(cu->dev, cu->own[v], 0, n);
     if (st) return st_prefix(st, "staging buffer of '%s'", s->b->g->val[v].name);
   }
   cu->dptr[v] = cu->own[v];
   cu->staged[v] = true;
   return NULL;
+}
+
+/* The blocks of a tensor of type t with a ranged axis, at the run's range
+ * values rv: `count` blocks of `run` bytes, `full` bytes apart laid out at
+ * the max, `run` bytes apart packed (runtime/session.c: copy_ranged). */
+static void ranged_blocks(const TensorType *t, const int64_t *rv, size_t *count, size_t *run, size_t *full) {
+  size_t before = 1, after = dt_size(t->dt);
+  int a = 0;
+  while (a < t->rank && !t->dyn[a]) a++;
+  for (int i = 0; i < a; i++) before *= (size_t)t->dim[i];
+  for (int i = a + 1; i < t->rank; i++) after *= (size_t)t->dim[i];
+  *count = before;
+  *run = (size_t)ir_type_extent(t, a, rv) * after;
+  *full = (size_t)t->dim[a] * after;
 }
 
 smelt_status rt_cuda_session_prepare(smelt_session *s) {
@@ -314,10 +339,19 @@ smelt_status rt_cuda_session_prepare(smelt_session *s) {
   }
   for (int i = 0; i < g->ninputs; i++) {
     int v = g->inputs[i];
-    size_t n = ir_type_bytes(&g->val[v].type);
+    const TensorType *t = &g->val[v].type;
+    size_t n = ir_type_bytes(t), count = 1, run = n, full = n;
     if (!cu->staged[v] || n == 0) continue;
-    smelt_status st = rt_cuda_upload_input(cu->dev, cu->dptr[v], s->in_ptr[i], n);
+    if (ir_type_dynamic(t)) ranged_blocks(t, s->r->ranges, &count, &run, &full);
+    smelt_status st = NULL;
+    for (size_t p = 0; p < count && !st; p++)
+      st = rt_cuda_upload_input(cu->dev, cu->dptr[v] + p * full, (const char *)s->in_ptr[i] + p * run, run);
     if (st) return st_prefix(st, "input '%s'", g->val[v].name);
+  }
+  /* the ranges' values of this run, read by the kernels through rng */
+  if (g->nranges) {
+    smelt_status st = rt_cuda_upload_input(cu->dev, cu->rng, s->r->ranges, sizeof s->r->ranges);
+    if (st) return st_prefix(st, "the values of the ranged dims");
   }
   for (int k = 0; k < b->nkernels; k++) {
     const Kernel *kn = &b->kernels[k];
@@ -356,10 +390,17 @@ static smelt_status copy_outputs(smelt_session *s, bool queued) {
   CudaState *cu = s->r->cu;
   for (int i = 0; i < g->noutputs; i++) {
     int v = g->outputs[i];
-    size_t n = ir_type_bytes(&g->val[v].type);
+    const TensorType *t = &g->val[v].type;
+    size_t n = ir_type_bytes(t), count = 1, run = n, full = n;
     if (n == 0 || (uintptr_t)s->out_ptr[i] == cu->dptr[v]) continue;
-    smelt_status st = queued ? rt_cuda_copy_async(cu->dev, (RtCudaPtr)(uintptr_t)s->out_ptr[i], cu->dptr[v], n)
-                             : rt_cuda_download(cu->dev, s->out_ptr[i], cu->dptr[v], n);
+    /* with a ranged axis: the run's rows of each block, packed */
+    if (ir_type_dynamic(t)) ranged_blocks(t, s->r->ranges, &count, &run, &full);
+    smelt_status st = NULL;
+    for (size_t p = 0; p < count && !st; p++) {
+      char *dst = (char *)s->out_ptr[i] + p * run;
+      RtCudaPtr src = cu->dptr[v] + p * full;
+      st = queued ? rt_cuda_copy_async(cu->dev, (RtCudaPtr)(uintptr_t)dst, src, run) : rt_cuda_download(cu->dev, dst, src, run);
+    }
     if (st) return st_prefix(st, "output '%s'", g->val[v].name);
   }
   return NULL;

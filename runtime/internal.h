@@ -65,12 +65,15 @@ typedef struct {
   RtCudaPtr arena;
   RtCudaPtr *own;          /* per value: a buffer of its own (off-plan intermediate, staging) */
   RtCudaPtr *dptr;         /* per value: its device address in this run */
-  bool *staged;            /* per value: an input/output copied through own[v] */
+  bool *staged;            /* per value: an input/output copied through own[v] (always, with a ranged
+                            * axis: own[v] is laid out at the max, as the kernels were compiled) */
   RtCudaPtr *argval;       /* every kernel's argument values, back to back (argv_at) */
   RtCudaPtr *captured;     /* argval as the graph was captured with */
-  void **params;           /* per kernel, back to back: &argval[..] of its arguments, then &ws when
-                            * it has a workspace, then its TMA descriptors (cuLaunchKernel's kernelParams) */
+  void **params;           /* per kernel, back to back: &argval[..] of its arguments, then &rng with
+                            * ranged dims, &ws when it has a workspace, then its TMA descriptors
+                            * (cuLaunchKernel's kernelParams) */
   RtCudaPtr ws;            /* the workspace every kernel that needs one shares (zeroed once) */
+  RtCudaPtr rng;           /* ranged dims: the run's value of each range (RtRun.ranges), on the device */
   unsigned char *tmaps;    /* every kernel's TMA descriptors, 128 bytes each, 64-byte aligned */
   RtCudaPtr *tmap_base;    /* per descriptor: the address it was encoded for (0: not yet) */
   int *tmap_at;            /* per kernel: its first descriptor in tmaps */

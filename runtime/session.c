@@ -685,10 +685,6 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   bool cuda;
   int ordinal;
   RETURN_IF_ERROR(parse_device(device, &cuda, &ordinal));
-  for (int i = 0; cuda && i < b->nspecs; i++)
-    if (b->specs[i]->g->nranges)
-      return st_error(ST_UNSUPPORTED, "specialisation %s has ranged dims, which run on the CPU only in this version",
-                      b->specs[i]->label[0] ? b->specs[i]->label : "0");
   if (!b->code)
     return st_error(ST_INVALID_INPUT, "%s: the bundle was opened without its machine code", fmt_file_path(b->file));
   if (!cuda && b->no_cpu) return st_error(ST_UNSUPPORTED, "%s", b->no_cpu);

@@ -209,6 +209,11 @@ if [ "${SMELT_GPU_TESTS:-1}" != 0 ]; then
     "$ROOT_DIR" "$ROOT_DIR" "$BUILD" > "$BUILD/runtime_alone_cuda.sh"
   chmod +x "$BUILD/runtime_alone_cuda.sh"
   run_test "install/runtime_alone_cuda" "$BUILD/runtime_alone_cuda.sh"
+  # ranged dims on the GPU: one bundle for every length, against exact compiles
+  printf '#!/bin/sh\ncd "%s" && exec python3 tests/cpu/test_ranged.py --smelt "%s/%s/smelt" --device cuda\n' \
+    "$ROOT_DIR" "$ROOT_DIR" "$BUILD" > "$BUILD/ranged_cuda.sh"
+  chmod +x "$BUILD/ranged_cuda.sh"
+  run_test "cpu/test_ranged --device cuda" "$BUILD/ranged_cuda.sh"
 else
   echo "   SMELT_GPU_TESTS=0: tests skipped (benchmark only)"
 fi

@@ -136,6 +136,10 @@ const char *cu_mulk(CuFn *f, const char *e, int64_t k);
 const char *cu_addk(CuFn *f, const char *e, int64_t k);
 const char *cu_add(CuFn *f, const char *a, const char *b);
 bool cu_is_lit(const char *e, int64_t *out);
+/* Axis a's extent in this run: a literal, or along a ranged dim (ir.h:
+ * TensorType.dyn) an expression of the kernel's `rng` argument, the run's
+ * value of each range (codegen/ranges.c; module.c declares it). */
+const char *cu_extent(CuFn *f, const TensorType *t, int a);
 
 /* Coordinates of every element of shape t at linear index `lin` (an
  * expression), as variables declared at the current point; dims of size 1

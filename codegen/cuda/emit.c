@@ -683,6 +683,17 @@ static bool node_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
       ci->c[ax] = cu_addk(f, cu_mulk(f, co->c[ax], step), start);
       ci->step[ax] = co->step[ax] * step;
       if (co->step[ax] != 0 && (step != 1 || start % co->lanes != 0)) ci->aligned = false;
+      if (it->dyn[ax]) {
+        /* along a ranged axis (step 1, codegen/ranges.c) a start counted
+         * from the end moves with this run's extent; one from the front
+         * stays (clamped to the extent, as ir_slice_bounds does) */
+        int64_t s0 = ir_attr_int(n, "start");
+        const char *e = cu_extent(f, it, ax);
+        const char *st0 = s0 < 0 ? cu_fmt(f, "max(%s - %lldLL, 0LL)", e, (long long)-s0)
+                                 : cu_fmt(f, "min(%lldLL, %s)", (long long)s0, e);
+        ci->c[ax] = cu_add(f, co->c[ax], cu_fmt(f, "(%s)%s", f->idx, st0));
+        ci->aligned = false;
+      }
     } else if (n->op == OP_SPLIT) {
       const TensorType *it = &g->val[n->in[0]].type;
       int ax = ir_norm_axis(ir_attr_int(n, "axis"), it->rank);
@@ -1002,6 +1013,7 @@ static bool store_forward(CuFn *f, const int *epi, int nepi, const CuCoords *co)
       int64_t st, en, len, step = ir_attr_int(n, "step");
       if (!ci || r == 0) goto unsupported;
       ir_slice_bounds(it->dim[ax], ir_attr_int(n, "start"), ir_attr_int(n, "end"), step, &st, &en, &len);
+      if (it->dyn[ax]) goto unsupported; /* its start moves with the run's extent */
       bool whole = ci->aligned || ci->whole_lanes;
       if (ax != r - 1 || step != ci->lanes || ci->step[ax] != 1 || !whole || st >= step || it->dim[ax] % step ||
           len != it->dim[ax] / step)

@@ -226,10 +226,13 @@ static void header(CuFn *f, CuBuf *out, const CuLaunch *l, const char *symbol) {
     const Value *v = &g->val[k->args[a]];
     cu_buf_printf(out, "%s%s%s *__restrict__ a%d", a ? ", " : "", a < f->nin ? "const " : "", cu_stype(v->type.dt), a);
   }
-  /* after the arguments: the workspace, then the TMA descriptors by value */
-  if (l->workspace) cu_buf_printf(out, "%sunsigned char *__restrict__ ws", k->nargs ? ", " : "");
+  /* after the arguments: with ranged dims the run's value of each range
+   * (format/cuda_launch.h), the workspace, then the TMA descriptors by value */
+  bool ranged = g->nranges > 0;
+  if (ranged) cu_buf_printf(out, "%sconst long long *__restrict__ rng", k->nargs ? ", " : "");
+  if (l->workspace) cu_buf_printf(out, "%sunsigned char *__restrict__ ws", k->nargs || ranged ? ", " : "");
   for (int t = 0; t < l->ntmaps; t++)
-    cu_buf_printf(out, "%sconst __grid_constant__ smelt_tmap tm%d", k->nargs || l->workspace || t ? ", " : "", t);
+    cu_buf_printf(out, "%sconst __grid_constant__ smelt_tmap tm%d", k->nargs || ranged || l->workspace || t ? ", " : "", t);
   cu_buf_printf(out, ") {\n");
   if (l->pre_wait) cu_buf_printf(out, "%s", l->pre_wait);
   cu_buf_printf(out, "  smelt_pdl_wait();\n");

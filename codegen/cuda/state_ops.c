@@ -112,6 +112,7 @@ typedef struct {
   const Node *n;
   int ax;
   int64_t len, nidx;
+  const char *nrun; /* the indices this run has along a ranged axis (an expression), NULL: all nidx */
 } ScatterCtx;
 
 /* idx[j] (j a C expression) as a long long expression. */
@@ -146,12 +147,13 @@ static void scatter_inplace_body(CuFn *f, const void *vctx, int lanes) {
   co.lanes = lanes;
   if (lanes > 1) co.step[st->rank - 1] = 1;
   const char *i = co.c[c->ax], *k = cu_tmp(f);
+  if (c->nrun) cu_line(f, "if ((long long)%s >= %s) continue;  // a row beyond this run's", i, c->nrun);
   cu_line(f, "const long long %s = %s;  // the row of the result that src row %s goes to", k, index_at(f, idxv, i), i);
   cu_line(f, "if (%s < 0 || %s >= %lldLL) continue;  // outside the destination: skipped", k, k, (long long)c->len);
   if (c->nidx > 1) {
     const char *later = cu_tmp(f), *j = cu_tmp(f);
     cu_line(f, "bool %s = false;  // a later index naming the same row wins", later);
-    cu_open(f, "for (%s %s = %s + 1; %s < %lld; %s++)", f->idx, j, i, j, (long long)c->nidx, j);
+    cu_open(f, "for (%s %s = %s + 1; %s < %s; %s++)", f->idx, j, i, j, c->nrun ? c->nrun : cu_fmt(f, "%lld", (long long)c->nidx), j);
     cu_line(f, "if (%s == %s) { %s = true; break; }", index_at(f, idxv, j), k, later);
     cu_close(f);
     cu_line(f, "if (%s) continue;", later);
@@ -190,7 +192,7 @@ static void scatter_copy_body(CuFn *f, const void *vctx, int lanes) {
   if (lanes > 1) co.step[ot->rank - 1] = 1;
   const char *found = cu_tmp(f), *j = cu_tmp(f);
   cu_line(f, "long long %s = -1;  // the last index naming this row", found);
-  cu_open(f, "for (long long %s = %lldLL; %s >= 0; %s--)", j, (long long)c->nidx - 1, j, j);
+  cu_open(f, "for (long long %s = %s - 1; %s >= 0; %s--)", j, c->nrun ? c->nrun : cu_fmt(f, "%lldLL", (long long)c->nidx), j, j);
   cu_line(f, "if (%s == (long long)%s) { %s = %s; break; }", index_at(f, idxv, cu_fmt(f, "(%s)%s", f->idx, j)), co.c[c->ax],
           found, j);
   cu_close(f);
@@ -222,7 +224,7 @@ static void emit_scatter(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   const Node *n = &g->node[f->anchor];
   int out = n->out[0];
   const TensorType *dt = &g->val[n->in[0]].type, *st = &g->val[n->in[2]].type;
-  ScatterCtx c = {n, norm_axis(ir_attr_int(n, "axis"), dt->rank), 0, 0};
+  ScatterCtx c = {n, norm_axis(ir_attr_int(n, "axis"), dt->rank), 0, 0, NULL};
   if (c.ax < 0) {
     cu_fail(f, ST_INTERNAL, "scatter '%s': axis out of range", g->val[out].name);
     return;
@@ -231,6 +233,18 @@ static void emit_scatter(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   int64_t outer, inner;
   around_axis(dt, c.ax, &outer, &c.len, &inner);
   c.nidx = st->dim[c.ax];
+  /* with a ranged index count (codegen/ranges.c: never the destination)
+   * only the indices this run has are written: the rows beyond hold what
+   * an earlier run left */
+  for (int a = 0; a < st->rank; a++) {
+    if (!st->dyn[a]) continue;
+    if (a != c.ax) {
+      cu_fail(f, ST_UNSUPPORTED, "scatter '%s': its source follows ranged dim '%s' along another axis than the "
+              "indices; compile exact values of the dim for CUDA", g->val[out].name, g->ranges[st->dyn[a] - 1].name);
+      return;
+    }
+    c.nrun = cu_extent(f, st, a);
+  }
   bool inplace = ir_state_of(g, out) >= 0;
   if (f->arg_of[out] < 0) {
     cu_fail(f, ST_INTERNAL, "scatter '%s': its result is not an argument of kernel %s (nothing in this run reads it)",

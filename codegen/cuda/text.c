@@ -194,6 +194,11 @@ const char *cu_addk(CuFn *f, const char *e, int64_t k) {
   return k > 0 ? cu_fmt(f, "(%s + %lld)", e, (long long)k) : cu_fmt(f, "(%s - %lld)", e, (long long)-k);
 }
 
+const char *cu_extent(CuFn *f, const TensorType *t, int a) {
+  if (!t->dyn[a]) return cu_fmt(f, "%lld", (long long)t->dim[a]);
+  return cu_fmt(f, "(rng[%d] * %dLL + %dLL)", t->dyn[a] - 1, (int)t->dyn_a[a], (int)t->dyn_b[a]);
+}
+
 const char *cu_add(CuFn *f, const char *a, const char *b) {
   int64_t va, vb;
   bool la = cu_is_lit(a, &va), lb = cu_is_lit(b, &vb);
