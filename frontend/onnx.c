@@ -769,9 +769,14 @@ static smelt_status convert_node(OnnxImporter *im) {
     if (n->input[i][0] && table_get(im, n->input[i]) < 0)
       return on_err(im, "input %zu '%s' is not defined before the node (nodes must be in topological order)", i + 1,
                     n->input[i]);
-  for (size_t i = 0; i < n->n_output; i++)
+  for (size_t i = 0; i < n->n_output; i++) {
     if (n->output[i][0] && table_get(im, n->output[i]) >= 0)
       return on_err(im, "output '%s' is defined twice", n->output[i]);
+    /* two outputs of this node under one name (the table sees neither yet) */
+    for (size_t j = 0; j < i && n->output[i][0]; j++)
+      if (strcmp(n->output[i], n->output[j]) == 0)
+        return on_err(im, "output '%s' is defined twice (outputs %zu and %zu of the node)", n->output[i], j + 1, i + 1);
+  }
   const char *dom = is_default_domain(n->domain) ? NULL : n->domain;
   const OnnxOpDef *def = onnx_find_op(dom, n->op_type);
   if (!def) {
