@@ -661,14 +661,19 @@ static smelt_status reduce_axes(OnnxImporter *im, int64_t *axes, int *n, bool *i
   return NULL;
 }
 
+/* A Reduce node's data input, keepdims and axes (reduce_axes). */
+static smelt_status reduce_operands(OnnxImporter *im, int *x, int64_t *axes, int *n, int64_t *keep, bool *identity) {
+  RETURN_IF_ERROR(on_in_req(im, 0, x));
+  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, keep));
+  return reduce_axes(im, axes, n, identity);
+}
+
 static smelt_status cv_reduce(OnnxImporter *im) {
   const char *t = im->node->op_type;
   int x, y, n;
   int64_t axes[MAXV], keep;
   bool identity;
-  RETURN_IF_ERROR(on_in_req(im, 0, &x));
-  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
-  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  RETURN_IF_ERROR(reduce_operands(im, &x, axes, &n, &keep, &identity));
   if (identity) return bind0(im, x);
   bool sq = !strcmp(t, "ReduceSumSquare") || !strcmp(t, "ReduceL2");
   if (sq) RETURN_IF_ERROR(on_op2(im, OP_MUL, x, x, NULL, &x));
@@ -2687,9 +2692,7 @@ static smelt_status cv_reduce_prod(OnnxImporter *im) {
   int x, y, n;
   int64_t axes[MAXV], keep;
   bool identity;
-  RETURN_IF_ERROR(on_in_req(im, 0, &x));
-  RETURN_IF_ERROR(on_attr_int(im, "keepdims", 1, &keep));
-  RETURN_IF_ERROR(reduce_axes(im, axes, &n, &identity));
+  RETURN_IF_ERROR(reduce_operands(im, &x, axes, &n, &keep, &identity));
   if (identity) return bind0(im, x);
   TensorType xt = *on_type(im, x);
   if (xt.dt == DT_BOOL) return on_err(im, "x must be a number, got bool");
