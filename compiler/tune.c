@@ -179,8 +179,8 @@ typedef struct {
   RtCudaModule *mod;
   RtCudaFunction fn;
   RtCudaPtr *out;          /* per output of the kernel */
-  RtCudaPtr vals[TUNE_MAX_ARGS + 1];
-  void *params[TUNE_MAX_ARGS + 1 + FMT_MAX_TMAPS];
+  RtCudaPtr vals[TUNE_MAX_ARGS + 2];
+  void *params[TUNE_MAX_ARGS + 2 + FMT_MAX_TMAPS];
   unsigned char *maps;     /* 64-byte aligned, 128 bytes per TMA descriptor */
   RtCudaLaunch launch;
   double ms;
@@ -360,6 +360,7 @@ typedef struct {
   RtCudaPtr *in;           /* per input argument */
   RtCudaPtr ws;
   uint64_t ws_bytes;
+  RtCudaPtr rng;           /* ranged dims: each range at its max (the kernels' rng argument) */
   void **ref;              /* per output: the reference candidate's result (host) */
   int ref_cand;            /* which candidate gave it, -1 before */
   int compared, mismatches; /* candidates compared with it, and those that differed */
@@ -369,6 +370,7 @@ static void job_buffers_free(Tuner *tu, JobBuffers *b) {
   for (int a = 0; b->in && a < b->nin; a++)
     if (b->in[a]) rt_cuda_free(tu->dev, b->in[a]);
   if (b->ws) rt_cuda_free(tu->dev, b->ws);
+  if (b->rng) rt_cuda_free(tu->dev, b->rng);
   for (int o = 0; b->ref && o < b->nout; o++) free(b->ref[o]);
   free(b->in), free(b->ref);
   memset(b, 0, sizeof *b);
@@ -498,6 +500,12 @@ static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const Fm
     if (owned) free(data);
     RETURN_IF_ERROR(st);
   }
+  if (g->nranges) {
+    int64_t rv[IR_MAX_RANGES] = {0};
+    for (int r = 0; r < g->nranges; r++) rv[r] = g->ranges[r].max;
+    RETURN_IF_ERROR(rt_cuda_alloc(tu->dev, sizeof rv, &b->rng));
+    RETURN_IF_ERROR(rt_cuda_upload(tu->dev, b->rng, rv, sizeof rv));
+  }
   for (int i = 0; i < n; i++)
     if (c[i].ok && m->kernels[c[i].mk].workspace > b->ws_bytes) b->ws_bytes = m->kernels[c[i].mk].workspace;
   if (b->ws_bytes) {
@@ -515,6 +523,7 @@ static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const Fm
     }
     int np = 0;
     for (int a = 0; a < k->nargs; a++) ci->vals[np++] = a < b->nin ? b->in[a] : ci->out[a - b->nin];
+    if (g->nranges) ci->vals[np++] = b->rng; /* format/cuda_launch.h */
     if (l->workspace) ci->vals[np++] = b->ws;
     for (int p = 0; p < np; p++) ci->params[p] = &ci->vals[p];
     if (l->ntmaps > 0) {

@@ -752,10 +752,19 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
     if (!st) st = e->upload(e, ws, zero, (size_t)ws_bytes);
     free(zero);
   }
+  /* ranged dims: every kernel's rng argument, each range at its max */
+  uint64_t rng = 0;
+  if (!st && g->nranges) {
+    int64_t rv[IR_MAX_RANGES] = {0};
+    for (int r = 0; r < g->nranges; r++) rv[r] = g->ranges[r].max;
+    st = e->alloc(e, sizeof rv, &rng);
+    if (!st) st = e->upload(e, rng, rv, sizeof rv);
+  }
   for (int i = 0; i < nk && !st; i++) {
-    uint64_t args[257];
+    uint64_t args[258];
     int na = k[i].nargs < 256 ? k[i].nargs : 256;
     for (int a = 0; a < na; a++) args[a] = buf[k[i].args[a]] + H_GUARD + offset;
+    if (g->nranges) args[na++] = rng; /* format/cuda_launch.h */
     if (m->kernels[i].workspace) args[na++] = ws;
     st = e->launch(e, i, args, na);
     if (!st) st = e->sync(e);
@@ -807,6 +816,7 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   for (int v = 0; v < g->nval; v++)
     if (buf[v] && !(ir_state_of(g, v) >= 0 && ir_state_of(g, v) != v)) e->free(e, buf[v]); /* aliases: once */
   if (ws) e->free(e, ws);
+  if (rng) e->free(e, rng);
   free(buf), free(stored);
 done:
   for (int v = 0; v < g->nval; v++) free(data[v]);
