@@ -689,8 +689,8 @@ static bool node_step(CuFn *f, CuFrame *fr, const CuVal *got, CuNeed *need) {
          * stays (clamped to the extent, as ir_slice_bounds does) */
         int64_t s0 = ir_attr_int(n, "start");
         const char *e = cu_extent(f, it, ax);
-        const char *st0 = s0 < 0 ? cu_fmt(f, "max(%s - %lldLL, 0LL)", e, (long long)-s0)
-                                 : cu_fmt(f, "min(%lldLL, %s)", (long long)s0, e);
+        const char *st0 = s0 < 0 ? cu_fmt(f, "(%s > %lldLL ? %s - %lldLL : 0LL)", e, (long long)-s0, e, (long long)-s0)
+                                 : cu_fmt(f, "(%s < %lldLL ? %s : %lldLL)", e, (long long)s0, e, (long long)s0);
         ci->c[ax] = cu_add(f, co->c[ax], cu_fmt(f, "(%s)%s", f->idx, st0));
         ci->aligned = false;
       }

@@ -24,6 +24,7 @@
 
 #include "codegen/cuda/cg_cuda.h"
 #include "codegen/lower.h"
+#include "compiler/driver.h"
 #include "frontend/frontend.h"
 #include "passes/passes.h"
 #include "runtime/cuda_driver.h"
@@ -551,6 +552,185 @@ static void test_emulated(void) {
          stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
 }
 
+/* ---- ranged dims in the emulation ----
+ * tiny_lm compiled for seq = 1..8 (compiler/ranges.c) runs at seq = d with
+ * the kernels reading d through their rng argument: the first d rows of
+ * ids and pos hold the run's tokens, the rows beyond hold stale values (as
+ * a session's buffers do after a longer run), and the logits, next token
+ * and both KV caches must be those of an exact seq = d build run by the
+ * interpreter on the same tokens and starting caches. */
+
+typedef struct {
+  DType dt;
+} RangedBuild;
+
+static smelt_status ranged_build(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out) {
+  (void)probe;
+  const RangedBuild *rb = ctx;
+  FeOptions fo = {.dtype = rb->dt, .dims = dims, .ndims = ndims};
+  *out = NULL;
+  RETURN_IF_ERROR(fe_load_yaml("examples/tiny_lm.yaml", &fo, out));
+  PassCtx pc = {.target = "cuda"};
+  smelt_status st = pass_run_pipeline(*out, &pc, NULL, NULL, NULL);
+  pass_ctx_free(&pc);
+  return st;
+}
+
+static int value_named(const Graph *g, const char *name) {
+  for (int v = 0; v < g->nval; v++)
+    if (g->val[v].name && strcmp(g->val[v].name, name) == 0) return v;
+  return -1;
+}
+
+/* Runs the ranged graph r at seq = d against exact graph x; failures. */
+static int ranged_case(Exec *e, Graph *r, Graph *x, int64_t d, const char *what) {
+  int failures = 0;
+  Kernel *k = NULL;
+  int nk = 0;
+  FmtCudaModule *m = NULL;
+  CgCudaOptions o = {.max_units = 1, .emulation = true};
+  Interp *it = NULL;
+  void **xdata = calloc((size_t)x->nval, sizeof(void *)), **rdata = calloc((size_t)r->nval, sizeof(void *));
+  uint64_t *buf = calloc((size_t)r->nval, sizeof(uint64_t)), rng = 0, ws = 0;
+  bool *stored = calloc((size_t)r->nval, sizeof(bool));
+  smelt_status st = xdata && rdata && buf && stored ? NULL : st_error(ST_NO_MEMORY, "out of memory");
+  if (!st) st = cg_lower(r, &k, &nk);
+  if (!st) st = cg_cuda_generate(r, k, nk, &o, &m);
+  /* the reference: ids and positions 0..d-1 (h_interp_random), random caches */
+  if (!st) st = h_interp_random(x, NULL, xdata, &it);
+  /* the ranged graph's inputs and states: the same bytes in the first rows,
+   * stale ones beyond (token 3 at position 0: valid, and not the run's) */
+  for (int v = 0; v < r->nval && !st; v++) {
+    const Value *rv = &r->val[v];
+    bool state = ir_state_of(r, v) == v;
+    if (rv->kind != VK_INPUT && !state) continue;
+    int xv = value_named(x, rv->name);
+    if (xv < 0 || !xdata[xv]) {
+      st = st_error(ST_INTERNAL, "'%s' has no counterpart in the exact build", rv->name);
+      break;
+    }
+    size_t rb = ir_type_bytes(&rv->type), xb = ir_type_bytes(&x->val[xv].type);
+    rdata[v] = calloc(1, rb ? rb : 1);
+    if (!rdata[v]) {
+      st = st_error(ST_NO_MEMORY, "out of memory");
+      break;
+    }
+    for (int64_t j = 0; dt_is_int(rv->type.dt) && j < ir_type_numel(&rv->type); j++)
+      dt_store(rv->type.dt, rdata[v], (size_t)j, strcmp(rv->name, "ids") == 0 ? 3.0 : 0.0);
+    memcpy(rdata[v], xdata[xv], xb < rb ? xb : rb); /* [seq] inputs and whole states: the leading bytes */
+  }
+  if (!st) st = e->load(e, m);
+  if (!st) st = h_upload_guarded(e, r, k, nk, rdata, 0, buf, stored);
+  int64_t rv[IR_MAX_RANGES] = {0};
+  rv[0] = d;
+  if (!st) st = e->alloc(e, sizeof rv, &rng);
+  if (!st) st = e->upload(e, rng, rv, sizeof rv);
+  uint64_t ws_bytes = 0;
+  for (int i = 0; m && i < nk; i++)
+    if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
+  if (!st && ws_bytes) {
+    unsigned char *zero = calloc(1, (size_t)ws_bytes);
+    st = zero ? e->alloc(e, (size_t)ws_bytes, &ws) : st_error(ST_NO_MEMORY, "out of memory");
+    if (!st) st = e->upload(e, ws, zero, (size_t)ws_bytes);
+    free(zero);
+  }
+  for (int i = 0; i < nk && !st; i++) {
+    uint64_t args[258];
+    int na = 0;
+    for (int a = 0; a < k[i].nargs && a < 256; a++) args[na++] = buf[k[i].args[a]] + H_GUARD;
+    args[na++] = rng;
+    if (m->kernels[i].workspace) args[na++] = ws;
+    st = e->launch(e, i, args, na);
+    if (st) st = st_prefix(st, "kernel %s", k[i].name);
+  }
+  /* the outputs (not ranged) and the caches after the appends */
+  for (int v = 0; v < r->nval && !st; v++) {
+    bool out = false;
+    for (int i = 0; i < r->noutputs; i++) out |= r->outputs[i] == v;
+    int sv = ir_state_of(r, v);
+    if (!out && !(sv >= 0 && sv != v)) continue;
+    int xv = value_named(x, r->val[v].name);
+    const void *ref = xv >= 0 ? ir_interp_value(it, xv) : NULL;
+    unsigned char *host = NULL;
+    ssize_t guard = 0;
+    if (!ref || !buf[v]) {
+      fprintf(stderr, "%s: '%s' was not computed\n", what, r->val[v].name);
+      failures++;
+      continue;
+    }
+    st = h_download_guarded(e, r, v, buf[v], 0, &host, &guard);
+    double rel = 0, cos = 1;
+    if (!st && (guard || !h_compare_tensor(r->val[v].type.dt, host + H_GUARD, ref, ir_type_numel(&r->val[v].type), &rel, &cos))) {
+      fprintf(stderr, "%s: '%s' differs from the exact build's (max error %.3g of the largest magnitude, cosine %.6f, guard %zd)\n",
+              what, r->val[v].name, rel, cos, guard);
+      failures++;
+    }
+    free(host);
+  }
+  if (st) {
+    fprintf(stderr, "%s: %s\n", what, st_message(st));
+    st_free(st);
+    failures++;
+  }
+  if (m) e->unload(e);
+  for (int v = 0; buf && v < r->nval; v++)
+    if (buf[v] && !(ir_state_of(r, v) >= 0 && ir_state_of(r, v) != v)) e->free(e, buf[v]);
+  if (rng) e->free(e, rng);
+  if (ws) e->free(e, ws);
+  for (int v = 0; xdata && v < x->nval; v++) free(xdata[v]);
+  for (int v = 0; rdata && v < r->nval; v++) free(rdata[v]);
+  free(xdata), free(rdata), free(buf), free(stored);
+  ir_interp_destroy(it);
+  fmt_cuda_module_free(m);
+  cg_kernels_free(k, nk);
+  return failures;
+}
+
+static void test_emulated_ranged(void) {
+  Exec e;
+  const char *skip = NULL;
+  CHECK_OK(h_exec_emulated(&e, &skip));
+  if (skip) {
+    printf("SKIP: emulated ranged runs: %s\n", skip);
+    return;
+  }
+  int cases = 0;
+  for (int h = 0; h < 2; h++) {
+    RangedBuild rb = {h ? DT_F16 : DT_INVALID};
+    FeDim range = {.name = "seq", .value = 1, .max = 8};
+    Graph *r = NULL;
+    smelt_status st = sc_build_ranged(ranged_build, &rb, &range, 1, &r);
+    if (st) {
+      fprintf(stderr, "tiny_lm seq=1..8: %s\n", st_message(st));
+      st_free(st);
+      check_failures++;
+      continue;
+    }
+    CHECK(r->nranges == 1);
+    const int64_t lens[] = {1, 3, 8};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+      FeDim exact = {.name = "seq", .value = lens[i]};
+      Graph *x = NULL;
+      st = ranged_build(&rb, &exact, 1, false, &x);
+      if (st) {
+        fprintf(stderr, "tiny_lm seq=%lld: %s\n", (long long)lens[i], st_message(st));
+        st_free(st);
+        check_failures++;
+        ir_graph_destroy(x);
+        continue;
+      }
+      char what[96];
+      snprintf(what, sizeof what, "tiny_lm seq=1..8 at %lld%s", (long long)lens[i], h ? " (f16)" : "");
+      CHECK(ranged_case(&e, r, x, lens[i], what) == 0);
+      cases++;
+      ir_graph_destroy(x);
+    }
+    ir_graph_destroy(r);
+  }
+  h_exec_close(&e);
+  printf("emulated CUDA, ranged: %d runs of a seq=1..8 tiny_lm against exact builds\n", cases);
+}
+
 /* ---- matmul variants: tensor cores, GEMV, the simple kernel ----
  * Matmuls (with fused epilogues, batched, transpose_b, ragged shapes) go
  * through the default pipeline; each must pick the expected variant, compile
@@ -711,6 +891,7 @@ int main(void) {
   test_suites();
   test_examples();
   test_emulated();
+  test_emulated_ranged();
   test_matmul_variants();
   if (nvrtc) printf("compiled %d (unit, arch) pairs for sm_90a and sm_80\n", units_compiled);
   cg_cuda_nvrtc_close(nvrtc);
