@@ -306,20 +306,6 @@ static smelt_status cuda_bind(smelt_session *s, int v, const void *p, size_t n) 
   return NULL;
 }
 
-/* The blocks of a tensor of type t with a ranged axis, at the run's range
- * values rv: `count` blocks of `run` bytes, `full` bytes apart laid out at
- * the max, `run` bytes apart packed (runtime/session.c: copy_ranged). */
-static void ranged_blocks(const TensorType *t, const int64_t *rv, size_t *count, size_t *run, size_t *full) {
-  size_t before = 1, after = dt_size(t->dt);
-  int a = 0;
-  while (a < t->rank && !t->dyn[a]) a++;
-  for (int i = 0; i < a; i++) before *= (size_t)t->dim[i];
-  for (int i = a + 1; i < t->rank; i++) after *= (size_t)t->dim[i];
-  *count = before;
-  *run = (size_t)ir_type_extent(t, a, rv) * after;
-  *full = (size_t)t->dim[a] * after;
-}
-
 smelt_status rt_cuda_session_prepare(smelt_session *s) {
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
@@ -342,7 +328,7 @@ smelt_status rt_cuda_session_prepare(smelt_session *s) {
     const TensorType *t = &g->val[v].type;
     size_t n = ir_type_bytes(t), count = 1, run = n, full = n;
     if (!cu->staged[v] || n == 0) continue;
-    if (ir_type_dynamic(t)) ranged_blocks(t, s->r->ranges, &count, &run, &full);
+    if (ir_type_dynamic(t)) rt_ranged_blocks(t, s->r->ranges, &count, &run, &full);
     smelt_status st = NULL;
     for (size_t p = 0; p < count && !st; p++)
       st = rt_cuda_upload_input(cu->dev, cu->dptr[v] + p * full, (const char *)s->in_ptr[i] + p * run, run);
@@ -394,7 +380,7 @@ static smelt_status copy_outputs(smelt_session *s, bool queued) {
     size_t n = ir_type_bytes(t), count = 1, run = n, full = n;
     if (n == 0 || (uintptr_t)s->out_ptr[i] == cu->dptr[v]) continue;
     /* with a ranged axis: the run's rows of each block, packed */
-    if (ir_type_dynamic(t)) ranged_blocks(t, s->r->ranges, &count, &run, &full);
+    if (ir_type_dynamic(t)) rt_ranged_blocks(t, s->r->ranges, &count, &run, &full);
     smelt_status st = NULL;
     for (size_t p = 0; p < count && !st; p++) {
       char *dst = (char *)s->out_ptr[i] + p * run;

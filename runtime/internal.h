@@ -148,6 +148,12 @@ bool rt_is_graph_output(const Graph *g, int v);
 
 /* ---- CUDA sessions (runtime/cuda_session.c) ---- */
 
+/* A tensor of type t with a ranged axis (ir.h) at the run's range values
+ * rv: `count` blocks of `run` bytes, `full` bytes apart laid out at the
+ * max, `run` bytes apart packed (the rows of the ranged axis are the
+ * leading ones of each block). */
+void rt_ranged_blocks(const TensorType *t, const int64_t *rv, size_t *count, size_t *run, size_t *full);
+
 /* Creates the CUDA state of the session's active run: modules, constants,
  * device memory, argument arrays; nargs is the total argument count. */
 typedef struct RtCudaConst {

@@ -905,21 +905,27 @@ smelt_status smelt_session_bind_output(smelt_session *s, const char *name, void 
 }
 /* ---- running, on either device ---- */
 
-/* Copies between a tensor of type t with the ranges at rv, packed (run),
- * and the same laid out at the max (full): the rows of its ranged axis
- * are the leading ones of each block (ir.h). */
-static void copy_ranged(const TensorType *t, const int64_t *rv, void *full, const void *run, bool to_full) {
-  size_t es = dt_size(t->dt), before = 1, after = es;
+void rt_ranged_blocks(const TensorType *t, const int64_t *rv, size_t *count, size_t *run, size_t *full) {
+  size_t before = 1, after = dt_size(t->dt);
   int a = 0;
   while (a < t->rank && !t->dyn[a]) a++;
   for (int i = 0; i < a; i++) before *= (size_t)t->dim[i];
   for (int i = a + 1; i < t->rank; i++) after *= (size_t)t->dim[i];
-  size_t e = (size_t)ir_type_extent(t, a, rv), m = (size_t)t->dim[a];
-  for (size_t p = 0; p < before; p++) {
-    char *f = (char *)full + p * m * after;
-    char *r = (char *)run + p * e * after;
-    if (to_full) memcpy(f, r, e * after);
-    else memcpy(r, f, e * after);
+  *count = before;
+  *run = (size_t)ir_type_extent(t, a, rv) * after;
+  *full = (size_t)t->dim[a] * after;
+}
+
+/* Copies between a tensor of type t with the ranges at rv, packed (run),
+ * and the same laid out at the max (full). */
+static void copy_ranged(const TensorType *t, const int64_t *rv, void *full, const void *run, bool to_full) {
+  size_t count, rb, fb;
+  rt_ranged_blocks(t, rv, &count, &rb, &fb);
+  for (size_t p = 0; p < count; p++) {
+    char *f = (char *)full + p * fb;
+    char *r = (char *)run + p * rb;
+    if (to_full) memcpy(f, r, rb);
+    else memcpy(r, f, rb);
   }
 }
 

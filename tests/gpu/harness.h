@@ -696,6 +696,48 @@ static inline int h_cuda_test_start(Exec *e, const char *test) {
   return -1;
 }
 
+/* What the kernels k[0..nk) of m take after their arguments
+ * (format/cuda_launch.h): *rng, with ranged dims, each range of g at rv[r]
+ * (rv NULL: at its max); *ws, one zeroed workspace of the largest size,
+ * which serves every kernel since each leaves it zero.  0 where none. */
+static inline smelt_status h_kernel_scratch(Exec *e, const Graph *g, const FmtCudaModule *m, int nk, const int64_t *rv,
+                                            uint64_t *rng, uint64_t *ws) {
+  *rng = *ws = 0;
+  if (g->nranges) {
+    int64_t vals[IR_MAX_RANGES] = {0};
+    for (int r = 0; r < g->nranges; r++) vals[r] = rv ? rv[r] : g->ranges[r].max;
+    RETURN_IF_ERROR(e->alloc(e, sizeof vals, rng));
+    RETURN_IF_ERROR(e->upload(e, *rng, vals, sizeof vals));
+  }
+  uint64_t ws_bytes = 0;
+  for (int i = 0; i < nk; i++)
+    if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
+  if (!ws_bytes) return NULL;
+  unsigned char *zero = calloc(1, (size_t)ws_bytes);
+  smelt_status st = zero ? e->alloc(e, (size_t)ws_bytes, ws) : st_error(ST_NO_MEMORY, "out of memory");
+  if (!st) st = e->upload(e, *ws, zero, (size_t)ws_bytes);
+  free(zero);
+  return st;
+}
+
+/* Runs the kernels k[0..nk) of m one after another, each on the buffers
+ * of h_upload_guarded (buf[v] + H_GUARD + offset), then rng and ws as it
+ * takes them (h_kernel_scratch). */
+static inline smelt_status h_launch_all(Exec *e, const Kernel *k, int nk, const FmtCudaModule *m, const uint64_t *buf,
+                                        size_t offset, uint64_t rng, uint64_t ws) {
+  for (int i = 0; i < nk; i++) {
+    uint64_t args[258];
+    int na = k[i].nargs < 256 ? k[i].nargs : 256;
+    for (int a = 0; a < na; a++) args[a] = buf[k[i].args[a]] + H_GUARD + offset;
+    if (rng) args[na++] = rng;
+    if (m->kernels[i].workspace) args[na++] = ws;
+    smelt_status st = e->launch(e, i, args, na);
+    if (!st) st = e->sync(e);
+    if (st) return st_prefix(st, "kernel %s", k[i].name);
+  }
+  return NULL;
+}
+
 /* Runs g on e and compares with the interpreter.  inputs: per input value
  * in op-suite order (OcInput ranges) or NULL for [-1, 1).  offset: bytes
  * added to every buffer (0: 256-byte aligned). */
@@ -741,35 +783,9 @@ static inline int h_check_graph(Exec *e, Graph *g, const OpSuite *ranges, const 
   bool *stored = calloc((size_t)g->nval, sizeof(bool));
   st = e->load(e, m);
   if (!st) st = h_upload_guarded(e, g, k, nk, data, offset, buf, stored);
-  /* one zeroed workspace of the largest size serves every kernel: each
-   * leaves it zero (FmtCudaLaunch.workspace) */
-  uint64_t ws = 0, ws_bytes = 0;
-  for (int i = 0; i < nk; i++)
-    if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
-  if (!st && ws_bytes) {
-    unsigned char *zero = calloc(1, (size_t)ws_bytes);
-    st = zero ? e->alloc(e, (size_t)ws_bytes, &ws) : st_error(ST_NO_MEMORY, "out of memory");
-    if (!st) st = e->upload(e, ws, zero, (size_t)ws_bytes);
-    free(zero);
-  }
-  /* ranged dims: every kernel's rng argument, each range at its max */
-  uint64_t rng = 0;
-  if (!st && g->nranges) {
-    int64_t rv[IR_MAX_RANGES] = {0};
-    for (int r = 0; r < g->nranges; r++) rv[r] = g->ranges[r].max;
-    st = e->alloc(e, sizeof rv, &rng);
-    if (!st) st = e->upload(e, rng, rv, sizeof rv);
-  }
-  for (int i = 0; i < nk && !st; i++) {
-    uint64_t args[258];
-    int na = k[i].nargs < 256 ? k[i].nargs : 256;
-    for (int a = 0; a < na; a++) args[a] = buf[k[i].args[a]] + H_GUARD + offset;
-    if (g->nranges) args[na++] = rng; /* format/cuda_launch.h */
-    if (m->kernels[i].workspace) args[na++] = ws;
-    st = e->launch(e, i, args, na);
-    if (!st) st = e->sync(e);
-    if (st) st = st_prefix(st, "kernel %s", k[i].name);
-  }
+  uint64_t ws = 0, rng = 0;
+  if (!st) st = h_kernel_scratch(e, g, m, nk, NULL, &rng, &ws);
+  if (!st) st = h_launch_all(e, k, nk, m, buf, offset, rng, ws);
   if (st) {
     H_FAIL("%s", st_message(st));
     st_free(st);

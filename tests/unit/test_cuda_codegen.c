@@ -621,28 +621,9 @@ static int ranged_case(Exec *e, Graph *r, Graph *x, int64_t d, const char *what)
   }
   if (!st) st = e->load(e, m);
   if (!st) st = h_upload_guarded(e, r, k, nk, rdata, 0, buf, stored);
-  int64_t rv[IR_MAX_RANGES] = {0};
-  rv[0] = d;
-  if (!st) st = e->alloc(e, sizeof rv, &rng);
-  if (!st) st = e->upload(e, rng, rv, sizeof rv);
-  uint64_t ws_bytes = 0;
-  for (int i = 0; m && i < nk; i++)
-    if (m->kernels[i].workspace > ws_bytes) ws_bytes = m->kernels[i].workspace;
-  if (!st && ws_bytes) {
-    unsigned char *zero = calloc(1, (size_t)ws_bytes);
-    st = zero ? e->alloc(e, (size_t)ws_bytes, &ws) : st_error(ST_NO_MEMORY, "out of memory");
-    if (!st) st = e->upload(e, ws, zero, (size_t)ws_bytes);
-    free(zero);
-  }
-  for (int i = 0; i < nk && !st; i++) {
-    uint64_t args[258];
-    int na = 0;
-    for (int a = 0; a < k[i].nargs && a < 256; a++) args[na++] = buf[k[i].args[a]] + H_GUARD;
-    args[na++] = rng;
-    if (m->kernels[i].workspace) args[na++] = ws;
-    st = e->launch(e, i, args, na);
-    if (st) st = st_prefix(st, "kernel %s", k[i].name);
-  }
+  int64_t rv[IR_MAX_RANGES] = {d};
+  if (!st) st = h_kernel_scratch(e, r, m, nk, rv, &rng, &ws);
+  if (!st) st = h_launch_all(e, k, nk, m, buf, 0, rng, ws);
   /* the outputs (not ranged) and the caches after the appends */
   for (int v = 0; v < r->nval && !st; v++) {
     bool out = false;
