@@ -43,7 +43,9 @@ typedef struct {
   int64_t s[2], p[4], d[2], groups;
 } Shape;
 
-enum { EPI_NONE, EPI_RELU, EPI_RESIDUAL };
+/* EPI_ROW_RESIDUAL: the residual is [N, O, OH, 1], broadcast along the
+ * output rows (conv_rows may not address its pixels linearly) */
+enum { EPI_NONE, EPI_RELU, EPI_RESIDUAL, EPI_ROW_RESIDUAL };
 
 static int64_t out_dim(int64_t in, int64_t k, int64_t s, int64_t p0, int64_t p1, int64_t d) {
   return (in + p0 + p1 - d * (k - 1) - 1) / s + 1;
@@ -58,7 +60,11 @@ static void t_conv(DType dt, Shape sh, bool bias, int epi, bool w_input, const R
             (long long)(sh.c / sh.groups), (long long)sh.kh, (long long)sh.kw, (long long)sh.s[0], (long long)sh.s[1],
             (long long)sh.p[0], (long long)sh.p[1], (long long)sh.p[2], (long long)sh.p[3], (long long)sh.d[0],
             (long long)sh.d[1], (long long)sh.groups, bias ? " bias" : "",
-            epi == EPI_RELU ? " relu" : epi == EPI_RESIDUAL ? " relu+residual" : "", w_input ? " (w input)" : ""),
+            epi == EPI_RELU               ? " relu"
+            : epi == EPI_RESIDUAL         ? " relu+residual"
+            : epi == EPI_ROW_RESIDUAL     ? " relu+residual[N,O,OH,1]"
+                                          : "",
+            w_input ? " (w input)" : ""),
           (uint64_t)(sh.c * 131 + sh.o * 17 + sh.h * 7 + sh.w + sh.kh));
   int x = tg_input(&t, "x", dt, 4, D(sh.n, sh.c, sh.h, sh.w), DOM_ANY, 0);
   const int64_t *wd = D(sh.o, sh.c / sh.groups, sh.kh, sh.kw);
@@ -73,8 +79,8 @@ static void t_conv(DType dt, Shape sh, bool bias, int epi, bool w_input, const R
     int64_t oh = out_dim(sh.h, sh.kh, sh.s[0], sh.p[0], sh.p[2], sh.d[0]);
     int64_t ow = out_dim(sh.w, sh.kw, sh.s[1], sh.p[1], sh.p[3], sh.d[1]);
     int nodes[4] = {cv, tg_node(&t, OP_RELU, 1, (int[]){tg_val(&t, cv)}, "act")}, nn = 2;
-    if (epi == EPI_RESIDUAL) {
-      int res = tg_input(&t, "res", dt, 4, D(sh.n, sh.o, oh, ow), DOM_ANY, 0);
+    if (epi == EPI_RESIDUAL || epi == EPI_ROW_RESIDUAL) {
+      int res = tg_input(&t, "res", dt, 4, D(sh.n, sh.o, oh, epi == EPI_RESIDUAL ? ow : 1), DOM_ANY, 0);
       nodes[nn] = tg_node(&t, OP_ADD, 2, (int[]){tg_val(&t, nodes[1]), res}, "y");
       nn++;
       /* the conv result is read outside the group too: stored as well */
@@ -86,7 +92,7 @@ static void t_conv(DType dt, Shape sh, bool bias, int epi, bool w_input, const R
     }
   }
   RunOpts r = *ro;
-  if (epi == EPI_RESIDUAL) r.tol16 = 4e-3; /* the reference rounds after each op; the kernel after the last */
+  if (epi == EPI_RESIDUAL || epi == EPI_ROW_RESIDUAL) r.tol16 = 4e-3; /* the reference rounds after each op; the kernel after the last */
   tg_run(&t, &r);
 }
 
@@ -129,6 +135,28 @@ static void test_large(void) {
   t_conv(DT_BF16, S(1, 96, 6, 6, 140, 3, 1, 1, 1, 1), true, EPI_NONE, false, &R);
 }
 
+/* 1x1 convolutions of 128 input channels or more, computed by pixel rows
+ * (conv_rows): the transposed tile (a power-of-two block of 8 rows and the
+ * 4, 2, 1 remainders with AVX-512; 6 rows, transposed element by element,
+ * with AVX2 and SSE), pixels addressed linearly in the epilogue and not
+ * (a residual broadcast along the rows), blocks of 8 pixels straddling two
+ * images (batch 2, 7x9 = 63 pixels), strides 1 and 2, a ragged last panel
+ * of channels, and the columns split into blocks when the pixels are few
+ * (3x3 = 9 rows, 300 channels). */
+static void test_rows(void) {
+  const DType fl[] = {DT_F32, DT_F16, DT_BF16};
+  for (int d = 0; d < 3; d++) {
+    t_conv(fl[d], S(2, 256, 7, 9, 40, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false, &R);
+    t_conv(fl[d], S(1, 128, 13, 11, 70, 1, 2, 0, 1, 1), false, EPI_NONE, false, &R);
+  }
+  t_conv(DT_F32, S(1, 130, 3, 3, 300, 1, 1, 0, 1, 1), true, EPI_RELU, false, &R);
+  t_conv(DT_F32, S(2, 160, 5, 7, 33, 1, 1, 0, 1, 1), true, EPI_ROW_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(2, 128, 5, 7, 20, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false,
+         &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
+  t_conv(DT_F32, S(1, 144, 6, 5, 50, 1, 2, 0, 1, 1), true, EPI_ROW_RESIDUAL, false,
+         &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
+}
+
 /* A cast prologue fused into the kernel: x is computed, not read, so the
  * panel is built element by element through the group's members. */
 static void test_prologue(void) {
@@ -146,12 +174,13 @@ static void test_prologue(void) {
   tg_run(&t, &R);
 }
 
-/* Whether the module of y = conv2d(x, w) holds the packed weight. */
-static bool uses_packed(bool w_const) {
+/* Whether the module of y = conv2d(x, w) (w [16, c, k, k]) holds the
+ * packed weight named "w<suffix>". */
+static bool uses_packed_as(bool w_const, int64_t c, int64_t k, const char *suffix) {
   Graph *g = ir_graph_create("packed?");
   g->file = "test_llvm_conv";
-  int x = ir_add_input(g, "x", tt(DT_F32, 4, D(1, 8, 6, 6)), here);
-  TensorType wt = tt(DT_F32, 4, D(16, 8, 3, 3));
+  int x = ir_add_input(g, "x", tt(DT_F32, 4, D(1, c, 6, 6)), here);
+  TensorType wt = tt(DT_F32, 4, D(16, c, k, k));
   int w = w_const ? ir_add_const(g, "w", wt, NULL, here) : ir_add_input(g, "w", wt, here);
   const char *names[1] = {"y"};
   int n = ir_add_node(g, OP_CONV2D, 2, (int[]){x, w}, 1, names, here);
@@ -165,7 +194,9 @@ static bool uses_packed(bool w_const) {
   CHECK_OK(cg_single_node_groups(g));
   CHECK_OK(cg_lower(g, &ks, &nk));
   CHECK_OK(cg_llvm_ir_text(g, ks, nk, NULL, false, &text));
-  found = text && strstr(text, "w.convpacked") != NULL;
+  char name[64];
+  snprintf(name, sizeof name, "w%s", suffix);
+  found = text && strstr(text, name) != NULL;
   free(text);
   cg_kernels_free(ks, nk);
   ir_graph_destroy(g);
@@ -177,6 +208,7 @@ int main(void) {
   for (int d = 0; d < 3; d++) test_shapes(fl[d], false);
   test_shapes(DT_F32, true); /* the generic kernel on the same shapes */
   test_large();
+  test_rows();
   test_prologue();
   t_conv(DT_F32, S(1, 5, 7, 9, 11, 3, 1, 1, 1, 1), true, EPI_RESIDUAL, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .no_opt = true});
@@ -184,8 +216,13 @@ int main(void) {
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
   t_conv(DT_F32, S(1, 9, 8, 7, 14, 3, 1, 1, 1, 1), true, EPI_RELU, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
-  CHECK(uses_packed(true));
-  CHECK(!uses_packed(false));
+  CHECK(uses_packed_as(true, 8, 3, ".convpacked"));
+  CHECK(!uses_packed_as(false, 8, 3, ".convpacked"));
+  /* a 1x1 conv of 128 channels or more goes by pixel rows, its weight
+   * packed as a transposed matmul weight; of fewer, by channel rows */
+  CHECK(uses_packed_as(true, 128, 1, ".packedt"));
+  CHECK(!uses_packed_as(true, 128, 1, ".convpacked"));
+  CHECK(uses_packed_as(true, 64, 1, ".convpacked"));
   printf("test_llvm_conv: %d kernels run\n", tg_kernels_run);
   return check_done("test_llvm_conv");
 }
