@@ -157,6 +157,28 @@ static void test_rows(void) {
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
 }
 
+/* Convolutions with a spatial kernel or padding on small images with 256
+ * output channels or more, computed by pixel rows with an im2col block
+ * (conv_pixels): one unit's rows for the whole image (7x7: 7 blocks, the
+ * last with 1 pixel) and two blocks a unit (9x11 = 99 pixels, batch 2),
+ * several k chunks (K = 576), a ragged last panel and a second column
+ * unit (260 channels), stride 2 (the element-by-element im2col), a 1x1
+ * kernel with padding, dilation 2, the residual read linearly and not,
+ * and the AVX2 and SSE targets (6-pixel blocks, 6-lane im2col rows). */
+static void test_pixels(void) {
+  const DType fl[] = {DT_F32, DT_F16, DT_BF16};
+  for (int d = 0; d < 3; d++) t_conv(fl[d], S(1, 16, 7, 7, 256, 3, 1, 1, 1, 1), true, EPI_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(2, 8, 9, 11, 260, 3, 1, 1, 1, 1), true, EPI_RELU, false, &R);
+  t_conv(DT_F32, S(1, 64, 7, 7, 256, 3, 1, 1, 1, 1), false, EPI_NONE, false, &R);
+  t_conv(DT_F32, S(1, 12, 13, 13, 256, 3, 2, 1, 1, 1), true, EPI_ROW_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(1, 20, 5, 5, 256, 1, 1, 1, 1, 1), true, EPI_NONE, false, &R);
+  t_conv(DT_F32, S(1, 8, 10, 10, 256, 3, 1, 2, 2, 1), true, EPI_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(2, 8, 7, 5, 256, 3, 1, 1, 1, 1), true, EPI_RESIDUAL, false,
+         &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
+  t_conv(DT_F32, S(1, 8, 6, 7, 256, 3, 1, 1, 1, 1), true, EPI_ROW_RESIDUAL, false,
+         &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
+}
+
 /* A cast prologue fused into the kernel: x is computed, not read, so the
  * panel is built element by element through the group's members. */
 static void test_prologue(void) {
@@ -174,13 +196,13 @@ static void test_prologue(void) {
   tg_run(&t, &R);
 }
 
-/* Whether the module of y = conv2d(x, w) (w [16, c, k, k]) holds the
+/* Whether the module of y = conv2d(x [1, c, 6, 6], w [o, c, k, k]) holds the
  * packed weight named "w<suffix>". */
-static bool uses_packed_as(bool w_const, int64_t c, int64_t k, const char *suffix) {
+static bool uses_packed_as(bool w_const, int64_t c, int64_t k, int64_t o, const char *suffix) {
   Graph *g = ir_graph_create("packed?");
   g->file = "test_llvm_conv";
   int x = ir_add_input(g, "x", tt(DT_F32, 4, D(1, c, 6, 6)), here);
-  TensorType wt = tt(DT_F32, 4, D(16, c, k, k));
+  TensorType wt = tt(DT_F32, 4, D(o, c, k, k));
   int w = w_const ? ir_add_const(g, "w", wt, NULL, here) : ir_add_input(g, "w", wt, here);
   const char *names[1] = {"y"};
   int n = ir_add_node(g, OP_CONV2D, 2, (int[]){x, w}, 1, names, here);
@@ -209,6 +231,7 @@ int main(void) {
   test_shapes(DT_F32, true); /* the generic kernel on the same shapes */
   test_large();
   test_rows();
+  test_pixels();
   test_prologue();
   t_conv(DT_F32, S(1, 5, 7, 9, 11, 3, 1, 1, 1, 1), true, EPI_RESIDUAL, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .no_opt = true});
@@ -216,13 +239,16 @@ int main(void) {
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
   t_conv(DT_F32, S(1, 9, 8, 7, 14, 3, 1, 1, 1, 1), true, EPI_RELU, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
-  CHECK(uses_packed_as(true, 8, 3, ".convpacked"));
-  CHECK(!uses_packed_as(false, 8, 3, ".convpacked"));
+  CHECK(uses_packed_as(true, 8, 3, 16, ".convpacked"));
+  CHECK(!uses_packed_as(false, 8, 3, 16, ".convpacked"));
   /* a 1x1 conv of 128 channels or more goes by pixel rows, its weight
    * packed as a transposed matmul weight; of fewer, by channel rows */
-  CHECK(uses_packed_as(true, 128, 1, ".packedt"));
-  CHECK(!uses_packed_as(true, 128, 1, ".convpacked"));
-  CHECK(uses_packed_as(true, 64, 1, ".convpacked"));
+  CHECK(uses_packed_as(true, 128, 1, 16, ".packedt"));
+  CHECK(!uses_packed_as(true, 128, 1, 16, ".convpacked"));
+  CHECK(uses_packed_as(true, 64, 1, 16, ".convpacked"));
+  /* a 3x3 conv to 256 channels on a small image: by pixel rows too */
+  CHECK(uses_packed_as(true, 8, 3, 256, ".packedt"));
+  CHECK(!uses_packed_as(true, 8, 3, 255, ".packedt"));
   printf("test_llvm_conv: %d kernels run\n", tg_kernels_run);
   return check_done("test_llvm_conv");
 }
