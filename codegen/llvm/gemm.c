@@ -88,7 +88,7 @@
  * Falls back (generic kernel) for a weight that is not a constant, integer
  * and f64 convolutions, and empty tensors.
  *
- * A 1x1 convolution of 128 input channels or more (groups 1, no padding,
+ * A 1x1 convolution of 256 input channels or more (groups 1, no padding,
  * any stride) goes the other way round, as the matmul above (conv_rows):
  * rows are the output pixels, columns the output channels, A is x read at
  * each pixel's input position, the weight [O, C] is packed as a transposed
@@ -903,10 +903,12 @@ static bool flat_pixels_ok(CgFn *f, const Conv *c) {
 
 /* Input channels from which a 1x1 convolution is computed by pixel rows
  * (conv_rows); below, the channel-row scheme, whose vector epilogue costs
- * less against so short a k loop (64 channels: 0.65 against 0.69 ms for
- * ResNet-50's 56x56 64->256; 128 the same; 256 and more, pixel rows
- * faster by 10-55%, measured on a 2-core AVX-512 host, 2026-12-04). */
-#define CONV_ROWS_MIN_K 128
+ * less against so short a k loop.  Measured on a 2-core AVX-512 host
+ * (2026-12-04), 1x1 + bias + residual + relu, ms, pixel rows against
+ * channel rows (one row of H*W pixels, below): 128 -> 512 at 28x28 0.66
+ * against 0.58; 256 -> 64 at 56x56 0.55 against 0.58, 256 -> 1024 at
+ * 14x14 0.57 against 0.72, 512 -> 2048 at 7x7 0.51 against 1.10. */
+#define CONV_ROWS_MIN_K 256
 
 /* conv_pixels' unit: row blocks of MR pixels, panels of NR channels, and
  * its chunk of k (the panel's slice, KC x NR f32, 32 KiB with AVX-512) */
@@ -1131,10 +1133,18 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   c.sh = st->ints[0], c.sw = st->ints[1], c.pt = pd->ints[0], c.pl = pd->ints[1];
   c.dh = dl->ints[0], c.dw = dl->ints[1];
 
-  if (c.KH == 1 && c.KW == 1 && c.groups == 1 && c.C >= CONV_ROWS_MIN_K && pd->ints[0] == 0 && pd->ints[1] == 0 &&
-      pd->ints[2] == 0 && pd->ints[3] == 0)
-    return conv_rows(f, &c, wv, out_done);
+  bool pointwise = c.KH == 1 && c.KW == 1 && pd->ints[0] == 0 && pd->ints[1] == 0 && pd->ints[2] == 0 && pd->ints[3] == 0;
+  if (pointwise && c.groups == 1 && c.C >= CONV_ROWS_MIN_K) return conv_rows(f, &c, wv, out_done);
   if (c.groups == 1 && conv_pixels_wanted(&c)) return conv_pixels(f, &c, wv, out_done);
+  /* A 1x1 convolution at stride 1 without padding maps pixel p of x to
+   * pixel p of y: the image can be one row of H*W pixels, so a unit's
+   * panel is one segment (one run of masked loads per k, one epilogue run
+   * per channel) instead of one per output row it touches, when the
+   * epilogue may address pixels linearly (flat_pixels_ok). */
+  if (pointwise && c.sh == 1 && c.sw == 1 && c.OH > 1 && flat_pixels_ok(f, &c)) {
+    c.H = c.OH = 1;
+    c.W = c.OW = c.P;
+  }
 
   Gemm *G = &c.G;
   *G = (Gemm){.f = f, .K = c.K};

@@ -135,26 +135,31 @@ static void test_large(void) {
   t_conv(DT_BF16, S(1, 96, 6, 6, 140, 3, 1, 1, 1, 1), true, EPI_NONE, false, &R);
 }
 
-/* 1x1 convolutions of 128 input channels or more, computed by pixel rows
+/* 1x1 convolutions of 256 input channels or more, computed by pixel rows
  * (conv_rows): the transposed tile (a power-of-two block of 8 rows and the
  * 4, 2, 1 remainders with AVX-512; 6 rows, transposed element by element,
  * with AVX2 and SSE), pixels addressed linearly in the epilogue and not
  * (a residual broadcast along the rows), blocks of 8 pixels straddling two
  * images (batch 2, 7x9 = 63 pixels), strides 1 and 2, a ragged last panel
  * of channels, and the columns split into blocks when the pixels are few
- * (3x3 = 9 rows, 300 channels). */
+ * (3x3 = 9 rows, 300 channels).  Then 1x1 convolutions of fewer channels
+ * at stride 1, whose image the channel-row scheme takes as one row of H*W
+ * pixels when the epilogue allows it (a residual) and not (a residual
+ * broadcast along the rows), batch 2. */
 static void test_rows(void) {
   const DType fl[] = {DT_F32, DT_F16, DT_BF16};
   for (int d = 0; d < 3; d++) {
     t_conv(fl[d], S(2, 256, 7, 9, 40, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false, &R);
-    t_conv(fl[d], S(1, 128, 13, 11, 70, 1, 2, 0, 1, 1), false, EPI_NONE, false, &R);
+    t_conv(fl[d], S(1, 256, 13, 11, 70, 1, 2, 0, 1, 1), false, EPI_NONE, false, &R);
   }
-  t_conv(DT_F32, S(1, 130, 3, 3, 300, 1, 1, 0, 1, 1), true, EPI_RELU, false, &R);
-  t_conv(DT_F32, S(2, 160, 5, 7, 33, 1, 1, 0, 1, 1), true, EPI_ROW_RESIDUAL, false, &R);
-  t_conv(DT_F32, S(2, 128, 5, 7, 20, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false,
+  t_conv(DT_F32, S(1, 260, 3, 3, 300, 1, 1, 0, 1, 1), true, EPI_RELU, false, &R);
+  t_conv(DT_F32, S(2, 288, 5, 7, 33, 1, 1, 0, 1, 1), true, EPI_ROW_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(2, 256, 5, 7, 20, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
-  t_conv(DT_F32, S(1, 144, 6, 5, 50, 1, 2, 0, 1, 1), true, EPI_ROW_RESIDUAL, false,
+  t_conv(DT_F32, S(1, 272, 6, 5, 50, 1, 2, 0, 1, 1), true, EPI_ROW_RESIDUAL, false,
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64"});
+  for (int d = 0; d < 3; d++) t_conv(fl[d], S(2, 64, 7, 9, 40, 1, 1, 0, 1, 1), true, EPI_RESIDUAL, false, &R);
+  t_conv(DT_F32, S(2, 48, 9, 7, 140, 1, 1, 0, 1, 1), false, EPI_ROW_RESIDUAL, false, &R);
 }
 
 /* Convolutions with a spatial kernel or padding on small images with 256
@@ -241,11 +246,11 @@ int main(void) {
          &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
   CHECK(uses_packed_as(true, 8, 3, 16, ".convpacked"));
   CHECK(!uses_packed_as(false, 8, 3, 16, ".convpacked"));
-  /* a 1x1 conv of 128 channels or more goes by pixel rows, its weight
+  /* a 1x1 conv of 256 channels or more goes by pixel rows, its weight
    * packed as a transposed matmul weight; of fewer, by channel rows */
-  CHECK(uses_packed_as(true, 128, 1, 16, ".packedt"));
-  CHECK(!uses_packed_as(true, 128, 1, 16, ".convpacked"));
-  CHECK(uses_packed_as(true, 64, 1, 16, ".convpacked"));
+  CHECK(uses_packed_as(true, 256, 1, 16, ".packedt"));
+  CHECK(!uses_packed_as(true, 256, 1, 16, ".convpacked"));
+  CHECK(uses_packed_as(true, 128, 1, 16, ".convpacked"));
   /* a 3x3 conv to 256 channels on a small image: by pixel rows too */
   CHECK(uses_packed_as(true, 8, 3, 256, ".packedt"));
   CHECK(!uses_packed_as(true, 8, 3, 255, ".packedt"));
