@@ -43,12 +43,14 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "ir/clock.h"
 #include "codegen/cuda/cg_cuda.h"
 #include "runtime/cuda_driver.h"
 #include "compiler/driver.h"
+#include "runtime/elf_loader.h"
 #include "runtime/threadpool.h"
 
 static const char bench_help[] =
@@ -74,6 +76,8 @@ static const char bench_help[] =
     "  --json                  print the results as one JSON object instead of a table\n"
     "  --trace FILE.json       write the last timed run as a Chrome-trace/Perfetto timeline: every\n"
     "                          kernel under its YAML names, with bytes, FLOPs and variant\n"
+    "  --perf-map              (cpu) write /tmp/perf-PID.map, which names the loaded kernels' machine\n"
+    "                          code for perf (perf record -g smelt bench ... --perf-map; perf report)\n"
     "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
     "                          specialisations: the one to bench\n"
     "  --dtype DTYPE           (YAML only) default element type\n"
@@ -667,6 +671,48 @@ static smelt_status bench_cuda(smelt_session *s, const smelt_bundle *spec, Repor
   return NULL;
 }
 
+/* perf's map of code it cannot see in a file (perf-PID.map, as JIT
+ * compilers write it): one "START SIZE NAME" line per exported function of
+ * the bundle's loaded CPU object, in hexadecimal, each function's size
+ * running to the next function or the end of the code. */
+typedef struct {
+  uintptr_t addr;
+  const char *name;
+} MapSym;
+static int cmp_mapsym(const void *a, const void *b) {
+  uintptr_t x = ((const MapSym *)a)->addr, y = ((const MapSym *)b)->addr;
+  return x < y ? -1 : x > y;
+}
+static smelt_status write_perf_map(const smelt_bundle *b, char *path, size_t path_len) {
+  const RtElfImage *img = rt_bundle_code_image(b);
+  snprintf(path, path_len, "/tmp/perf-%ld.map", (long)getpid());
+  if (!img) return st_error(ST_INVALID_INPUT, "--perf-map: the bundle has no loaded CPU code");
+  int n = rt_elf_symbol_count(img);
+  MapSym *syms = malloc((size_t)(n ? n : 1) * sizeof *syms);
+  if (!syms) return st_error(ST_NO_MEMORY, "out of memory");
+  for (int i = 0; i < n; i++) {
+    syms[i].name = rt_elf_symbol_name(img, i);
+    syms[i].addr = (uintptr_t)rt_elf_lookup(img, syms[i].name);
+  }
+  qsort(syms, (size_t)n, sizeof *syms, cmp_mapsym);
+  RtElfLayout lay;
+  rt_elf_layout(img, &lay);
+  uintptr_t end = (uintptr_t)lay.text + lay.text_size;
+  FILE *fp = fopen(path, "a");
+  if (!fp) {
+    free(syms);
+    return st_error(ST_IO, "%s: cannot write the perf map", path);
+  }
+  for (int i = 0; i < n; i++) {
+    uintptr_t next = i + 1 < n ? syms[i + 1].addr : end;
+    fprintf(fp, "%lx %lx %s\n", (unsigned long)syms[i].addr, (unsigned long)(next - syms[i].addr), syms[i].name);
+  }
+  int rc = ferror(fp);
+  rc |= fclose(fp);
+  free(syms);
+  return rc ? st_error(ST_IO, "%s: cannot write the perf map", path) : NULL;
+}
+
 /* A Chrome-trace / Perfetto JSON file: one complete ("X") event per
  * kernel of the last timed run, named as the kernel (its YAML names), with
  * its bytes, FLOPs, tasks and, on CUDA, kind and variant; then the whole
@@ -728,7 +774,7 @@ static bool is_cuda_device(const char *d) {
 int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
-  bool json = false, allow_tf32 = false, check = false;
+  bool json = false, allow_tf32 = false, check = false, perf_map = false;
   ScTol tol = {0};
   const char *trace = NULL;
   char dims[1024] = "";
@@ -743,6 +789,8 @@ int cli_bench(int argc, char **argv) {
       json = true;
     } else if (strcmp(a, "--check") == 0) {
       check = true;
+    } else if (strcmp(a, "--perf-map") == 0) {
+      perf_map = true;
     } else if ((v = cli_flag_value("--rtol", argc, argv, &i, &missing)) || missing) {
       if (!cli_parse_tolerance(v, &tol.rtol)) return cli_usage("bench", "--rtol needs a number >= 0");
       tol.set = true;
@@ -783,6 +831,7 @@ int cli_bench(int argc, char **argv) {
   if (is_model(path) && strchr(dims, ','))
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
+  if (perf_map && cuda) return cli_usage("bench", "--perf-map names CPU kernels: it applies to --device cpu");
   if (allow_tf32 && !(cuda && is_model(path)))
     return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 
@@ -851,7 +900,12 @@ int cli_bench(int argc, char **argv) {
       if (rep.copy_bw > 0) printf("host copy bandwidth: %.2f GB/s (%s)\n", rep.copy_bw * 1e-9, rep.copy_how);
       else printf("host copy bandwidth: not measured (out of memory)\n");
     }
-    st = bench_cpu(s, &rep);
+    char map[64];
+    if (perf_map) {
+      st = write_perf_map(rt_bundle_spec(b, spec), map, sizeof map);
+      if (!st && !json) printf("perf map: %s\n", map);
+    }
+    if (!st) st = bench_cpu(s, &rep);
   }
   if (!st) {
     if (json) st = print_json(&rep);

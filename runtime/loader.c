@@ -83,6 +83,7 @@ const Graph *rt_bundle_graph(const smelt_bundle *b) { return b->g; }
 const FmtFile *rt_bundle_file(const smelt_bundle *b) { return b->file; }
 int rt_bundle_num_kernels(const smelt_bundle *b) { return b->nkernels; }
 const Kernel *rt_bundle_kernel(const smelt_bundle *b, int i) { return &b->kernels[i]; }
+const RtElfImage *rt_bundle_code_image(const smelt_bundle *b) { return b->code_image; }
 
 bool rt_bundle_spec_find(const smelt_bundle *b, FmtSectionKind kind, const char *name, const void **out_data,
                          size_t *out_len) {

@@ -75,6 +75,9 @@ const Graph *rt_bundle_graph(const smelt_bundle *b);
 const FmtFile *rt_bundle_file(const smelt_bundle *b);
 int rt_bundle_num_kernels(const smelt_bundle *b);
 const Kernel *rt_bundle_kernel(const smelt_bundle *b, int i);
+/* The loaded CPU object of b (runtime/elf_loader.h), NULL when b was
+ * opened without machine code or has none. */
+const struct RtElfImage *rt_bundle_code_image(const smelt_bundle *b);
 /* The manifest's value for key, NULL when absent (owned by the bundle). */
 const char *rt_bundle_manifest_get(const smelt_bundle *b, const char *key);
 

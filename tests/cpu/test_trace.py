@@ -7,7 +7,11 @@ events are those `smelt bench --json` reports, in table order, ordered in
 time and not overlapping on their track, that each carries bytes, FLOPs and
 tasks, and that they fit in the whole run's event.  Bad use: --trace
 without a file, a file that cannot be written.  Also that --json stays
-valid JSON for a model path with a quote, a backslash and a tab.
+valid JSON for a model path with a quote, a backslash and a tab, and that
+--perf-map writes perf's /tmp/perf-PID.map: one "START SIZE NAME" line
+(hexadecimal) per function of the loaded CPU object, every kernel that
+--json reports among them, in address order without overlaps; refused on
+cuda.
 
 Usage: test_trace.py --smelt PATH
 """
@@ -26,6 +30,32 @@ def check(ok, what):
     global failures
     print(("ok   " if ok else "FAIL ") + what)
     failures += not ok
+
+
+def perf_map(exe):
+    r = subprocess.run([exe, "bench", "examples/tiny_llama.yaml", "--threads", "1", "--iters", "1", "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+    kernels = [k["name"] for k in json.loads(r.stdout)["kernels"]] if r.returncode == 0 else []
+    r = subprocess.run([exe, "bench", "examples/tiny_llama.yaml", "--threads", "1", "--iters", "1", "--perf-map"],
+                       capture_output=True, text=True, cwd=ROOT)
+    path = next((l.split(": ", 1)[1].strip() for l in r.stdout.splitlines() if l.startswith("perf map: ")), None)
+    check(r.returncode == 0 and path is not None and os.path.basename(path).startswith("perf-"),
+          f"bench --perf-map names its map ({path})")
+    rows = []
+    if path and os.path.exists(path):
+        with open(path) as fp:
+            for line in fp:
+                a, n, name = line.split(None, 2)
+                rows.append((int(a, 16), int(n, 16), name.strip()))
+        os.remove(path)
+    names = {n for _, _, n in rows}
+    check(len(kernels) > 1 and all(k in names for k in kernels),
+          f"the map names every kernel of the bench ({len(kernels)} kernels, {len(rows)} lines)")
+    check(all(n > 0 for _, n, _ in rows) and all(a + n <= b for (a, n, _), (b, _, _) in zip(rows, rows[1:])),
+          "the map's functions are in address order, sized, not overlapping")
+    r = subprocess.run([exe, "bench", "examples/mlp.yaml", "--device", "cuda", "--perf-map"], capture_output=True,
+                       text=True, cwd=ROOT)
+    check(r.returncode == 2 and "--perf-map" in r.stderr, "--perf-map on cuda: exit 2")
 
 
 def main():
@@ -74,6 +104,7 @@ def main():
         except ValueError as e:
             got = f"invalid JSON ({e})"
         check(r.returncode == 0 and got == odd, f"--json names a model path with a quote, backslash and tab exactly ({got!r})")
+    perf_map(exe)
     print("test_trace: " + ("FAILED" if failures else "passed"))
     return 1 if failures else 0
 
