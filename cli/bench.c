@@ -77,7 +77,7 @@ static const char bench_help[] =
     "  --trace FILE.json       write the last timed run as a Chrome-trace/Perfetto timeline: every\n"
     "                          kernel under its YAML names, with bytes, FLOPs and variant\n"
     "  --perf-map              (cpu) write /tmp/perf-PID.map, which names the loaded kernels' machine\n"
-    "                          code for perf (perf record -g smelt bench ... --perf-map; perf report)\n"
+    "                          code for perf (perf record smelt bench ... --perf-map, then perf report)\n"
     "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
     "                          specialisations: the one to bench\n"
     "  --dtype DTYPE           (YAML only) default element type\n"
