@@ -289,6 +289,17 @@ static LLVMValueRef splat(Gemm *G, LLVMValueRef x) {
   return LLVMBuildShuffleVector(B, v, LLVMGetUndef(G->vt), mask, "");
 }
 
+/* The register blocking of the target (not the compiling host): VL f32
+ * lanes, panels of NR = 2*VL columns, MR rows (8 with AVX-512's 32
+ * vector registers, 6 otherwise). */
+static void gemm_regs(Gemm *G, CgMod *m) {
+  G->vl = m->f32_lanes;
+  G->nr = 2 * G->vl;
+  G->nv = 2;
+  G->mr = G->vl == 16 ? 8 : 6;
+  G->vt = LLVMVectorType(m->t_f32, (unsigned)G->vl);
+}
+
 static LLVMValueRef vec_ptr(Gemm *G, LLVMValueRef base, LLVMValueRef off) {
   LLVMBuilderRef B = G->f->b;
   LLVMValueRef p = LLVMBuildInBoundsGEP2(B, G->f->m->t_f32, base, &off, 1, "");
@@ -637,10 +648,7 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   if (K == 0 || N == 0) return NULL;
 
   Gemm G = {.f = f, .av = av, .at = at, .yt = yt, .K = K, .N = N};
-  G.vl = m->f32_lanes; /* the target's, not the compiling host's */
-  G.nr = 2 * G.vl;
-  G.nv = 2;
-  G.mr = G.vl == 16 ? 8 : 6;
+  gemm_regs(&G, m);
   G.np = (N + G.nr - 1) / G.nr;
   if ((uint64_t)G.np * (uint64_t)K * (uint64_t)G.nr * 4 > UINT32_MAX) return NULL; /* LLVMConstString's limit */
   LLVMValueRef gv = packed_weight(f, bv, tb, K, N, G.nr);
@@ -653,7 +661,6 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   G.nb = yt.rank - (G.a1 ? 0 : 1) - 1;
   G.am = ta ? G.abat + 1 : G.abat;
   G.ak = G.a1 ? 0 : ta ? G.abat : G.abat + 1;
-  G.vt = LLVMVectorType(m->t_f32, (unsigned)G.vl);
   G.packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
   G.tile = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nv * G.vl, "tile"); /* mr * npan <= G.mr rows of NR */
   for (int a = 0; a < G.mr * G.nv; a++) G.acc[a] = cg_alloca(f, G.vt, 1, "acc");
@@ -929,6 +936,30 @@ static bool flat_pixels_ok(CgFn *f, const Conv *c) {
 #define PIX_MIN_CHANNELS 256
 static bool conv_pixels_wanted(const Conv *c) { return c->P <= PIX_MAX_PIXELS && c->Og >= PIX_MIN_CHANNELS; }
 
+/* The GEMM of a convolution by pixel rows (conv_rows, conv_pixels) over k
+ * < K: the weight [O, K] packed as a transposed matmul weight, rows
+ * addressed as pixels, the tile transposed for the epilogue.  Leaves
+ * *out_done false (the channel-row scheme takes it) when the packed
+ * weight would be too large. */
+static smelt_status pixel_gemm(CgFn *f, const Conv *c, int wv, int64_t K, Gemm *G, bool *out_done) {
+  CgMod *m = f->m;
+  Graph *g = f->g;
+  *G = (Gemm){.f = f, .av = c->xv, .at = g->val[c->xv].type, .yt = *cg_anchor_type(f), .K = K, .N = c->Og};
+  gemm_regs(G, m);
+  G->np = (G->N + G->nr - 1) / G->nr;
+  if ((uint64_t)G->np * (uint64_t)G->K * (uint64_t)G->nr * 4 > UINT32_MAX) return NULL;
+  LLVMValueRef gv = packed_weight(f, wv, true, G->K, G->N, G->nr);
+  if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[wv].name);
+  *out_done = true;
+  G->crow = true;
+  G->flat = flat_pixels_ok(f, c);
+  G->P = c->P, G->OW = c->OW, G->sh = c->sh, G->sw = c->sw, G->bias = c->bv;
+  G->packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
+  G->tile_t = cg_alloca(f, m->t_f32, (int64_t)G->mr * G->nv * G->vl, "tile_t");
+  for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
+  return NULL;
+}
+
 /* A 1x1 convolution (groups 1, no padding, any stride) as the matmul GEMM
  * Y^T = X^T W^T: the rows are the output pixels (n, oh, ow), the columns
  * the output channels, k the input channels; A is x at the pixel's input
@@ -939,27 +970,10 @@ static bool conv_pixels_wanted(const Conv *c) { return c->P <= PIX_MAX_PIXELS &&
  * two panels of 32 pixels), and reads its weight panels from L2 as a
  * matmul does; its tile is transposed for the epilogue. */
 static smelt_status conv_rows(CgFn *f, Conv *c, int wv, bool *out_done) {
-  CgMod *m = f->m;
-  Graph *g = f->g;
-  Gemm G = {.f = f, .av = c->xv, .at = g->val[c->xv].type, .yt = *cg_anchor_type(f), .K = c->C, .N = c->Og};
-  G.vl = m->f32_lanes;
-  G.nr = 2 * G.vl;
-  G.nv = 2;
-  G.mr = G.vl == 16 ? 8 : 6;
-  G.np = (G.N + G.nr - 1) / G.nr;
-  if ((uint64_t)G.np * (uint64_t)G.K * (uint64_t)G.nr * 4 > UINT32_MAX) return NULL;
-  LLVMValueRef gv = packed_weight(f, wv, true, G.K, G.N, G.nr);
-  if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[wv].name);
-  *out_done = true;
+  Gemm G;
+  RETURN_IF_ERROR(pixel_gemm(f, c, wv, c->C, &G, out_done));
+  if (!*out_done) return NULL;
   G.ak = 1;
-  G.crow = true;
-  G.flat = flat_pixels_ok(f, c);
-  G.P = c->P, G.OW = c->OW, G.sh = c->sh, G.sw = c->sw, G.bias = c->bv;
-  G.vt = LLVMVectorType(m->t_f32, (unsigned)G.vl);
-  G.packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
-  G.tile = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nv * G.vl, "tile");
-  G.tile_t = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nv * G.vl, "tile_t");
-  for (int a = 0; a < G.mr * G.nv; a++) G.acc[a] = cg_alloca(f, G.vt, 1, "acc");
   int64_t rows = c->N * c->P;
   int64_t ncb = rows < CG_MM_SPLIT_ROWS && G.N > CG_MM_COLS ? (G.N + CG_MM_COLS - 1) / CG_MM_COLS : 1;
   emit_space(&G, rows, ncb);
@@ -1018,24 +1032,9 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
   Graph *g = f->g;
   LLVMBuilderRef B = f->b;
   Gemm *G = &c->G;
-  *G = (Gemm){.f = f, .av = c->xv, .at = g->val[c->xv].type, .yt = *cg_anchor_type(f), .K = c->K, .N = c->Og};
-  G->vl = m->f32_lanes;
-  G->nr = 2 * G->vl;
-  G->nv = 2;
-  G->mr = G->vl == 16 ? 8 : 6;
-  G->np = (G->N + G->nr - 1) / G->nr;
-  if ((uint64_t)G->np * (uint64_t)G->K * (uint64_t)G->nr * 4 > UINT32_MAX) return NULL;
-  LLVMValueRef gv = packed_weight(f, wv, true, G->K, G->N, G->nr);
-  if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[wv].name);
-  *out_done = true;
+  RETURN_IF_ERROR(pixel_gemm(f, c, wv, c->K, G, out_done));
+  if (!*out_done) return NULL;
   int mr = G->mr;
-  G->crow = true;
-  G->flat = flat_pixels_ok(f, c);
-  G->P = c->P, G->OW = c->OW, G->sh = c->sh, G->sw = c->sw, G->bias = c->bv;
-  G->vt = LLVMVectorType(m->t_f32, (unsigned)G->vl);
-  G->packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
-  G->tile_t = cg_alloca(f, m->t_f32, (int64_t)mr * G->nv * G->vl, "tile_t");
-  for (int a = 0; a < mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
   int64_t kc = PIX_KC < c->K ? PIX_KC : c->K, nkc = (c->K + kc - 1) / kc;
   /* a small image is one unit's pixels (7x7: 7 blocks), its channels split
    * among the units; a larger one goes by two blocks */
@@ -1148,10 +1147,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
 
   Gemm *G = &c.G;
   *G = (Gemm){.f = f, .K = c.K};
-  G->vl = f->m->f32_lanes;
-  G->nr = 2 * G->vl;
-  G->nv = 2;
-  G->mr = G->vl == 16 ? 8 : 6;
+  gemm_regs(G, m);
   c.nob = (c.Og + G->mr - 1) / G->mr;
   if ((uint64_t)c.groups * (uint64_t)c.nob * (uint64_t)c.K * (uint64_t)G->mr * 4 > UINT32_MAX) return NULL;
   c.kc = CONV_PANEL_BYTES / (G->nr * 4);
@@ -1163,7 +1159,6 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   *out_done = true;
 
   LLVMBuilderRef B = f->b;
-  G->vt = LLVMVectorType(m->t_f32, (unsigned)G->vl);
   G->packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "wpacked");
   c.panel = cg_alloca(f, m->t_f32, c.kc * G->nr, "panel");
   c.cbuf = cg_alloca(f, m->t_f32, c.ocb * G->mr * G->nr, "partial");
