@@ -59,9 +59,9 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
 }
 
 /* The GEMM families, in the heuristic's order of preference: M <= 8
- * (decode) is bound by reading B once: the quantised GEMV when B is a
- * dequantize of a quantised weight in the kernel (qgemv.c), else the
- * GEMV; on Hopper (sm_90a)
+ * (decode) is bound by reading B once: when B is a dequantize of a
+ * quantised weight in the kernel, the quantised GEMV on the tensor cores
+ * for f16 A (qmma.c), else the one in f32 (qgemv.c); else the GEMV; on Hopper (sm_90a)
  * f16/bf16 with K-major operands: wgmma + TMA (686 TFLOP/s at 4096^3 on
  * the H200 against 223 for mma.sync); f16/bf16 with 16-byte rows: tensor
  * cores through mma.sync; f32 when the user allows TF32
@@ -70,8 +70,8 @@ static void load_tile(CuFn *f, const Gemm *gm, bool is_a, const Tile *tl, const 
  * numerics unasked: the family is not eligible then).  The families are
  * for matmuls, except mma, which also runs f16/bf16 conv2d as an implicit
  * GEMM on the tensor cores; other convs get the simple kernel. */
-static const CuGemmFamily *const families[] = {&cu_family_qgemv, &cu_family_gemv, &cu_family_wgmma, &cu_family_mma,
-                                               &cu_family_tf32};
+static const CuGemmFamily *const families[] = {&cu_family_qmma, &cu_family_qgemv, &cu_family_gemv, &cu_family_wgmma,
+                                               &cu_family_mma,  &cu_family_tf32};
 #define NFAMILIES ((int)(sizeof families / sizeof families[0]))
 
 /* Each family's eligible() checks the op: mma takes f16/bf16 conv2d too. */

@@ -30,6 +30,14 @@ extern const CuGemmFamily cu_family_gemv, cu_family_wgmma, cu_family_mma, cu_fam
  * (int4/uint4/int8/uint8/fp8 [N, K], a scale per group of K and, for the
  * integer codes, an optional zero point); token "qgemv:w=4,c=2,u=4". */
 extern const CuGemmFamily cu_family_qgemv;
+/* qmma.c: the same on the tensor cores (codes widened to f16 in
+ * registers, mma.sync with f32 sums) when A is f16, the zero points (if
+ * any) are of the codes' dtype and a group holds whole 16-byte chunks;
+ * token "qmma:w=8,u=2". */
+extern const CuGemmFamily cu_family_qmma;
+/* The dequantize of a quantised weight that gm's kernel computes as its B
+ * (qgemv.c), or NULL. */
+const Node *cu_quant_weight(const CuFn *f, const CuGemm *gm);
 /* gemv.c's transpose reduction of the P values acc[0..P) (a power of two)
  * over the lanes that share lane % lo (offsets 16 .. lo), emitted into f;
  * returns how many values each lane ends with (gemv.c says which). */

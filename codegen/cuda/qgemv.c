@@ -75,8 +75,7 @@ typedef struct {
   const char *z;
 } Qg;
 
-/* The dequantize that computes the matmul's weight in this kernel, or NULL. */
-static const Node *weight_dequant(const CuFn *f, const CuGemm *gm) {
+const Node *cu_quant_weight(const CuFn *f, const CuGemm *gm) {
   const Value *b = &f->g->val[gm->an->in[1]];
   if (b->kind != VK_NODE || !f->member[b->node]) return NULL;
   const Node *dq = &f->g->node[b->node];
@@ -88,7 +87,7 @@ static int elems_per_chunk(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
 static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
     return false;
-  const Node *dq = weight_dequant(f, gm);
+  const Node *dq = cu_quant_weight(f, gm);
   if (!dq || dq->nin < 2 || dq->nin > 3) return false;
   const Graph *g = f->g;
   int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
@@ -339,7 +338,7 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
 
 static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
-  const Node *dq = weight_dequant(f, gm);
+  const Node *dq = cu_quant_weight(f, gm);
   Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .dq = dq, .M = (int)gm->M};
   v.qdt = g->val[dq->in[0]].type.dt;
   v.sdt = g->val[dq->in[1]].type.dt;

@@ -6,7 +6,7 @@
 // Every thread of a block is a pthread; blocks run one after another, so a
 // __shared__ variable (a function-local static here) is shared by exactly
 // the threads of the running block.  __syncthreads is a barrier of the
-// block, __shfl_xor_sync an exchange through a per-warp slot array between
+// block, __shfl_xor_sync and __shfl_sync an exchange through a per-warp slot array between
 // two barriers of the warp.  This is faithful for code whose barriers and
 // shuffles are reached by every thread of the block / warp, which is what
 // CUDA itself requires.  It is slow, and meant for small shapes.
@@ -52,6 +52,16 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int o) {
   slots[lane] = v;
   smelt_emu_warp_sync();
   T r = slots[lane ^ (unsigned)o];
+  smelt_emu_warp_sync();
+  return r;
+}
+
+template <typename T> T __shfl_sync(unsigned, T v, int src) {
+  T *slots = (T *)smelt_emu_warp_slots();
+  unsigned lane = threadIdx.x % 32;
+  slots[lane] = v;
+  smelt_emu_warp_sync();
+  T r = slots[src & 31];
   smelt_emu_warp_sync();
   return r;
 }

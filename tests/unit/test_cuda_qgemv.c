@@ -1,36 +1,21 @@
-/* The CUDA quantised GEMV (codegen/cuda/qgemv.c) without a GPU: NVRTC
- * compiles it and the CPU emulation (tests/gpu/cuda_emu.hpp) runs it
- * against the reference interpreter, which computes the same quantised
- * arithmetic exactly (dequantize in double, rounded to its `to` dtype, then
- * the matmul in double).
- *
- * One graph holds every case as an independent matmul y = silu(x @ W^T +
- * b) with W = dequantize(q, s) stored [N, K] (the quantize pass's layout),
- * grouped by the fuse pass for a CUDA target (the dequantize joins the
- * matmul's kernel for M <= 8): int4 with groups of 128, 32 and 16 (two
- * groups in one 16-byte chunk), int8 per channel and with groups of 64,
- * fp8 e4m3 and e5m2 per channel (special codes included: NaN, infinities,
- * subnormals); x in f32, f16 and bf16, scales in f32 and f16; M = 1, 3
- * and 8; N with columns past the last warp's (40, 130); x computed in the
- * kernel (a transpose prologue) for two cases.  Then W = dequantize(q, s,
- * z) with zero points: u4 codes with u4 zeros (GPTQ, AWQ, MatMulNBits)
- * with groups of 128, 64, 32, 16 and 8 (two and four groups in a chunk)
- * and per channel, f16 and f32 scales, M = 1, 3 and 8,
- * an odd number of groups per column (its u4 zeros start mid-byte); u8
- * with u8 zeros; i4 and i8 with zeros of their own dtype; u4 and i4 with
- * zeros in the scales' float dtype (f16, f32, bf16: the path through the
- * group sums of x); u4 and u8 without zeros.  Checked:
- *   - every matmul kernel's variant is qgemv's (the heuristic), for sm_90a
- *     and for portable builds;
+/* The CUDA quantised decode matmuls (codegen/cuda/qgemv.c, qmma.c)
+ * without a GPU: NVRTC compiles them and the CPU emulation
+ * (tests/gpu/cuda_emu.hpp) runs them against the reference interpreter,
+ * on the cases of tests/gpu/quant_cases.h (gpu/test_cuda_quant.c runs the
+ * same on the GPU).  Checked:
+ *   - every matmul kernel's variant is qmma's (the heuristic) for the
+ *     cases it takes (worked out by hand: takes_qmma), qgemv's for the
+ *     others, for sm_90a and for portable builds; qgemv is a candidate
+ *     for all;
  *   - NVRTC compiles the module for sm_90a and sm_80 (fp8 takes the
  *     cvt.rn.f16x2 path there, the integer decoders elsewhere);
  *   - emulated, every stored element is the interpreter's within the
  *     harness's tolerance by dtype, guard bytes intact, with buffers
  *     aligned and 8 bytes off (A's element loads);
- *   - a tuning candidate list that starts with the default, every token
- *     parsing back (qgemv:w=..,c=..,u=..), each forced on four cases
- *     (int4, int8, u4 with u4 zeros, u4 with f16 zeros);
- *   - fp8 with zero points is left to the simple kernel (not qgemv's).
+ *   - tuning candidate lists that start with the default, every token
+ *     parsing back (qgemv:w=..,c=..,u=.., qmma:w=..,u=..), each forced on
+ *     four cases (check_forced);
+ *   - fp8 with zero points is left to the simple kernel (neither family's).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <stdlib.h>
@@ -42,178 +27,25 @@
 #include "codegen/lower.h"
 #include "passes/passes.h"
 #include "tests/gpu/harness.h"
+#include "tests/gpu/quant_cases.h"
 #include "tests/unit/check.h"
 
-static const SrcLoc loc = {"test_cuda_qgemv", 1, 1};
-
-typedef struct {
-  DType qdt, adt, sdt;
-  int64_t M, K, N, G;
-  bool special, prologue;
-  DType zdt; /* the zero points' dtype; DT_INVALID: none */
-} QCase;
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t next_rand(void) {
-  rng ^= rng << 13;
-  rng ^= rng >> 7;
-  rng ^= rng << 17;
-  return rng;
-}
-
-static int add_const(Graph *g, const char *name, TensorType t) {
-  return ir_add_const(g, ir_graph_strdup(g, name), t, NULL, loc);
-}
-
-/* A zero point of dtype zdt for codes of dtype qdt, about where
- * quantisers put them: near the middle of the codes' range (floats in
- * steps of 0.1). */
-static double gen_zero(DType zdt, DType qdt) {
-  uint64_t r = next_rand();
-  switch (zdt) {
-  case DT_U4: return (double)(r % 16);
-  case DT_I4: return (double)((int64_t)(r % 16) - 8);
-  case DT_U8: return (double)(96 + r % 64);
-  case DT_I8: return (double)((int64_t)(r % 11) - 5);
-  default: return (double)(r % 160) / 10.0 - (qdt == DT_I4 ? 8 : 0);
-  }
-}
-
-/* Adds case c (its inputs, constants and nodes, result an output). */
-static void add_case(Graph *g, int i, const QCase *c) {
-  char nm[64];
-  int64_t ng = c->G ? c->K / c->G : 1;
-  snprintf(nm, sizeof nm, "c%d/x", i);
-  int x;
-  if (c->prologue) {
-    /* x^T given: the kernel reads x through a transpose it computes */
-    x = ir_add_input(g, ir_graph_strdup(g, nm), (TensorType){.dt = c->adt, .rank = 2, .dim = {c->K, c->M}}, loc);
-    snprintf(nm, sizeof nm, "c%d/xt", i);
-    const char *n1 = ir_graph_strdup(g, nm);
-    int t = ir_add_node(g, OP_TRANSPOSE, 1, &x, 1, &n1, loc);
-    ir_fill_default_attrs(g, t);
-    CHECK_OK(ir_infer_node(g, t));
-    x = g->node[t].out[0];
+/* A qgemv or qmma token parses back to itself. */
+static void check_token(const char *tok) {
+  char back[CG_VARIANT_LEN];
+  int w, c, u;
+  if (!strncmp(tok, "qgemv:", 6)) {
+    CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
+    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d", w, c, u);
   } else {
-    x = ir_add_input(g, ir_graph_strdup(g, nm), (TensorType){.dt = c->adt, .rank = 2, .dim = {c->M, c->K}}, loc);
+    CHECK(sscanf(tok, "qmma:w=%d,u=%d", &w, &u) == 2);
+    snprintf(back, sizeof back, "qmma:w=%d,u=%d", w, u);
   }
-  snprintf(nm, sizeof nm, "c%d/q", i);
-  int q = add_const(g, nm, (TensorType){.dt = c->qdt, .rank = 2, .dim = {c->N, c->K}});
-  uint8_t *qd = g->val[q].data;
-  int64_t nq = c->N * c->K;
-  for (int64_t e = 0; e < nq; e++) {
-    uint64_t r = next_rand();
-    switch (c->qdt) {
-    case DT_I4: dt_store(DT_I4, qd, (size_t)e, (double)((int64_t)(r % 16) - 8)); break;
-    case DT_U4: dt_store(DT_U4, qd, (size_t)e, (double)(r % 16)); break;
-    case DT_I8: case DT_U8: qd[e] = (uint8_t)r; break;
-    case DT_F8E4M3: qd[e] = (uint8_t)((r % 0x7f) | ((r >> 9) & 1 ? 0x80 : 0)); break;
-    default: qd[e] = (uint8_t)((r % 0x5c) | ((r >> 9) & 1 ? 0x80 : 0)); break; /* e5m2 up to 224, as e4m3's 448 */
-    }
-  }
-  if (c->special) {
-    /* a NaN in column 1, an infinity (e5m2) or the largest value in column 2, subnormals in column 3 */
-    qd[1 * c->K + 5] = c->qdt == DT_F8E4M3 ? 0x7f : 0xfe;
-    qd[2 * c->K + 7] = c->qdt == DT_F8E4M3 ? 0x7e : 0x7c;
-    for (int64_t k = 0; k < c->K; k++) qd[3 * c->K + k] = (uint8_t)(k % 8 | (k % 3 ? 0 : 0x80));
-  }
-  snprintf(nm, sizeof nm, "c%d/s", i);
-  int s = add_const(g, nm, (TensorType){.dt = c->sdt, .rank = 2, .dim = {c->N, ng}});
-  /* weights of magnitude ~0.1, as quantised weights are (fp8 codes reach
-   * 448): with larger ones the f16 rounding of the reference's dequantised
-   * weight and of its matmul result (which the kernel keeps in f32) would
-   * dominate the comparison after the bias and silu */
-  double smax = dt_is_f8(c->qdt) ? 0.0005 : 0.02;
-  for (int64_t e = 0; e < c->N * ng; e++)
-    dt_store(c->sdt, g->val[s].data, (size_t)e, smax * (0.1 + 0.9 * (double)(next_rand() >> 11) / 9007199254740992.0));
-  int in[3] = {q, s, -1}, nin = 2;
-  if (c->zdt != DT_INVALID) {
-    snprintf(nm, sizeof nm, "c%d/z", i);
-    int z = add_const(g, nm, (TensorType){.dt = c->zdt, .rank = 2, .dim = {c->N, ng}});
-    for (int64_t e = 0; e < c->N * ng; e++) dt_store(c->zdt, g->val[z].data, (size_t)e, gen_zero(c->zdt, c->qdt));
-    in[nin++] = z;
-  }
-  snprintf(nm, sizeof nm, "c%d/w", i);
-  const char *wn = ir_graph_strdup(g, nm);
-  int dq = ir_add_node(g, OP_DEQUANTIZE, nin, in, 1, &wn, loc);
-  ir_set_attr_int(g, dq, "axis", 1);
-  ir_set_attr_int(g, dq, "group", c->G);
-  ir_set_attr_dtype(g, dq, "to", c->adt);
-  CHECK_OK(ir_infer_node(g, dq));
-  snprintf(nm, sizeof nm, "c%d/y0", i);
-  const char *y0 = ir_graph_strdup(g, nm);
-  int mm = ir_add_node(g, OP_MATMUL, 2, (int[]){x, g->node[dq].out[0]}, 1, &y0, loc);
-  ir_set_attr_bool(g, mm, "transpose_b", true);
-  ir_fill_default_attrs(g, mm);
-  CHECK_OK(ir_infer_node(g, mm));
-  snprintf(nm, sizeof nm, "c%d/b", i);
-  int b = add_const(g, nm, (TensorType){.dt = c->adt, .rank = 1, .dim = {c->N}});
-  for (int64_t e = 0; e < c->N; e++) dt_store(c->adt, g->val[b].data, (size_t)e, (double)(next_rand() % 200) / 100 - 1);
-  snprintf(nm, sizeof nm, "c%d/y1", i);
-  const char *y1 = ir_graph_strdup(g, nm);
-  int ad = ir_add_node(g, OP_ADD, 2, (int[]){g->node[mm].out[0], b}, 1, &y1, loc);
-  CHECK_OK(ir_infer_node(g, ad));
-  snprintf(nm, sizeof nm, "c%d/y", i);
-  const char *yn = ir_graph_strdup(g, nm);
-  int sl = ir_add_node(g, OP_SILU, 1, (int[]){g->node[ad].out[0]}, 1, &yn, loc);
-  CHECK_OK(ir_infer_node(g, sl));
-  ir_add_output(g, g->node[sl].out[0]);
+  CHECK(strcmp(back, tok) == 0);
 }
 
-static const QCase cases[] = {
-    {DT_I4, DT_F32, DT_F32, 1, 512, 130, 128, false, false, DT_INVALID},
-    {DT_I4, DT_F16, DT_F16, 3, 256, 40, 32, false, false, DT_INVALID},
-    {DT_I4, DT_BF16, DT_F32, 8, 256, 40, 16, false, false, DT_INVALID},
-    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 128, false, true, DT_INVALID},
-    {DT_I8, DT_F32, DT_F32, 1, 256, 130, 0, false, false, DT_INVALID},
-    {DT_I8, DT_F16, DT_F16, 8, 128, 40, 64, false, false, DT_INVALID},
-    {DT_F8E4M3, DT_F32, DT_F32, 1, 128, 40, 0, true, false, DT_INVALID},
-    {DT_F8E4M3, DT_F16, DT_F32, 3, 256, 40, 0, false, false, DT_INVALID},
-    {DT_F8E5M2, DT_F32, DT_F32, 1, 128, 40, 0, true, false, DT_INVALID},
-    {DT_F8E5M2, DT_BF16, DT_F32, 3, 128, 40, 32, false, false, DT_INVALID},
-    /* zero points (10: u4 with u4 zeros, 11: u4 with f16 zeros; both also in check_forced) */
-    {DT_U4, DT_F16, DT_F16, 1, 512, 130, 128, false, false, DT_U4},
-    {DT_U4, DT_F16, DT_F16, 3, 256, 40, 32, false, false, DT_F16},
-    {DT_U4, DT_F32, DT_F32, 1, 256, 130, 64, false, false, DT_U4},
-    {DT_U4, DT_F32, DT_F32, 3, 256, 40, 32, false, false, DT_U4},
-    {DT_U4, DT_F16, DT_F16, 8, 256, 40, 16, false, false, DT_U4},
-    {DT_U4, DT_BF16, DT_F32, 3, 192, 40, 64, false, false, DT_U4}, /* 3 groups: zeros of odd columns start mid-byte */
-    {DT_U4, DT_F32, DT_F16, 1, 96, 33, 32, false, false, DT_U4},   /* 3 groups */
-    {DT_U4, DT_F16, DT_F16, 1, 256, 40, 128, false, true, DT_U4},  /* x through a prologue */
-    {DT_U4, DT_F32, DT_F32, 1, 256, 40, 16, false, false, DT_F32}, /* float zeros, two groups a chunk */
-    {DT_U4, DT_BF16, DT_BF16, 8, 128, 40, 0, false, false, DT_BF16},
-    {DT_U4, DT_F32, DT_F32, 3, 128, 40, 8, false, false, DT_U4},   /* four groups a chunk */
-    {DT_U4, DT_F16, DT_F16, 1, 128, 40, 8, false, false, DT_F16},
-    {DT_U8, DT_F32, DT_F32, 1, 256, 130, 64, false, false, DT_U8},
-    {DT_U8, DT_F16, DT_F16, 3, 128, 40, 0, false, false, DT_U8},
-    {DT_I4, DT_F32, DT_F32, 3, 256, 40, 16, false, false, DT_I4},
-    {DT_I4, DT_F16, DT_F16, 1, 256, 40, 32, false, false, DT_F16},
-    {DT_I8, DT_F32, DT_F32, 1, 128, 40, 0, false, false, DT_I8},
-    {DT_U4, DT_F32, DT_F32, 1, 256, 40, 32, false, false, DT_INVALID},
-    {DT_U8, DT_F32, DT_F32, 3, 128, 40, 0, false, false, DT_INVALID},
-};
-#define NCASES ((int)(sizeof cases / sizeof cases[0]))
-
-/* The graph of cases which[0..n) (all when which is NULL), fused for a
- * CUDA target. */
-static Graph *cases_graph(const int *which, int n) {
-  Graph *g = ir_graph_create("qgemv");
-  g->file = "test_cuda_qgemv";
-  if (!which) n = NCASES;
-  for (int i = 0; i < n; i++) add_case(g, i, &cases[which ? which[i] : i]);
-  CHECK_OK(ir_verify(g));
-  PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
-  CHECK_OK(pass_run_pipeline(g, &ctx, "fuse", NULL, NULL));
-  pass_ctx_free(&ctx);
-  return g;
-}
-
-static int is_matmul_kernel(const Graph *g, const Kernel *k) {
-  const Group *gr = &g->groups[k->group];
-  return g->node[gr->anchor].op == OP_MATMUL;
-}
-
-/* Every matmul kernel is qgemv's (its heuristic) for arch. */
+/* Every matmul kernel is qmma's (its heuristic) when the case is, else
+ * qgemv's, for arch; the f16 cases qmma takes also list qgemv candidates. */
 static void check_variants(Graph *g, const char *arch) {
   Kernel *k = NULL;
   int nk = 0;
@@ -221,21 +53,21 @@ static void check_variants(Graph *g, const char *arch) {
   int nmm = 0;
   for (int i = 0; i < nk; i++) {
     if (!is_matmul_kernel(g, &k[i])) continue;
+    int ci = -1;
+    CHECK(sscanf(g->val[g->node[g->groups[k[i].group].anchor].out[0]].name, "c%d/", &ci) == 1 && ci >= 0 && ci < NCASES);
+    if (ci < 0 || ci >= NCASES) continue;
     nmm++;
+    const char *want = takes_qmma(&cases[ci]) ? "qmma:" : "qgemv:";
     char got[32][CG_VARIANT_LEN];
-    int n = cg_cuda_variants(g, &k[i], arch, got, 32);
-    if (n < 1 || strncmp(got[0], "qgemv:", 6) != 0) {
-      fprintf(stderr, "%s (%s): heuristic %s, not qgemv\n", k[i].name, arch ? arch : "portable", n ? got[0] : "(none)");
+    int n = cg_cuda_variants(g, &k[i], arch, got, 32), nq = 0;
+    if (n < 1 || strncmp(got[0], want, strlen(want)) != 0) {
+      fprintf(stderr, "%s (case %d, %s): heuristic %s, not %s\n", k[i].name, ci, arch ? arch : "portable",
+              n ? got[0] : "(none)", want);
       check_failures++;
     }
     for (int j = 0; j < n; j++)
-      if (!strncmp(got[j], "qgemv:", 6)) {
-        char back[CG_VARIANT_LEN];
-        int w, c, u;
-        CHECK(sscanf(got[j], "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
-        snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d", w, c, u);
-        CHECK(strcmp(back, got[j]) == 0);
-      }
+      if (!strncmp(got[j], "qgemv:", 6) || !strncmp(got[j], "qmma:", 5)) check_token(got[j]), nq += !strncmp(got[j], "qgemv:", 6);
+    CHECK(nq > 0); /* qgemv computes every case */
   }
   CHECK(nmm == NCASES);
   cg_kernels_free(k, nk);
@@ -261,33 +93,14 @@ static void check_not_taken(void) {
     char got[32][CG_VARIANT_LEN];
     int n = cg_cuda_variants(g, &k[i], "sm_90a", got, 32);
     for (int j = 0; j < n; j++)
-      if (!strncmp(got[j], "qgemv:", 6)) {
-        fprintf(stderr, "%s: fp8 with zero points has the qgemv candidate %s\n", k[i].name, got[j]);
+      if (!strncmp(got[j], "qgemv:", 6) || !strncmp(got[j], "qmma:", 5)) {
+        fprintf(stderr, "%s: fp8 with zero points has the candidate %s\n", k[i].name, got[j]);
         check_failures++;
       }
   }
   CHECK(nmm == 1);
   cg_kernels_free(k, nk);
   ir_graph_destroy(g);
-}
-
-/* Cases 0 (int4), 4 (int8), 10 (u4 with u4 zeros) and 11 (u4 with f16
- * zeros) with every matmul forced to tok, emulated. */
-static void check_forced(Exec *e, const char *tok, HStats *stats) {
-  Graph *c = cases_graph((const int[]){0, 4, 10, 11}, 4);
-  Kernel *kk = NULL;
-  int n = 0;
-  CHECK_OK(cg_lower(c, &kk, &n));
-  const char **fc = calloc((size_t)n + 1, sizeof *fc);
-  for (int i = 0; i < n; i++)
-    if (is_matmul_kernel(c, &kk[i])) fc[i] = tok;
-  cg_kernels_free(kk, n);
-  CgCudaOptions opt = {.max_units = 1, .arch = "sm_90a", .force = fc};
-  char what[96];
-  snprintf(what, sizeof what, "qgemv cases forced to %s", tok);
-  CHECK(h_check_graph(e, c, NULL, &opt, 0, false, what, stats) == 0);
-  free(fc);
-  ir_graph_destroy(c);
 }
 
 static bool same_token(const char *forced, const char *used, const char *arch) {
@@ -315,14 +128,14 @@ int main(void) {
     CgCudaOptions opt = {.args_aligned = a == 0, .max_units = 2, .force = force, .arch = archs[a]};
     check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases", same_token);
   }
-  /* other parameters, forced on the first case */
-  char toks[16][CG_VARIANT_LEN];
-  int ntok = 0;
-  for (int i = 0; i < nk && !ntok; i++)
-    if (is_matmul_kernel(g, &k[i])) ntok = cg_cuda_variants(g, &k[i], "sm_90a", toks, 16);
-  int nq = 0;
-  for (int j = 0; j < ntok; j++) nq += strncmp(toks[j], "qgemv:", 6) == 0;
-  CHECK(nq >= 4);
+  /* other parameters: the candidates of the first kernel of each family */
+  char toks[2][16][CG_VARIANT_LEN];
+  int ntok[2];
+  family_tokens(g, "sm_90a", toks, ntok);
+  int nq[2] = {0, 0};
+  for (int fam = 0; fam < 2; fam++)
+    for (int j = 0; j < ntok[fam]; j++) nq[fam] += strncmp(toks[fam][j], fam ? "qmma:" : "qgemv:", fam ? 5 : 6) == 0;
+  CHECK(nq[0] >= 4 && nq[1] >= 4);
 
   Exec e;
   const char *skip = NULL;
@@ -339,9 +152,8 @@ int main(void) {
       CHECK(h_check_graph(&e, c, NULL, &opt, off, false, what, &stats) == 0);
       ir_graph_destroy(c);
     }
-    /* each qgemv candidate but the default (run above) forced on four cases */
-    for (int j = 1; j < ntok; j++)
-      if (!strncmp(toks[j], "qgemv:", 6)) check_forced(&e, toks[j], &stats);
+    /* each qgemv and qmma candidate but the defaults (run above) forced on four cases */
+    check_all_forced(&e, "sm_90a", toks, ntok, &stats);
     h_exec_close(&e);
     printf("emulated qgemv: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, "
            "worst %.2f of tolerance\n", stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);

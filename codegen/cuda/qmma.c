@@ -1,0 +1,577 @@
+/* The quantised decode matmul on the tensor cores: M <= 8 rows of f16 A
+ * against a weight stored quantised [N, K] (int4/uint4 two per byte,
+ * int8/uint8, fp8 e4m3/e5m2; a scale per group of G elements along K and,
+ * for the integer codes, an optional integer zero point), the weight
+ * widened to f16 in registers and multiplied by mma.sync.m16n8k16 with
+ * f32 accumulation.
+ *
+ * Why: qgemv.c widens every element to f32 and takes one FFMA per element
+ * and row; with int4 that is ~5 instructions per element against 0.5
+ * bytes of weight, so the H200 runs it at 35% of the bandwidth (issue 14).
+ * Here the widening is a few integer ops per pair of elements and the
+ * multiply-add is the tensor cores' (two mma per 8 int4 codes of 16
+ * columns), as in Marlin and TensorRT-LLM's weight-only kernels.
+ *
+ * Mapping.  The weight is the mma's A (16 rows = 16 output columns
+ * n0 .. n0+15 per block), A's M <= 8 rows are its B (8 columns; the ones
+ * past M are zero).  Lane (g = lane / 4, t = lane % 4) owns output columns
+ * n0 + g and n0 + g + 8 and, of every K block of 4E elements (E = 32 for
+ * 4-bit codes, 16 for 8-bit: one 16-byte chunk), the chunk k = 4E b + E t:
+ * one 16-byte load per column, no repacking of the quantize pass's [N, K]
+ * layout.  Which logical k of an mma an element stands for is free as long
+ * as the weight (A operand) and x (B operand) agree, so each lane feeds
+ * its own chunk's elements in the order the widening produces them, and
+ * builds x's pairs in the same order with byte permutes:
+ *   int4  a 32-bit word holds 8 codes e0..e7 (nibble i is element i); with
+ *         (w & 0x000f000f) | 0x64006400 the halves are 1024 + e0 and
+ *         1024 + e4 as f16 (the mantissa trick), with 0x00f000f0 they are
+ *         1024 + 16 e1, 1024 + 16 e5, and the same on w >> 8 gives e2, e6
+ *         and e3, e7; one sub.f16x2 (or fma.f16x2 by 1/16) removes 1024 and
+ *         the code's bias (8 for the signed codes, after w ^ 0x88888888)
+ *         and the zero point, exactly.  A word is two mma k-steps:
+ *         (e0,e4), (e1,e5) then (e2,e6), (e3,e7) against x's pairs
+ *         (x0,x4), (x1,x5), (x2,x6), (x3,x7).
+ *   int8  prmt(w, 0x64646464) makes (1024 + b0, 1024 + b2) and
+ *         (1024 + b1, 1024 + b3); one k-step a word, x as (x0,x2), (x1,x3).
+ *   fp8   cvt.rn.f16x2.e4m3x2 / .e5m2x2 (sm_89+) widens (e0,e1), (e2,e3)
+ *         exactly; x's pairs are its own.
+ * Scales: when a K block lies in one group (G a multiple of 4E) the
+ * block's mma steps add into a zeroed tile that is then scaled in f32
+ * (per output column) into the accumulators, so the products are exact
+ * and the scale costs 4 FFMA per block; otherwise (G a multiple of E
+ * only) each widened pair is multiplied by its column's scale in f16
+ * before the mma (mul.f16x2), which is what dequantize to f16 rounds.
+ * Warps: W warps of a block take the K blocks b = warp, warp + W, ...
+ * (U blocks' loads issued before any is used, streamed past L1), then add
+ * their tiles through shared memory in a fixed order and the block's
+ * threads run the epilogue for the 16 x M results.
+ * Not taken (qgemv.c or the simple kernel computes these): A not f16,
+ * M > 8, zero points of another dtype than the codes (float ones), fp8
+ * with zero points, groups smaller than a chunk, groups smaller than a K
+ * block with scales that are not f16, a [K, N] weight.
+ * Parameters (token "qmma:w=8,u=2"): W warps per block, U K blocks in
+ * flight per warp.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/cuda/cu_families.h"
+
+typedef struct {
+  int warps, unroll;
+} QmParams;
+
+typedef struct {
+  const CuGemm *gm;
+  const QmParams *p;
+  const Node *dq;
+  DType qdt, sdt;
+  int q0, s0, z0, a0; /* argument indices of the weight, its scales, zeros (-1: none) and A (-1: computed) */
+  int E;              /* elements per 16-byte chunk */
+  int64_t G, ng, KC, NB, row_bytes;
+  bool block_scaled; /* a K block lies in one group: scale the block's tile in f32 */
+  bool tail;         /* K is not a whole number of K blocks: chunks past K are masked */
+  int M;
+  const char *z;
+} Qm;
+
+static int qm_chunk_elems(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
+
+static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
+  if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
+    return false;
+  if (gm->at->dt != DT_F16) return false;
+  const Node *dq = cu_quant_weight(f, gm);
+  if (!dq || dq->nin < 2 || dq->nin > 3) return false;
+  const Graph *g = f->g;
+  int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
+  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0 || (zv >= 0 && f->arg_of[zv] < 0)) return false;
+  const TensorType *qt = &g->val[qv].type;
+  DType qdt = qt->dt, sdt = g->val[sv].type.dt;
+  if (qdt != DT_I4 && qdt != DT_U4 && qdt != DT_I8 && qdt != DT_U8 && !dt_is_f8(qdt)) return false;
+  if (!dt_is_float(sdt) || sdt == DT_F64) return false;
+  /* integer zero points of the codes' own dtype only (folded into the exact subtraction) */
+  if (zv >= 0 && (dt_is_f8(qdt) || g->val[zv].type.dt != qdt)) return false;
+  if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
+  int64_t G = ir_attr_int(dq, "group");
+  if (G == 0) G = gm->K;
+  int E = qm_chunk_elems(qdt);
+  if (gm->K % E != 0 || gm->K % G != 0 || G % E != 0) return false;
+  /* pairs scaled in f16 (groups under a K block) round q s once, as
+   * dequantize to f16 does, only with f16 scales: a scale rounded to f16
+   * first would skew its whole group the same way */
+  return G % (4 * E) == 0 || sdt == DT_F16;
+}
+
+static bool qm_parse(const char *tok, QmParams *out) {
+  int w, u, used = 0;
+  if (sscanf(tok, "qmma:w=%d,u=%d%n", &w, &u, &used) != 2 || tok[used] != 0) return false;
+  if (w < 1 || w > 16 || u < 1 || u > 8) return false;
+  *out = (QmParams){w, u};
+  return true;
+}
+
+static void qm_format(const QmParams *p, char out[CG_VARIANT_LEN]) {
+  snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,u=%d", p->warps, p->unroll);
+}
+
+/* K blocks (4 chunks of E elements) of the weight. */
+static int64_t k_blocks(const CuGemm *gm, int E) { return (gm->K / E + 3) / 4; }
+
+/* Enough warps in flight to cover the memory latency (about 16 an SM on
+ * a 132-SM H200: 2048 in all), but no more warps a block than K blocks:
+ * the smallest power of two up to 16 that gets there.  Two blocks in
+ * flight a warp. */
+static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
+  const Node *dq = cu_quant_weight(f, gm);
+  int E = qm_chunk_elems(f->g->val[dq->in[0]].type.dt);
+  int64_t tiles = (gm->N + 15) / 16, nb = k_blocks(gm, E);
+  int w = 1;
+  while (w < 16 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
+  QmParams p = {w, 2};
+  qm_format(&p, out);
+}
+
+static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
+  static const QmParams alt[] = {{4, 2}, {8, 2}, {16, 2}, {4, 4}, {8, 4}, {8, 1}, {16, 1}, {2, 4}};
+  int n = 0;
+  char d[CG_VARIANT_LEN];
+  qm_default(f, gm, d);
+  if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
+  for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
+    char tok[CG_VARIANT_LEN];
+    qm_format(&alt[i], tok);
+    if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
+  }
+  return n;
+}
+
+/* What 1024 + code exceeds the value by, beyond 1024: the xor of the
+ * signed codes adds 8 (int4) or 128 (int8). */
+static int code_bias(DType qdt) { return qdt == DT_I4 ? 8 : qdt == DT_I8 ? 128 : 0; }
+
+/* The lambdas the kernel calls: the f16x2 arithmetic, byte permutes, the
+ * fp8 widening and mma.sync, as PTX on the device and, for the CPU
+ * emulation, in float with round-to-nearest-even to f16 (every operation
+ * here is exact or rounds once, as the PTX does) and mma through lane
+ * shuffles after the PTX ISA's fragment layouts. */
+static void helpers(CuFn *f, const Qm *v) {
+  cu_line(f, "#ifndef __CUDA_ARCH__");
+  cu_line(f, "auto emu_h = [](unsigned bits) -> float { __half h; h.x = (unsigned short)(bits & 0xffffu); return __half2float(h); };");
+  cu_line(f, "auto emu_h2 = [](float lo, float hi) -> unsigned {");
+  cu_line(f, "  return __half_as_ushort(__float2half_rn(lo)) | (unsigned)__half_as_ushort(__float2half_rn(hi)) << 16;");
+  cu_line(f, "};");
+  cu_line(f, "#endif");
+  cu_line(f, "// a - b, a * b + c and a * b on f16 pairs");
+  cu_open(f, "auto h2_sub = [&](unsigned a, unsigned b) -> unsigned");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "unsigned r;");
+  cu_line(f, "asm(\"sub.f16x2 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), \"r\"(b));");
+  cu_line(f, "return r;");
+  cu_line(f, "#else");
+  cu_line(f, "return emu_h2(emu_h(a) - emu_h(b), emu_h(a >> 16) - emu_h(b >> 16));");
+  cu_line(f, "#endif");
+  f->indent--;
+  cu_line(f, "};");
+  cu_open(f, "auto h2_fma = [&](unsigned a, unsigned b, unsigned c) -> unsigned");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "unsigned r;");
+  cu_line(f, "asm(\"fma.rn.f16x2 %%0, %%1, %%2, %%3;\" : \"=r\"(r) : \"r\"(a), \"r\"(b), \"r\"(c));");
+  cu_line(f, "return r;");
+  cu_line(f, "#else");
+  cu_line(f, "return emu_h2(fmaf(emu_h(a), emu_h(b), emu_h(c)), fmaf(emu_h(a >> 16), emu_h(b >> 16), emu_h(c >> 16)));");
+  cu_line(f, "#endif");
+  f->indent--;
+  cu_line(f, "};");
+  cu_open(f, "auto h2_mul = [&](unsigned a, unsigned b) -> unsigned");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "unsigned r;");
+  cu_line(f, "asm(\"mul.f16x2 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), \"r\"(b));");
+  cu_line(f, "return r;");
+  cu_line(f, "#else");
+  cu_line(f, "return emu_h2(emu_h(a) * emu_h(b), emu_h(a >> 16) * emu_h(b >> 16));");
+  cu_line(f, "#endif");
+  f->indent--;
+  cu_line(f, "};");
+  cu_line(f, "// bytes of (b:a) picked by the selector's nibbles (PRMT)");
+  cu_open(f, "auto prmt = [](unsigned a, unsigned b, unsigned s) -> unsigned");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "return __byte_perm(a, b, s);");
+  cu_line(f, "#else");
+  cu_line(f, "const unsigned long long ab = (unsigned long long)b << 32 | a;");
+  cu_line(f, "unsigned r = 0;");
+  cu_line(f, "for (int i = 0; i < 4; i++) r |= (unsigned)(ab >> (8 * ((s >> (4 * i)) & 7u)) & 255u) << (8 * i);");
+  cu_line(f, "return r;");
+  cu_line(f, "#endif");
+  f->indent--;
+  cu_line(f, "};");
+  if (dt_is_f8(v->qdt)) {
+    const char *fmt = v->qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
+    cu_line(f, "// two fp8 codes (low byte first) to an f16 pair, exactly");
+    cu_open(f, "auto f8x2 = [&](unsigned pair) -> unsigned");
+    cu_line(f, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890");
+    cu_line(f, "unsigned r;");
+    cu_line(f, "asm(\"cvt.rn.f16x2.%sx2 %%0, %%1;\" : \"=r\"(r) : \"h\"((unsigned short)pair));", fmt);
+    cu_line(f, "return r;");
+    cu_line(f, "#else");
+    cu_line(f, "return __half_as_ushort(__float2half_rn(smelt_f8%s(pair & 255u))) |", fmt);
+    cu_line(f, "       (unsigned)__half_as_ushort(__float2half_rn(smelt_f8%s((pair >> 8) & 255u))) << 16;", fmt);
+    cu_line(f, "#endif");
+    f->indent--;
+    cu_line(f, "};");
+  }
+  cu_line(f, "// c += a b: mma.sync.m16n8k16, A row-major f16 (this lane: a[0] row g k 2t..2t+1, a[1] row g+8, a[2]");
+  cu_line(f, "// row g k 2t+8.., a[3] row g+8 k 2t+8..), B col-major (b[0]: k 2t.. of column g, b[1]: k 2t+8..), f32 C");
+  cu_line(f, "// (c[0], c[1]: row g, columns 2t, 2t+1; c[2], c[3]: row g+8)");
+  cu_open(f, "auto mma = [&](float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2])");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_tc_mma_16816(f, false, "c", "a", "b[0]", "b[1]");
+  cu_line(f, "#else");
+  cu_line(f, "const int l = threadIdx.x %% 32, gg = l / 4, tt = l %% 4;");
+  cu_line(f, "float A[2][16], B[2][16];  // rows gg, gg + 8 of A; columns 2tt, 2tt + 1 of B");
+  cu_open(f, "for (int s = 0; s < 4; s++)");
+  cu_line(f, "const unsigned long long a01 = __shfl_sync(0xffffffffu, (unsigned long long)a[1] << 32 | a[0], 4 * gg + s);");
+  cu_line(f, "const unsigned long long a23 = __shfl_sync(0xffffffffu, (unsigned long long)a[3] << 32 | a[2], 4 * gg + s);");
+  cu_line(f, "const unsigned long long b0 = __shfl_sync(0xffffffffu, (unsigned long long)b[1] << 32 | b[0], 4 * (2 * tt) + s);");
+  cu_line(f, "const unsigned long long b1 = __shfl_sync(0xffffffffu, (unsigned long long)b[1] << 32 | b[0], 4 * (2 * tt + 1) + s);");
+  cu_line(f, "const unsigned ra[4] = {(unsigned)a01, (unsigned)(a01 >> 32), (unsigned)a23, (unsigned)(a23 >> 32)};");
+  cu_line(f, "const unsigned rb[2][2] = {{(unsigned)b0, (unsigned)(b0 >> 32)}, {(unsigned)b1, (unsigned)(b1 >> 32)}};");
+  cu_open(f, "for (int h = 0; h < 2; h++)");
+  cu_line(f, "A[h][2 * s] = emu_h(ra[h]), A[h][2 * s + 1] = emu_h(ra[h] >> 16);");
+  cu_line(f, "A[h][2 * s + 8] = emu_h(ra[h + 2]), A[h][2 * s + 9] = emu_h(ra[h + 2] >> 16);");
+  cu_line(f, "B[h][2 * s] = emu_h(rb[h][0]), B[h][2 * s + 1] = emu_h(rb[h][0] >> 16);");
+  cu_line(f, "B[h][2 * s + 8] = emu_h(rb[h][1]), B[h][2 * s + 9] = emu_h(rb[h][1] >> 16);");
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "for (int e = 0; e < 4; e++)");
+  cu_line(f, "  for (int k = 0; k < 16; k++) c[e] += A[e / 2][k] * B[e %% 2][k];");
+  cu_line(f, "#endif");
+  f->indent--;
+  cu_line(f, "};");
+}
+
+/* The constants subtracted from the widened codes of column j (the
+ * chunk's group; with integer zero points those of the group): off[j] =
+ * (1024 + bias + z) for the codes at 1024 + e, off16[j] = -(64 + bias + z)
+ * for those at 1024 + 16 e (int4, after the multiply by 1/16). */
+static void offsets(CuFn *f, const Qm *v, const char *k) {
+  if (dt_is_f8(v->qdt)) return;
+  int bias = code_bias(v->qdt);
+  bool int4 = dt_is_packed(v->qdt);
+  if (v->z0 < 0) {
+    cu_line(f, "const unsigned off = 0x%04x%04xu;  // (1024 + %d) twice", 0x6400 + bias, 0x6400 + bias, bias);
+    if (int4) cu_line(f, "const unsigned off16[2] = {0x%04x%04xu, 0x%04x%04xu};  // -(64 + %d) twice", 0xd400 + bias * 16,
+                      0xd400 + bias * 16, 0xd400 + bias * 16, 0xd400 + bias * 16, bias);
+    return;
+  }
+  const char *idx = cu_fmt(f, "nr[j] * %lldLL + %s / %lld", (long long)v->ng, k, (long long)v->G);
+  const char *zv = dt_is_packed(v->qdt) ? cu_fmt(f, "%s(Z, %s)", v->qdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx)
+                                        : cu_fmt(f, "(int)%s", cu_fmt(f, "Z[%s]", idx));
+  cu_line(f, "unsigned offz[2]%s;  // per column: 1024 + %d + z%s", int4 ? ", off16[2]" : "", bias,
+          int4 ? "; -(64 + bias + z)" : "");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < 2; j++)");
+  cu_line(f, "const float zf = (float)%s;", zv);
+  cu_line(f, "const unsigned short o = __half_as_ushort(__float2half_rn(%d.0f + zf));", 1024 + bias);
+  cu_line(f, "offz[j] = (unsigned)o | (unsigned)o << 16;");
+  if (int4) {
+    cu_line(f, "const unsigned short o16 = __half_as_ushort(__float2half_rn(-(%d.0f + zf)));", 64 + bias);
+    cu_line(f, "off16[j] = (unsigned)o16 | (unsigned)o16 << 16;");
+  }
+  cu_close(f);
+}
+
+/* The widened pairs of word j of chunk u for column i into wp[i][...]:
+ * 4 pairs (int4) or 2 (8-bit), in the order the mma steps take them. */
+static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
+  const char *off = v->z0 >= 0 ? "offz[i]" : "off";
+  const char *off16 = "off16[i]";
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < 2; i++)");
+  switch (v->qdt) {
+  case DT_I4:
+  case DT_U4:
+    cu_line(f, "const unsigned w = wq[u][i].v[j]%s, hi = w >> 8;", v->qdt == DT_I4 ? " ^ 0x88888888u" : "");
+    cu_line(f, "wp[i][0] = h2_sub((w & 0x000f000fu) | 0x64006400u, %s);       // (e0, e4)", off);
+    cu_line(f, "wp[i][1] = h2_fma((w & 0x00f000f0u) | 0x64006400u, 0x2c002c00u, %s);  // (e1, e5): x 1/16", off16);
+    cu_line(f, "wp[i][2] = h2_sub((hi & 0x000f000fu) | 0x64006400u, %s);      // (e2, e6)", off);
+    cu_line(f, "wp[i][3] = h2_fma((hi & 0x00f000f0u) | 0x64006400u, 0x2c002c00u, %s); // (e3, e7)", off16);
+    break;
+  case DT_I8:
+  case DT_U8:
+    cu_line(f, "const unsigned w = wq[u][i].v[j]%s;", v->qdt == DT_I8 ? " ^ 0x80808080u" : "");
+    cu_line(f, "wp[i][0] = h2_sub(prmt(w, 0x64646464u, 0x4240u), %s);  // (b0, b2)", off);
+    cu_line(f, "wp[i][1] = h2_sub(prmt(w, 0x64646464u, 0x4341u), %s);  // (b1, b3)", off);
+    break;
+  default:
+    cu_line(f, "const unsigned w = wq[u][i].v[j];");
+    cu_line(f, "wp[i][0] = f8x2(w & 0xffffu);  // (e0, e1)");
+    cu_line(f, "wp[i][1] = f8x2(w >> 16);      // (e2, e3)");
+  }
+  if (scale_pairs) {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = h2_mul(wp[i][p], sc2[u][i]);", dt_is_packed(v->qdt) ? 4 : 2);
+  }
+  if (v->tail) {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = ok[u] ? wp[i][p] : 0u;  // a chunk past K", dt_is_packed(v->qdt) ? 4 : 2);
+  }
+  cu_close(f);
+}
+
+/* The mma steps of word j of chunk u into `c`: x's pairs built from
+ * xw[u] in the widening's order. */
+static void word_steps(CuFn *f, const Qm *v, const char *c) {
+  cu_line(f, "unsigned wp[2][4];");
+  widen(f, v, !v->block_scaled);
+  switch (v->qdt) {
+  case DT_I4:
+  case DT_U4:
+    cu_line(f, "const unsigned *xj = &xw[u][4 * j];  // x[8j .. 8j+7] as 4 pairs");
+    cu_line(f, "const unsigned xb[4] = {prmt(xj[0], xj[2], 0x5410u), prmt(xj[0], xj[2], 0x7632u), prmt(xj[1], xj[3], 0x5410u), "
+               "prmt(xj[1], xj[3], 0x7632u)};  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int h = 0; h < 2; h++)");
+    cu_line(f, "const unsigned a[4] = {wp[0][2 * h], wp[1][2 * h], wp[0][2 * h + 1], wp[1][2 * h + 1]};");
+    cu_line(f, "const unsigned b[2] = {xb[2 * h], xb[2 * h + 1]};");
+    cu_line(f, "mma(%s, a, b);", c);
+    cu_close(f);
+    break;
+  case DT_I8:
+  case DT_U8:
+    cu_line(f, "const unsigned *xj = &xw[u][2 * j];  // x[4j .. 4j+3] as 2 pairs");
+    cu_open(f, "%s", "");
+    cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
+    cu_line(f, "const unsigned b[2] = {prmt(xj[0], xj[1], 0x5410u), prmt(xj[0], xj[1], 0x7632u)};  // (x0,x2) (x1,x3)");
+    cu_line(f, "mma(%s, a, b);", c);
+    cu_close(f);
+    break;
+  default:
+    cu_open(f, "%s", "");
+    cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
+    cu_line(f, "const unsigned b[2] = {xw[u][2 * j], xw[u][2 * j + 1]};  // (x0,x1) (x2,x3)");
+    cu_line(f, "mma(%s, a, b);", c);
+    cu_close(f);
+  }
+}
+
+/* xw[u][0 .. E/2): A[g][k .. k + E) as f16 pairs (zeros for g >= M and
+ * for a chunk past K). */
+static void load_x(CuFn *f, const Qm *v, bool packs) {
+  const CuGemm *gm = v->gm;
+  int E = v->E;
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < %d; e++) xw[u][e] = 0u;", E / 2);
+  cu_open(f, "if (g < %d%s)", v->M, v->tail ? " && ok[u]" : "");
+  if (packs) {
+    cu_line(f, "const smelt_pack<unsigned, 4> *xp = reinterpret_cast<const smelt_pack<unsigned, 4> *>(X + g * %lldLL + k[u]);",
+            (long long)gm->K);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int p = 0; p < %d; p++)", E / 8);
+    cu_line(f, "const smelt_pack<unsigned, 4> q = xp[p];");
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < 4; e++) xw[u][4 * p + e] = q.v[e];");
+    cu_close(f);
+  } else {
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int e = 0; e < %d; e++)", E);
+    if (v->a0 >= 0) {
+      cu_line(f, "const unsigned short h = __half_as_ushort(X[g * %lldLL + k[u] + e]);", (long long)gm->K);
+    } else {
+      CuVal x;
+      gm->load_a(f, gm, v->z, "g", "(k[u] + e)", &x);
+      cu_line(f, "const unsigned short h = __half_as_ushort(__float2half_rn((float)%s));", x.l[0]);
+    }
+    cu_line(f, "xw[u][e / 2] |= (unsigned)h << (16 * (e %% 2));");
+    cu_close(f);
+  }
+  cu_close(f);
+}
+
+/* The warp's stream over its K blocks into acc. */
+static void stream(CuFn *f, const Qm *v, bool packs) {
+  int U = v->p->unroll, W = v->p->warps, E = v->E, PAIRS = E / 2;
+  cu_open(f, "for (long long b0 = warp; b0 < %lldLL; b0 += %d)", (long long)v->NB, W * U);
+  cu_line(f, "smelt_pack<unsigned, 4> wq[%d][2];  // U blocks' chunks of both columns, issued before any is used", U);
+  cu_line(f, "unsigned xw[%d][%d];", U, PAIRS);
+  cu_line(f, "long long k[%d];", U);
+  if (v->tail) cu_line(f, "bool ok[%d];", U);
+  if (v->block_scaled) cu_line(f, "float sc[%d][2];  // the block's group's scale per column", U);
+  else cu_line(f, "unsigned sc2[%d][2];  // the chunk's group's scale per column, an f16 pair", U);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "const long long b = b0 + %d * u, c = b * 4 + t;  // this lane's chunk of block b", W);
+  cu_line(f, "const long long cc = c < %lldLL ? c : %lldLL;", (long long)v->KC, (long long)v->KC - 1);
+  if (v->tail) cu_line(f, "ok[u] = c < %lldLL;", (long long)v->KC);
+  cu_line(f, "k[u] = cc * %d;", E);
+  cu_open(f, "if (b < %lldLL)", (long long)v->NB);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < 2; i++) wq[u][i] = load_q(qr[i] + cc);");
+  load_x(f, v, packs);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < 2; j++)");
+  const char *sv = cu_from_storage(f, v->sdt, cu_fmt(f, "S[nr[j] * %lldLL + %s / %lld]", (long long)v->ng,
+                                                    v->block_scaled ? cu_fmt(f, "b * %d", 4 * E) : "k[u]", (long long)v->G));
+  if (v->block_scaled) {
+    cu_line(f, "sc[u][j] = %s;", sv);
+  } else {
+    cu_line(f, "const unsigned short s = __half_as_ushort(__float2half_rn(%s));", sv);
+    cu_line(f, "sc2[u][j] = (unsigned)s | (unsigned)s << 16;");
+  }
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int u = 0; u < %d; u++)", U);
+  cu_line(f, "if (b0 + %d * u >= %lldLL) break;  // the same for the whole warp", W, (long long)v->NB);
+  offsets(f, v, "k[u]");
+  const char *c = "acc";
+  if (v->block_scaled) {
+    cu_line(f, "float tile[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the block's sums, scaled below");
+    c = "tile";
+  }
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < 4; j++)");
+  word_steps(f, v, c);
+  cu_close(f);
+  if (v->block_scaled) {
+    cu_line(f, "acc[0] += tile[0] * sc[u][0], acc[1] += tile[1] * sc[u][0];");
+    cu_line(f, "acc[2] += tile[2] * sc[u][1], acc[3] += tile[3] * sc[u][1];");
+  }
+  cu_close(f);
+  cu_close(f);
+}
+
+/* Before the kernel waits for its predecessor (CuLaunch.pre_wait): when
+ * the weight is a constant, each lane asks L2 for its first chunk of its
+ * two columns. */
+static const char *qm_prefetch(CuFn *f, const Qm *v) {
+  const CuGemm *gm = v->gm;
+  if (gm->Z != 1 || f->g->val[v->dq->in[0]].kind != VK_CONST) return NULL;
+  return cu_fmt(f,
+                "  {  // the weight is a constant: before the wait, this lane's first chunk of its two columns toward L2\n"
+                "    const long long c = (long long)(threadIdx.x / 32) * 4 + threadIdx.x %% 4;\n"
+                "    #pragma unroll\n"
+                "    for (int j = 0; j < 2; j++) {\n"
+                "      const long long n = (long long)blockIdx.x * 16 + (threadIdx.x %% 32) / 4 + 8 * j;\n"
+                "      if (n < %lldLL && c < %lldLL) smelt_prefetch_l2(reinterpret_cast<const unsigned char *>(a%d) + n * %lldLL + c * 16);\n"
+                "    }\n"
+                "  }\n",
+                (long long)gm->N, (long long)v->KC, v->q0, (long long)v->row_bytes);
+}
+
+static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const int *epi, int nepi, CuLaunch *l) {
+  const Graph *g = f->g;
+  const Node *dq = cu_quant_weight(f, gm);
+  Qm v = {.gm = gm, .p = p, .dq = dq, .M = (int)gm->M};
+  v.qdt = g->val[dq->in[0]].type.dt;
+  v.sdt = g->val[dq->in[1]].type.dt;
+  v.q0 = f->arg_of[dq->in[0]];
+  v.s0 = f->arg_of[dq->in[1]];
+  v.z0 = dq->nin > 2 ? f->arg_of[dq->in[2]] : -1;
+  const Value *av = &g->val[gm->an->in[0]];
+  v.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
+  v.E = qm_chunk_elems(v.qdt);
+  v.G = ir_attr_int(dq, "group");
+  if (v.G == 0) v.G = gm->K;
+  v.ng = gm->K / v.G;
+  v.KC = gm->K / v.E;
+  v.NB = k_blocks(gm, v.E);
+  v.tail = v.KC % 4 != 0;
+  v.block_scaled = v.G % (4 * v.E) == 0;
+  v.row_bytes = gm->K * dt_bits(v.qdt) / 8;
+  int W = p->warps;
+  qm_format(p, l->variant);
+  l->kind = "matmul";
+  int64_t gx = (gm->N + 15) / 16;
+  if (gx > 0x7fffffffLL) {
+    cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
+    return;
+  }
+  l->block[0] = (unsigned)(32 * W);
+  l->grid[0] = (unsigned)gx;
+  l->grid[1] = 1;
+  l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
+  l->workspace = 0;
+  l->pre_wait = qm_prefetch(f, &v);
+  if (gm->Z == 0) return;
+  cu_line(f, "// variant: quantised GEMV on the tensor cores for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K)", v.M,
+          g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
+  cu_line(f, "// widened to f16 in registers, mma.sync.m16n8k16 with f32 sums; block b owns columns 16 b .. 16 b + 15,");
+  cu_line(f, "// its %d warps the K blocks of %d elements warp, warp + %d, ... (%s)", W, 4 * v.E, W,
+          v.block_scaled ? "each block's tile scaled in f32" : "pairs scaled in f16");
+  cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;");
+  cu_open(f, "auto load_q = [](const smelt_pack<unsigned, 4> *p)");
+  cu_line(f, "smelt_pack<unsigned, 4> r;");
+  cu_line(f, "#ifdef __CUDA_ARCH__");
+  cu_line(f, "asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(r.v[0]), \"=r\"(r.v[1]), "
+             "\"=r\"(r.v[2]), \"=r\"(r.v[3]) : \"l\"(p));");
+  cu_line(f, "#else");
+  cu_line(f, "r = *p;");
+  cu_line(f, "#endif");
+  cu_line(f, "return r;");
+  f->indent--;
+  cu_line(f, "};");
+  helpers(f, &v);
+  cu_line(f, "__shared__ float red[%d];  // each warp's 16 x 8 tile", W * 128);
+  v.z = cu_tmp(f);
+  cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
+  if (v.a0 >= 0)
+    cu_line(f, "const __half *X = a%d + %s;  // %s", v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
+  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
+  if (v.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(g->val[dq->in[2]].type.dt), v.z0, g->val[dq->in[2]].name);
+  cu_line(f, "const long long n0 = (long long)blockIdx.x * 16;");
+  cu_line(f, "long long nr[2];  // this lane's columns (past N: the last one, its sums unused)");
+  cu_line(f, "const smelt_pack<unsigned, 4> *qr[2];");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int j = 0; j < 2; j++)");
+  cu_line(f, "nr[j] = n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL;", (long long)gm->N, (long long)gm->N - 1);
+  cu_line(f, "qr[j] = reinterpret_cast<const smelt_pack<unsigned, 4> *>(reinterpret_cast<const unsigned char *>(a%d) + nr[j] * %lldLL);",
+          v.q0, (long long)v.row_bytes);
+  cu_close(f);
+  cu_line(f, "float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
+  if (v.a0 >= 0) {
+    cu_open(f, "if (smelt_aligned(X, 16))");
+    stream(f, &v, true);
+    cu_close(f);
+    cu_open(f, "else");
+    stream(f, &v, false);
+    cu_close(f);
+  } else {
+    stream(f, &v, false);
+  }
+  cu_line(f, "// the warps' tiles, added in warp order; row r of a tile is column n0 + r, column m is A's row m");
+  cu_line(f, "red[warp * 128 + g * 8 + 2 * t] = acc[0], red[warp * 128 + g * 8 + 2 * t + 1] = acc[1];");
+  cu_line(f, "red[warp * 128 + (g + 8) * 8 + 2 * t] = acc[2], red[warp * 128 + (g + 8) * 8 + 2 * t + 1] = acc[3];");
+  cu_line(f, "__syncthreads();");
+  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", 16 * v.M, 32 * W);
+  const char *m = cu_tmp(f), *n = cu_tmp(f);
+  cu_line(f, "const int r = i / %d;", v.M);
+  cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + r);", f->idx, m, v.M, n, f->idx);
+  cu_line(f, "float s = 0.0f;");
+  cu_line(f, "for (int w = 0; w < %d; w++) s += red[w * 128 + r * 8 + %s];", W, m);
+  cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
+  CuCoords co;
+  CuVal val;
+  gm->result(f, gm, v.z, m, n, "s", &co, &val);
+  const Value *yv = &g->val[gm->an->out[0]];
+  const char *r = cu_tmp(f);
+  cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(yv->type.dt), r, val.l[0], yv->name, ir_op_name(gm->an->op));
+  val.l[0] = r;
+  cu_store_epilogue(f, epi, nepi, &co, &val);
+  cu_close(f);
+  cu_close(f);
+  cu_line(f, "__syncthreads();  // red is reused by the next matrix");
+  cu_close(f); /* z */
+}
+
+/* ---- the family's entry (cu_families.h) ---- */
+
+static bool qm_emit(CuFn *f, const CuGemm *gm, const char *tok, const int *epi, int nepi, CuLaunch *l) {
+  QmParams p;
+  if (!qm_parse(tok, &p)) return false;
+  qm_emit_kernel(f, gm, &p, epi, nepi, l);
+  return true;
+}
+
+const CuGemmFamily cu_family_qmma = {"qmma", qm_eligible, qm_default, qm_candidates, qm_emit};
