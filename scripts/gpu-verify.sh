@@ -118,7 +118,7 @@ fi
 
 if has_step quant; then
   t0=$(date +%s)
-  timeout 200 python3 bench/gpu/quant.py --smelt build-gpu/smelt --only "${SMELT_VERIFY_QUANT:-gemv,w2_m1}" > "$LOGS/quant.log" 2>&1
+  timeout 200 python3 bench/gpu/quant.py --smelt build-gpu/smelt --keep "${TMPDIR:-/tmp}/smelt-quant" --only "${SMELT_VERIFY_QUANT:-gemv,w2_m1}" > "$LOGS/quant.log" 2>&1
   rc=$?
   row quant "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/quant.py"
   tail -30 "$LOGS/quant.log"
