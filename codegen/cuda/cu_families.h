@@ -33,7 +33,7 @@ extern const CuGemmFamily cu_family_qgemv;
 /* qmma.c: the same on the tensor cores (codes widened to f16 in
  * registers, mma.sync with f32 sums) when A is f16, the zero points (if
  * any) are of the codes' dtype and a group holds whole 16-byte chunks;
- * token "qmma:w=8,u=2". */
+ * token "qmma:w=4,s=4". */
 extern const CuGemmFamily cu_family_qmma;
 /* The dequantize of a quantised weight that gm's kernel computes as its B
  * (qgemv.c), or NULL. */

@@ -373,15 +373,26 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
           g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
   cu_line(f, "// 16-byte loads and dequantised in registers, f32 accumulation; warp w of block b owns columns (b * %d + w) * %d ..", W, C);
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
-  cu_line(f, "// 16-byte loads of the weight that bypass L1: it is read once");
-  cu_open(f, "auto load_q = [](const smelt_pack<unsigned, 4> *p)");
+  /* every chunk is at a multiple of 16 bytes from the weight's base:
+   * one uniform test of the base picks 16-byte or byte loads */
+  bool al = f->opt && f->opt->args_aligned;
+  if (!al) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);", v.q0);
+  cu_line(f, "// 16-byte loads of the weight that bypass L1: it is read once (byte loads if its base is not aligned)");
+  cu_open(f, "auto load_q = [&](const smelt_pack<unsigned, 4> *p)");
   cu_line(f, "smelt_pack<unsigned, 4> r;");
+  cu_open(f, "if (%s)", al ? "true" : "qal");
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(r.v[0]), \"=r\"(r.v[1]), "
              "\"=r\"(r.v[2]), \"=r\"(r.v[3]) : \"l\"(p));");
   cu_line(f, "#else");
+  cu_line(f, "if ((unsigned long long)p & 15u) __builtin_trap();  // the device's 16-byte load would fault");
   cu_line(f, "r = *p;");
   cu_line(f, "#endif");
+  cu_line(f, "return r;");
+  cu_close(f);
+  cu_line(f, "const unsigned char *b = reinterpret_cast<const unsigned char *>(p);");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < 4; i++) r.v[i] = b[4 * i] | (unsigned)b[4 * i + 1] << 8 | (unsigned)b[4 * i + 2] << 16 | (unsigned)b[4 * i + 3] << 24;");
   cu_line(f, "return r;");
   f->indent--;
   cu_line(f, "};");

@@ -58,7 +58,7 @@
 #include "codegen/cuda/cu_families.h"
 
 typedef struct {
-  int warps, unroll;
+  int warps, stages;
 } QmParams;
 
 typedef struct {
@@ -69,6 +69,7 @@ typedef struct {
   int q0, s0, z0, a0; /* argument indices of the weight, its scales, zeros (-1: none) and A (-1: computed) */
   int E;              /* elements per 16-byte chunk */
   int64_t G, ng, KC, NB, row_bytes;
+  const char *qal; /* the weight's base is 16-byte aligned: "true" or a run-time test */
   bool block_scaled; /* a K block lies in one group: scale the block's tile in f32 */
   bool tail;         /* K is not a whole number of K blocks: chunks past K are masked */
   int M;
@@ -76,6 +77,21 @@ typedef struct {
 } Qm;
 
 static int qm_chunk_elems(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
+
+/* Bytes of the block's staged scales (f32, or the f16 pairs' bits when
+ * pairs are scaled in f16) and zero points (a byte each): 16 columns of
+ * K / G groups. */
+static int64_t staged_bytes(int64_t ng, bool block_scaled, bool zeros) {
+  return 16 * ng * ((block_scaled ? 4 : 2) + (zeros ? 1 : 0));
+}
+#define QM_MAX_STAGED (16 * 1024)
+/* Static shared memory a block may use (no opt-in needed). */
+#define QM_MAX_SMEM (48 * 1024)
+
+/* Shared memory of W warps with S stages: each stage a K block of both
+ * columns of each lane (1 KiB a warp), the staged scales and zeros, and
+ * the warps' 16 x 8 tiles for the reduction. */
+static int64_t smem_bytes(int W, int S, int64_t staged) { return (int64_t)W * S * 1024 + staged + (int64_t)W * 512; }
 
 static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
@@ -100,48 +116,60 @@ static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   /* pairs scaled in f16 (groups under a K block) round q s once, as
    * dequantize to f16 does, only with f16 scales: a scale rounded to f16
    * first would skew its whole group the same way */
-  return G % (4 * E) == 0 || sdt == DT_F16;
+  bool block_scaled = G % (4 * E) == 0;
+  if (!block_scaled && sdt != DT_F16) return false;
+  return staged_bytes(gm->K / G, block_scaled, zv >= 0) <= QM_MAX_STAGED;
 }
 
 static bool qm_parse(const char *tok, QmParams *out) {
-  int w, u, used = 0;
-  if (sscanf(tok, "qmma:w=%d,u=%d%n", &w, &u, &used) != 2 || tok[used] != 0) return false;
-  if (w < 1 || w > 16 || u < 1 || u > 8) return false;
-  *out = (QmParams){w, u};
+  int w, st, used = 0;
+  if (sscanf(tok, "qmma:w=%d,s=%d%n", &w, &st, &used) != 2 || tok[used] != 0) return false;
+  if (w < 1 || w > 16 || st < 2 || st > 8) return false;
+  *out = (QmParams){w, st};
   return true;
 }
 
 static void qm_format(const QmParams *p, char out[CG_VARIANT_LEN]) {
-  snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,u=%d", p->warps, p->unroll);
+  snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,s=%d", p->warps, p->stages);
 }
 
 /* K blocks (4 chunks of E elements) of the weight. */
 static int64_t k_blocks(const CuGemm *gm, int E) { return (gm->K / E + 3) / 4; }
 
-/* Enough warps in flight to cover the memory latency (about 16 an SM on
- * a 132-SM H200: 2048 in all), but no more warps a block than K blocks:
- * the smallest power of two up to 16 that gets there.  Two blocks in
- * flight a warp. */
+/* The staged bytes of gm's kernel (see staged_bytes). */
+static int64_t gm_staged(const CuFn *f, const CuGemm *gm) {
+  const Node *dq = cu_quant_weight(f, gm);
+  int E = qm_chunk_elems(f->g->val[dq->in[0]].type.dt);
+  int64_t G = ir_attr_int(dq, "group");
+  if (G == 0) G = gm->K;
+  return staged_bytes(gm->K / G, G % (4 * E) == 0, dq->nin > 2);
+}
+
+/* Enough warps to fill the GPU (about 16 an SM on a 132-SM H200: 2048 in
+ * all), but no more warps a block than K blocks: the smallest power of
+ * two up to 8 that gets there; 4 stages (3 K blocks in flight a warp). */
 static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
   const Node *dq = cu_quant_weight(f, gm);
   int E = qm_chunk_elems(f->g->val[dq->in[0]].type.dt);
   int64_t tiles = (gm->N + 15) / 16, nb = k_blocks(gm, E);
   int w = 1;
-  while (w < 16 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
-  QmParams p = {w, 2};
+  while (w < 8 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
+  QmParams p = {w, 4};
   qm_format(&p, out);
 }
 
 static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
-  static const QmParams alt[] = {{4, 2}, {8, 2}, {16, 2}, {4, 4}, {8, 4}, {8, 1}, {16, 1}, {2, 4}};
+  static const QmParams alt[] = {{4, 4}, {8, 4}, {4, 6}, {8, 3}, {4, 3}, {16, 2}, {2, 8}, {8, 6}};
   int n = 0;
   char d[CG_VARIANT_LEN];
   qm_default(f, gm, d);
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
+  int64_t staged = gm_staged(f, gm);
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
     qm_format(&alt[i], tok);
-    if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
+    if (strcmp(tok, d) != 0 && smem_bytes(alt[i].warps, alt[i].stages, staged) <= QM_MAX_SMEM)
+      memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
   return n;
 }
@@ -251,10 +279,10 @@ static void helpers(CuFn *f, const Qm *v) {
 }
 
 /* The constants subtracted from the widened codes of column j (the
- * chunk's group; with integer zero points those of the group): off[j] =
- * (1024 + bias + z) for the codes at 1024 + e, off16[j] = -(64 + bias + z)
- * for those at 1024 + 16 e (int4, after the multiply by 1/16). */
-static void offsets(CuFn *f, const Qm *v, const char *k) {
+ * chunk's group; with zero points those of the group, staged in zz):
+ * off = 1024 + bias + z for the codes at 1024 + e, off16 = -(64 + bias +
+ * z) for those at 1024 + 16 e (int4, after the multiply by 1/16). */
+static void offsets(CuFn *f, const Qm *v) {
   if (dt_is_f8(v->qdt)) return;
   int bias = code_bias(v->qdt);
   bool int4 = dt_is_packed(v->qdt);
@@ -264,14 +292,12 @@ static void offsets(CuFn *f, const Qm *v, const char *k) {
                       0xd400 + bias * 16, 0xd400 + bias * 16, 0xd400 + bias * 16, bias);
     return;
   }
-  const char *idx = cu_fmt(f, "nr[j] * %lldLL + %s / %lld", (long long)v->ng, k, (long long)v->G);
-  const char *zv = dt_is_packed(v->qdt) ? cu_fmt(f, "%s(Z, %s)", v->qdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx)
-                                        : cu_fmt(f, "(int)%s", cu_fmt(f, "Z[%s]", idx));
   cu_line(f, "unsigned offz[2]%s;  // per column: 1024 + %d + z%s", int4 ? ", off16[2]" : "", bias,
           int4 ? "; -(64 + bias + z)" : "");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int j = 0; j < 2; j++)");
-  cu_line(f, "const float zf = (float)%s;", zv);
+  cu_line(f, "const float zf = (float)(%szz[(g + 8 * j) * %lld + k / %lld]);", v->qdt == DT_I8 || v->qdt == DT_I4 ? "(signed char)" : "",
+          (long long)v->ng, (long long)v->G);
   cu_line(f, "const unsigned short o = __half_as_ushort(__float2half_rn(%d.0f + zf));", 1024 + bias);
   cu_line(f, "offz[j] = (unsigned)o | (unsigned)o << 16;");
   if (int4) {
@@ -281,7 +307,7 @@ static void offsets(CuFn *f, const Qm *v, const char *k) {
   cu_close(f);
 }
 
-/* The widened pairs of word j of chunk u for column i into wp[i][...]:
+/* The widened pairs of word j of the chunk for column i into wp[i][...]:
  * 4 pairs (int4) or 2 (8-bit), in the order the mma steps take them. */
 static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
   const char *off = v->z0 >= 0 ? "offz[i]" : "off";
@@ -291,7 +317,7 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
   switch (v->qdt) {
   case DT_I4:
   case DT_U4:
-    cu_line(f, "const unsigned w = wq[u][i].v[j]%s, hi = w >> 8;", v->qdt == DT_I4 ? " ^ 0x88888888u" : "");
+    cu_line(f, "const unsigned w = wq[i].v[j]%s, hi = w >> 8;", v->qdt == DT_I4 ? " ^ 0x88888888u" : "");
     cu_line(f, "wp[i][0] = h2_sub((w & 0x000f000fu) | 0x64006400u, %s);       // (e0, e4)", off);
     cu_line(f, "wp[i][1] = h2_fma((w & 0x00f000f0u) | 0x64006400u, 0x2c002c00u, %s);  // (e1, e5): x 1/16", off16);
     cu_line(f, "wp[i][2] = h2_sub((hi & 0x000f000fu) | 0x64006400u, %s);      // (e2, e6)", off);
@@ -299,35 +325,36 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
     break;
   case DT_I8:
   case DT_U8:
-    cu_line(f, "const unsigned w = wq[u][i].v[j]%s;", v->qdt == DT_I8 ? " ^ 0x80808080u" : "");
+    cu_line(f, "const unsigned w = wq[i].v[j]%s;", v->qdt == DT_I8 ? " ^ 0x80808080u" : "");
     cu_line(f, "wp[i][0] = h2_sub(prmt(w, 0x64646464u, 0x4240u), %s);  // (b0, b2)", off);
     cu_line(f, "wp[i][1] = h2_sub(prmt(w, 0x64646464u, 0x4341u), %s);  // (b1, b3)", off);
     break;
   default:
-    cu_line(f, "const unsigned w = wq[u][i].v[j];");
+    cu_line(f, "const unsigned w = wq[i].v[j];");
     cu_line(f, "wp[i][0] = f8x2(w & 0xffffu);  // (e0, e1)");
     cu_line(f, "wp[i][1] = f8x2(w >> 16);      // (e2, e3)");
   }
+  int np = dt_is_packed(v->qdt) ? 4 : 2;
   if (scale_pairs) {
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = h2_mul(wp[i][p], sc2[u][i]);", dt_is_packed(v->qdt) ? 4 : 2);
+    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = h2_mul(wp[i][p], sc2[i]);", np);
   }
   if (v->tail) {
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = ok[u] ? wp[i][p] : 0u;  // a chunk past K", dt_is_packed(v->qdt) ? 4 : 2);
+    cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = ok ? wp[i][p] : 0u;  // a chunk past K", np);
   }
   cu_close(f);
 }
 
-/* The mma steps of word j of chunk u into `c`: x's pairs built from
- * xw[u] in the widening's order. */
+/* The mma steps of word j of the chunk into `c`: x's pairs built from xw
+ * in the widening's order. */
 static void word_steps(CuFn *f, const Qm *v, const char *c) {
   cu_line(f, "unsigned wp[2][4];");
   widen(f, v, !v->block_scaled);
   switch (v->qdt) {
   case DT_I4:
   case DT_U4:
-    cu_line(f, "const unsigned *xj = &xw[u][4 * j];  // x[8j .. 8j+7] as 4 pairs");
+    cu_line(f, "const unsigned *xj = &xw[4 * j];  // x[8j .. 8j+7] as 4 pairs");
     cu_line(f, "const unsigned xb[4] = {prmt(xj[0], xj[2], 0x5410u), prmt(xj[0], xj[2], 0x7632u), prmt(xj[1], xj[3], 0x5410u), "
                "prmt(xj[1], xj[3], 0x7632u)};  // (x0,x4) (x1,x5) (x2,x6) (x3,x7)");
     cu_line(f, "#pragma unroll");
@@ -339,7 +366,7 @@ static void word_steps(CuFn *f, const Qm *v, const char *c) {
     break;
   case DT_I8:
   case DT_U8:
-    cu_line(f, "const unsigned *xj = &xw[u][2 * j];  // x[4j .. 4j+3] as 2 pairs");
+    cu_line(f, "const unsigned *xj = &xw[2 * j];  // x[4j .. 4j+3] as 2 pairs");
     cu_open(f, "%s", "");
     cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
     cu_line(f, "const unsigned b[2] = {prmt(xj[0], xj[1], 0x5410u), prmt(xj[0], xj[1], 0x7632u)};  // (x0,x2) (x1,x3)");
@@ -349,82 +376,99 @@ static void word_steps(CuFn *f, const Qm *v, const char *c) {
   default:
     cu_open(f, "%s", "");
     cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
-    cu_line(f, "const unsigned b[2] = {xw[u][2 * j], xw[u][2 * j + 1]};  // (x0,x1) (x2,x3)");
+    cu_line(f, "const unsigned b[2] = {xw[2 * j], xw[2 * j + 1]};  // (x0,x1) (x2,x3)");
     cu_line(f, "mma(%s, a, b);", c);
     cu_close(f);
   }
 }
 
-/* xw[u][0 .. E/2): A[g][k .. k + E) as f16 pairs (zeros for g >= M and
- * for a chunk past K). */
+/* xw[0 .. E/2): A[g][k .. k + E) as f16 pairs (zeros for g >= M and for a
+ * chunk past K), through L1 (every warp of the SM reads the same x). */
 static void load_x(CuFn *f, const Qm *v, bool packs) {
   const CuGemm *gm = v->gm;
   int E = v->E;
+  cu_line(f, "unsigned xw[%d];", E / 2);
   cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int e = 0; e < %d; e++) xw[u][e] = 0u;", E / 2);
-  cu_open(f, "if (g < %d%s)", v->M, v->tail ? " && ok[u]" : "");
+  cu_line(f, "for (int e = 0; e < %d; e++) xw[e] = 0u;", E / 2);
+  cu_open(f, "if (g < %d%s)", v->M, v->tail ? " && ok" : "");
   if (packs) {
-    cu_line(f, "const smelt_pack<unsigned, 4> *xp = reinterpret_cast<const smelt_pack<unsigned, 4> *>(X + g * %lldLL + k[u]);",
+    cu_line(f, "const smelt_pack<unsigned, 4> *xp = reinterpret_cast<const smelt_pack<unsigned, 4> *>(X + g * %lldLL + k);",
             (long long)gm->K);
+    cu_line(f, "#ifndef __CUDA_ARCH__");
+    cu_line(f, "if ((unsigned long long)xp & 15u) __builtin_trap();  // the device's 16-byte load would fault");
+    cu_line(f, "#endif");
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int p = 0; p < %d; p++)", E / 8);
     cu_line(f, "const smelt_pack<unsigned, 4> q = xp[p];");
     cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int e = 0; e < 4; e++) xw[u][4 * p + e] = q.v[e];");
+    cu_line(f, "for (int e = 0; e < 4; e++) xw[4 * p + e] = q.v[e];");
     cu_close(f);
   } else {
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int e = 0; e < %d; e++)", E);
     if (v->a0 >= 0) {
-      cu_line(f, "const unsigned short h = __half_as_ushort(X[g * %lldLL + k[u] + e]);", (long long)gm->K);
+      cu_line(f, "const unsigned short h = __half_as_ushort(X[g * %lldLL + k + e]);", (long long)gm->K);
     } else {
       CuVal x;
-      gm->load_a(f, gm, v->z, "g", "(k[u] + e)", &x);
+      gm->load_a(f, gm, v->z, "g", "(k + e)", &x);
       cu_line(f, "const unsigned short h = __half_as_ushort(__float2half_rn((float)%s));", x.l[0]);
     }
-    cu_line(f, "xw[u][e / 2] |= (unsigned)h << (16 * (e %% 2));");
+    cu_line(f, "xw[e / 2] |= (unsigned)h << (16 * (e %% 2));");
     cu_close(f);
   }
   cu_close(f);
 }
 
-/* The warp's stream over its K blocks into acc. */
+/* The copies of this lane's chunk of K block warp + W * (it) (when `ok`)
+ * for both its columns into stage `slot`, as one cp.async group. */
+static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok) {
+  int W = v->p->warps, S = v->p->stages;
+  cu_open(f, "%s", "");
+  cu_line(f, "const long long c = (warp + %d * (long long)(%s)) * 4 + t;", W, it);
+  cu_line(f, "const long long cc = c < %lldLL ? c : %lldLL;  // past K: a valid address, zero-filled or unused", (long long)v->KC,
+          (long long)v->KC - 1);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int i = 0; i < 2; i++)");
+  cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[((warp * %d + (%s)) * 2 + i) * 32 + lane];", S, slot);
+  cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)", "reinterpret_cast<const unsigned short *>(qrow[i] + cc * 16)",
+                   ok, v->qal);
+  cu_close(f);
+  cu_close(f);
+  cu_tc_commit_group(f);
+}
+
+/* The warp's stream over its K blocks into acc: a cp.async pipeline of S
+ * stages per warp (each lane copies and later reads only its own chunks,
+ * so cp.async.wait_group orders it without a barrier). */
 static void stream(CuFn *f, const Qm *v, bool packs) {
-  int U = v->p->unroll, W = v->p->warps, E = v->E, PAIRS = E / 2;
-  cu_open(f, "for (long long b0 = warp; b0 < %lldLL; b0 += %d)", (long long)v->NB, W * U);
-  cu_line(f, "smelt_pack<unsigned, 4> wq[%d][2];  // U blocks' chunks of both columns, issued before any is used", U);
-  cu_line(f, "unsigned xw[%d][%d];", U, PAIRS);
-  cu_line(f, "long long k[%d];", U);
-  if (v->tail) cu_line(f, "bool ok[%d];", U);
-  if (v->block_scaled) cu_line(f, "float sc[%d][2];  // the block's group's scale per column", U);
-  else cu_line(f, "unsigned sc2[%d][2];  // the chunk's group's scale per column, an f16 pair", U);
+  int W = v->p->warps, S = v->p->stages, E = v->E;
+  cu_line(f, "const long long nit = warp < %lldLL ? (%lldLL - warp + %d) / %d : 0;  // this warp's K blocks", (long long)v->NB,
+          (long long)v->NB, W - 1, W);
   cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "const long long b = b0 + %d * u, c = b * 4 + t;  // this lane's chunk of block b", W);
-  cu_line(f, "const long long cc = c < %lldLL ? c : %lldLL;", (long long)v->KC, (long long)v->KC - 1);
-  if (v->tail) cu_line(f, "ok[u] = c < %lldLL;", (long long)v->KC);
-  cu_line(f, "k[u] = cc * %d;", E);
-  cu_open(f, "if (b < %lldLL)", (long long)v->NB);
+  cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
+  issue(f, v, "s", "s", "s < nit");
+  cu_close(f);
+  cu_line(f, "__syncthreads();  // the staged scales");
+  cu_open(f, "for (long long it = 0; it < nit; it++)");
+  cu_tc_wait_group(f, S - 2);
+  cu_line(f, "// K block it has landed (this lane's copies); its stage's buffer was read in the last step, so refill");
+  cu_line(f, "// the one of the step before with block it + %d", S - 1);
+  issue(f, v, cu_fmt(f, "it + %d", S - 1), cu_fmt(f, "(it + %d) %% %d", S - 1, S), cu_fmt(f, "it + %d < nit", S - 1));
+  cu_line(f, "const long long b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
+  if (v->tail) cu_line(f, "const bool ok = c < %lldLL;", (long long)v->KC);
+  cu_line(f, "const long long k = (c < %lldLL ? c : %lldLL) * %d;", (long long)v->KC, (long long)v->KC - 1, E);
+  cu_line(f, "smelt_pack<unsigned, 4> wq[2];");
   cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int i = 0; i < 2; i++) wq[u][i] = load_q(qr[i] + cc);");
+  cu_line(f, "for (int i = 0; i < 2; i++) wq[i] = qs[((warp * %d + (int)(it %% %d)) * 2 + i) * 32 + lane];", S, S);
   load_x(f, v, packs);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int j = 0; j < 2; j++)");
-  const char *sv = cu_from_storage(f, v->sdt, cu_fmt(f, "S[nr[j] * %lldLL + %s / %lld]", (long long)v->ng,
-                                                    v->block_scaled ? cu_fmt(f, "b * %d", 4 * E) : "k[u]", (long long)v->G));
   if (v->block_scaled) {
-    cu_line(f, "sc[u][j] = %s;", sv);
+    cu_line(f, "const float sc[2] = {ss[g * %lld + b * %d / %lld], ss[(g + 8) * %lld + b * %d / %lld]};  // the block's group's",
+            (long long)v->ng, 4 * E, (long long)v->G, (long long)v->ng, 4 * E, (long long)v->G);
   } else {
-    cu_line(f, "const unsigned short s = __half_as_ushort(__float2half_rn(%s));", sv);
-    cu_line(f, "sc2[u][j] = (unsigned)s | (unsigned)s << 16;");
+    cu_line(f, "const unsigned sc2[2] = {ss[g * %lld + k / %lld] * 0x10001u, ss[(g + 8) * %lld + k / %lld] * 0x10001u};  // f16 pairs",
+            (long long)v->ng, (long long)v->G, (long long)v->ng, (long long)v->G);
   }
-  cu_close(f);
-  cu_close(f);
-  cu_close(f);
-  cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "if (b0 + %d * u >= %lldLL) break;  // the same for the whole warp", W, (long long)v->NB);
-  offsets(f, v, "k[u]");
+  offsets(f, v);
   const char *c = "acc";
   if (v->block_scaled) {
     cu_line(f, "float tile[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the block's sums, scaled below");
@@ -435,11 +479,11 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   word_steps(f, v, c);
   cu_close(f);
   if (v->block_scaled) {
-    cu_line(f, "acc[0] += tile[0] * sc[u][0], acc[1] += tile[1] * sc[u][0];");
-    cu_line(f, "acc[2] += tile[2] * sc[u][1], acc[3] += tile[3] * sc[u][1];");
+    cu_line(f, "acc[0] += tile[0] * sc[0], acc[1] += tile[1] * sc[0];");
+    cu_line(f, "acc[2] += tile[2] * sc[1], acc[3] += tile[3] * sc[1];");
   }
   cu_close(f);
-  cu_close(f);
+  cu_tc_wait_group(f, 0);
 }
 
 /* Before the kernel waits for its predecessor (CuLaunch.pre_wait): when
@@ -458,6 +502,23 @@ static const char *qm_prefetch(CuFn *f, const Qm *v) {
                 "    }\n"
                 "  }\n",
                 (long long)gm->N, (long long)v->KC, v->q0, (long long)v->row_bytes);
+}
+
+/* ss[r * ng + h] (and zz): the scales (zero points) of the block's 16
+ * columns n0 + r (past N: the last one), loaded once by the block. */
+static void stage_scales(CuFn *f, const Qm *v) {
+  int64_t n = 16 * v->ng;
+  cu_open(f, "for (int e = threadIdx.x; e < %lld; e += %d)", (long long)n, 32 * v->p->warps);
+  cu_line(f, "const long long col = n0 + e / %lld < %lldLL ? n0 + e / %lld : %lldLL, i = col * %lld + e %% %lld;", (long long)v->ng,
+          (long long)v->gm->N, (long long)v->ng, (long long)v->gm->N - 1, (long long)v->ng, (long long)v->ng);
+  const char *sv = cu_from_storage(f, v->sdt, "S[i]");
+  if (v->block_scaled) cu_line(f, "ss[e] = %s;", sv);
+  else cu_line(f, "ss[e] = __half_as_ushort(S[i]);  // f16 scales (qm_eligible)");
+  if (v->z0 >= 0) {
+    const char *z = dt_is_packed(v->qdt) ? cu_fmt(f, "%s(Z, i)", v->qdt == DT_I4 ? "smelt_i4" : "smelt_u4") : "Z[i]";
+    cu_line(f, "zz[e] = (unsigned char)%s;", z);
+  }
+  cu_close(f);
 }
 
 static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const int *epi, int nepi, CuLaunch *l) {
@@ -480,12 +541,18 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   v.tail = v.KC % 4 != 0;
   v.block_scaled = v.G % (4 * v.E) == 0;
   v.row_bytes = gm->K * dt_bits(v.qdt) / 8;
-  int W = p->warps;
+  v.qal = f->opt && f->opt->args_aligned ? "true" : "qal";
+  int W = p->warps, S = p->stages;
   qm_format(p, l->variant);
   l->kind = "matmul";
-  int64_t gx = (gm->N + 15) / 16;
+  int64_t gx = (gm->N + 15) / 16, staged = staged_bytes(v.ng, v.block_scaled, v.z0 >= 0);
   if (gx > 0x7fffffffLL) {
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
+    return;
+  }
+  if (smem_bytes(W, S, staged) > QM_MAX_SMEM) {
+    cu_fail(f, ST_UNSUPPORTED, "%s needs %lld bytes of shared memory (at most %d)", l->variant,
+            (long long)smem_bytes(W, S, staged), QM_MAX_SMEM);
     return;
   }
   l->block[0] = (unsigned)(32 * W);
@@ -498,22 +565,15 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "// variant: quantised GEMV on the tensor cores for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K)", v.M,
           g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
   cu_line(f, "// widened to f16 in registers, mma.sync.m16n8k16 with f32 sums; block b owns columns 16 b .. 16 b + 15,");
-  cu_line(f, "// its %d warps the K blocks of %d elements warp, warp + %d, ... (%s)", W, 4 * v.E, W,
+  cu_line(f, "// its %d warps the K blocks of %d elements warp, warp + %d, ... through %d cp.async stages (%s)", W, 4 * v.E, W, S,
           v.block_scaled ? "each block's tile scaled in f32" : "pairs scaled in f16");
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;");
-  cu_open(f, "auto load_q = [](const smelt_pack<unsigned, 4> *p)");
-  cu_line(f, "smelt_pack<unsigned, 4> r;");
-  cu_line(f, "#ifdef __CUDA_ARCH__");
-  cu_line(f, "asm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\\n\" : \"=r\"(r.v[0]), \"=r\"(r.v[1]), "
-             "\"=r\"(r.v[2]), \"=r\"(r.v[3]) : \"l\"(p));");
-  cu_line(f, "#else");
-  cu_line(f, "r = *p;");
-  cu_line(f, "#endif");
-  cu_line(f, "return r;");
-  f->indent--;
-  cu_line(f, "};");
   helpers(f, &v);
+  cu_line(f, "__shared__ smelt_pack<unsigned, 4> qs[%d];  // [warp][stage][column 0/1][lane]: 16-byte chunks", W * S * 64);
   cu_line(f, "__shared__ float red[%d];  // each warp's 16 x 8 tile", W * 128);
+  cu_line(f, "__shared__ %s ss[%lld];  // the block's scales [16][K / G]", v.block_scaled ? "float" : "unsigned short",
+          (long long)(16 * v.ng));
+  if (v.z0 >= 0) cu_line(f, "__shared__ unsigned char zz[%lld];  // and zero points", (long long)(16 * v.ng));
   v.z = cu_tmp(f);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
   if (v.a0 >= 0)
@@ -521,14 +581,13 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
   if (v.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(g->val[dq->in[2]].type.dt), v.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = (long long)blockIdx.x * 16;");
-  cu_line(f, "long long nr[2];  // this lane's columns (past N: the last one, its sums unused)");
-  cu_line(f, "const smelt_pack<unsigned, 4> *qr[2];");
+  if (strcmp(v.qal, "true") != 0) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);  // else plain loads", v.q0);
+  cu_line(f, "const unsigned char *qrow[2];  // this lane's columns (past N: the last one, its sums unused)");
   cu_line(f, "#pragma unroll");
-  cu_open(f, "for (int j = 0; j < 2; j++)");
-  cu_line(f, "nr[j] = n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL;", (long long)gm->N, (long long)gm->N - 1);
-  cu_line(f, "qr[j] = reinterpret_cast<const smelt_pack<unsigned, 4> *>(reinterpret_cast<const unsigned char *>(a%d) + nr[j] * %lldLL);",
-          v.q0, (long long)v.row_bytes);
-  cu_close(f);
+  cu_line(f, "for (int j = 0; j < 2; j++) qrow[j] = reinterpret_cast<const unsigned char *>(a%d) + "
+             "(n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL) * %lldLL;",
+          v.q0, (long long)gm->N, (long long)gm->N - 1, (long long)v.row_bytes);
+  stage_scales(f, &v);
   cu_line(f, "float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
   if (v.a0 >= 0) {
     cu_open(f, "if (smelt_aligned(X, 16))");
@@ -561,7 +620,7 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_store_epilogue(f, epi, nepi, &co, &val);
   cu_close(f);
   cu_close(f);
-  cu_line(f, "__syncthreads();  // red is reused by the next matrix");
+  cu_line(f, "__syncthreads();  // red, ss and qs are reused by the next matrix");
   cu_close(f); /* z */
 }
 

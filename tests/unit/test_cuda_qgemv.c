@@ -13,7 +13,7 @@
  *     harness's tolerance by dtype, guard bytes intact, with buffers
  *     aligned and 8 bytes off (A's element loads);
  *   - tuning candidate lists that start with the default, every token
- *     parsing back (qgemv:w=..,c=..,u=.., qmma:w=..,u=..), each forced on
+ *     parsing back (qgemv:w=..,c=..,u=.., qmma:w=..,s=..), each forced on
  *     four cases (check_forced);
  *   - fp8 with zero points is left to the simple kernel (neither family's).
  */
@@ -38,8 +38,8 @@ static void check_token(const char *tok) {
     CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
     snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d", w, c, u);
   } else {
-    CHECK(sscanf(tok, "qmma:w=%d,u=%d", &w, &u) == 2);
-    snprintf(back, sizeof back, "qmma:w=%d,u=%d", w, u);
+    CHECK(sscanf(tok, "qmma:w=%d,s=%d", &w, &u) == 2);
+    snprintf(back, sizeof back, "qmma:w=%d,s=%d", w, u);
   }
   CHECK(strcmp(back, tok) == 0);
 }
