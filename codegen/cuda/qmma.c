@@ -88,10 +88,15 @@ static int64_t staged_bytes(int64_t ng, bool block_scaled, bool zeros) {
 /* Static shared memory a block may use (no opt-in needed). */
 #define QM_MAX_SMEM (48 * 1024)
 
-/* Shared memory of W warps with S stages: each stage a K block of both
- * columns of each lane (1 KiB a warp), the staged scales and zeros, and
- * the warps' 16 x 8 tiles for the reduction. */
-static int64_t smem_bytes(int W, int S, int64_t staged) { return (int64_t)W * S * 1024 + staged + (int64_t)W * 512; }
+/* 16-byte packs of one warp's stage: a K block of both columns of each
+ * lane (64), and x's chunks of the lanes g < M (E / 8 packs each). */
+static int stage_packs(int M, int E) { return 64 + M * 4 * (E / 8); }
+
+/* Shared memory of W warps with S stages, the staged scales and zeros,
+ * and the warps' 16 x 8 tiles for the reduction. */
+static int64_t smem_bytes(int W, int S, int M, int E, int64_t staged) {
+  return (int64_t)W * S * stage_packs(M, E) * 16 + staged + (int64_t)W * 512;
+}
 
 static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
@@ -155,6 +160,10 @@ static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]
   int w = 1;
   while (w < 8 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
   QmParams p = {w, 4};
+  /* M = 8 with 4-bit codes takes 3 KiB a stage and warp: fewer stages, then warps */
+  int64_t staged = gm_staged(f, gm);
+  while (p.stages > 2 && smem_bytes(p.warps, p.stages, (int)gm->M, E, staged) > QM_MAX_SMEM) p.stages--;
+  while (p.warps > 1 && smem_bytes(p.warps, p.stages, (int)gm->M, E, staged) > QM_MAX_SMEM) p.warps /= 2;
   qm_format(&p, out);
 }
 
@@ -165,10 +174,11 @@ static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
   qm_default(f, gm, d);
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
   int64_t staged = gm_staged(f, gm);
+  int E = qm_chunk_elems(f->g->val[cu_quant_weight(f, gm)->in[0]].type.dt);
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
     qm_format(&alt[i], tok);
-    if (strcmp(tok, d) != 0 && smem_bytes(alt[i].warps, alt[i].stages, staged) <= QM_MAX_SMEM)
+    if (strcmp(tok, d) != 0 && smem_bytes(alt[i].warps, alt[i].stages, (int)gm->M, E, staged) <= QM_MAX_SMEM)
       memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
   return n;
@@ -392,11 +402,7 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
   cu_line(f, "for (int e = 0; e < %d; e++) xw[e] = 0u;", E / 2);
   cu_open(f, "if (g < %d%s)", v->M, v->tail ? " && ok" : "");
   if (packs) {
-    cu_line(f, "const smelt_pack<unsigned, 4> *xp = reinterpret_cast<const smelt_pack<unsigned, 4> *>(X + g * %lldLL + k);",
-            (long long)gm->K);
-    cu_line(f, "#ifndef __CUDA_ARCH__");
-    cu_line(f, "if ((unsigned long long)xp & 15u) __builtin_trap();  // the device's 16-byte load would fault");
-    cu_line(f, "#endif");
+    cu_line(f, "const smelt_pack<unsigned, 4> *xp = &stage[64 + (g * 4 + t) * %d];  // copied with the weights", E / 8);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int p = 0; p < %d; p++)", E / 8);
     cu_line(f, "const smelt_pack<unsigned, 4> q = xp[p];");
@@ -421,18 +427,30 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
 
 /* The copies of this lane's chunk of K block warp + W * (it) (when `ok`)
  * for both its columns into stage `slot`, as one cp.async group. */
-static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok) {
-  int W = v->p->warps, S = v->p->stages;
+static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok, bool packs) {
+  int W = v->p->warps, S = v->p->stages, SP = stage_packs(v->M, v->E), XP = v->E / 8;
   cu_open(f, "%s", "");
   cu_line(f, "const long long c = (warp + %d * (long long)(%s)) * 4 + t;", W, it);
   cu_line(f, "const long long cc = c < %lldLL ? c : %lldLL;  // past K: a valid address, zero-filled or unused", (long long)v->KC,
           (long long)v->KC - 1);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < 2; i++)");
-  cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[((warp * %d + (%s)) * 2 + i) * 32 + lane];", S, slot);
+  cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[(warp * %d + (%s)) * %d + i * 32 + lane];", S, slot, SP);
   cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)", "reinterpret_cast<const unsigned short *>(qrow[i] + cc * 16)",
                    ok, v->qal);
   cu_close(f);
+  if (packs) {
+    cu_line(f, "// x[g][k .. k + %d) for the lanes g < M, in the same group", v->E);
+    cu_open(f, "if (g < %d)", v->M);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int p = 0; p < %d; p++)", XP);
+    cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[(warp * %d + (%s)) * %d + 64 + (g * 4 + t) * %d + p];", S, slot, SP, XP);
+    cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)",
+                     cu_fmt(f, "reinterpret_cast<const unsigned short *>(X + g * %lldLL + cc * %d + p * 8)", (long long)v->gm->K, v->E),
+                     ok, "true");
+    cu_close(f);
+    cu_close(f);
+  }
   cu_close(f);
   cu_tc_commit_group(f);
 }
@@ -446,20 +464,22 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
           (long long)v->NB, W - 1, W);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
-  issue(f, v, "s", "s", "s < nit");
+  issue(f, v, "s", "s", "s < nit", packs);
   cu_close(f);
   cu_line(f, "__syncthreads();  // the staged scales");
   cu_open(f, "for (long long it = 0; it < nit; it++)");
   cu_tc_wait_group(f, S - 2);
   cu_line(f, "// K block it has landed (this lane's copies); its stage's buffer was read in the last step, so refill");
   cu_line(f, "// the one of the step before with block it + %d", S - 1);
-  issue(f, v, cu_fmt(f, "it + %d", S - 1), cu_fmt(f, "(it + %d) %% %d", S - 1, S), cu_fmt(f, "it + %d < nit", S - 1));
+  issue(f, v, cu_fmt(f, "it + %d", S - 1), cu_fmt(f, "(it + %d) %% %d", S - 1, S), cu_fmt(f, "it + %d < nit", S - 1), packs);
   cu_line(f, "const long long b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
   if (v->tail) cu_line(f, "const bool ok = c < %lldLL;", (long long)v->KC);
   cu_line(f, "const long long k = (c < %lldLL ? c : %lldLL) * %d;", (long long)v->KC, (long long)v->KC - 1, E);
   cu_line(f, "smelt_pack<unsigned, 4> wq[2];");
   cu_line(f, "#pragma unroll");
-  cu_line(f, "for (int i = 0; i < 2; i++) wq[i] = qs[((warp * %d + (int)(it %% %d)) * 2 + i) * 32 + lane];", S, S);
+  cu_line(f, "const smelt_pack<unsigned, 4> *stage = &qs[(warp * %d + (int)(it %% %d)) * %d];", S, S, stage_packs(v->M, E));
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int i = 0; i < 2; i++) wq[i] = stage[i * 32 + lane];");
   load_x(f, v, packs);
   if (v->block_scaled) {
     cu_line(f, "const float sc[2] = {ss[g * %lld + b * %d / %lld], ss[(g + 8) * %lld + b * %d / %lld]};  // the block's group's",
@@ -550,9 +570,9 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
     return;
   }
-  if (smem_bytes(W, S, staged) > QM_MAX_SMEM) {
+  if (smem_bytes(W, S, v.M, v.E, staged) > QM_MAX_SMEM) {
     cu_fail(f, ST_UNSUPPORTED, "%s needs %lld bytes of shared memory (at most %d)", l->variant,
-            (long long)smem_bytes(W, S, staged), QM_MAX_SMEM);
+            (long long)smem_bytes(W, S, v.M, v.E, staged), QM_MAX_SMEM);
     return;
   }
   l->block[0] = (unsigned)(32 * W);
@@ -569,7 +589,9 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
           v.block_scaled ? "each block's tile scaled in f32" : "pairs scaled in f16");
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;");
   helpers(f, &v);
-  cu_line(f, "__shared__ smelt_pack<unsigned, 4> qs[%d];  // [warp][stage][column 0/1][lane]: 16-byte chunks", W * S * 64);
+  int SP = stage_packs(v.M, v.E);
+  cu_line(f, "__shared__ smelt_pack<unsigned, 4> qs[%d];  // [warp][stage]: [column 0/1][lane] chunks, then x's [g][t][%d]",
+          W * S * SP, v.E / 8);
   cu_line(f, "__shared__ float red[%d];  // each warp's 16 x 8 tile", W * 128);
   cu_line(f, "__shared__ %s ss[%lld];  // the block's scales [16][K / G]", v.block_scaled ? "float" : "unsigned short",
           (long long)(16 * v.ng));
