@@ -41,16 +41,25 @@
  * and the scale costs 4 FFMA per block; otherwise (G a multiple of E
  * only) each widened pair is multiplied by its column's scale in f16
  * before the mma (mul.f16x2), which is what dequantize to f16 rounds.
- * Warps: W warps of a block take the K blocks b = warp, warp + W, ...
- * (U blocks' loads issued before any is used, streamed past L1), then add
- * their tiles through shared memory in a fixed order and the block's
- * threads run the epilogue for the 16 x M results.
+ * The block's 16 columns' scales (and zero points) are staged in shared
+ * memory once, at the start.
+ * Memory: at decode the kernel is a stream of the weight, so each warp
+ * keeps S - 1 K blocks in flight through a cp.async pipeline of S stages:
+ * every lane copies its two 16-byte chunks (and, for g < M, its chunk of
+ * x's row g, so that no load is left on the critical path) into its own
+ * slots and later reads back only those, so cp.async.wait_group orders
+ * the pipeline without a barrier.  A weight whose base is not 16-byte
+ * aligned is copied with plain loads (one uniform test).
+ * Warps: W warps of a block take the K blocks b = warp, warp + W, ...,
+ * then add their tiles through shared memory in a fixed order and the
+ * block's threads run the epilogue for the 16 x M results.
  * Not taken (qgemv.c or the simple kernel computes these): A not f16,
  * M > 8, zero points of another dtype than the codes (float ones), fp8
  * with zero points, groups smaller than a chunk, groups smaller than a K
  * block with scales that are not f16, a [K, N] weight.
- * Parameters (token "qmma:w=8,u=2"): W warps per block, U K blocks in
- * flight per warp.
+ * Parameters (token "qmma:w=4,s=4"): W warps per block, S stages; the
+ * stages, the staged scales and the reduction fit 48 KiB of static
+ * shared memory.
  */
 #include <stdio.h>
 #include <string.h>
@@ -371,7 +380,7 @@ static void word_steps(CuFn *f, const Qm *v, const char *c) {
     cu_open(f, "for (int h = 0; h < 2; h++)");
     cu_line(f, "const unsigned a[4] = {wp[0][2 * h], wp[1][2 * h], wp[0][2 * h + 1], wp[1][2 * h + 1]};");
     cu_line(f, "const unsigned b[2] = {xb[2 * h], xb[2 * h + 1]};");
-    cu_line(f, "mma(%s, a, b);", c);
+    cu_line(f, "mma(%s[h], a, b);  // two chains of sums: half the dependent mma", c);
     cu_close(f);
     break;
   case DT_I8:
@@ -380,14 +389,14 @@ static void word_steps(CuFn *f, const Qm *v, const char *c) {
     cu_open(f, "%s", "");
     cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
     cu_line(f, "const unsigned b[2] = {prmt(xj[0], xj[1], 0x5410u), prmt(xj[0], xj[1], 0x7632u)};  // (x0,x2) (x1,x3)");
-    cu_line(f, "mma(%s, a, b);", c);
+    cu_line(f, "mma(%s[j & 1], a, b);  // two chains of sums: half the dependent mma", c);
     cu_close(f);
     break;
   default:
     cu_open(f, "%s", "");
     cu_line(f, "const unsigned a[4] = {wp[0][0], wp[1][0], wp[0][1], wp[1][1]};");
     cu_line(f, "const unsigned b[2] = {xw[2 * j], xw[2 * j + 1]};  // (x0,x1) (x2,x3)");
-    cu_line(f, "mma(%s, a, b);", c);
+    cu_line(f, "mma(%s[j & 1], a, b);  // two chains of sums: half the dependent mma", c);
     cu_close(f);
   }
 }
@@ -491,7 +500,7 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   offsets(f, v);
   const char *c = "acc";
   if (v->block_scaled) {
-    cu_line(f, "float tile[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // the block's sums, scaled below");
+    cu_line(f, "float tile[2][4] = {};  // the block's sums (two chains), scaled below");
     c = "tile";
   }
   cu_line(f, "#pragma unroll");
@@ -499,8 +508,8 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   word_steps(f, v, c);
   cu_close(f);
   if (v->block_scaled) {
-    cu_line(f, "acc[0] += tile[0] * sc[0], acc[1] += tile[1] * sc[0];");
-    cu_line(f, "acc[2] += tile[2] * sc[1], acc[3] += tile[3] * sc[1];");
+    cu_line(f, "acc[0][0] += (tile[0][0] + tile[1][0]) * sc[0], acc[0][1] += (tile[0][1] + tile[1][1]) * sc[0];");
+    cu_line(f, "acc[0][2] += (tile[0][2] + tile[1][2]) * sc[1], acc[0][3] += (tile[0][3] + tile[1][3]) * sc[1];");
   }
   cu_close(f);
   cu_tc_wait_group(f, 0);
@@ -610,7 +619,7 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
              "(n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL) * %lldLL;",
           v.q0, (long long)gm->N, (long long)gm->N - 1, (long long)v.row_bytes);
   stage_scales(f, &v);
-  cu_line(f, "float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};");
+  cu_line(f, "float acc[2][4] = {};  // two chains of sums (pairs scaled in f16), else acc[0]");
   if (v.a0 >= 0) {
     cu_open(f, "if (smelt_aligned(X, 16))");
     stream(f, &v, true);
@@ -622,8 +631,10 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
     stream(f, &v, false);
   }
   cu_line(f, "// the warps' tiles, added in warp order; row r of a tile is column n0 + r, column m is A's row m");
-  cu_line(f, "red[warp * 128 + g * 8 + 2 * t] = acc[0], red[warp * 128 + g * 8 + 2 * t + 1] = acc[1];");
-  cu_line(f, "red[warp * 128 + (g + 8) * 8 + 2 * t] = acc[2], red[warp * 128 + (g + 8) * 8 + 2 * t + 1] = acc[3];");
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < 4; e++) acc[0][e] += acc[1][e];");
+  cu_line(f, "red[warp * 128 + g * 8 + 2 * t] = acc[0][0], red[warp * 128 + g * 8 + 2 * t + 1] = acc[0][1];");
+  cu_line(f, "red[warp * 128 + (g + 8) * 8 + 2 * t] = acc[0][2], red[warp * 128 + (g + 8) * 8 + 2 * t + 1] = acc[0][3];");
   cu_line(f, "__syncthreads();");
   cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", 16 * v.M, 32 * W);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
