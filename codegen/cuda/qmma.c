@@ -6,11 +6,14 @@
  * f32 accumulation.
  *
  * Why: qgemv.c widens every element to f32 and takes one FFMA per element
- * and row; with int4 that is ~5 instructions per element against 0.5
- * bytes of weight, so the H200 runs it at 35% of the bandwidth (issue 14).
- * Here the widening is a few integer ops per pair of elements and the
- * multiply-add is the tensor cores' (two mma per 8 int4 codes of 16
- * columns), as in Marlin and TensorRT-LLM's weight-only kernels.
+ * and row (about 5 instructions per int4 element).  Here the widening is
+ * a few integer ops per pair of elements and the multiply-add is the
+ * tensor cores' (two mma per 8 int4 codes of 16 columns), as in Marlin
+ * and TensorRT-LLM's weight-only kernels, and the weight streams through
+ * a cp.async pipeline (below).  docs/perf.md has what each step bought on
+ * the H200: the first version, with loads issued a few at a time as in
+ * qgemv, was no faster than qgemv (both latency-bound, not bound by their
+ * instructions).
  *
  * Mapping.  The weight is the mma's A (16 rows = 16 output columns
  * n0 .. n0+15 per block), A's M <= 8 rows are its B (8 columns; the ones
