@@ -339,11 +339,30 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
   switch (v->qdt) {
   case DT_I4:
   case DT_U4:
-    cu_line(f, "const unsigned w = wq[i].v[j]%s, hi = w >> 8;", v->qdt == DT_I4 ? " ^ 0x88888888u" : "");
-    cu_line(f, "wp[i][0] = h2_sub((w & 0x000f000fu) | 0x64006400u, %s);       // (e0, e4)", off);
-    cu_line(f, "wp[i][1] = h2_fma((w & 0x00f000f0u) | 0x64006400u, 0x2c002c00u, %s);  // (e1, e5): x 1/16", off16);
-    cu_line(f, "wp[i][2] = h2_sub((hi & 0x000f000fu) | 0x64006400u, %s);      // (e2, e6)", off);
-    cu_line(f, "wp[i][3] = h2_fma((hi & 0x00f000f0u) | 0x64006400u, 0x2c002c00u, %s); // (e3, e7)", off16);
+  {
+    /* (w & mask) op magic in one LOP3: ptxas splits the C expression into
+     * two (a LOP3 takes one immediate); op is ^ for the signed codes, whose
+     * xor with 8 then happens inside the magic (the nibble's bits and
+     * 0x6400's do not meet) */
+    bool sgn = v->qdt == DT_I4;
+    const char *lut = sgn ? "0x6a" : "0xea", *op = sgn ? "^" : "|";
+    unsigned lo_magic = sgn ? 0x64086408u : 0x64006400u, hi_magic = sgn ? 0x64806480u : 0x64006400u;
+    cu_line(f, "const unsigned w = wq[i].v[j], hi = w >> 8;");
+    cu_line(f, "unsigned p[4];  // 1024 + code, 1024 + 16 code%s", sgn ? " (codes + 8: xor 8)" : "");
+    cu_line(f, "#ifdef __CUDA_ARCH__");
+    static const char *const src[4] = {"w", "w", "hi", "hi"};
+    for (int q = 0; q < 4; q++)
+      cu_line(f, "asm(\"lop3.b32 %%0, %%1, 0x%08x, 0x%08x, %s;\" : \"=r\"(p[%d]) : \"r\"(%s));", q % 2 ? 0x00f000f0u : 0x000f000fu,
+              q % 2 ? hi_magic : lo_magic, lut, q, src[q]);
+    cu_line(f, "#else");
+    for (int q = 0; q < 4; q++)
+      cu_line(f, "p[%d] = (%s & 0x%08xu) %s 0x%08xu;", q, src[q], q % 2 ? 0x00f000f0u : 0x000f000fu, op, q % 2 ? hi_magic : lo_magic);
+    cu_line(f, "#endif");
+    cu_line(f, "wp[i][0] = h2_sub(p[0], %s);                 // (e0, e4)", off);
+    cu_line(f, "wp[i][1] = h2_fma(p[1], 0x2c002c00u, %s);  // (e1, e5): x 1/16", off16);
+    cu_line(f, "wp[i][2] = h2_sub(p[2], %s);                 // (e2, e6)", off);
+    cu_line(f, "wp[i][3] = h2_fma(p[3], 0x2c002c00u, %s);  // (e3, e7)", off16);
+  }
     break;
   case DT_I8:
   case DT_U8:
