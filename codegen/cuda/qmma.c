@@ -130,6 +130,7 @@ static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   if (G == 0) G = gm->K;
   int E = qm_chunk_elems(qdt);
   if (gm->K % E != 0 || gm->K % G != 0 || G % E != 0) return false;
+  if (gm->K > (1 << 30)) return false; /* chunk and element indices are ints */
   /* pairs scaled in f16 (groups under a K block) round q s once, as
    * dequantize to f16 does, only with f16 scales: a scale rounded to f16
    * first would skew its whole group the same way */
@@ -459,14 +460,14 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
 /* The copies of this lane's chunk of K block warp + W * (it) (when `ok`)
  * for both its columns into stage `slot`, as one cp.async group. */
 static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok, bool packs) {
-  int W = v->p->warps, S = v->p->stages, SP = stage_packs(v->M, v->E), XP = v->E / 8;
+  int W = v->p->warps, SP = stage_packs(v->M, v->E), XP = v->E / 8;
   cu_open(f, "%s", "");
-  cu_line(f, "const long long c = (warp + %d * (long long)(%s)) * 4 + t;", W, it);
-  cu_line(f, "const long long cc = c < %lldLL ? c : %lldLL;  // past K: a valid address, zero-filled or unused", (long long)v->KC,
+  cu_line(f, "const int c = (warp + %d * (%s)) * 4 + t;", W, it);
+  cu_line(f, "const int cc = c < %lld ? c : %lld;  // past K: a valid address, zero-filled or unused", (long long)v->KC,
           (long long)v->KC - 1);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < 2; i++)");
-  cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[(warp * %d + (%s)) * %d + i * 32 + lane];", S, slot, SP);
+  cu_line(f, "smelt_pack<unsigned, 4> *dst = &mine[(%s) * %d + i * 32];", slot, SP);
   cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)", "reinterpret_cast<const unsigned short *>(qrow[i] + cc * 16)",
                    ok, v->qal);
   cu_close(f);
@@ -475,7 +476,7 @@ static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const 
     cu_open(f, "if (g < %d)", v->M);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int p = 0; p < %d; p++)", XP);
-    cu_line(f, "smelt_pack<unsigned, 4> *dst = &qs[(warp * %d + (%s)) * %d + 64 + (g * 4 + t) * %d + p];", S, slot, SP, XP);
+    cu_line(f, "smelt_pack<unsigned, 4> *dst = &mine[(%s) * %d + 64 - lane + (g * 4 + t) * %d + p];", slot, SP, XP);
     cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)",
                      cu_fmt(f, "reinterpret_cast<const unsigned short *>(X + g * %lldLL + cc * %d + p * 8)", (long long)v->gm->K, v->E),
                      ok, "true");
@@ -491,24 +492,26 @@ static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const 
  * so cp.async.wait_group orders it without a barrier). */
 static void stream(CuFn *f, const Qm *v, bool packs) {
   int W = v->p->warps, S = v->p->stages, E = v->E;
-  cu_line(f, "const long long nit = warp < %lldLL ? (%lldLL - warp + %d) / %d : 0;  // this warp's K blocks", (long long)v->NB,
+  cu_line(f, "const int nit = warp < %lld ? (%lld - warp + %d) / %d : 0;  // this warp's K blocks", (long long)v->NB,
           (long long)v->NB, W - 1, W);
+  cu_line(f, "smelt_pack<unsigned, 4> *mine = &qs[warp * %d + lane];  // this lane's slot of the warp's first stage", S * stage_packs(v->M, E));
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
   issue(f, v, "s", "s", "s < nit", packs);
   cu_close(f);
   cu_line(f, "__syncthreads();  // the staged scales");
-  cu_open(f, "for (long long it = 0; it < nit; it++)");
+  cu_line(f, "int rd = 0, wr = %d;  // the stage read this step, the one refilled", S - 1);
+  cu_open(f, "for (int it = 0; it < nit; it++)");
   cu_tc_wait_group(f, S - 2);
   cu_line(f, "// K block it has landed (this lane's copies); its stage's buffer was read in the last step, so refill");
   cu_line(f, "// the one of the step before with block it + %d", S - 1);
-  issue(f, v, cu_fmt(f, "it + %d", S - 1), cu_fmt(f, "(it + %d) %% %d", S - 1, S), cu_fmt(f, "it + %d < nit", S - 1), packs);
-  cu_line(f, "const long long b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
-  if (v->tail) cu_line(f, "const bool ok = c < %lldLL;", (long long)v->KC);
-  cu_line(f, "const long long k = (c < %lldLL ? c : %lldLL) * %d;", (long long)v->KC, (long long)v->KC - 1, E);
+  issue(f, v, cu_fmt(f, "it + %d", S - 1), "wr", cu_fmt(f, "it + %d < nit", S - 1), packs);
+  cu_line(f, "const int b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
+  if (v->tail) cu_line(f, "const bool ok = c < %lld;", (long long)v->KC);
+  cu_line(f, "const int k = (c < %lld ? c : %lld) * %d;", (long long)v->KC, (long long)v->KC - 1, E);
+  cu_line(f, "const smelt_pack<unsigned, 4> *stage = mine + rd * %d - lane;", stage_packs(v->M, E));
+  cu_line(f, "rd = rd == %d ? 0 : rd + 1, wr = wr == %d ? 0 : wr + 1;", S - 1, S - 1);
   cu_line(f, "smelt_pack<unsigned, 4> wq[2];");
-  cu_line(f, "#pragma unroll");
-  cu_line(f, "const smelt_pack<unsigned, 4> *stage = &qs[(warp * %d + (int)(it %% %d)) * %d];", S, S, stage_packs(v->M, E));
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < 2; i++) wq[i] = stage[i * 32 + lane];");
   load_x(f, v, packs);
