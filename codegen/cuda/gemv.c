@@ -219,6 +219,16 @@ typedef struct {
   uint64_t part_off;   /* split-K: byte offset of the partial sums in ws */
 } Gv;
 
+/* Ranged dims along the batch: a batch past this run's rows is skipped,
+ * by the whole block (z is the same in all its threads, and the test
+ * comes before any barrier or split-K counter of that batch).  Ranged
+ * rows (M, at most 8) are all computed: the cost is reading B, the same
+ * for any M. */
+static void skip_past_batch(CuFn *f, const Gv *v) {
+  const char *past = cu_gemm_batch_past(f, v->gm, v->z);
+  if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
+}
+
 /* Counters [Z][gx] (u32, rounded up to 256 bytes), then partial sums
  * [Z][sk][M][N] (f32); nothing when sk == 1. */
 static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_t *out_part_off) {
@@ -623,6 +633,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // split-K partial sums [Z][%d][M][N]",
             (unsigned long long)v->part_off, p->splitk);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  skip_past_batch(f, v);
   cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
           g->val[gm->an->in[1]].name);
   if (v->x_vec)
@@ -777,6 +788,7 @@ static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {
             (unsigned long long)v->part_off, p->splitk);
   cu_line(f, "__shared__ float red[%d][%d][%d];  // per warp, row, column", W, M, NB);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  skip_past_batch(f, v);
   cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
           f->g->val[gm->an->in[1]].name);
   cu_line(f, "const long long n0 = (long long)blockIdx.x * %d, nc = n0 + c * %d;", NB, vec);
