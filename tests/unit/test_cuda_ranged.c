@@ -22,8 +22,12 @@
  *   - the split-K workspace is not all zero after the run (a tile skipped
  *     by some of its slices and not others would leave a counter raised).
  * The same ranged modules (and one with aligned arguments for sm_90a,
- * where the matmuls take the Hopper wgmma kernel, which the emulation
- * cannot run: it has no TMA) are compiled with NVRTC for sm_90a and sm_80.
+ * where the matmuls take the Hopper wgmma kernel) are compiled with NVRTC
+ * for sm_90a and sm_80.  The wgmma kernel itself runs in the emulation on
+ * a ranged matmul through an entry point of its own (test_wgmma), and the
+ * cnn (ranged batch: conv2d, pools, the few-row GEMV of its classifier)
+ * and tiny_llama (ranged seq) examples run with the heuristics' kernels,
+ * under the same checks.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <dlfcn.h>
@@ -500,6 +504,50 @@ static int test_wgmma(const char *tmpdir) {
   return runs;
 }
 
+/* An example model with a ranged dim, with the heuristics' kernels: cnn's
+ * batch (conv2d as an implicit GEMM, pools, a row reduction) and tiny_llama's
+ * seq, each at 1, max - 1 and max. */
+static int test_example(Exec *e, CgNvrtc *nv, const CgCudaCompileOptions *copts, const char *path, const char *dim,
+                        int64_t max, DType dt, int *compiled) {
+  Build b = {path, dt};
+  FeDim range = {.name = dim, .value = 1, .max = max};
+  Graph *r = NULL;
+  int runs = 0;
+  smelt_status st = sc_build_ranged(build, &b, &range, 1, &r);
+  if (st) {
+    fprintf(stderr, "%s %s=1..%lld: %s\n", path, dim, (long long)max, st_message(st));
+    st_free(st);
+    check_failures++;
+    return 0;
+  }
+  static const Forcing heur = {"heuristics", NULL, NULL, false};
+  char what[256];
+  snprintf(what, sizeof what, "%s %s=1..%lld %s", path, dim, (long long)max, dt ? dt_name(dt) : "");
+  if (nv) {
+    CHECK(compile_ranged(nv, copts, r, &heur, (CgCudaOptions){.arch = "sm_90a"}, what) == 0);
+    ++*compiled;
+  }
+  const int64_t lens[] = {1, max - 1, max};
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+    FeDim exact = {.name = dim, .value = lens[i]};
+    Graph *x = NULL;
+    st = build(&b, &exact, 1, false, &x);
+    if (st) {
+      fprintf(stderr, "%s %s=%lld: %s\n", path, dim, (long long)lens[i], st_message(st));
+      st_free(st);
+      check_failures++;
+      continue;
+    }
+    snprintf(what, sizeof what, "%s %s=1..%lld at %lld %s", path, dim, (long long)max, (long long)lens[i],
+             dt ? dt_name(dt) : "");
+    CHECK(run_case(e, r, x, lens[i], &heur, dt == DT_F16 ? 2e-2 : 1e-4, what) == 0);
+    runs++;
+    ir_graph_destroy(x);
+  }
+  ir_graph_destroy(r);
+  return runs;
+}
+
 int main(void) {
   Exec e;
   const char *skip = NULL;
@@ -583,8 +631,14 @@ int main(void) {
   }
   unlink(path);
   int wg_runs = skip ? 0 : test_wgmma(e.tmpdir);
+  int ex_runs = 0;
+  for (int h = 0; !skip && h < 2; h++) {
+    ex_runs += test_example(&e, nv, &copts, "examples/cnn.yaml", "batch", 3, h ? DT_F16 : DT_INVALID, &compiled);
+    ex_runs += test_example(&e, nv, &copts, "examples/tiny_llama.yaml", "seq", 12, h ? DT_F16 : DT_INVALID, &compiled);
+  }
   if (skip) printf("SKIP: emulated ranged runs: %s\n", skip);
-  else printf("emulated CUDA, ranged: %d runs of the Hopper kernel (wgmma) at 1..160 rows of a seq=1..160 matmul\n", wg_runs);
+  else printf("emulated CUDA, ranged: %d runs of the Hopper kernel (wgmma) at 1..160 rows of a seq=1..160 matmul, "
+              "%d of the cnn and tiny_llama examples\n", wg_runs, ex_runs);
   printf("emulated CUDA, ranged: %d runs of a seq=1..%d prefill against exact builds (nothing past the run written); "
          "%d ranged modules compiled with NVRTC\n",
          runs, MAX_SEQ, compiled);
