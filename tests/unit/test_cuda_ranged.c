@@ -26,8 +26,8 @@
  * for sm_90a and sm_80.  The wgmma kernel itself runs in the emulation on
  * a ranged matmul through an entry point of its own (test_wgmma), and the
  * cnn (ranged batch: conv2d, pools, the few-row GEMV of its classifier)
- * and tiny_llama (ranged seq) examples run with the heuristics' kernels,
- * under the same checks.
+ * and tiny_llama (ranged seq) examples and rows of argmax and topk run
+ * with the heuristics' kernels, under the same checks.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <dlfcn.h>
@@ -82,6 +82,23 @@ static const char model[] =
     "  - {out: m2, op: matmul, in: [s1, w2], transpose_b: true}\n"
     "  - {out: y, op: add, in: [m2, r]}\n"
     "outputs: [y, s1]\n";
+
+/* Row kernels of state_ops.c along a ranged axis: argmax (a block per
+ * row, and a thread per result when the axis is not innermost) and topk. */
+static const char rows_model[] =
+    "smelt: 1\n"
+    "name: ranged_rows\n"
+    "seed: 7\n"
+    "dtype: f32\n"
+    "dims: {seq: 40}\n"
+    "inputs:\n"
+    "  x: {shape: [seq, 300]}\n"
+    "  z: {shape: [seq, 6, 5]}\n"
+    "nodes:\n"
+    "  - {out: a, op: argmax, in: [x], axis: 1}\n"
+    "  - {out: b, op: argmax, in: [z], axis: 1}\n"
+    "  - {out: [top, ids], op: topk, in: [x], k: 4, axis: 1}\n"
+    "outputs: [a, b, top, ids]\n";
 
 typedef struct {
   const char *path;
@@ -632,6 +649,16 @@ int main(void) {
   unlink(path);
   int wg_runs = skip ? 0 : test_wgmma(e.tmpdir);
   int ex_runs = 0;
+  char rpath[] = "/tmp/smelt-ranged-rows-XXXXXX";
+  int rfd = mkstemp(rpath);
+  CHECK(rfd >= 0);
+  if (rfd >= 0) {
+    FILE *rf = fdopen(rfd, "w");
+    fputs(rows_model, rf);
+    fclose(rf);
+    if (!skip) ex_runs += test_example(&e, nv, &copts, rpath, "seq", 40, DT_INVALID, &compiled);
+    unlink(rpath);
+  }
   for (int h = 0; !skip && h < 2; h++) {
     ex_runs += test_example(&e, nv, &copts, "examples/cnn.yaml", "batch", 3, h ? DT_F16 : DT_INVALID, &compiled);
     ex_runs += test_example(&e, nv, &copts, "examples/tiny_llama.yaml", "seq", 12, h ? DT_F16 : DT_INVALID, &compiled);
