@@ -79,7 +79,10 @@ static const char bench_help[] =
     "  --perf-map              (cpu) write /tmp/perf-PID.map, which names the loaded kernels' machine\n"
     "                          code for perf (perf record smelt bench ... --perf-map, then perf report)\n"
     "  --dim NAME=VALUE        YAML: override a size from the model's dims; a bundle of several\n"
-    "                          specialisations: the one to bench\n"
+    "                          specialisations: the one to bench; a bundle with a ranged dim\n"
+    "                          (--dim seq=1..2048 when compiled): the run's value, e.g. seq=17\n"
+    "                          (the inputs are bound at that length; the kernels' bytes and FLOPs\n"
+    "                          are the max's estimates)\n"
     "  --dtype DTYPE           (YAML only) default element type\n"
     "  --allow-tf32            (YAML on cuda) f32 matmuls may use the TF32 tensor cores, as\n"
     "                          smelt compile --allow-tf32\n";
@@ -190,7 +193,39 @@ static void buffers_free(Buffers *b) {
   free(b->bufs);
 }
 
-static smelt_status bind_random(smelt_session *s, Buffers *keep) {
+/* The specialisation of bundle b (*out_spec) whose ranged dims hold every
+ * item NAME=VALUE of dims (';'-separated), with each range's value for
+ * the run in out_rv (the max where dims gives none); false when none. */
+static bool find_ranged_spec(const smelt_bundle *b, const char *dims, int *out_spec, int64_t *out_rv) {
+  for (int i = 0; i < rt_bundle_num_specs(b); i++) {
+    const Graph *g = rt_bundle_graph(rt_bundle_spec(b, i));
+    if (!g->nranges) continue;
+    for (int r = 0; r < g->nranges; r++) out_rv[r] = g->ranges[r].max;
+    bool ok = true;
+    for (const char *p = dims; *p && ok; p += strspn(p, ";")) {
+      size_t n = strcspn(p, ";");
+      const char *eq = memchr(p, '=', n);
+      char *end = NULL;
+      long long v = eq ? strtoll(eq + 1, &end, 10) : 0;
+      ok = eq && end == p + n;
+      int at = -1;
+      for (int r = 0; ok && r < g->nranges; r++)
+        if (strlen(g->ranges[r].name) == (size_t)(eq - p) && strncmp(g->ranges[r].name, p, (size_t)(eq - p)) == 0) at = r;
+      ok = ok && at >= 0 && v >= g->ranges[at].min && v <= g->ranges[at].max;
+      if (ok) out_rv[at] = v;
+      p += n;
+    }
+    if (ok) {
+      *out_spec = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Random inputs and output buffers bound to s; rv (NULL: every range at
+ * its max) the values of the ranged dims, which size the ranged ones. */
+static smelt_status bind_random(smelt_session *s, Buffers *keep, const int64_t *rv) {
   const Graph *g = rt_bundle_graph(rt_session_bundle(s));
   int ni = smelt_session_num_inputs(s), no = smelt_session_num_outputs(s);
   keep->bufs = calloc((size_t)(ni + no + 1), sizeof *keep->bufs);
@@ -199,6 +234,9 @@ static smelt_status bind_random(smelt_session *s, Buffers *keep) {
     smelt_tensor_info ti;
     if (i < ni) smelt_session_input_info(s, i, &ti);
     else smelt_session_output_info(s, i - ni, &ti);
+    int v = ir_find_value(g, ti.name);
+    for (int a = 0; rv && v >= 0 && a < ti.rank && a < g->val[v].type.rank; a++)
+      ti.dims[a] = ir_type_extent(&g->val[v].type, a, rv);
     size_t bytes;
     const char *gnode;
     int64_t range = i < ni && dt_is_int((DType)ti.dtype) ? cli_gather_range(g, ir_find_value(g, ti.name), &gnode) : 0;
@@ -242,6 +280,7 @@ typedef struct {
   int nrows;             /* kernels, then totals */
   int nkernels;
   char note[200];
+  char ranged[200];      /* a ranged bundle's run: "seq=17 (of 1..2048)", else "" */
   KernelRes *res;        /* CUDA: per kernel */
   double *start, *dur;   /* per kernel, seconds: the last timed run's timeline (--trace) */
   double run_s;          /* that run's length (CPU) or the graph replay's (CUDA) */
@@ -319,6 +358,7 @@ static smelt_status print_json(const Report *rep) {
   json_t *kernels = json_array(), *totals = json_array();
   bool ok = root && kernels && totals;
   if (ok && rep->res) ok = json_object_set_new(root, "resources_note", json_string(rep->res_note)) == 0;
+  if (ok && rep->ranged[0]) ok = json_object_set_new(root, "ranged_dims", json_string(rep->ranged)) == 0;
   if (ok && rep->check) ok = json_object_set(root, "check", rep->check) == 0;
   for (int i = 0; ok && i < rep->nrows; i++) {
     json_t *row = json_row(&rep->rows[i], rep->copy_bw);
@@ -843,22 +883,41 @@ int cli_bench(int argc, char **argv) {
   smelt_status st = open_model(path, is_model(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
   /* of a bundle of several specialisations, the one --dim names */
   int spec = 0;
+  int64_t rv[IR_MAX_RANGES];
+  bool ranged = false; /* --dim gave a value inside a ranged dim: rv */
   if (!st && !is_model(path) && (dims[0] || rt_bundle_num_specs(b) > 1)) {
     if (!dims[0])
       st = st_error(ST_INVALID_INPUT, "%s: error: the bundle holds %d specialisations: choose one with --dim", path,
                     rt_bundle_num_specs(b));
     else st = rt_bundle_find_spec(b, dims, &spec);
+    if (st && find_ranged_spec(b, dims, &spec, rv)) {
+      st_free(st);
+      st = NULL;
+      ranged = true;
+    }
+  }
+  if (!st && ranged && check)
+    st = st_error(ST_INVALID_INPUT, "%s: --check compares runs at the ranges' max; bench a ranged length without it "
+                  "(smelt run --check takes inputs of any length)", path);
+  if (!st && ranged) {
+    const Graph *g = rt_bundle_graph(rt_bundle_spec(b, spec));
+    for (int r = 0; r < g->nranges; r++) {
+      size_t n = strlen(rep.ranged);
+      snprintf(rep.ranged + n, sizeof rep.ranged - n, "%s%s=%lld (of %lld..%lld)", r ? " " : "", g->ranges[r].name,
+               (long long)rv[r], (long long)g->ranges[r].min, (long long)g->ranges[r].max);
+    }
+    if (!json) printf("ranged dims of this run: %s\n", rep.ranged);
   }
   if (!st) st = smelt_session_create(b, device, &so, &s);
   if (!st) st = smelt_session_select(s, spec);
-  if (!st) st = bind_random(s, &keep);
+  if (!st) st = bind_random(s, &keep, ranged ? rv : NULL);
   bool check_pass = true;
   if (!st && check) {
     st = run_check(s, keep.bufs, &tol, json, &rep, &check_pass);
     /* the check bound buffers of its own: bind the bench's again */
     buffers_free(&keep);
     keep = (Buffers){0};
-    if (!st) st = bind_random(s, &keep);
+    if (!st) st = bind_random(s, &keep, ranged ? rv : NULL);
   }
   if (!st && !check_pass) {
     if (json) st = print_json(&rep);

@@ -114,7 +114,13 @@ static void emit_simple(CuFn *f, const Att *a, const int *epi, int nepi, CuLaunc
   const char *lane = cu_tmp(f), *row = cu_tmp(f);
   cu_line(f, "const int %s = threadIdx.x %% 32;", lane);
   cu_line(f, "const %s %s = (%s)blockIdx.x * %d + threadIdx.x / 32;", f->idx, row, f->idx, CU_ATT_ROWS_PER_BLOCK);
-  cu_open(f, "if (%s < %lld)", row, (long long)rows);
+  /* ranged dims: a warp whose query row lies past this run's leaves it
+   * alone (its keys, if ranged, follow the rows: causal, codegen/ranges.c) */
+  const TensorType *qt = &g->val[an->in[0]].type;
+  if (qt->dyn[2])
+    cu_open(f, "if (%s < %lld && %s %% %lld < %s)", row, (long long)rows, row, (long long)S, cu_extent(f, qt, 2));
+  else
+    cu_open(f, "if (%s < %lld)", row, (long long)rows);
   TensorType rt = {.dt = dt, .rank = 3, .dim = {B, H, S}};
   CuCoords rc;
   cu_delinearize(f, row, &rt, &rc);

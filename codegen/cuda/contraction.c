@@ -178,6 +178,14 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   cu_line(f, "const int %s = threadIdx.x / %d, %s = threadIdx.x %% %d;", ty, SC, tx, SC);
   cu_line(f, "const %s %s = (%s)blockIdx.y * %d, %s = (%s)blockIdx.x * %d;", f->idx, m0, f->idx, tl.TM, n0, f->idx, tl.TN);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, z, z, (long long)gm.Z, z);
+  bool ranged = cu_gemm_ranged(&gm);
+  if (ranged) {
+    /* ranged dims: a tile past this run's rows leaves before its first
+     * barrier, the whole block alike (as in cu_tc_batch_loop) */
+    const char *past = cu_gemm_batch_past(f, &gm, z);
+    cu_line(f, "if (%s >= %s || %s >= %s%s%s) continue;  // ranged dims: nothing of this run here", m0, cu_gemm_run_m(f, &gm),
+            n0, cu_gemm_run_n(f, &gm), past ? " || " : "", past ? past : "");
+  }
   const char *acc = cu_tmp(f);
   cu_line(f, "%s %s[%d][%d];", acct, acc, tl.RM, tl.RN);
   cu_line(f, "#pragma unroll");
@@ -216,7 +224,8 @@ void cu_emit_contraction(CuFn *f, CuLaunch *l) {
   cu_open(f, pairs ? "for (int j = 0; j < %d; j += 2)" : "for (int j = 0; j < %d; j++)", tl.RN);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
   cu_line(f, "const %s %s = %s + %s + i * %d, %s = %s + %s;", f->idx, m, m0, ty, SR, n, n0, bcol);
-  cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm.M, n, (long long)gm.N);
+  if (ranged) cu_open(f, "if (%s < %s && %s < %s)", m, cu_gemm_run_m(f, &gm), n, cu_gemm_run_n(f, &gm));
+  else cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm.M, n, (long long)gm.N);
   CuCoords co;
   CuVal val;
   gm.result(f, &gm, z, m, n, cu_fmt(f, "%s[i][j]", acc), &co, &val);

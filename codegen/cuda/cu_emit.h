@@ -140,6 +140,19 @@ bool cu_is_lit(const char *e, int64_t *out);
  * TensorType.dyn) an expression of the kernel's `rng` argument, the run's
  * value of each range (codegen/ranges.c; module.c declares it). */
 const char *cu_extent(CuFn *f, const TensorType *t, int a);
+/* Work that follows a run's length (ranged dims): memory is laid out at
+ * the max, and the rows past a run's extent along a ranged axis are left
+ * as they are (nothing reads them into a kept result: codegen/ranges.c).
+ * cu_live: the condition that row-major linear index `lin` of shape t
+ * lies inside this run's extents; NULL when t has no ranged axis. */
+const char *cu_live(CuFn *f, const TensorType *t, const char *lin);
+/* The number of elements of t in this run (the product of its extents):
+ * a literal when t has no ranged axis. */
+const char *cu_run_numel(CuFn *f, const TensorType *t);
+/* Linear index `lin` of t from `c`, an index that counts only this run's
+ * elements (row-major over the run's extents): the same expression when
+ * nothing but the outermost non-1 axis is ranged. */
+const char *cu_run_index(CuFn *f, const TensorType *t, const char *c);
 
 /* Coordinates of every element of shape t at linear index `lin` (an
  * expression), as variables declared at the current point; dims of size 1

@@ -32,5 +32,15 @@ void cu_gemm_setup(const CuFn *f, CuGemm *out);
 /* The C expression of the element offset of batch z's matrix in operand t
  * (rank-2 batch dims broadcast against the result's), as a long long. */
 const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const TensorType *t);
+/* Ranged dims: this run's M and N (expressions; the literals M and N when
+ * they do not follow a range) and the condition that batch z holds none
+ * of this run's rows (NULL when no batch can).  A ranged matmul follows
+ * its range along M or a batch dim (ranges.c refuses K and N); a conv2d
+ * along its batch, which is part of N. */
+const char *cu_gemm_run_m(CuFn *f, const CuGemm *gm);
+const char *cu_gemm_run_n(CuFn *f, const CuGemm *gm);
+const char *cu_gemm_batch_past(CuFn *f, const CuGemm *gm, const char *z);
+/* Whether the contraction follows a range at all. */
+bool cu_gemm_ranged(const CuGemm *gm);
 
 #endif

@@ -853,6 +853,36 @@ const char *cu_vec_condition(CuFn *f) {
 static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int lanes) {
   int64_t items = ir_type_numel(t) / lanes;
   const char *i = cu_tmp(f);
+  if (ir_type_dynamic(t)) {
+    /* A ranged shape: the loop runs over this run's elements only (the
+     * grid is the max's; the threads past them do nothing), and each
+     * index maps to its place in the max's layout.  Lanes never straddle
+     * a row of the ranged axis: they lie along the last axis, which is
+     * not ranged when lanes > 1 (cu_store_loops). */
+    const char *nrun = cu_tmp(f);
+    cu_line(f, "const %s %s = (%s)(%s / %d);  // this run's items (ranged dims)", f->idx, nrun, f->idx, cu_run_numel(f, t),
+            lanes);
+    cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %s; %s += (%s)gridDim.x * blockDim.x)",
+            f->idx, i, f->idx, i, nrun, i, f->idx);
+    const char *c = lanes > 1 ? cu_fmt(f, "%s * %d", i, lanes) : i;
+    const char *e = cu_run_index(f, t, c);
+    if (e != c || lanes > 1) {
+      const char *name = cu_tmp(f);
+      cu_line(f, "const %s %s = (%s)%s;", f->idx, name, f->idx, e);
+      e = name;
+    }
+    CuCoords co;
+    cu_delinearize(f, e, t, &co);
+    co.lanes = lanes;
+    if (lanes > 1) co.step[t->rank - 1] = 1;
+    for (int k = 0; k < n; k++) {
+      CuVal r;
+      cu_emit(f, vals[k], &co, &r);
+      cu_store(f, vals[k], &co, &r);
+    }
+    cu_close(f);
+    return;
+  }
   cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += (%s)gridDim.x * blockDim.x)",
           f->idx, i, f->idx, i, (long long)items, i, f->idx);
   const char *e = i;
@@ -894,6 +924,8 @@ void cu_store_loops(CuFn *f, const int *vals, int n) {
     }
     if (ir_type_numel(t) == 0) continue;
     int lanes = cu_pick_lanes(f, t, same, ns);
+    /* a ranged last axis: a run's row need not be whole vectors */
+    if (t->rank && t->dyn[t->rank - 1]) lanes = 1;
     if (lanes == 1) {
       store_loop(f, same, ns, t, 1);
       continue;

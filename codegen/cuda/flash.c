@@ -13,19 +13,22 @@
 /* ---- pieces of the kernel ---- */
 
 /* Fills rows [row0, row0 + rows) x D of operand `v` (head `head`) into the
- * shared tile `dst` (row stride `stride` elements; rows >= nrows zero):
+ * shared tile `dst` (row stride `stride` elements; rows >= nrows zero, or
+ * rows >= nrun, this run's rows, when the operand's rows are ranged):
  * 16-byte chunks with cp.async when v is a kernel argument (global rows
  * start at `gbase`), else computed element by element with cu_emit. */
 static void fill_tile(CuFn *f, const Att *a, int v, const char *gbase, const char *dst, const char *b, const char *head,
-                      const char *row0, int64_t nrows, int rows, int stride, int threads, const char *aligned) {
+                      const char *row0, int64_t nrows, const char *nrun, int rows, int stride, int threads,
+                      const char *aligned) {
   int D = (int)a->D, CD = D / 8, chunks = rows * CD;
+  const char *lim = nrun ? nrun : cu_fmt(f, "%lldLL", (long long)nrows);
   if (gbase) {
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int it = 0; it < %d; it++)", cu_att_cdiv(chunks, threads) > 0 ? (int)cu_att_cdiv(chunks, threads) : 1);
     cu_line(f, "const int c = threadIdx.x + it * %d, r = c / %d, dc = (c %% %d) * 8;", threads, CD, CD);
     if (chunks % threads) cu_line(f, "if (c >= %d) break;", chunks);
     cu_line(f, "const long long gr = (long long)(%s) + r;", row0);
-    cu_line(f, "const bool ok = gr < %lldLL;", (long long)nrows);
+    cu_line(f, "const bool ok = gr < %s;", lim);
     cu_line(f, "const unsigned short *src = %s + (ok ? gr * %d + dc : 0LL);", gbase, D);
     cu_line(f, "unsigned short *dsts = %s + r * %d + dc;", dst, stride);
     cu_tc_cp_async16(f, "dsts", "src", "ok", aligned);
@@ -39,7 +42,8 @@ static void fill_tile(CuFn *f, const Att *a, int v, const char *gbase, const cha
   cu_line(f, "const int %s = c / %d, %s = (c %% %d) * 8;", r, CD, dc, CD);
   cu_line(f, "const %s %s = (%s)(%s) + %s;", f->idx, gr, f->idx, row0, r);
   cu_line(f, "%s *dsts = reinterpret_cast<%s *>(%s + %s * %d + %s);", st, st, dst, r, stride, dc);
-  cu_open(f, "if (%s < %lld)", gr, (long long)nrows);
+  if (nrun) cu_open(f, "if (%s < %s)", gr, nrun);
+  else cu_open(f, "if (%s < %lld)", gr, (long long)nrows);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int e = 0; e < 8; e++)");
   const char *d = cu_tmp(f);
@@ -128,6 +132,18 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   cu_line(f, "const %s b = (%s)(bh / %lld), h = (%s)(bh %% %lld), hk = h / %lld;", f->idx, f->idx, (long long)H, f->idx,
           (long long)H, (long long)G);
   cu_line(f, "const long long m0 = qb * %d;", BM);
+  /* Ranged dims: this run's query rows Sr and keys Tr (the literals S and
+   * T when fixed).  A block of query rows wholly past Sr leaves before its
+   * first barrier (all its threads alike: m0 is the block's); the others
+   * load and see keys up to Tr only, zero beyond (the rows past a run's
+   * keys hold whatever an earlier run left there, possibly not finite,
+   * and a masked score still multiplies V), and store rows up to Sr.
+   * Ranged keys come only with causal self-attention over the same rows
+   * (codegen/ranges.c), so T - S is the same for every run. */
+  const TensorType *qt = &g->val[an->in[0]].type, *kt = &g->val[an->in[1]].type;
+  const char *Sr = cu_extent(f, qt, 2), *Tr = cu_extent(f, kt, 2);
+  bool qranged = qt->dyn[2] != 0, kranged = kt->dyn[2] != 0;
+  if (qranged) cu_line(f, "if (m0 >= %s) return;  // ranged dims: no row of this run in this block", Sr);
   if (qa)
     cu_line(f, "const unsigned short *Qg = reinterpret_cast<const unsigned short *>(a%d) + ((long long)b * %lld + h) * %lldLL;  // %s",
             f->arg_of[qv], (long long)H, (long long)(S * D), g->val[qv].name);
@@ -149,7 +165,9 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_line(f, "__shared__ int spos[%d];", BM);
     cu_open(f, "for (int r = threadIdx.x; r < %d; r += %d)", BM, threads);
     cu_line(f, "long long pr = -1;");
-    cu_open(f, "if (m0 + r < %lldLL)", (long long)S);
+    /* ranged rows: those past this run hold stale positions; they get -1 */
+    if (qranged) cu_open(f, "if (m0 + r < %s)", Sr);
+    else cu_open(f, "if (m0 + r < %lldLL)", (long long)S);
     const char *ri = cu_tmp(f);
     cu_line(f, "const %s %s = (%s)(m0 + r);", f->idx, ri, f->idx);
     cu_line(f, "pr = %s;", cu_att_pos(f, a, ri));
@@ -164,7 +182,10 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_line(f, "const int ntiles = (bmax + %d) / %d;  // the tiles up to it: the cost follows the positions, not the capacity", BN, BN);
   } else if (a->causal) {
     cu_line(f, "// causal: the block's last row sees keys up to T - S + that row");
-    cu_line(f, "const long long last_row = m0 + %d < %lldLL ? m0 + %d : %lldLL;", BM - 1, (long long)S, BM - 1, (long long)(S - 1));
+    if (qranged)
+      cu_line(f, "const long long last_row = m0 + %d < %s ? m0 + %d : %s - 1;", BM - 1, Sr, BM - 1, Sr);
+    else
+      cu_line(f, "const long long last_row = m0 + %d < %lldLL ? m0 + %d : %lldLL;", BM - 1, (long long)S, BM - 1, (long long)(S - 1));
     cu_line(f, "const int ntiles = (int)((%lldLL + last_row) / %d + 1 < %lldLL ? (%lldLL + last_row) / %d + 1 : %lldLL);",
             (long long)(T - S), BN, (long long)NT, (long long)(T - S), BN, (long long)NT);
   } else {
@@ -174,7 +195,7 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   /* the prologue: Q, then KV tiles 0 .. ST-2, one commit group each */
   cu_line(f, "// Q tile (rows m0 .. m0+%d), then KV tiles 0 .. %d in flight", BM - 1, ST - 2);
   cu_open(f, "%s", "");
-  fill_tile(f, a, qv, qa ? "Qg" : NULL, "Qs", b, h, "m0", S, BM, QS, threads, aligned);
+  fill_tile(f, a, qv, qa ? "Qg" : NULL, "Qs", b, h, "m0", S, qranged ? Sr : NULL, BM, QS, threads, aligned);
   cu_close(f);
   cu_tc_commit_group(f);
   /* one tile of K and V into buffer `stage` */
@@ -183,8 +204,8 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
     cu_open(f, "%s", "");                                                                                                    \
     cu_line(f, "const long long n0 = (long long)(%s) * %d;", tile, BN);                                                     \
     cu_line(f, "unsigned short *ks = Ks + (%s) * %d, *vs = Vs + (%s) * %d;", stage, BN * QS, stage, BN * QS);              \
-    fill_tile(f, a, kv, ka ? "Kg" : NULL, "ks", b, hk, "n0", T, BN, QS, threads, aligned);                                  \
-    fill_tile(f, a, vv, va ? "Vg" : NULL, "vs", b, hk, "n0", T, BN, QS, threads, aligned);                                  \
+    fill_tile(f, a, kv, ka ? "Kg" : NULL, "ks", b, hk, "n0", T, kranged ? Tr : NULL, BN, QS, threads, aligned);            \
+    fill_tile(f, a, vv, va ? "Vg" : NULL, "vs", b, hk, "n0", T, kranged ? Tr : NULL, BN, QS, threads, aligned);            \
     cu_close(f);                                                                                                             \
   } while (0)
   cu_line(f, "#pragma unroll");
@@ -475,7 +496,8 @@ void cu_att_emit_flash(CuFn *f, const Att *a, const FlashParams *p, const int *e
   const char *row = cu_tmp(f), *d = cu_tmp(f);
   cu_line(f, "const %s %s = (%s)(r0 + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, row, f->idx);
   cu_line(f, "const %s %s = j * 8 + (lane & 3) * 2 + (e & 1);", f->idx, d);
-  cu_open(f, "if (%s < %lld)", row, (long long)S);
+  if (qranged) cu_open(f, "if (%s < %s)", row, Sr); /* tails masked */
+  else cu_open(f, "if (%s < %lld)", row, (long long)S);
   CuVal y = {{0}};
   y.l[0] = cu_tmp(f);
   cu_line(f, "const float %s = o[i][j][e] * inv[e >> 1];  // %s (attention)", y.l[0], g->val[an->out[0]].name);

@@ -207,3 +207,33 @@ const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const
   cu_buf_free(&b);
   return e;
 }
+
+/* ---- ranged dims ---- */
+
+bool cu_gemm_ranged(const CuGemm *gm) { return ir_type_dynamic(gm->yt); }
+
+const char *cu_gemm_run_m(CuFn *f, const CuGemm *gm) {
+  const TensorType *y = gm->yt;
+  /* M is the result's second-to-last axis, its last when B is a vector */
+  int ma = gm->an->op != OP_MATMUL || gm->a1 ? -1 : gm->b1 ? y->rank - 1 : y->rank - 2;
+  if (ma < 0 || !y->dyn[ma]) return cu_fmt(f, "%lld", (long long)gm->M);
+  return cu_extent(f, y, ma);
+}
+
+const char *cu_gemm_run_n(CuFn *f, const CuGemm *gm) {
+  const TensorType *y = gm->yt;
+  /* a conv2d's N is batch x OH x OW, of which only the batch may be ranged */
+  if (gm->an->op != OP_CONV2D || !y->dyn[0]) return cu_fmt(f, "%lld", (long long)gm->N);
+  return cu_fmt(f, "(%s * %lldLL)", cu_extent(f, y, 0), (long long)(gm->OH * gm->OW));
+}
+
+const char *cu_gemm_batch_past(CuFn *f, const CuGemm *gm, const char *z) {
+  if (gm->an->op != OP_MATMUL || gm->nbatch == 0) return NULL;
+  TensorType bt = {.dt = gm->yt->dt, .rank = gm->nbatch};
+  for (int d = 0; d < gm->nbatch; d++) {
+    bt.dim[d] = gm->yt->dim[d], bt.dyn[d] = gm->yt->dyn[d];
+    bt.dyn_a[d] = gm->yt->dyn_a[d], bt.dyn_b[d] = gm->yt->dyn_b[d];
+  }
+  const char *live = cu_live(f, &bt, z);
+  return live ? cu_fmt(f, "!%s", live) : NULL;
+}

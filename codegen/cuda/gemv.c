@@ -219,6 +219,16 @@ typedef struct {
   uint64_t part_off;   /* split-K: byte offset of the partial sums in ws */
 } Gv;
 
+/* Ranged dims along the batch: a batch past this run's rows is skipped,
+ * by the whole block (z is the same in all its threads, and the test
+ * comes before any barrier or split-K counter of that batch).  Ranged
+ * rows (M, at most 8) are all computed (the cost is reading B, the same
+ * for any M); their stores are masked (store_run_rows). */
+static void skip_past_batch(CuFn *f, const Gv *v) {
+  const char *past = cu_gemm_batch_past(f, v->gm, v->z);
+  if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
+}
+
 /* Counters [Z][gx] (u32, rounded up to 256 bytes), then partial sums
  * [Z][sk][M][N] (f32); nothing when sk == 1. */
 static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_t *out_part_off) {
@@ -228,6 +238,16 @@ static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_
   uint64_t counters = (Z * (uint64_t)col_blocks(gm, p) * 4 + 255) / 256 * 256;
   *out_part_off = counters;
   return counters + Z * (uint64_t)p->splitk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
+}
+
+/* Stores val at co through the epilogue; with ranged rows only those of
+ * this run (the rows are computed all the same: B's bytes are the cost). */
+static void store_run_rows(CuFn *f, const Gv *v, const char *m, const CuCoords *co, const CuVal *val) {
+  const char *run = cu_gemm_run_m(f, v->gm);
+  bool ranged = !cu_is_lit(run, NULL);
+  if (ranged) cu_open(f, "if (%s < %s)", m, run);
+  cu_store_epilogue(f, v->epi, v->nepi, co, val);
+  if (ranged) cu_close(f);
 }
 
 /* The anchor's value at (m, n) from the f32 sum, through the epilogue. */
@@ -241,7 +261,7 @@ static void finish(CuFn *f, const Gv *v, const char *m, const char *n, const cha
   const char *r = cu_tmp(f);
   cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
   val.l[0] = r;
-  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+  store_run_rows(f, v, m, &co, &val);
 }
 
 /* Pair mode: the anchor's values at (m, n) and (m, n + 1) (n even) from
@@ -267,7 +287,7 @@ static void finish_pair(CuFn *f, const Gv *v, const char *m, const char *n, cons
             e ? ", column n + 1" : "");
     val.l[e] = r;
   }
-  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+  store_run_rows(f, v, m, &co, &val);
 }
 
 /* Whether the group's epilogue takes the anchor's result in step-2 slices
@@ -623,6 +643,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // split-K partial sums [Z][%d][M][N]",
             (unsigned long long)v->part_off, p->splitk);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  skip_past_batch(f, v);
   cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
           g->val[gm->an->in[1]].name);
   if (v->x_vec)
@@ -777,6 +798,7 @@ static void emit_kn(CuFn *f, Gv *v, CuLaunch *l) {
             (unsigned long long)v->part_off, p->splitk);
   cu_line(f, "__shared__ float red[%d][%d][%d];  // per warp, row, column", W, M, NB);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v->z, v->z, (long long)gm->Z, v->z);
+  skip_past_batch(f, v);
   cu_line(f, "const %s *B = a%d + %s;  // %s", v->st, v->b0, cu_gemm_batch_offset(f, gm, v->z, gm->bt),
           f->g->val[gm->an->in[1]].name);
   cu_line(f, "const long long n0 = (long long)blockIdx.x * %d, nc = n0 + c * %d;", NB, vec);

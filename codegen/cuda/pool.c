@@ -34,8 +34,18 @@ void cu_emit_pool(CuFn *f, CuLaunch *l) {
   if (n == 0) return;
 
   const char *i = cu_tmp(f);
-  cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += (%s)gridDim.x * blockDim.x)",
-          f->idx, i, f->idx, i, (long long)n, i, f->idx);
+  if (ir_type_dynamic(yt)) {
+    /* a ranged batch (codegen/ranges.c: windows never slide along a
+     * range): this run's outputs only, in the max's layout */
+    const char *nrun = cu_tmp(f), *c = cu_tmp(f);
+    cu_line(f, "const %s %s = (%s)%s;  // this run's outputs (ranged dims)", f->idx, nrun, f->idx, cu_run_numel(f, yt));
+    cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %s; %s += (%s)gridDim.x * blockDim.x)",
+            f->idx, c, f->idx, c, nrun, c, f->idx);
+    cu_line(f, "const %s %s = (%s)%s;", f->idx, i, f->idx, cu_run_index(f, yt, c));
+  } else {
+    cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += (%s)gridDim.x * blockDim.x)",
+            f->idx, i, f->idx, i, (long long)n, i, f->idx);
+  }
   CuCoords yc;
   cu_delinearize(f, i, yt, &yc);
   const char *acc = cu_tmp(f), *cnt = cu_tmp(f);

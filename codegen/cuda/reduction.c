@@ -129,15 +129,27 @@ static void body(CuFn *f, const Red *r, int lanes) {
   int items = (int)((items_total + T - 1) / T);
   bool cached = (int64_t)items * lanes <= CU_ROW_REGS && items > 0;
   const char *tid = cu_tmp(f), *row = cu_tmp(f);
+  /* With a ranged kept axis, the rows past this run's extent are left
+   * alone: a warp (warp mode) or the whole block (the test is the same in
+   * all its threads, so no barrier inside is skipped by some) */
+  TensorType kr = {.dt = r->xt->dt};
+  for (int d = 0; d < r->xt->rank; d++)
+    if (!r->red[d]) {
+      kr.dim[kr.rank] = r->xt->dim[d], kr.dyn[kr.rank] = r->xt->dyn[d];
+      kr.dyn_a[kr.rank] = r->xt->dyn_a[d], kr.dyn_b[kr.rank++] = r->xt->dyn_b[d];
+    }
+  const char *live = cu_live(f, &kr, row);
   if (r->warp_mode) {
     cu_line(f, "const int %s = threadIdx.x %% 32;", tid);
     cu_line(f, "const %s %s = (%s)blockIdx.x * %d + threadIdx.x / 32;", f->idx, row, f->idx, CU_WARP_ROWS_PER_BLOCK);
     /* a whole warp shares a row, so the test keeps warps converged */
-    cu_open(f, "if (%s < %lld)", row, (long long)r->rows);
+    if (live) cu_open(f, "if (%s < %lld && %s)", row, (long long)r->rows, live);
+    else cu_open(f, "if (%s < %lld)", row, (long long)r->rows);
   } else {
     cu_line(f, "const int %s = threadIdx.x;", tid);
     cu_line(f, "const %s %s = blockIdx.x;", f->idx, row);
-    cu_open(f, "%s", "");
+    if (live) cu_open(f, "if (%s)", live);
+    else cu_open(f, "%s", "");
   }
   CuCoords kc;
   cu_delinearize(f, row, &r->kt, &kc);

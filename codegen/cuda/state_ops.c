@@ -303,6 +303,10 @@ static void argmax_row_body(CuFn *f, const void *vctx, int lanes) {
   const char *ct = cu_ctype(dt);
   cu_open(f, "%s", "");
   cu_line(f, "const %s row = (%s)blockIdx.x;", f->idx, f->idx);
+  /* ranged dims: a row past this run leaves before the block's barriers,
+   * all its threads alike */
+  const char *live = cu_live(f, c->kt, "row");
+  if (live) cu_line(f, "if (!%s) return;  // ranged dims: a row past this run", live);
   CuCoords co;
   cu_delinearize(f, "row", c->kt, &co);
   cu_line(f, "%s best = 0;", ct);
@@ -396,6 +400,8 @@ static void emit_argmax(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   const char *i = cu_tmp(f);
   cu_open(f, "for (%s %s = (%s)blockIdx.x * blockDim.x + threadIdx.x; %s < %lld; %s += (%s)gridDim.x * blockDim.x)", f->idx,
           i, f->idx, i, (long long)items, i, f->idx);
+  const char *live = cu_live(f, kt, i);
+  if (live) cu_line(f, "if (!%s) continue;  // ranged dims: a result past this run", live);
   CuCoords co;
   cu_delinearize(f, i, kt, &co);
   cu_line(f, "%s best = 0;", ct);
@@ -487,6 +493,8 @@ static void emit_topk(CuFn *f, CuLaunch *l, const int *epi, int nepi) {
   topk_beats(f, ct, largest);
   cu_open(f, "%s", "");
   cu_line(f, "const %s row = (%s)blockIdx.x;", f->idx, f->idx);
+  const char *live = cu_live(f, kt, "row"); /* as in argmax */
+  if (live) cu_line(f, "if (!%s) return;  // ranged dims: a row past this run", live);
   CuCoords co;
   cu_delinearize(f, "row", kt, &co);
   cu_line(f, "%s tv[%lld];  // this thread's best k so far, best first", ct, (long long)k);

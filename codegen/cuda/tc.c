@@ -206,6 +206,22 @@ const char *cu_tc_batch_loop(CuFn *f, const CuGemm *gm, const char **aligned) {
   }
   const char *z = cu_tmp(f);
   cu_open(f, "for (long long %s = blockIdx.z; %s < %lldLL; %s += gridDim.z)", z, z, (long long)gm->Z, z);
+  if (cu_gemm_ranged(gm)) {
+    /* Ranged dims: the grid is the max's, and a tile wholly past this
+     * run's rows (or a batch past them) leaves at once.  The test is the
+     * same in every thread of the block and in every split-K slice of the
+     * tile (m0, n0 and z do not depend on blockIdx.y), and it comes before
+     * the first barrier and the first touch of a split-K counter: a tile
+     * that is skipped is skipped by all its slices, so its counter stays
+     * 0.  Updating the grids of the CUDA graph's nodes per run would save
+     * the launch of these blocks too, at the cost of host work per run
+     * and per family grid layouts; an empty block costs well under a
+     * microsecond. */
+    const char *past = cu_gemm_batch_past(f, gm, z);
+    cu_line(f, "// ranged dims: nothing of this run's rows in this tile");
+    cu_line(f, "if (m0 >= %s || n0 >= %s%s%s) continue;", cu_gemm_run_m(f, gm), cu_gemm_run_n(f, gm), past ? " || " : "",
+            past ? past : "");
+  }
   return z;
 }
 
@@ -306,7 +322,9 @@ void cu_tc_epilogue(CuFn *f, const CuGemm *gm, int WM, int WN, int MI, int NI, c
     cu_line(f, "const %s %s = (%s)(m0 + wm * %d + i * 16 + (lane >> 2) + (e >> 1) * 8);", f->idx, m, f->idx, WM);
     cu_line(f, "const %s %s = (%s)(n0 + wn * %d + j * 8 + (lane & 3) * 2 + (e & 1));", f->idx, n, f->idx, WN);
   }
-  cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
+  /* ranged dims: the rows past this run's are left alone (tails masked) */
+  if (cu_gemm_ranged(gm)) cu_open(f, "if (%s < %s && %s < %s)", m, cu_gemm_run_m(f, gm), n, cu_gemm_run_n(f, gm));
+  else cu_open(f, "if (%s < %lld && %s < %lld)", m, (long long)gm->M, n, (long long)gm->N);
   gm->result(f, gm, zi, m, n, pairs ? "acc[i][j][2 * h]" : "acc[i][j][e]", &co, &val);
   if (pairs) {
     co.lanes = 2;

@@ -199,6 +199,47 @@ const char *cu_extent(CuFn *f, const TensorType *t, int a) {
   return cu_fmt(f, "(rng[%d] * %dLL + %dLL)", t->dyn[a] - 1, (int)t->dyn_a[a], (int)t->dyn_b[a]);
 }
 
+/* The ranged axis of t (one at most: codegen/ranges.c), -1 if none, with
+ * the products of the extents before and after it (at the max). */
+static int ranged_axis(const TensorType *t, int64_t *before, int64_t *after) {
+  int ax = -1;
+  for (int a = 0; a < t->rank && ax < 0; a++)
+    if (t->dyn[a]) ax = a;
+  *before = *after = 1;
+  for (int a = 0; ax >= 0 && a < t->rank; a++) {
+    if (a < ax) *before *= t->dim[a];
+    if (a > ax) *after *= t->dim[a];
+  }
+  return ax;
+}
+
+const char *cu_live(CuFn *f, const TensorType *t, const char *lin) {
+  int64_t before, after;
+  int ax = ranged_axis(t, &before, &after);
+  if (ax < 0) return NULL;
+  const char *q = after == 1 ? cu_fmt(f, "(long long)(%s)", lin) : cu_fmt(f, "((long long)(%s) / %lldLL)", lin, (long long)after);
+  /* the axes before it are all 1: no modulo */
+  if (before == 1) return cu_fmt(f, "(%s < %s)", q, cu_extent(f, t, ax));
+  return cu_fmt(f, "(%s %% %lldLL < %s)", q, (long long)t->dim[ax], cu_extent(f, t, ax));
+}
+
+const char *cu_run_numel(CuFn *f, const TensorType *t) {
+  int64_t before, after;
+  int ax = ranged_axis(t, &before, &after);
+  if (ax < 0) return cu_fmt(f, "%lld", (long long)ir_type_numel(t));
+  return cu_fmt(f, "(%s * %lldLL)", cu_extent(f, t, ax), (long long)(before * after));
+}
+
+const char *cu_run_index(CuFn *f, const TensorType *t, const char *c) {
+  int64_t before, after;
+  int ax = ranged_axis(t, &before, &after);
+  if (ax < 0 || before == 1) return c;
+  /* block o of the axes before the ranged one holds ext * after of this
+   * run's elements and dim * after of the layout's */
+  const char *run = cu_fmt(f, "(%s * %lldLL)", cu_extent(f, t, ax), (long long)after);
+  return cu_fmt(f, "((long long)(%s) / %s * %lldLL + (long long)(%s) %% %s)", c, run, (long long)(t->dim[ax] * after), c, run);
+}
+
 const char *cu_add(CuFn *f, const char *a, const char *b) {
   int64_t va, vb;
   bool la = cu_is_lit(a, &va), lb = cu_is_lit(b, &vb);

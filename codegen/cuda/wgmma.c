@@ -438,6 +438,10 @@ typedef struct {
   int SK;              /* split-K slices per tile (1: none) */
   int64_t U;           /* work units: T x SK */
   uint64_t part_off;   /* split-K: the partial tiles' offset in the workspace */
+  /* ranged dims (NULL when fixed): this run's rows of A as the tiles see
+   * them when they are a prefix of L.rows, the test that `row` is one of
+   * them, and the test that batch tz holds none */
+  const char *run_rows, *row_live, *z_past;
   int a_stage, b_stage;
   const char *ptx_type; /* "f16" or "bf16" */
 } Wg;
@@ -465,13 +469,21 @@ static void unit_loop(CuFn *f, const Wg *w) {
     cu_open(f, "for (int t = blockIdx.x; t < %lld; t += gridDim.x)", (long long)w->T);
     tile_coords(f, w);
     cu_line(f, "const int kt0 = 0, kt1 = %lld;", (long long)w->KT);
-    return;
+  } else {
+    cu_open(f, "for (int u = blockIdx.x; u < %lld; u += gridDim.x)", (long long)w->U);
+    cu_line(f, "const int t = u / %d, slice = u %% %d;  // tile, and its slice of K", w->SK, w->SK);
+    tile_coords(f, w);
+    cu_line(f, "const int kt0 = (int)((long long)slice * %lld / %d), kt1 = (int)((long long)(slice + 1) * %lld / %d);",
+            (long long)w->KT, w->SK, (long long)w->KT, w->SK);
   }
-  cu_open(f, "for (int u = blockIdx.x; u < %lld; u += gridDim.x)", (long long)w->U);
-  cu_line(f, "const int t = u / %d, slice = u %% %d;  // tile, and its slice of K", w->SK, w->SK);
-  tile_coords(f, w);
-  cu_line(f, "const int kt0 = (int)((long long)slice * %lld / %d), kt1 = (int)((long long)(slice + 1) * %lld / %d);",
-          (long long)w->KT, w->SK, (long long)w->KT, w->SK);
+  /* Ranged dims: a unit whose tile lies wholly past this run's rows is
+   * skipped.  The producer and the consumers walk the same units and skip
+   * the same ones, so their stage and phase counters stay in step; every
+   * slice of a skipped tile skips it, so its split-K counter stays 0. */
+  if (w->run_rows || w->z_past)
+    cu_line(f, "if (%s%s%s) continue;  // ranged dims: nothing of this run in this tile",
+            w->run_rows ? cu_fmt(f, "(long long)tm * %d >= %s", w->p->BM, w->run_rows) : "",
+            w->run_rows && w->z_past ? " || " : "", w->z_past ? w->z_past : "");
 }
 
 /* A lambda's opening and closing lines (its body never calls cu_emit, so
@@ -853,7 +865,8 @@ static void consumer(CuFn *f, const Wg *w, const int *epi, int nepi) {
   cu_open(f, "for (int h = 0; h < 2; h++)");
   const char *ix = f->idx;
   cu_line(f, "const %s row = (%s)tm * %d + cw * %d + ms * 64 + warp * 16 + lane / 4 + h * 8;", ix, ix, p->BM, WM);
-  cu_open(f, "if (row < %lld)", (long long)w->L.rows);
+  if (w->row_live) cu_open(f, "if (row < %lld && %s)", (long long)w->L.rows, w->row_live); /* tails masked */
+  else cu_open(f, "if (row < %lld)", (long long)w->L.rows);
   const char *z, *m;
   if (w->L.flat) {
     cu_line(f, "const %s zr = row / %lld, mr = row %% %lld;  // batch and row of the flattened A", ix, (long long)gm->M,
@@ -917,6 +930,25 @@ void cu_emit_wgmma(CuFn *f, const CuGemm *gm, const CuWgmmaParams *p, const int 
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld x %lld matmul has too many tiles", (long long)w.L.rows, (long long)gm->N,
             (long long)w.L.Z);
     return;
+  }
+  if (cu_gemm_ranged(gm)) {
+    if (w.L.flat) {
+      /* the rows of A flattened with its batch: [batch..., M]; this run's
+       * rows are a prefix when nothing before the ranged axis exceeds 1 */
+      const TensorType *y = gm->yt;
+      TensorType R = *y;
+      R.rank = y->rank - 1;
+      int64_t before = 1;
+      int ax = 0;
+      while (ax < R.rank && !R.dyn[ax]) before *= R.dim[ax++];
+      w.row_live = cu_live(f, &R, "row");
+      if (before == 1) w.run_rows = cu_run_numel(f, &R);
+    } else {
+      w.run_rows = cu_gemm_run_m(f, gm);
+      if (!cu_is_lit(w.run_rows, NULL)) w.row_live = cu_fmt(f, "row < %s", w.run_rows);
+      else w.run_rows = NULL;
+      if (w.L.Z > 1) w.z_past = cu_gemm_batch_past(f, gm, "tz");
+    }
   }
   uint64_t ws = workspace_bytes(w.T, p, &w.part_off);
   if (w.SK > w.KT || ws > WG_MAX_WORKSPACE) {
