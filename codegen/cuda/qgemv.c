@@ -158,7 +158,11 @@ static void finish(CuFn *f, const Qg *v, const char *m, const char *n, const cha
   const char *r = cu_tmp(f);
   cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
   val.l[0] = r;
+  const char *run = cu_gemm_run_m(f, gm);
+  bool ranged = !cu_is_lit(run, NULL);
+  if (ranged) cu_open(f, "if (%s < %s)", m, run);
   cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
+  if (ranged) cu_close(f);
 }
 
 /* xs[0..E) = A[m][k .. k + E) as floats. */
@@ -398,6 +402,11 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   cu_line(f, "};");
   v.z = cu_tmp(f);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
+  /* ranged dims: a batch past this run's rows is skipped (the block has no
+   * barrier); ranged rows (M <= 8) are all computed and only this run's
+   * stored (finish) */
+  const char *past = cu_gemm_batch_past(f, gm, v.z);
+  if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
   if (v.a0 >= 0)
     cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);

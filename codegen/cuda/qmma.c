@@ -632,6 +632,11 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   if (v.z0 >= 0) cu_line(f, "__shared__ unsigned char zz[%lld];  // and zero points", (long long)(16 * v.ng));
   v.z = cu_tmp(f);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
+  /* ranged dims: a batch past this run's rows is skipped by the whole
+   * block (before any barrier); ranged rows (M <= 8) are all computed (the
+   * weight's bytes are the cost) and only this run's are stored */
+  const char *past = cu_gemm_batch_past(f, gm, v.z);
+  if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
   if (v.a0 >= 0)
     cu_line(f, "const __half *X = a%d + %s;  // %s", v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
@@ -667,7 +672,9 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + r);", f->idx, m, v.M, n, f->idx);
   cu_line(f, "float s = 0.0f;");
   cu_line(f, "for (int w = 0; w < %d; w++) s += red[w * 128 + r * 8 + %s];", W, m);
-  cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
+  const char *run = cu_gemm_run_m(f, gm);
+  if (cu_is_lit(run, NULL)) cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
+  else cu_open(f, "if (%s < %lld && %s < %s)", n, (long long)gm->N, m, run);
   CuCoords co;
   CuVal val;
   gm->result(f, gm, v.z, m, n, "s", &co, &val);

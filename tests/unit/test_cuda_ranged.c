@@ -100,9 +100,28 @@ static const char rows_model[] =
     "  - {out: [top, ids], op: topk, in: [x], k: 4, axis: 1}\n"
     "outputs: [a, b, top, ids]\n";
 
+/* Two decode-sized matmuls whose weights the quantize pass stores
+ * quantised: the quantised GEMVs (qmma for f16 x, qgemv for f32) with
+ * ranged rows (M = seq <= 8). */
+static const char quant_model[] =
+    "smelt: 1\n"
+    "name: ranged_quant\n"
+    "seed: 5\n"
+    "dims: {seq: 8}\n"
+    "inputs:\n"
+    "  x: {shape: [seq, 256]}\n"
+    "params:\n"
+    "  w1: {shape: [256, 64], init: {normal: 0.05}}\n"
+    "  w2: {shape: [64, 40], init: {normal: 0.1}}\n"
+    "nodes:\n"
+    "  - {out: h, op: matmul, in: [x, w1]}\n"
+    "  - {out: y, op: matmul, in: [h, w2]}\n"
+    "outputs: [h, y]\n";
+
 typedef struct {
   const char *path;
   DType dt;
+  const QuantOptions *quant; /* NULL: none */
 } Build;
 
 static smelt_status build(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out) {
@@ -111,7 +130,7 @@ static smelt_status build(void *ctx, const FeDim *dims, int ndims, bool probe, G
   FeOptions fo = {.dtype = b->dt, .dims = dims, .ndims = ndims};
   *out = NULL;
   RETURN_IF_ERROR(fe_load_yaml(b->path, &fo, out));
-  PassCtx pc = {.target = "cuda"};
+  PassCtx pc = {.target = "cuda", .quant = b->quant};
   smelt_status st = pass_run_pipeline(*out, &pc, NULL, NULL, NULL);
   pass_ctx_free(&pc);
   return st;
@@ -487,7 +506,7 @@ static int test_wgmma(const char *tmpdir) {
   FILE *fp = fdopen(fd, "w");
   fputs(wg_model, fp);
   fclose(fp);
-  Build b = {path, DT_INVALID};
+  Build b = {path, DT_INVALID, NULL};
   FeDim range = {.name = "seq", .value = 1, .max = 160};
   Graph *r = NULL;
   int runs = 0;
@@ -527,8 +546,8 @@ static int test_wgmma(const char *tmpdir) {
  * batch (conv2d as an implicit GEMM, pools, a row reduction) and tiny_llama's
  * seq, each at 1, max - 1 and max. */
 static int test_example(Exec *e, CgNvrtc *nv, const CgCudaCompileOptions *copts, const char *path, const char *dim,
-                        int64_t max, DType dt, int *compiled) {
-  Build b = {path, dt};
+                        int64_t max, DType dt, const QuantOptions *quant, int *compiled) {
+  Build b = {path, dt, quant};
   FeDim range = {.name = dim, .value = 1, .max = max};
   Graph *r = NULL;
   int runs = 0;
@@ -541,7 +560,8 @@ static int test_example(Exec *e, CgNvrtc *nv, const CgCudaCompileOptions *copts,
   }
   static const Forcing heur = {"heuristics", NULL, NULL, false};
   char what[256];
-  snprintf(what, sizeof what, "%s %s=1..%lld %s", path, dim, (long long)max, dt ? dt_name(dt) : "");
+  snprintf(what, sizeof what, "%s %s=1..%lld %s%s", path, dim, (long long)max, dt ? dt_name(dt) : "",
+           quant ? pass_quant_mode_name(quant->mode) : "");
   if (nv) {
     CHECK(compile_ranged(nv, copts, r, &heur, (CgCudaOptions){.arch = "sm_90a"}, what) == 0);
     ++*compiled;
@@ -557,8 +577,8 @@ static int test_example(Exec *e, CgNvrtc *nv, const CgCudaCompileOptions *copts,
       check_failures++;
       continue;
     }
-    snprintf(what, sizeof what, "%s %s=1..%lld at %lld %s", path, dim, (long long)max, (long long)lens[i],
-             dt ? dt_name(dt) : "");
+    snprintf(what, sizeof what, "%s %s=1..%lld at %lld %s%s", path, dim, (long long)max, (long long)lens[i],
+             dt ? dt_name(dt) : "", quant ? pass_quant_mode_name(quant->mode) : "");
     CHECK(run_case(e, r, x, lens[i], &heur, dt == DT_F16 ? 2e-2 : 1e-4, what) == 0);
     runs++;
     ir_graph_destroy(x);
@@ -597,7 +617,7 @@ int main(void) {
   static const int64_t lens[] = {1, 17, 40, 95, 96};
   int runs = 0, compiled = 0;
   for (int h = 0; h < 2; h++) {
-    Build b = {path, h ? DT_F32 : DT_F16};
+    Build b = {path, h ? DT_F32 : DT_F16, NULL};
     FeDim range = {.name = "seq", .value = 1, .max = MAX_SEQ};
     Graph *r = NULL;
     smelt_status st = sc_build_ranged(build, &b, &range, 1, &r);
@@ -658,12 +678,27 @@ int main(void) {
     FILE *rf = fdopen(rfd, "w");
     fputs(rows_model, rf);
     fclose(rf);
-    if (!skip) ex_runs += test_example(&e, nv, &copts, rpath, "seq", 40, DT_INVALID, &compiled);
+    if (!skip) ex_runs += test_example(&e, nv, &copts, rpath, "seq", 40, DT_INVALID, NULL, &compiled);
     unlink(rpath);
   }
   for (int h = 0; !skip && h < 2; h++) {
-    ex_runs += test_example(&e, nv, &copts, "examples/cnn.yaml", "batch", 3, h ? DT_F16 : DT_INVALID, &compiled);
-    ex_runs += test_example(&e, nv, &copts, "examples/tiny_llama.yaml", "seq", 12, h ? DT_F16 : DT_INVALID, &compiled);
+    ex_runs += test_example(&e, nv, &copts, "examples/cnn.yaml", "batch", 3, h ? DT_F16 : DT_INVALID, NULL, &compiled);
+    ex_runs += test_example(&e, nv, &copts, "examples/tiny_llama.yaml", "seq", 12, h ? DT_F16 : DT_INVALID, NULL, &compiled);
+  }
+  /* the quantised GEMVs (qmma with f16 x, qgemv with f32) at 1, 7 and 8 rows of seq=1..8 */
+  char qpath[] = "/tmp/smelt-ranged-quant-XXXXXX";
+  int qfd = mkstemp(qpath);
+  CHECK(qfd >= 0);
+  if (qfd >= 0) {
+    FILE *qf = fdopen(qfd, "w");
+    fputs(quant_model, qf);
+    fclose(qf);
+    static const QuantOptions q4 = {.mode = QM_INT4, .group = 64, .seed = 1}, q8 = {.mode = QM_INT8, .seed = 1};
+    for (int h = 0; !skip && h < 2; h++) {
+      ex_runs += test_example(&e, nv, &copts, qpath, "seq", 8, h ? DT_F16 : DT_F32, &q4, &compiled);
+      ex_runs += test_example(&e, nv, &copts, qpath, "seq", 8, h ? DT_F16 : DT_F32, &q8, &compiled);
+    }
+    unlink(qpath);
   }
   if (skip) printf("SKIP: emulated ranged runs: %s\n", skip);
   else printf("emulated CUDA, ranged: %d runs of the Hopper kernel (wgmma) at 1..160 rows of a seq=1..160 matmul, "
