@@ -26,8 +26,11 @@
  * for sm_90a and sm_80.  The wgmma kernel itself runs in the emulation on
  * a ranged matmul through an entry point of its own (test_wgmma), and the
  * cnn (ranged batch: conv2d, pools, the few-row GEMV of its classifier)
- * and tiny_llama (ranged seq) examples and rows of argmax and topk run
- * with the heuristics' kernels, under the same checks.
+ * and tiny_llama (ranged seq) examples, rows of argmax and topk, and two
+ * matmuls quantised to int4 and int8 (the quantised GEMVs: qmma with f16
+ * x, which fails the check without its masked stores, and qgemv with f32
+ * x, whose NaN results are bytes of the poison) run with the heuristics'
+ * kernels, under the same checks.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <dlfcn.h>
@@ -131,7 +134,7 @@ static smelt_status build(void *ctx, const FeDim *dims, int ndims, bool probe, G
   *out = NULL;
   RETURN_IF_ERROR(fe_load_yaml(b->path, &fo, out));
   PassCtx pc = {.target = "cuda", .quant = b->quant};
-  smelt_status st = pass_run_pipeline(*out, &pc, NULL, NULL, NULL);
+  smelt_status st = pass_run_pipeline(*out, &pc, b->quant ? pass_quantize_pipeline() : NULL, NULL, NULL);
   pass_ctx_free(&pc);
   return st;
 }
@@ -702,7 +705,7 @@ int main(void) {
   }
   if (skip) printf("SKIP: emulated ranged runs: %s\n", skip);
   else printf("emulated CUDA, ranged: %d runs of the Hopper kernel (wgmma) at 1..160 rows of a seq=1..160 matmul, "
-              "%d of the cnn and tiny_llama examples\n", wg_runs, ex_runs);
+              "%d of the rows, cnn, tiny_llama and quantised models\n", wg_runs, ex_runs);
   printf("emulated CUDA, ranged: %d runs of a seq=1..%d prefill against exact builds (nothing past the run written); "
          "%d ranged modules compiled with NVRTC\n",
          runs, MAX_SEQ, compiled);
