@@ -40,6 +40,11 @@ const char *cu_gemm_batch_offset(CuFn *f, const CuGemm *gm, const char *z, const
 const char *cu_gemm_run_m(CuFn *f, const CuGemm *gm);
 const char *cu_gemm_run_n(CuFn *f, const CuGemm *gm);
 const char *cu_gemm_batch_past(CuFn *f, const CuGemm *gm, const char *z);
+/* Stores the anchor's value at (m, n) of batch z from the f32 sum `acc`
+ * (gm->result) through the epilogue values epi[0..nepi); with ranged rows
+ * only when m is one of this run's (the GEMVs compute every row). */
+void cu_gemm_store_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc,
+                      const int *epi, int nepi);
 /* Whether the contraction follows a range at all. */
 bool cu_gemm_ranged(const CuGemm *gm);
 

@@ -848,6 +848,20 @@ const char *cu_vec_condition(CuFn *f) {
   return c;
 }
 
+/* Computes and stores vals (all of shape t) at flat element index e
+ * (`lanes` elements from it along the last axis). */
+static void store_at(CuFn *f, const int *vals, int n, const TensorType *t, int lanes, const char *e) {
+  CuCoords co;
+  cu_delinearize(f, e, t, &co);
+  co.lanes = lanes;
+  if (lanes > 1) co.step[t->rank - 1] = 1;
+  for (int k = 0; k < n; k++) {
+    CuVal r;
+    cu_emit(f, vals[k], &co, &r);
+    cu_store(f, vals[k], &co, &r);
+  }
+}
+
 /* One grid-stride loop computing and storing vals (all of shape t), with
  * `lanes` elements per thread and iteration. */
 static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int lanes) {
@@ -871,15 +885,7 @@ static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int
       cu_line(f, "const %s %s = (%s)%s;", f->idx, name, f->idx, e);
       e = name;
     }
-    CuCoords co;
-    cu_delinearize(f, e, t, &co);
-    co.lanes = lanes;
-    if (lanes > 1) co.step[t->rank - 1] = 1;
-    for (int k = 0; k < n; k++) {
-      CuVal r;
-      cu_emit(f, vals[k], &co, &r);
-      cu_store(f, vals[k], &co, &r);
-    }
+    store_at(f, vals, n, t, lanes, e);
     cu_close(f);
     return;
   }
@@ -890,15 +896,7 @@ static void store_loop(CuFn *f, const int *vals, int n, const TensorType *t, int
     e = cu_tmp(f);
     cu_line(f, "const %s %s = %s * %d;", f->idx, e, i, lanes);
   }
-  CuCoords co;
-  cu_delinearize(f, e, t, &co);
-  co.lanes = lanes;
-  if (lanes > 1) co.step[t->rank - 1] = 1;
-  for (int k = 0; k < n; k++) {
-    CuVal r;
-    cu_emit(f, vals[k], &co, &r);
-    cu_store(f, vals[k], &co, &r);
-  }
+  store_at(f, vals, n, t, lanes, e);
   cu_close(f);
 }
 

@@ -220,6 +220,22 @@ const char *cu_gemm_run_m(CuFn *f, const CuGemm *gm) {
   return cu_extent(f, y, ma);
 }
 
+void cu_gemm_store_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc,
+                      const int *epi, int nepi) {
+  CuCoords co;
+  CuVal val;
+  gm->result(f, gm, z, m, n, acc, &co, &val);
+  const Value *yv = &f->g->val[gm->an->out[0]];
+  const char *r = cu_tmp(f);
+  cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(yv->type.dt), r, val.l[0], yv->name, ir_op_name(gm->an->op));
+  val.l[0] = r;
+  const char *run = cu_gemm_run_m(f, gm);
+  bool ranged = !cu_is_lit(run, NULL);
+  if (ranged) cu_open(f, "if (%s < %s)", m, run);
+  cu_store_epilogue(f, epi, nepi, &co, &val);
+  if (ranged) cu_close(f);
+}
+
 const char *cu_gemm_run_n(CuFn *f, const CuGemm *gm) {
   const TensorType *y = gm->yt;
   /* a conv2d's N is batch x OH x OW, of which only the batch may be ranged */

@@ -148,23 +148,6 @@ static int pow2_at_least(int x) {
   return p;
 }
 
-/* The anchor's value at (m, n) from the f32 sum, through the epilogue. */
-static void finish(CuFn *f, const Qg *v, const char *m, const char *n, const char *sum) {
-  const CuGemm *gm = v->gm;
-  CuCoords co;
-  CuVal val;
-  gm->result(f, gm, v->z, m, n, sum, &co, &val);
-  const Value *av = &f->g->val[gm->an->out[0]];
-  const char *r = cu_tmp(f);
-  cu_line(f, "const %s %s = %s;  // %s (%s)", cu_ctype(av->type.dt), r, val.l[0], av->name, ir_op_name(gm->an->op));
-  val.l[0] = r;
-  const char *run = cu_gemm_run_m(f, gm);
-  bool ranged = !cu_is_lit(run, NULL);
-  if (ranged) cu_open(f, "if (%s < %s)", m, run);
-  cu_store_epilogue(f, v->epi, v->nepi, &co, &val);
-  if (ranged) cu_close(f);
-}
-
 /* xs[0..E) = A[m][k .. k + E) as floats. */
 static void load_x(CuFn *f, const Qg *v, bool packs) {
   const CuGemm *gm = v->gm;
@@ -404,7 +387,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
   /* ranged dims: a batch past this run's rows is skipped (the block has no
    * barrier); ranged rows (M <= 8) are all computed and only this run's
-   * stored (finish) */
+   * stored (cu_gemm_store_at) */
   const char *past = cu_gemm_batch_past(f, gm, v.z);
   if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
   if (v.a0 >= 0)
@@ -451,7 +434,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
     const char *m = cu_tmp(f), *n = cu_tmp(f);
     cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
     cu_open(f, "if (%s < %d && %s < %lld)", m, v.M, n, (long long)gm->N);
-    finish(f, &v, m, n, "s");
+    cu_gemm_store_at(f, gm, v.z, m, n, "s", v.epi, v.nepi);
     cu_close(f);
     cu_close(f);
   }
