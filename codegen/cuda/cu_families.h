@@ -35,9 +35,22 @@ extern const CuGemmFamily cu_family_qgemv;
  * any) are of the codes' dtype and a group holds whole 16-byte chunks;
  * token "qmma:w=4,s=4". */
 extern const CuGemmFamily cu_family_qmma;
-/* The dequantize of a quantised weight that gm's kernel computes as its B
- * (qgemv.c), or NULL. */
-const Node *cu_quant_weight(const CuFn *f, const CuGemm *gm);
+/* The quantised B of a decode GEMM, as both quantised families read it
+ * (qgemv.c): the dequantize the kernel computes, its operands' dtypes and
+ * argument indices, the chunk and the group. */
+typedef struct {
+  const Node *dq;
+  DType qdt, sdt, zdt;   /* zdt: DT_INVALID without zero points */
+  int q0, s0, z0, a0;    /* argument indices of the codes, scales, zeros (-1: none) and A (-1: computed) */
+  int E;                 /* codes per 16-byte chunk: 32 of 4 bits, 16 of 8 */
+  int64_t G, ng, KC, row_bytes; /* group along K (K: per channel), groups, chunks and bytes of a column */
+} CuQuantB;
+/* Fills *out when gm is a decode GEMM (1 <= M <= 8, A not transposed, B
+ * [N, K] and not a vector) whose B is a dequantize computed in the kernel
+ * from kernel arguments: codes i4/u4/i8/u8/fp8 of rank 2 grouped along
+ * axis 1, float scales other than f64; false otherwise (each family then
+ * adds its own rules). */
+bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out);
 /* gemv.c's transpose reduction of the P values acc[0..P) (a power of two)
  * over the lanes that share lane % lo (offsets 16 .. lo), emitted into f;
  * returns how many values each lane ends with (gemv.c says which). */

@@ -66,45 +66,50 @@ typedef struct {
   const QgParams *p;
   const int *epi;
   int nepi;
-  const Node *dq;
-  DType qdt, sdt, zdt, adt;
-  int q0, s0, z0, a0; /* argument indices of the weight, its scales, zeros (-1: none) and A (-1: computed) */
-  int E;          /* elements per 16-byte chunk */
-  int64_t G, ng, KC, row_bytes;
+  CuQuantB q;
+  DType adt;
   int M;
   const char *z;
 } Qg;
 
-const Node *cu_quant_weight(const CuFn *f, const CuGemm *gm) {
-  const Value *b = &f->g->val[gm->an->in[1]];
-  if (b->kind != VK_NODE || !f->member[b->node]) return NULL;
-  const Node *dq = &f->g->node[b->node];
-  return dq->op == OP_DEQUANTIZE ? dq : NULL;
-}
-
-static int elems_per_chunk(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
-
-static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
+bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out) {
   if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
     return false;
-  const Node *dq = cu_quant_weight(f, gm);
-  if (!dq || dq->nin < 2 || dq->nin > 3) return false;
   const Graph *g = f->g;
+  const Value *b = &g->val[gm->an->in[1]];
+  if (b->kind != VK_NODE || !f->member[b->node]) return false;
+  const Node *dq = &g->node[b->node];
+  if (dq->op != OP_DEQUANTIZE || dq->nin < 2 || dq->nin > 3) return false;
   int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
   if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0 || (zv >= 0 && f->arg_of[zv] < 0)) return false;
   const TensorType *qt = &g->val[qv].type;
-  DType qdt = qt->dt, sdt = g->val[sv].type.dt, adt = gm->at->dt;
-  if (qdt != DT_I4 && qdt != DT_U4 && qdt != DT_I8 && qdt != DT_U8 && !dt_is_f8(qdt)) return false;
-  if (!dt_is_float(sdt) || sdt == DT_F64) return false;
-  /* zeros of the qweight's dtype or the scales' (ir/infer.c); fp8 takes none */
-  if (zv >= 0 && (dt_is_f8(qdt) || (g->val[zv].type.dt != qdt && g->val[zv].type.dt != sdt))) return false;
-  if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
+  CuQuantB q = {.dq = dq, .qdt = qt->dt, .sdt = g->val[sv].type.dt, .zdt = zv >= 0 ? g->val[zv].type.dt : DT_INVALID};
+  if (q.qdt != DT_I4 && q.qdt != DT_U4 && q.qdt != DT_I8 && q.qdt != DT_U8 && !dt_is_f8(q.qdt)) return false;
+  if (!dt_is_float(q.sdt) || q.sdt == DT_F64) return false;
   if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
-  int64_t G = ir_attr_int(dq, "group");
-  if (G == 0) G = gm->K;
-  int E = elems_per_chunk(qdt), epw = dt_is_packed(qdt) ? 8 : 4;
+  q.q0 = f->arg_of[qv], q.s0 = f->arg_of[sv], q.z0 = zv >= 0 ? f->arg_of[zv] : -1;
+  const Value *av = &g->val[gm->an->in[0]];
+  q.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
+  q.E = dt_is_packed(q.qdt) ? 32 : 16;
+  q.G = ir_attr_int(dq, "group");
+  if (q.G <= 0) q.G = gm->K;
+  q.ng = gm->K / q.G;
+  q.KC = gm->K / q.E;
+  q.row_bytes = gm->K * dt_bits(q.qdt) / 8;
+  *out = q;
+  return true;
+}
+
+static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
+  CuQuantB q;
+  if (!cu_quant_b(f, gm, &q)) return false;
+  /* zeros of the qweight's dtype or the scales' (ir/infer.c); fp8 takes none */
+  if (q.z0 >= 0 && (dt_is_f8(q.qdt) || (q.zdt != q.qdt && q.zdt != q.sdt))) return false;
+  DType adt = gm->at->dt;
+  if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
+  int epw = dt_is_packed(q.qdt) ? 8 : 4;
   /* a chunk inside one group, or whole groups of whole 32-bit words */
-  return gm->K % E == 0 && gm->K % G == 0 && (G % E == 0 || (E % G == 0 && G % epw == 0));
+  return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
 
 static bool qg_parse(const char *tok, QgParams *out) {
@@ -151,8 +156,8 @@ static int pow2_at_least(int x) {
 /* xs[0..E) = A[m][k .. k + E) as floats. */
 static void load_x(CuFn *f, const Qg *v, bool packs) {
   const CuGemm *gm = v->gm;
-  int E = v->E;
-  if (v->a0 >= 0 && packs) {
+  int E = v->q.E;
+  if (v->q.a0 >= 0 && packs) {
     int per = 16 / (int)dt_size(v->adt);
     const char *sa = cu_stype(v->adt);
     cu_line(f, "#pragma unroll");
@@ -166,7 +171,7 @@ static void load_x(CuFn *f, const Qg *v, bool packs) {
   }
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int e = 0; e < %d; e++)", E);
-  if (v->a0 >= 0) {
+  if (v->q.a0 >= 0) {
     cu_line(f, "xs[e] = %s;", cu_from_storage(f, v->adt, cu_fmt(f, "X[m * %lldLL + k + e]", (long long)gm->K)));
   } else {
     CuVal x;
@@ -177,12 +182,12 @@ static void load_x(CuFn *f, const Qg *v, bool packs) {
 }
 
 /* Groups in one chunk: 1, or E / G when the groups are smaller. */
-static int subgroups(const Qg *v) { return v->G >= v->E ? 1 : (int)(v->E / v->G); }
+static int subgroups(const Qg *v) { return v->q.G >= v->q.E ? 1 : (int)(v->q.E / v->q.G); }
 
 /* Zero points of the qweight's dtype (integers): folded into the constant
  * the mantissa trick subtracts (see the top). */
-static bool int_zeros(const Qg *v) { return v->z0 >= 0 && !dt_is_float(v->zdt); }
-static bool float_zeros(const Qg *v) { return v->z0 >= 0 && dt_is_float(v->zdt); }
+static bool int_zeros(const Qg *v) { return v->q.z0 >= 0 && !dt_is_float(v->q.zdt); }
+static bool float_zeros(const Qg *v) { return v->q.z0 >= 0 && dt_is_float(v->q.zdt); }
 
 /* What the mantissa trick's 2^23 + code exceeds the value by: the xor of
  * the signed codes adds 8 (int4) or 128 (int8). */
@@ -196,22 +201,22 @@ static void chunk_dot(CuFn *f, const Qg *v) {
   int SUB = subgroups(v), WPS = 4 / SUB, MP = pow2_at_least(v->M);
   /* what 2^23 + code is less: 2^23 + the code's bias, plus z with integer
    * zeros (zo, per group and column); `less` says it in the generated comment */
-  const char *off = int_zeros(v) ? "zo[j][h]" : cu_fmt(f, "%.1ff", 8388608.0 + code_bias(v->qdt));
-  const char *less = cu_fmt(f, "2^23%s%s", code_bias(v->qdt) == 8 ? " + 8" : code_bias(v->qdt) ? " + 128" : "",
+  const char *off = int_zeros(v) ? "zo[j][h]" : cu_fmt(f, "%.1ff", 8388608.0 + code_bias(v->q.qdt));
+  const char *less = cu_fmt(f, "2^23%s%s", code_bias(v->q.qdt) == 8 ? " + 8" : code_bias(v->q.qdt) ? " + 128" : "",
                             int_zeros(v) ? " + z" : "");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
   cu_line(f, "float part = 0.0f;");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int e = h * %d; e < (h + 1) * %d; e++)", WPS, WPS);
-  switch (v->qdt) {
+  switch (v->q.qdt) {
   case DT_I4:
   case DT_U4:
-    if (v->qdt == DT_I4) cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
+    if (v->q.qdt == DT_I4) cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
     else cu_line(f, "const unsigned wd = w.v[e];  // each nibble: its u4 value");
     cu_line(f, "#pragma unroll");
     cu_line(f, "for (int s = 0; s < 8; s++)  // nibble s is element 8 e + s; 2^23 + %s, less %s",
-            v->qdt == DT_I4 ? "(value + 8)" : "value", less);
+            v->q.qdt == DT_I4 ? "(value + 8)" : "value", less);
     cu_line(f, "  part += xs[e * 8 + s] * (__int_as_float(0x4B000000 | ((wd >> (4 * s)) & 15u)) - %s);", off);
     break;
   case DT_I8:
@@ -219,12 +224,12 @@ static void chunk_dot(CuFn *f, const Qg *v) {
     cu_line(f, "const unsigned wd = w.v[e];");
     cu_line(f, "#pragma unroll");
     cu_line(f, "for (int s = 0; s < 4; s++)  // byte s is element 4 e + s; 2^23 + %s, less %s",
-            v->qdt == DT_I8 ? "(byte + 128)" : "byte", less);
+            v->q.qdt == DT_I8 ? "(byte + 128)" : "byte", less);
     cu_line(f, "  part += xs[e * 4 + s] * (__int_as_float(0x4B000000 | (((wd >> (8 * s)) & 255u)%s)) - %s);",
-            v->qdt == DT_I8 ? " ^ 128u" : "", off);
+            v->q.qdt == DT_I8 ? " ^ 128u" : "", off);
     break;
   default: {
-    const char *fmt = v->qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
+    const char *fmt = v->q.qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
     cu_line(f, "const unsigned wd = w.v[e];");
     cu_line(f, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890");
     cu_line(f, "#pragma unroll");
@@ -254,17 +259,17 @@ static void chunk_dot(CuFn *f, const Qg *v) {
  * scales: zo = 2^23 + bias + z for integer ones (exact: |z| < 2^8), zf = z
  * for float ones. */
 static void load_zeros(CuFn *f, const Qg *v) {
-  if (v->z0 < 0) return;
+  if (v->q.z0 < 0) return;
   int C = v->p->cols, SUB = subgroups(v);
-  const char *idx = cu_fmt(f, "nc[j] * %lldLL + g + h", (long long)v->ng);
+  const char *idx = cu_fmt(f, "nc[j] * %lldLL + g + h", (long long)v->q.ng);
   const char *z;
-  if (dt_is_packed(v->zdt)) z = cu_fmt(f, "%s(Z, %s)", v->zdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx);
-  else z = cu_from_storage(f, v->zdt, cu_fmt(f, "Z[%s]", idx));
+  if (dt_is_packed(v->q.zdt)) z = cu_fmt(f, "%s(Z, %s)", v->q.zdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx);
+  else z = cu_from_storage(f, v->q.zdt, cu_fmt(f, "Z[%s]", idx));
   if (float_zeros(v)) {
     cu_line(f, "float zf[%d][%d];", C, SUB);
   } else {
-    cu_line(f, "float zo[%d][%d];  // 2^23 + %d + z", C, SUB, code_bias(v->qdt));
-    z = cu_fmt(f, "%.1ff + (float)%s", 8388608.0 + code_bias(v->qdt), z);
+    cu_line(f, "float zo[%d][%d];  // 2^23 + %d + z", C, SUB, code_bias(v->q.qdt));
+    z = cu_fmt(f, "%.1ff + (float)%s", 8388608.0 + code_bias(v->q.qdt), z);
   }
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int j = 0; j < %d; j++)", C);
@@ -275,7 +280,7 @@ static void load_zeros(CuFn *f, const Qg *v) {
 /* xsum[h]: the sum of xs over group h of the chunk (float zeros only). */
 static void x_sums(CuFn *f, const Qg *v) {
   if (!float_zeros(v)) return;
-  int SUB = subgroups(v), EPS = v->E / SUB;
+  int SUB = subgroups(v), EPS = v->q.E / SUB;
   cu_line(f, "float xsum[%d];", SUB);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
@@ -288,29 +293,29 @@ static void x_sums(CuFn *f, const Qg *v) {
 /* The lanes' stream over the K/E chunks of the warp's columns. */
 static void stream(CuFn *f, const Qg *v, bool packs) {
   int U = v->p->unroll, C = v->p->cols;
-  cu_open(f, "for (int c = lane; c < %lld; c += %d)", (long long)v->KC, 32 * U);
+  cu_open(f, "for (int c = lane; c < %lld; c += %d)", (long long)v->q.KC, 32 * U);
   cu_line(f, "smelt_pack<unsigned, 4> wq[%d][%d];  // U x C chunks issued before any is used", U, C);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int u = 0; u < %d; u++)", U);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int j = 0; j < %d; j++) wq[u][j] = load_q(qr[j] + (c + 32 * u < %lld ? c + 32 * u : %lld));", C,
-          (long long)v->KC, (long long)v->KC - 1);
+          (long long)v->q.KC, (long long)v->q.KC - 1);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "if (c + 32 * u >= %lld) break;", (long long)v->KC);
-  cu_line(f, "const %s k = (%s)(c + 32 * u) * %d;", f->idx, f->idx, v->E);
+  cu_line(f, "if (c + 32 * u >= %lld) break;", (long long)v->q.KC);
+  cu_line(f, "const %s k = (%s)(c + 32 * u) * %d;", f->idx, f->idx, v->q.E);
   int SUB = subgroups(v);
-  cu_line(f, "const %s g = k / %lld;  // the chunk's (first) group", f->idx, (long long)v->G);
+  cu_line(f, "const %s g = k / %lld;  // the chunk's (first) group", f->idx, (long long)v->q.G);
   cu_line(f, "float sc[%d][%d];", C, SUB);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int j = 0; j < %d; j++)", C);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int h = 0; h < %d; h++) sc[j][h] = %s;", SUB,
-          cu_from_storage(f, v->sdt, cu_fmt(f, "S[nc[j] * %lldLL + g + h]", (long long)v->ng)));
+          cu_from_storage(f, v->q.sdt, cu_fmt(f, "S[nc[j] * %lldLL + g + h]", (long long)v->q.ng)));
   load_zeros(f, v);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", v->M);
-  cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->E, v->E - 1);
+  cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->q.E, v->q.E - 1);
   load_x(f, v, packs);
   x_sums(f, v);
   cu_line(f, "#pragma unroll");
@@ -325,28 +330,15 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
 
 static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
-  const Node *dq = cu_quant_weight(f, gm);
-  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .dq = dq, .M = (int)gm->M};
-  v.qdt = g->val[dq->in[0]].type.dt;
-  v.sdt = g->val[dq->in[1]].type.dt;
-  v.adt = gm->at->dt;
-  v.q0 = f->arg_of[dq->in[0]];
-  v.s0 = f->arg_of[dq->in[1]];
-  v.z0 = dq->nin > 2 ? f->arg_of[dq->in[2]] : -1;
-  v.zdt = dq->nin > 2 ? g->val[dq->in[2]].type.dt : DT_INVALID;
+  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M};
+  cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
+  const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
-  v.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
-  v.E = elems_per_chunk(v.qdt);
-  v.G = ir_attr_int(dq, "group");
-  if (v.G == 0) v.G = gm->K;
-  v.ng = gm->K / v.G;
-  v.KC = gm->K / v.E;
-  v.row_bytes = gm->K * dt_bits(v.qdt) / 8;
   int W = p->warps, C = p->cols, MP = pow2_at_least(v.M), P = C * MP;
   qg_format(p, l->variant);
   l->kind = "matmul";
   int64_t gx = (gm->N + (int64_t)W * C - 1) / ((int64_t)W * C);
-  if (gx > 0x7fffffffLL || v.KC > 0x3fffffffLL) {
+  if (gx > 0x7fffffffLL || v.q.KC > 0x3fffffffLL) {
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
     return;
   }
@@ -357,13 +349,13 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   l->workspace = 0;
   if (gm->Z == 0) return;
   cu_line(f, "// variant: quantised GEMV for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K) read once with", v.M,
-          g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
+          g->val[dq->in[0]].name, dt_name(v.q.qdt), v.q.z0 >= 0 ? " and a zero point" : "", (long long)v.q.G);
   cu_line(f, "// 16-byte loads and dequantised in registers, f32 accumulation; warp w of block b owns columns (b * %d + w) * %d ..", W, C);
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32;");
   /* every chunk is at a multiple of 16 bytes from the weight's base:
    * one uniform test of the base picks 16-byte or byte loads */
   bool al = f->opt && f->opt->args_aligned;
-  if (!al) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);", v.q0);
+  if (!al) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);", v.q.q0);
   cu_line(f, "// 16-byte loads of the weight that bypass L1: it is read once (byte loads if its base is not aligned)");
   cu_open(f, "auto load_q = [&](const smelt_pack<unsigned, 4> *p)");
   cu_line(f, "smelt_pack<unsigned, 4> r;");
@@ -390,10 +382,10 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
    * stored (cu_gemm_store_at) */
   const char *past = cu_gemm_batch_past(f, gm, v.z);
   if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
-  if (v.a0 >= 0)
-    cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
-  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
-  if (v.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.zdt), v.z0, g->val[dq->in[2]].name);
+  if (v.q.a0 >= 0)
+    cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.q.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
+  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.q.sdt), v.q.s0, g->val[dq->in[1]].name);
+  if (v.q.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.q.zdt), v.q.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
   cu_line(f, "float acc[%d];  // acc[j * %d + m]: column n0 + j, row m", P, MP);
   cu_line(f, "#pragma unroll");
@@ -405,10 +397,10 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
   cu_open(f, "for (int j = 0; j < %d; j++)", C);
   cu_line(f, "nc[j] = n0 + j < %lldLL ? n0 + j : %lldLL;", (long long)gm->N, (long long)gm->N - 1);
   cu_line(f, "qr[j] = reinterpret_cast<const smelt_pack<unsigned, 4> *>(reinterpret_cast<const unsigned char *>(a%d) + nc[j] * %lldLL);",
-          v.q0, (long long)v.row_bytes);
+          v.q.q0, (long long)v.q.row_bytes);
   cu_close(f);
   /* 16-byte packs of A need its base aligned to 16 (a uniform test) */
-  bool x_packs = v.a0 >= 0;
+  bool x_packs = v.q.a0 >= 0;
   if (x_packs) {
     cu_open(f, "if (smelt_aligned(X, 16))");
     stream(f, &v, true);

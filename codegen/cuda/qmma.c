@@ -76,19 +76,14 @@ typedef struct {
 typedef struct {
   const CuGemm *gm;
   const QmParams *p;
-  const Node *dq;
-  DType qdt, sdt;
-  int q0, s0, z0, a0; /* argument indices of the weight, its scales, zeros (-1: none) and A (-1: computed) */
-  int E;              /* elements per 16-byte chunk */
-  int64_t G, ng, KC, NB, row_bytes;
+  CuQuantB q;
+  int64_t NB;
   const char *qal; /* the weight's base is 16-byte aligned: "true" or a run-time test */
   bool block_scaled; /* a K block lies in one group: scale the block's tile in f32 */
   bool tail;         /* K is not a whole number of K blocks: chunks past K are masked */
   int M;
   const char *z;
 } Qm;
-
-static int qm_chunk_elems(DType qdt) { return dt_is_packed(qdt) ? 32 : 16; }
 
 /* Bytes of the block's staged scales (f32, or the f16 pairs' bits when
  * pairs are scaled in f16) and zero points (a byte each): 16 columns of
@@ -111,32 +106,18 @@ static int64_t smem_bytes(int W, int S, int M, int E, int64_t staged) {
 }
 
 static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
-  if (gm->an->op != OP_MATMUL || gm->M < 1 || gm->M > 8 || gm->b1 || gm->ta || !gm->tb || gm->N < 1 || gm->K < 1)
-    return false;
-  if (gm->at->dt != DT_F16) return false;
-  const Node *dq = cu_quant_weight(f, gm);
-  if (!dq || dq->nin < 2 || dq->nin > 3) return false;
-  const Graph *g = f->g;
-  int qv = dq->in[0], sv = dq->in[1], zv = dq->nin > 2 ? dq->in[2] : -1;
-  if (f->arg_of[qv] < 0 || f->arg_of[sv] < 0 || (zv >= 0 && f->arg_of[zv] < 0)) return false;
-  const TensorType *qt = &g->val[qv].type;
-  DType qdt = qt->dt, sdt = g->val[sv].type.dt;
-  if (qdt != DT_I4 && qdt != DT_U4 && qdt != DT_I8 && qdt != DT_U8 && !dt_is_f8(qdt)) return false;
-  if (!dt_is_float(sdt) || sdt == DT_F64) return false;
+  CuQuantB q;
+  if (gm->at->dt != DT_F16 || !cu_quant_b(f, gm, &q)) return false;
   /* integer zero points of the codes' own dtype only (folded into the exact subtraction) */
-  if (zv >= 0 && (dt_is_f8(qdt) || g->val[zv].type.dt != qdt)) return false;
-  if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
-  int64_t G = ir_attr_int(dq, "group");
-  if (G == 0) G = gm->K;
-  int E = qm_chunk_elems(qdt);
-  if (gm->K % E != 0 || gm->K % G != 0 || G % E != 0) return false;
+  if (q.z0 >= 0 && (dt_is_f8(q.qdt) || q.zdt != q.qdt)) return false;
+  if (gm->K % q.E != 0 || gm->K % q.G != 0 || q.G % q.E != 0) return false;
   if (gm->K > (1 << 30)) return false; /* chunk and element indices are ints */
   /* pairs scaled in f16 (groups under a K block) round q s once, as
    * dequantize to f16 does, only with f16 scales: a scale rounded to f16
    * first would skew its whole group the same way */
-  bool block_scaled = G % (4 * E) == 0;
-  if (!block_scaled && sdt != DT_F16) return false;
-  return staged_bytes(gm->K / G, block_scaled, zv >= 0) <= QM_MAX_STAGED;
+  bool block_scaled = q.G % (4 * q.E) == 0;
+  if (!block_scaled && q.sdt != DT_F16) return false;
+  return staged_bytes(q.ng, block_scaled, q.z0 >= 0) <= QM_MAX_STAGED;
 }
 
 static bool qm_parse(const char *tok, QmParams *out) {
@@ -154,27 +135,22 @@ static void qm_format(const QmParams *p, char out[CG_VARIANT_LEN]) {
 /* K blocks (4 chunks of E elements) of the weight. */
 static int64_t k_blocks(const CuGemm *gm, int E) { return (gm->K / E + 3) / 4; }
 
-/* The staged bytes of gm's kernel (see staged_bytes). */
-static int64_t gm_staged(const CuFn *f, const CuGemm *gm) {
-  const Node *dq = cu_quant_weight(f, gm);
-  int E = qm_chunk_elems(f->g->val[dq->in[0]].type.dt);
-  int64_t G = ir_attr_int(dq, "group");
-  if (G == 0) G = gm->K;
-  return staged_bytes(gm->K / G, G % (4 * E) == 0, dq->nin > 2);
-}
+/* The staged bytes of q's kernel (see staged_bytes). */
+static int64_t q_staged(const CuQuantB *q) { return staged_bytes(q->ng, q->G % (4 * q->E) == 0, q->z0 >= 0); }
 
 /* Enough warps to fill the GPU (about 16 an SM on a 132-SM H200: 2048 in
  * all), but no more warps a block than K blocks: the smallest power of
  * two up to 8 that gets there; 4 stages (3 K blocks in flight a warp). */
 static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
-  const Node *dq = cu_quant_weight(f, gm);
-  int E = qm_chunk_elems(f->g->val[dq->in[0]].type.dt);
+  CuQuantB q;
+  cu_quant_b(f, gm, &q); /* true: qm_eligible */
+  int E = q.E;
   int64_t tiles = (gm->N + 15) / 16, nb = k_blocks(gm, E);
   int w = 1;
   while (w < 8 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
   QmParams p = {w, 4};
   /* M = 8 with 4-bit codes takes 3 KiB a stage and warp: fewer stages, then warps */
-  int64_t staged = gm_staged(f, gm);
+  int64_t staged = q_staged(&q);
   while (p.stages > 2 && smem_bytes(p.warps, p.stages, (int)gm->M, E, staged) > QM_MAX_SMEM) p.stages--;
   while (p.warps > 1 && smem_bytes(p.warps, p.stages, (int)gm->M, E, staged) > QM_MAX_SMEM) p.warps /= 2;
   qm_format(&p, out);
@@ -186,8 +162,10 @@ static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
   char d[CG_VARIANT_LEN];
   qm_default(f, gm, d);
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
-  int64_t staged = gm_staged(f, gm);
-  int E = qm_chunk_elems(f->g->val[cu_quant_weight(f, gm)->in[0]].type.dt);
+  CuQuantB q;
+  cu_quant_b(f, gm, &q);
+  int64_t staged = q_staged(&q);
+  int E = q.E;
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
     qm_format(&alt[i], tok);
@@ -256,8 +234,8 @@ static void helpers(CuFn *f, const Qm *v) {
   cu_line(f, "#endif");
   f->indent--;
   cu_line(f, "};");
-  if (dt_is_f8(v->qdt)) {
-    const char *fmt = v->qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
+  if (dt_is_f8(v->q.qdt)) {
+    const char *fmt = v->q.qdt == DT_F8E4M3 ? "e4m3" : "e5m2";
     cu_line(f, "// two fp8 codes (low byte first) to an f16 pair, exactly");
     cu_open(f, "auto f8x2 = [&](unsigned pair) -> unsigned");
     cu_line(f, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890");
@@ -306,10 +284,10 @@ static void helpers(CuFn *f, const Qm *v) {
  * off = 1024 + bias + z for the codes at 1024 + e, off16 = -(64 + bias +
  * z) for those at 1024 + 16 e (int4, after the multiply by 1/16). */
 static void offsets(CuFn *f, const Qm *v) {
-  if (dt_is_f8(v->qdt)) return;
-  int bias = code_bias(v->qdt);
-  bool int4 = dt_is_packed(v->qdt);
-  if (v->z0 < 0) {
+  if (dt_is_f8(v->q.qdt)) return;
+  int bias = code_bias(v->q.qdt);
+  bool int4 = dt_is_packed(v->q.qdt);
+  if (v->q.z0 < 0) {
     cu_line(f, "const unsigned off = 0x%04x%04xu;  // (1024 + %d) twice", 0x6400 + bias, 0x6400 + bias, bias);
     if (int4) cu_line(f, "const unsigned off16[2] = {0x%04x%04xu, 0x%04x%04xu};  // -(64 + %d) twice", 0xd400 + bias * 16,
                       0xd400 + bias * 16, 0xd400 + bias * 16, 0xd400 + bias * 16, bias);
@@ -319,8 +297,8 @@ static void offsets(CuFn *f, const Qm *v) {
           int4 ? "; -(64 + bias + z)" : "");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int j = 0; j < 2; j++)");
-  cu_line(f, "const float zf = (float)(%szz[(g + 8 * j) * %lld + k / %lld]);", v->qdt == DT_I8 || v->qdt == DT_I4 ? "(signed char)" : "",
-          (long long)v->ng, (long long)v->G);
+  cu_line(f, "const float zf = (float)(%szz[(g + 8 * j) * %lld + k / %lld]);", v->q.qdt == DT_I8 || v->q.qdt == DT_I4 ? "(signed char)" : "",
+          (long long)v->q.ng, (long long)v->q.G);
   cu_line(f, "const unsigned short o = __half_as_ushort(__float2half_rn(%d.0f + zf));", 1024 + bias);
   cu_line(f, "offz[j] = (unsigned)o | (unsigned)o << 16;");
   if (int4) {
@@ -333,11 +311,11 @@ static void offsets(CuFn *f, const Qm *v) {
 /* The widened pairs of word j of the chunk for column i into wp[i][...]:
  * 4 pairs (int4) or 2 (8-bit), in the order the mma steps take them. */
 static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
-  const char *off = v->z0 >= 0 ? "offz[i]" : "off";
+  const char *off = v->q.z0 >= 0 ? "offz[i]" : "off";
   const char *off16 = "off16[i]";
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < 2; i++)");
-  switch (v->qdt) {
+  switch (v->q.qdt) {
   case DT_I4:
   case DT_U4:
   {
@@ -345,7 +323,7 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
      * two (a LOP3 takes one immediate); op is ^ for the signed codes, whose
      * xor with 8 then happens inside the magic (the nibble's bits and
      * 0x6400's do not meet) */
-    bool sgn = v->qdt == DT_I4;
+    bool sgn = v->q.qdt == DT_I4;
     const char *lut = sgn ? "0x6a" : "0xea", *op = sgn ? "^" : "|";
     unsigned lo_magic = sgn ? 0x64086408u : 0x64006400u, hi_magic = sgn ? 0x64806480u : 0x64006400u;
     cu_line(f, "const unsigned w = wq[i].v[j], hi = w >> 8;");
@@ -367,7 +345,7 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
     break;
   case DT_I8:
   case DT_U8:
-    cu_line(f, "const unsigned w = wq[i].v[j]%s;", v->qdt == DT_I8 ? " ^ 0x80808080u" : "");
+    cu_line(f, "const unsigned w = wq[i].v[j]%s;", v->q.qdt == DT_I8 ? " ^ 0x80808080u" : "");
     cu_line(f, "wp[i][0] = h2_sub(prmt(w, 0x64646464u, 0x4240u), %s);  // (b0, b2)", off);
     cu_line(f, "wp[i][1] = h2_sub(prmt(w, 0x64646464u, 0x4341u), %s);  // (b1, b3)", off);
     break;
@@ -376,7 +354,7 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
     cu_line(f, "wp[i][0] = f8x2(w & 0xffffu);  // (e0, e1)");
     cu_line(f, "wp[i][1] = f8x2(w >> 16);      // (e2, e3)");
   }
-  int np = dt_is_packed(v->qdt) ? 4 : 2;
+  int np = dt_is_packed(v->q.qdt) ? 4 : 2;
   if (scale_pairs) {
     cu_line(f, "#pragma unroll");
     cu_line(f, "for (int p = 0; p < %d; p++) wp[i][p] = h2_mul(wp[i][p], sc2[i]);", np);
@@ -393,7 +371,7 @@ static void widen(CuFn *f, const Qm *v, bool scale_pairs) {
 static void word_steps(CuFn *f, const Qm *v, const char *c) {
   cu_line(f, "unsigned wp[2][4];");
   widen(f, v, !v->block_scaled);
-  switch (v->qdt) {
+  switch (v->q.qdt) {
   case DT_I4:
   case DT_U4:
     cu_line(f, "const unsigned *xj = &xw[4 * j];  // x[8j .. 8j+7] as 4 pairs");
@@ -428,7 +406,7 @@ static void word_steps(CuFn *f, const Qm *v, const char *c) {
  * chunk past K), through L1 (every warp of the SM reads the same x). */
 static void load_x(CuFn *f, const Qm *v, bool packs) {
   const CuGemm *gm = v->gm;
-  int E = v->E;
+  int E = v->q.E;
   cu_line(f, "unsigned xw[%d];", E / 2);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int e = 0; e < %d; e++) xw[e] = 0u;", E / 2);
@@ -444,7 +422,7 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
   } else {
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int e = 0; e < %d; e++)", E);
-    if (v->a0 >= 0) {
+    if (v->q.a0 >= 0) {
       cu_line(f, "const unsigned short h = __half_as_ushort(X[g * %lldLL + k + e]);", (long long)gm->K);
     } else {
       CuVal x;
@@ -460,11 +438,11 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
 /* The copies of this lane's chunk of K block warp + W * (it) (when `ok`)
  * for both its columns into stage `slot`, as one cp.async group. */
 static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok, bool packs) {
-  int W = v->p->warps, SP = stage_packs(v->M, v->E), XP = v->E / 8;
+  int W = v->p->warps, SP = stage_packs(v->M, v->q.E), XP = v->q.E / 8;
   cu_open(f, "%s", "");
   cu_line(f, "const int c = (warp + %d * (%s)) * 4 + t;", W, it);
-  cu_line(f, "const int cc = c < %lld ? c : %lld;  // past K: a valid address, zero-filled or unused", (long long)v->KC,
-          (long long)v->KC - 1);
+  cu_line(f, "const int cc = c < %lld ? c : %lld;  // past K: a valid address, zero-filled or unused", (long long)v->q.KC,
+          (long long)v->q.KC - 1);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int i = 0; i < 2; i++)");
   cu_line(f, "smelt_pack<unsigned, 4> *dst = &mine[(%s) * %d + i * 32];", slot, SP);
@@ -472,13 +450,13 @@ static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const 
                    ok, v->qal);
   cu_close(f);
   if (packs) {
-    cu_line(f, "// x[g][k .. k + %d) for the lanes g < M, in the same group", v->E);
+    cu_line(f, "// x[g][k .. k + %d) for the lanes g < M, in the same group", v->q.E);
     cu_open(f, "if (g < %d)", v->M);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int p = 0; p < %d; p++)", XP);
     cu_line(f, "smelt_pack<unsigned, 4> *dst = &mine[(%s) * %d + 64 - lane + (g * 4 + t) * %d + p];", slot, SP, XP);
     cu_tc_cp_async16(f, "reinterpret_cast<unsigned short *>(dst)",
-                     cu_fmt(f, "reinterpret_cast<const unsigned short *>(X + g * %lldLL + cc * %d + p * 8)", (long long)v->gm->K, v->E),
+                     cu_fmt(f, "reinterpret_cast<const unsigned short *>(X + g * %lldLL + cc * %d + p * 8)", (long long)v->gm->K, v->q.E),
                      ok, "true");
     cu_close(f);
     cu_close(f);
@@ -491,7 +469,7 @@ static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const 
  * stages per warp (each lane copies and later reads only its own chunks,
  * so cp.async.wait_group orders it without a barrier). */
 static void stream(CuFn *f, const Qm *v, bool packs) {
-  int W = v->p->warps, S = v->p->stages, E = v->E;
+  int W = v->p->warps, S = v->p->stages, E = v->q.E;
   cu_line(f, "const int nit = warp < %lld ? (%lld - warp + %d) / %d : 0;  // this warp's K blocks", (long long)v->NB,
           (long long)v->NB, W - 1, W);
   cu_line(f, "smelt_pack<unsigned, 4> *mine = &qs[warp * %d + lane];  // this lane's slot of the warp's first stage", S * stage_packs(v->M, E));
@@ -507,8 +485,8 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   cu_line(f, "// the one of the step before with block it + %d", S - 1);
   issue(f, v, cu_fmt(f, "it + %d", S - 1), "wr", cu_fmt(f, "it + %d < nit", S - 1), packs);
   cu_line(f, "const int b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
-  if (v->tail) cu_line(f, "const bool ok = c < %lld;", (long long)v->KC);
-  cu_line(f, "const int k = (c < %lld ? c : %lld) * %d;", (long long)v->KC, (long long)v->KC - 1, E);
+  if (v->tail) cu_line(f, "const bool ok = c < %lld;", (long long)v->q.KC);
+  cu_line(f, "const int k = (c < %lld ? c : %lld) * %d;", (long long)v->q.KC, (long long)v->q.KC - 1, E);
   cu_line(f, "const smelt_pack<unsigned, 4> *stage = mine + rd * %d - lane;", stage_packs(v->M, E));
   cu_line(f, "rd = rd == %d ? 0 : rd + 1, wr = wr == %d ? 0 : wr + 1;", S - 1, S - 1);
   cu_line(f, "smelt_pack<unsigned, 4> wq[2];");
@@ -517,10 +495,10 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   load_x(f, v, packs);
   if (v->block_scaled) {
     cu_line(f, "const float sc[2] = {ss[g * %lld + b * %d / %lld], ss[(g + 8) * %lld + b * %d / %lld]};  // the block's group's",
-            (long long)v->ng, 4 * E, (long long)v->G, (long long)v->ng, 4 * E, (long long)v->G);
+            (long long)v->q.ng, 4 * E, (long long)v->q.G, (long long)v->q.ng, 4 * E, (long long)v->q.G);
   } else {
     cu_line(f, "const unsigned sc2[2] = {ss[g * %lld + k / %lld] * 0x10001u, ss[(g + 8) * %lld + k / %lld] * 0x10001u};  // f16 pairs",
-            (long long)v->ng, (long long)v->G, (long long)v->ng, (long long)v->G);
+            (long long)v->q.ng, (long long)v->q.G, (long long)v->q.ng, (long long)v->q.G);
   }
   offsets(f, v);
   const char *c = "acc";
@@ -545,7 +523,7 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
  * two columns. */
 static const char *qm_prefetch(CuFn *f, const Qm *v) {
   const CuGemm *gm = v->gm;
-  if (gm->Z != 1 || f->g->val[v->dq->in[0]].kind != VK_CONST) return NULL;
+  if (gm->Z != 1 || f->g->val[v->q.dq->in[0]].kind != VK_CONST) return NULL;
   return cu_fmt(f,
                 "  {  // the weight is a constant: before the wait, this lane's first chunk of its two columns toward L2\n"
                 "    const long long c = (long long)(threadIdx.x / 32) * 4 + threadIdx.x %% 4;\n"
@@ -555,21 +533,21 @@ static const char *qm_prefetch(CuFn *f, const Qm *v) {
                 "      if (n < %lldLL && c < %lldLL) smelt_prefetch_l2(reinterpret_cast<const unsigned char *>(a%d) + n * %lldLL + c * 16);\n"
                 "    }\n"
                 "  }\n",
-                (long long)gm->N, (long long)v->KC, v->q0, (long long)v->row_bytes);
+                (long long)gm->N, (long long)v->q.KC, v->q.q0, (long long)v->q.row_bytes);
 }
 
 /* ss[r * ng + h] (and zz): the scales (zero points) of the block's 16
  * columns n0 + r (past N: the last one), loaded once by the block. */
 static void stage_scales(CuFn *f, const Qm *v) {
-  int64_t n = 16 * v->ng;
+  int64_t n = 16 * v->q.ng;
   cu_open(f, "for (int e = threadIdx.x; e < %lld; e += %d)", (long long)n, 32 * v->p->warps);
-  cu_line(f, "const long long col = n0 + e / %lld < %lldLL ? n0 + e / %lld : %lldLL, i = col * %lld + e %% %lld;", (long long)v->ng,
-          (long long)v->gm->N, (long long)v->ng, (long long)v->gm->N - 1, (long long)v->ng, (long long)v->ng);
-  const char *sv = cu_from_storage(f, v->sdt, "S[i]");
+  cu_line(f, "const long long col = n0 + e / %lld < %lldLL ? n0 + e / %lld : %lldLL, i = col * %lld + e %% %lld;", (long long)v->q.ng,
+          (long long)v->gm->N, (long long)v->q.ng, (long long)v->gm->N - 1, (long long)v->q.ng, (long long)v->q.ng);
+  const char *sv = cu_from_storage(f, v->q.sdt, "S[i]");
   if (v->block_scaled) cu_line(f, "ss[e] = %s;", sv);
   else cu_line(f, "ss[e] = __half_as_ushort(S[i]);  // f16 scales (qm_eligible)");
-  if (v->z0 >= 0) {
-    const char *z = dt_is_packed(v->qdt) ? cu_fmt(f, "%s(Z, i)", v->qdt == DT_I4 ? "smelt_i4" : "smelt_u4") : "Z[i]";
+  if (v->q.z0 >= 0) {
+    const char *z = dt_is_packed(v->q.qdt) ? cu_fmt(f, "%s(Z, i)", v->q.qdt == DT_I4 ? "smelt_i4" : "smelt_u4") : "Z[i]";
     cu_line(f, "zz[e] = (unsigned char)%s;", z);
   }
   cu_close(f);
@@ -577,36 +555,25 @@ static void stage_scales(CuFn *f, const Qm *v) {
 
 static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
-  const Node *dq = cu_quant_weight(f, gm);
-  Qm v = {.gm = gm, .p = p, .dq = dq, .M = (int)gm->M};
-  v.qdt = g->val[dq->in[0]].type.dt;
-  v.sdt = g->val[dq->in[1]].type.dt;
-  v.q0 = f->arg_of[dq->in[0]];
-  v.s0 = f->arg_of[dq->in[1]];
-  v.z0 = dq->nin > 2 ? f->arg_of[dq->in[2]] : -1;
+  Qm v = {.gm = gm, .p = p, .M = (int)gm->M};
+  cu_quant_b(f, gm, &v.q); /* true: qm_eligible */
+  const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
-  v.a0 = av->kind == VK_NODE && f->member[av->node] ? -1 : f->arg_of[gm->an->in[0]];
-  v.E = qm_chunk_elems(v.qdt);
-  v.G = ir_attr_int(dq, "group");
-  if (v.G == 0) v.G = gm->K;
-  v.ng = gm->K / v.G;
-  v.KC = gm->K / v.E;
-  v.NB = k_blocks(gm, v.E);
-  v.tail = v.KC % 4 != 0;
-  v.block_scaled = v.G % (4 * v.E) == 0;
-  v.row_bytes = gm->K * dt_bits(v.qdt) / 8;
+  v.NB = k_blocks(gm, v.q.E);
+  v.tail = v.q.KC % 4 != 0;
+  v.block_scaled = v.q.G % (4 * v.q.E) == 0;
   v.qal = f->opt && f->opt->args_aligned ? "true" : "qal";
   int W = p->warps, S = p->stages;
   qm_format(p, l->variant);
   l->kind = "matmul";
-  int64_t gx = (gm->N + 15) / 16, staged = staged_bytes(v.ng, v.block_scaled, v.z0 >= 0);
+  int64_t gx = (gm->N + 15) / 16, staged = staged_bytes(v.q.ng, v.block_scaled, v.q.z0 >= 0);
   if (gx > 0x7fffffffLL) {
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
     return;
   }
-  if (smem_bytes(W, S, v.M, v.E, staged) > QM_MAX_SMEM) {
+  if (smem_bytes(W, S, v.M, v.q.E, staged) > QM_MAX_SMEM) {
     cu_fail(f, ST_UNSUPPORTED, "%s needs %lld bytes of shared memory (at most %d)", l->variant,
-            (long long)smem_bytes(W, S, v.M, v.E, staged), QM_MAX_SMEM);
+            (long long)smem_bytes(W, S, v.M, v.q.E, staged), QM_MAX_SMEM);
     return;
   }
   l->block[0] = (unsigned)(32 * W);
@@ -617,19 +584,19 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   l->pre_wait = qm_prefetch(f, &v);
   if (gm->Z == 0) return;
   cu_line(f, "// variant: quantised GEMV on the tensor cores for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K)", v.M,
-          g->val[dq->in[0]].name, dt_name(v.qdt), v.z0 >= 0 ? " and a zero point" : "", (long long)v.G);
+          g->val[dq->in[0]].name, dt_name(v.q.qdt), v.q.z0 >= 0 ? " and a zero point" : "", (long long)v.q.G);
   cu_line(f, "// widened to f16 in registers, mma.sync.m16n8k16 with f32 sums; block b owns columns 16 b .. 16 b + 15,");
-  cu_line(f, "// its %d warps the K blocks of %d elements warp, warp + %d, ... through %d cp.async stages (%s)", W, 4 * v.E, W, S,
+  cu_line(f, "// its %d warps the K blocks of %d elements warp, warp + %d, ... through %d cp.async stages (%s)", W, 4 * v.q.E, W, S,
           v.block_scaled ? "each block's tile scaled in f32" : "pairs scaled in f16");
   cu_line(f, "const int warp = threadIdx.x / 32, lane = threadIdx.x %% 32, g = lane / 4, t = lane %% 4;");
   helpers(f, &v);
-  int SP = stage_packs(v.M, v.E);
+  int SP = stage_packs(v.M, v.q.E);
   cu_line(f, "__shared__ smelt_pack<unsigned, 4> qs[%d];  // [warp][stage]: [column 0/1][lane] chunks, then x's [g][t][%d]",
-          W * S * SP, v.E / 8);
+          W * S * SP, v.q.E / 8);
   cu_line(f, "__shared__ float red[%d];  // each warp's 16 x 8 tile", W * 128);
   cu_line(f, "__shared__ %s ss[%lld];  // the block's scales [16][K / G]", v.block_scaled ? "float" : "unsigned short",
-          (long long)(16 * v.ng));
-  if (v.z0 >= 0) cu_line(f, "__shared__ unsigned char zz[%lld];  // and zero points", (long long)(16 * v.ng));
+          (long long)(16 * v.q.ng));
+  if (v.q.z0 >= 0) cu_line(f, "__shared__ unsigned char zz[%lld];  // and zero points", (long long)(16 * v.q.ng));
   v.z = cu_tmp(f);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
   /* ranged dims: a batch past this run's rows is skipped by the whole
@@ -637,20 +604,20 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
    * weight's bytes are the cost) and only this run's are stored */
   const char *past = cu_gemm_batch_past(f, gm, v.z);
   if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
-  if (v.a0 >= 0)
-    cu_line(f, "const __half *X = a%d + %s;  // %s", v.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
-  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.sdt), v.s0, g->val[dq->in[1]].name);
-  if (v.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(g->val[dq->in[2]].type.dt), v.z0, g->val[dq->in[2]].name);
+  if (v.q.a0 >= 0)
+    cu_line(f, "const __half *X = a%d + %s;  // %s", v.q.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
+  cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.q.sdt), v.q.s0, g->val[dq->in[1]].name);
+  if (v.q.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(g->val[dq->in[2]].type.dt), v.q.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = (long long)blockIdx.x * 16;");
-  if (strcmp(v.qal, "true") != 0) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);  // else plain loads", v.q0);
+  if (strcmp(v.qal, "true") != 0) cu_line(f, "const bool qal = smelt_aligned(a%d, 16);  // else plain loads", v.q.q0);
   cu_line(f, "const unsigned char *qrow[2];  // this lane's columns (past N: the last one, its sums unused)");
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int j = 0; j < 2; j++) qrow[j] = reinterpret_cast<const unsigned char *>(a%d) + "
              "(n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL) * %lldLL;",
-          v.q0, (long long)gm->N, (long long)gm->N - 1, (long long)v.row_bytes);
+          v.q.q0, (long long)gm->N, (long long)gm->N - 1, (long long)v.q.row_bytes);
   stage_scales(f, &v);
   cu_line(f, "float acc[2][4] = {};  // two chains of sums (pairs scaled in f16), else acc[0]");
-  if (v.a0 >= 0) {
+  if (v.q.a0 >= 0) {
     cu_open(f, "if (smelt_aligned(X, 16))");
     stream(f, &v, true);
     cu_close(f);
