@@ -66,6 +66,11 @@ static const char compile_help[] =
     "  --quantize-only GLOB    quantise only matmuls whose weight or result name matches GLOB\n"
     "  --keep-below COS        keep in float the layers whose cosine is below COS (0.999 is where\n"
     "                          the report flags them)\n"
+    "  --tp N                  tensor parallelism: split the model over N ranks (the shard pass:\n"
+    "                          Megatron-style column- and row-parallel matmuls, attention by heads,\n"
+    "                          embeddings by vocabulary, all_reduce/all_gather where needed); the\n"
+    "                          bundle holds every rank's part, and smelt run/bench/generate run the\n"
+    "                          ranks on threads of one process (CPU only so far)\n"
     "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (operands rounded to a\n"
     "                          10-bit mantissa, f32 accumulation; relative error ~1e-3), like\n"
     "                          torch.backends.cuda.matmul.allow_tf32; default: f32 throughout\n";
@@ -147,6 +152,7 @@ typedef struct {
   DumpOpts *d;
   bool verbose;
   const QuantOptions *quant; /* --quantize, or NULL */
+  int tp, rank;              /* --tp: the ranks, and the one this build makes */
   char *quant_report;        /* the last build's report (pass_quant_report_text), malloc'd */
   double frontend_s, passes_s; /* summed over builds (a ranged dim builds three times) */
 } CompileBuild;
@@ -161,7 +167,8 @@ static smelt_status compile_build(void *user, const FeDim *dims, int ndims, bool
   c->frontend_s += t1 - t0;
   if (!st && d->dump_dir) write_dump(d, "00-input.ir", "IR from the frontend", *out);
   PassCtx pc = {.onchip_bytes = c->ctx->onchip_bytes, .target = c->ctx->target, .arch = c->ctx->arch,
-                .explain_fusion = c->ctx->explain_fusion && !probe, .quant = c->quant};
+                .explain_fusion = c->ctx->explain_fusion && !probe, .quant = c->quant, .tp = c->tp,
+                .rank = c->rank};
   if (!st) st = pass_run_pipeline(*out, &pc, c->passes, dump_hook, d);
   c->passes_s += smelt_now_s() - t1;
   if (!st && d->io_error) st = d->io_error, d->io_error = NULL;
@@ -188,6 +195,8 @@ int cli_compile(int argc, char **argv) {
   const char *target = "cpu", *cpu = NULL, *arch = NULL, *tune_table = NULL;
   bool no_tune_table = false, allow_tf32 = false, external_weights = false, no_cache = false;
   QuantOptions qo = {.mode = QM_NONE, .group = -1, .seed = 1};
+  int tp = 1;
+  char tp_passes[1024];
   char quant_desc[320] = "";
   char default_arch[32];
   char dims_text[512] = "";
@@ -278,6 +287,11 @@ int cli_compile(int argc, char **argv) {
       double kb = missing ? 0 : strtod(v, &end);
       if (missing || *end || !(kb > 0 && kb <= 1)) return cli_usage("compile", "--keep-below needs a cosine in (0, 1]");
       qo.keep_below = kb;
+    } else if ((v = cli_flag_value("--tp", argc, argv, &i, &missing)) || missing) {
+      char *end;
+      long tv = missing ? 0 : strtol(v, &end, 10);
+      if (missing || *end || tv < 1 || tv > 64) return cli_usage("compile", "--tp needs a number of ranks, 1 to 64");
+      tp = (int)tv;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
     } else if (strcmp(a, "--external-weights") == 0) {
@@ -318,6 +332,18 @@ int cli_compile(int argc, char **argv) {
              (long long)qo.group, qo.only ? " only=" : "", qo.only ? qo.only : "", qo.keep_below);
   }
   bool for_cuda = strstr(target, "cuda") != NULL;
+  if (tp > 1) {
+    if (for_cuda)
+      return cli_usage("compile", "--tp runs on CPU ranks only so far (the NCCL runtime for CUDA is not written "
+                       "yet): use --target cpu");
+    smelt_status bad = pass_with_shard(passes, tp_passes, sizeof tp_passes);
+    if (bad) {
+      int rc = cli_usage("compile", "%s", st_message(bad));
+      st_free(bad);
+      return rc;
+    }
+    passes = tp_passes;
+  }
   if (arch && !for_cuda) return cli_usage("compile", "--arch applies to --target cuda (or cpu,cuda)");
   if (tune_table && no_tune_table) return cli_usage("compile", "--tune-table and --no-tune-table contradict");
   if (allow_tf32 && !for_cuda) return cli_usage("compile", "--allow-tf32 applies to --target cuda (or cpu,cuda)");
@@ -348,7 +374,7 @@ int cli_compile(int argc, char **argv) {
                          .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .passes = passes,
                          .onchip_bytes = ctx.onchip_bytes, .tune_table = for_cuda ? tune_table : NULL,
                          .allow_tf32 = allow_tf32, .external_weights = external_weights, .log = print_note,
-                         .quantize = quant_desc[0] ? quant_desc : NULL};
+                         .quantize = quant_desc[0] ? quant_desc : NULL, .tp = tp > 1 ? tp : 0};
   ScCompileTimes times = {0};
   if (show_time) co.times = &times;
   double t_key = 0, t_store = 0;
@@ -384,45 +410,59 @@ int cli_compile(int argc, char **argv) {
     for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
     return rc;
   }
-  ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
+  /* --tp: the same once per rank, rank-major */
+  ScSpecGraph *specs = calloc((size_t)tp * FMT_MAX_SPECIALISATIONS, sizeof *specs);
   char labels[FMT_MAX_SPECIALISATIONS][256];
   double frontend_s = 0, passes_s = 0;
   int n = 0;
   const char *dump_root = d.dump_dir;
   char dump_dir[4096];
-  for (; n < space.ncombos && !st; n++) {
-    FeDim dims[SC_MAX_DIMS];
-    sc_dim_space_combo(&space, n, dims);
-    sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
-    specs[n] = (ScSpecGraph){.label = labels[n]};
-    if (space.ncombos > 1 && (d.after_all || d.nafter || d.nbefore || verbose || ctx.explain_fusion))
-      fprintf(stderr, "// ===== specialisation s%d: %s =====\n", n, labels[n]);
-    if (space.ncombos > 1 && dump_root) {
-      /* DIR/sI/ per specialisation */
-      snprintf(dump_dir, sizeof dump_dir, "%s/s%d", dump_root, n);
-      if (mkdir(dump_dir, 0777) != 0 && errno != EEXIST) {
-        st = st_error(ST_IO, "%s: error: cannot create directory: %s", dump_dir, strerror(errno));
-        break;
+  if (!specs) st = st_error(ST_NO_MEMORY, "out of memory");
+  bool noisy = d.after_all || d.nafter || d.nbefore || verbose || ctx.explain_fusion;
+  for (int r = 0; r < tp && !st; r++)
+    for (int c = 0; c < space.ncombos && !st; c++, n++) {
+      FeDim dims[SC_MAX_DIMS];
+      sc_dim_space_combo(&space, c, dims);
+      sc_dim_space_label(&space, c, labels[c], sizeof labels[c]);
+      specs[n] = (ScSpecGraph){.label = labels[c]};
+      if (tp > 1 && noisy) fprintf(stderr, "// ===== rank %d of %d =====\n", r, tp);
+      if (space.ncombos > 1 && noisy) fprintf(stderr, "// ===== specialisation s%d: %s =====\n", c, labels[c]);
+      if ((space.ncombos > 1 || tp > 1) && dump_root) {
+        /* DIR/rR/ per rank, DIR/[rR/]sI/ per specialisation */
+        int k = snprintf(dump_dir, sizeof dump_dir, "%s", dump_root);
+        if (tp > 1) {
+          k += snprintf(dump_dir + k, sizeof dump_dir - (size_t)k, "/r%d", r);
+          if (mkdir(dump_dir, 0777) != 0 && errno != EEXIST) {
+            st = st_error(ST_IO, "%s: error: cannot create directory: %s", dump_dir, strerror(errno));
+            break;
+          }
+        }
+        if (space.ncombos > 1) snprintf(dump_dir + k, sizeof dump_dir - (size_t)k, "/s%d", c);
+        if (mkdir(dump_dir, 0777) != 0 && errno != EEXIST) {
+          st = st_error(ST_IO, "%s: error: cannot create directory: %s", dump_dir, strerror(errno));
+          break;
+        }
+        d.dump_dir = dump_dir;
       }
-      d.dump_dir = dump_dir;
+      CompileBuild cb = {.model = model, .dtype = mo.dtype, .ctx = &ctx, .passes = passes, .d = &d, .verbose = verbose,
+                         .quant = qo.mode != QM_NONE ? &qo : NULL, .tp = tp, .rank = r};
+      st = sc_build_ranged(compile_build, &cb, dims, space.ndims, &specs[n].g);
+      frontend_s += cb.frontend_s;
+      passes_s += cb.passes_s;
+      if (!st && cb.quant_report) {
+        /* the report: printed here, stored in the bundle by the driver */
+        if (tp > 1) printf("rank %d\n", r);
+        if (space.ncombos > 1) printf("specialisation s%d: %s\n", c, labels[c]);
+        fputs(cb.quant_report, stdout);
+        specs[n].quant_report = cb.quant_report;
+      } else {
+        free(cb.quant_report);
+      }
+      if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[c]);
+      if (st && tp > 1) st = st_prefix(st, "rank %d", r);
     }
-    CompileBuild cb = {.model = model, .dtype = mo.dtype, .ctx = &ctx, .passes = passes, .d = &d, .verbose = verbose,
-                       .quant = qo.mode != QM_NONE ? &qo : NULL};
-    st = sc_build_ranged(compile_build, &cb, dims, space.ndims, &specs[n].g);
-    frontend_s += cb.frontend_s;
-    passes_s += cb.passes_s;
-    if (!st && cb.quant_report) {
-      /* the report: printed here, stored in the bundle by the driver */
-      if (space.ncombos > 1) printf("specialisation s%d: %s\n", n, labels[n]);
-      fputs(cb.quant_report, stdout);
-      specs[n].quant_report = cb.quant_report;
-    } else {
-      free(cb.quant_report);
-    }
-    if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
-  }
   if (!st && !emit_ir) {
-    st = sc_compile_specs(specs, n, &co, out);
+    st = sc_compile_specs(specs, n / tp, &co, out);
     double t0 = smelt_now_s();
     if (!st && key[0]) sc_cache_store(key, out);
     t_store = smelt_now_s() - t0;
@@ -431,8 +471,10 @@ int cli_compile(int argc, char **argv) {
     if (!f) {
       st = st_error(ST_IO, "%s: error: cannot write: %s", out, strerror(errno));
     } else {
+      int per = n / tp;
       for (int i = 0; i < n; i++) {
-        if (n > 1) fprintf(f, "%s// specialisation s%d: %s\n", i ? "\n" : "", i, labels[i]);
+        if (tp > 1 && i % per == 0) fprintf(f, "%s// rank %d of %d\n", i ? "\n" : "", i / per, tp);
+        if (per > 1) fprintf(f, "%s// specialisation s%d: %s\n", i ? "\n" : "", i % per, labels[i % per]);
         ir_print(f, specs[i].g);
       }
       if (fclose(f) != 0) st = st_error(ST_IO, "%s: error: write failed", out);
@@ -461,6 +503,7 @@ int cli_compile(int argc, char **argv) {
     ir_graph_destroy(specs[i].g);
     free((char *)specs[i].quant_report);
   }
+  free(specs);
   sc_dim_space_free(&space);
   for (int i = 0; i < mo.ndims; i++) free((char *)mo.dims[i].name);
   return st ? cli_fail(st) : 0;

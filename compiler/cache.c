@@ -139,6 +139,7 @@ smelt_status sc_cache_key(const char *model_path, const ScCompileOptions *o, cha
     field_int(&b, "onchip_bytes", (long long)o->onchip_bytes);
     field_int(&b, "threads", o->threads);
     field_int(&b, "external_weights", o->external_weights);
+    field_int(&b, "tp", o->tp);
   }
   if (!st && cpu) {
     /* native means this machine: the variants as LLVM will be told them */

@@ -430,6 +430,10 @@ static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const S
     snprintf(num, sizeof num, "%d", nspecs);
     put_kv(m, "specialisations", num);
   }
+  if (o->tp > 1) { /* the runtime runs one session per rank (runtime/comm.c) */
+    snprintf(num, sizeof num, "%d", o->tp);
+    put_kv(m, "tp", num);
+  }
   free(kn.p);
   free(arena.p);
   free(units.p);
@@ -817,22 +821,26 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
       return bad;
     }
   }
-  SpecBuild sb[FMT_MAX_SPECIALISATIONS];
-  CudaBuild cus[FMT_MAX_SPECIALISATIONS];
-  int nk[FMT_MAX_SPECIALISATIONS];
-  memset(sb, 0, sizeof sb);
-  ByteBuf manifest = {0}, index = {0};
+  /* tensor parallelism (--tp): one full set of sections per rank, under
+   * "r0/", "r1/", ... (specs holds the ranks' specialisations, rank-major) */
+  int nranks = o->tp > 1 ? o->tp : 1, total = nranks * nspecs;
+  SpecBuild *sb = calloc((size_t)total, sizeof *sb);
+  CudaBuild *cus = calloc((size_t)total, sizeof *cus);
+  int *nk = calloc((size_t)total, sizeof *nk);
+  ByteBuf manifest = {0}, *index = calloc((size_t)nranks, sizeof *index);
   FmtWriter *w = NULL;
   smelt_status st = NULL;
+  if (!sb || !cus || !nk || !index) st = st_error(ST_NO_MEMORY, "out of memory building the bundle");
   /* the index first: specialisations alike are refused before any code is made */
-  if (nspecs > 1) st = build_index(specs, nspecs, &index);
+  for (int r = 0; r < nranks && nspecs > 1 && !st; r++) st = build_index(specs + r * nspecs, nspecs, &index[r]);
   CgTuneTable *table = NULL;
   if (!st && cuda && o->tune_table) st = cg_tune_table_load(o->tune_table, &table);
   ConstCtx cc = {.external = o->external_weights};
   if (!st) st = fmt_const_pool_create(&cc.pool);
-  for (int i = 0; i < nspecs && !st; i++) {
+  for (int i = 0; i < total && !st; i++) {
     st = build_spec(specs[i].g, o, cpu, cuda, archs, table, &cc, &sb[i]);
     if (st && nspecs > 1) st = st_prefix(st, "specialisation %s", specs[i].label ? specs[i].label : "?");
+    if (st && nranks > 1) st = st_prefix(st, "rank %d", i / nspecs);
     cus[i] = sb[i].cu;
     nk[i] = sb[i].nk;
   }
@@ -840,10 +848,16 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
     st = build_manifest(specs, nspecs, o, sb[0].desc, sb[0].triple, cpu, cus, nk, &manifest);
   if (!st) st = fmt_writer_create(&w);
   if (!st) st = fmt_writer_add(w, FMT_SEC_MANIFEST, NULL, manifest.p, manifest.len);
-  if (!st && nspecs > 1) st = fmt_writer_add(w, FMT_SEC_SPECIALISATION, NULL, index.p, index.len);
-  for (int i = 0; i < nspecs && !st; i++) {
+  for (int r = 0; r < nranks && nspecs > 1 && !st; r++) {
+    char rp[16] = "";
+    if (nranks > 1) snprintf(rp, sizeof rp, "r%d/", r);
+    st = fmt_writer_add(w, FMT_SEC_SPECIALISATION, rp, index[r].p, index[r].len);
+  }
+  for (int i = 0; i < total && !st; i++) {
     char prefix[16] = "";
-    if (nspecs > 1) snprintf(prefix, sizeof prefix, "s%d/", i);
+    int n = 0;
+    if (nranks > 1) n = snprintf(prefix, sizeof prefix, "r%d/", i / nspecs);
+    if (nspecs > 1) snprintf(prefix + n, sizeof prefix - (size_t)n, "s%d/", i % nspecs);
     st = add_spec_sections(w, &sb[i], prefix, cpu);
     if (!st && specs[i].quant_report)
       st = fmt_writer_add(w, FMT_SEC_QUANT_REPORT, prefix, specs[i].quant_report, strlen(specs[i].quant_report));
@@ -856,12 +870,13 @@ static smelt_status build_bundle(ScSpecGraph *specs, int nspecs, const ScCompile
     w = NULL;
   }
   fmt_writer_destroy(w);
-  for (int i = 0; i < nspecs; i++) spec_build_free(&sb[i]);
+  for (int i = 0; sb && i < total; i++) spec_build_free(&sb[i]);
   const_ctx_free(&cc);
   cg_tune_table_free(table);
   sc_cpu_targets_free(cpu);
   free(manifest.p);
-  free(index.p);
+  for (int r = 0; index && r < nranks; r++) free(index[r].p);
+  free(index), free(sb), free(cus), free(nk);
   return st;
 }
 
@@ -916,27 +931,27 @@ typedef struct {
   const char *model_path;
   const smelt_compile_options *o;
   const char *archs;
+  const char *passes; /* o->passes, with the shard pass when tp > 1 */
+  int rank;
 } BuildCtx;
 
-static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const FeDim *dims,
-                                      int ndims, const char *archs, Graph **out_graph);
+static smelt_status load_and_optimise(const BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph);
 
 static smelt_status build_one(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out) {
-  const BuildCtx *c = ctx;
   (void)probe;
-  return load_and_optimise(c->model_path, c->o, dims, ndims, c->archs, out);
+  return load_and_optimise(ctx, dims, ndims, out);
 }
 
-static smelt_status load_and_optimise(const char *model_path, const smelt_compile_options *o, const FeDim *dims,
-                                      int ndims, const char *archs, Graph **out_graph) {
+static smelt_status load_and_optimise(const BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph) {
   *out_graph = NULL;
+  const smelt_compile_options *o = c->o;
   FeOptions fo = {.dims = dims, .ndims = ndims};
   if (o->dtype && (fo.dtype = dt_from_name(o->dtype)) == DT_INVALID)
     return st_error(ST_INVALID_INPUT, "unknown dtype '%s'", o->dtype);
   Graph *g = NULL;
-  RETURN_IF_ERROR(fe_load_model(model_path, &fo, &g));
-  PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = archs};
-  smelt_status st = pass_run_pipeline(g, &ctx, o->passes, NULL, NULL);
+  RETURN_IF_ERROR(fe_load_model(c->model_path, &fo, &g));
+  PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = c->archs, .tp = o->tp, .rank = c->rank};
+  smelt_status st = pass_run_pipeline(g, &ctx, c->passes, NULL, NULL);
   pass_ctx_free(&ctx);
   if (st) {
     ir_graph_destroy(g);
@@ -958,7 +973,7 @@ static ScCompileOptions driver_options(const char *model_path, const smelt_compi
   return (ScCompileOptions){.targets = o->targets, .archs = archs, .cpu = o->cpu, .threads = o->threads,
                             .model = model_path, .dims = o->dims, .dtype = o->dtype, .passes = o->passes,
                             .onchip_bytes = o->onchip_bytes, .allow_tf32 = o->allow_tf32 != 0,
-                            .external_weights = o->external_weights != 0};
+                            .external_weights = o->external_weights != 0, .tp = o->tp > 1 ? o->tp : 0};
 }
 
 /* The whole compiler: one pipeline run per combination of the dims'
@@ -988,25 +1003,38 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
       return NULL;
     }
   }
-  ScSpecGraph specs[FMT_MAX_SPECIALISATIONS];
-  char labels[FMT_MAX_SPECIALISATIONS][256];
-  int n = 0;
+  int nranks = o->tp > 1 ? o->tp : 1;
+  char passes[1024];
   smelt_status st = NULL;
-  for (; n < space.ncombos && !st; n++) {
-    FeDim dims[SC_MAX_DIMS];
-    sc_dim_space_combo(&space, n, dims);
-    sc_dim_space_label(&space, n, labels[n], sizeof labels[n]);
-    specs[n] = (ScSpecGraph){.label = labels[n]}; /* no quant_report: smelt_compile does not quantize */
-    BuildCtx bc = {model_path, o, archs};
-    st = sc_build_ranged(build_one, &bc, dims, space.ndims, &specs[n].g);
-    if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[n]);
-  }
+  if (o->tp < 0 || o->tp > 64) st = st_error(ST_INVALID_INPUT, "smelt_compile: tp %d (1 to 64 ranks)", o->tp);
+  else if (nranks > 1 && cuda)
+    st = st_error(ST_UNSUPPORTED, "tensor parallelism (tp %d) runs on CPU ranks only so far: the NCCL runtime "
+                  "for CUDA is not written yet; compile for the cpu target", o->tp);
+  else if (nranks > 1) st = pass_with_shard(o->passes, passes, sizeof passes);
+  ScSpecGraph *specs = calloc((size_t)nranks * FMT_MAX_SPECIALISATIONS, sizeof *specs);
+  char labels[FMT_MAX_SPECIALISATIONS][256];
+  if (!specs && !st) st = st_error(ST_NO_MEMORY, "out of memory");
+  int n = 0;
+  for (int r = 0; r < nranks && !st; r++)
+    for (int c = 0; c < space.ncombos && !st; c++, n++) {
+      FeDim dims[SC_MAX_DIMS];
+      sc_dim_space_combo(&space, c, dims);
+      sc_dim_space_label(&space, c, labels[c], sizeof labels[c]);
+      specs[n] = (ScSpecGraph){.label = labels[c]}; /* no quant_report: smelt_compile does not quantize */
+      BuildCtx bc = {model_path, o, archs, nranks > 1 ? passes : o->passes, r};
+      st = sc_build_ranged(build_one, &bc, dims, space.ndims, &specs[n].g);
+      if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[c]);
+      if (st && nranks > 1) st = st_prefix(st, "rank %d", r);
+    }
   if (!st) {
     ScCompileOptions ro = driver_options(model_path, o, archs);
-    st = out_path ? sc_compile_specs(specs, n, &ro, out_path) : sc_compile_specs_to_memory(specs, n, &ro, out_buf, out_len);
+    if (nranks > 1) ro.passes = passes;
+    int per = n / nranks;
+    st = out_path ? sc_compile_specs(specs, per, &ro, out_path) : sc_compile_specs_to_memory(specs, per, &ro, out_buf, out_len);
     if (!st && out_path && key[0]) sc_cache_store(key, out_path);
   }
   for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
+  free(specs);
   sc_dim_space_free(&space);
   return st;
 }

@@ -82,6 +82,10 @@ typedef struct {
   int64_t onchip_bytes;
   const char *quantize; /* --quantize and its options as given ("int4 group=128"); NULL = none */
   ScCompileTimes *times; /* when non-NULL, the back half's times are added to it */
+  /* Tensor parallelism (--tp): > 1 makes a bundle of tp ranks, whose
+   * specialisations sc_compile_specs takes rank-major (n per rank, tp * n
+   * in all), each rank's made by the pipeline with the shard pass. */
+  int tp;
 } ScCompileOptions;
 
 /* Which targets a --target list names; ST_INVALID_INPUT for anything but

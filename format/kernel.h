@@ -48,4 +48,13 @@ typedef struct {
   KernelRange rg;  /* with ranged dims: the tasks a run at a smaller value runs */
 } Kernel;
 
+/* A kernel that is one collective (all_reduce, all_gather: passes/shard.c):
+ * the runtime runs it across the ranks (runtime/comm.c); no target
+ * generates code for it. */
+static inline bool fmt_kernel_collective(const Graph *g, const Kernel *k) {
+  if (k->group < 0 || k->group >= g->ngroups) return false;
+  int a = g->groups[k->group].anchor;
+  return a >= 0 && a < g->nnode && ir_op_is_collective(g->node[a].op);
+}
+
 #endif

@@ -605,6 +605,31 @@ static smelt_status infer_arange(Graph *g, Node *n) {
   return NULL;
 }
 
+/* ---- collectives (tensor parallelism) ---- */
+
+static smelt_status need_ranks(const Graph *g, const Node *n) {
+  int64_t r = ir_attr_int(n, "ranks");
+  if (r < 1 || r > 64) return fail(g, n, "ranks must be in [1, 64], got %lld", (long long)r);
+  return NULL;
+}
+
+static smelt_status infer_all_reduce(Graph *g, Node *n) {
+  RETURN_IF_ERROR(need_ranks(g, n));
+  RETURN_IF_ERROR(need_float(g, n, 0));
+  set_out(g, n, 0, *in_type(g, n, 0));
+  return NULL;
+}
+
+static smelt_status infer_all_gather(Graph *g, Node *n) {
+  RETURN_IF_ERROR(need_ranks(g, n));
+  TensorType t = *in_type(g, n, 0);
+  int ax = ir_norm_axis(ir_attr_int(n, "axis"), t.rank);
+  if (ax < 0) return fail(g, n, "axis %lld out of range for rank %d", (long long)ir_attr_int(n, "axis"), t.rank);
+  t.dim[ax] *= ir_attr_int(n, "ranks");
+  set_out(g, n, 0, t);
+  return NULL;
+}
+
 static smelt_status infer_rope(Graph *g, Node *n) {
   const TensorType *x = in_type(g, n, 0), *pos = in_type(g, n, 1);
   RETURN_IF_ERROR(need_float(g, n, 0));

@@ -315,5 +315,8 @@ static inline Node *ir_node_of(Graph *g, int v) {
   return g->val[v].kind == VK_NODE ? &g->node[g->val[v].node] : NULL;
 }
 static inline bool ir_is_const(const Graph *g, int v) { return g->val[v].kind == VK_CONST; }
+/* all_reduce and all_gather: run by the runtime across the ranks of a
+ * tensor-parallel bundle, never by generated code. */
+static inline bool ir_op_is_collective(Op op) { return op == OP_ALL_REDUCE || op == OP_ALL_GATHER; }
 
 #endif

@@ -854,3 +854,18 @@ smelt_status ref_dequantize(const RefArgs *a) {
     }
   return NULL;
 }
+
+/* all_reduce and all_gather over one rank are the identity; over several,
+ * the reference runs each rank's graph alone and cannot see the others
+ * (runtime/comm.c runs them, and tests compare a sharded bundle's results
+ * with the unsharded model's). */
+smelt_status ref_collective(const RefArgs *a) {
+  if (ir_attr_int(a->n, "ranks") != 1)
+    return st_at(a->n->loc, "node '%s' (%s): the reference interpreter runs one rank's graph and cannot run a "
+                 "collective over %lld ranks; run the bundle on its ranks (smelt run --device cpu), or compare "
+                 "with the unsharded model",
+                 ir_node_name(a->g, a->n), ir_op_name(a->n->op), (long long)ir_attr_int(a->n, "ranks"));
+  int64_t n = ir_type_numel(a->out_type[0]);
+  for (int64_t i = 0; i < n; i++) a->out[0][i] = a->in[0][i];
+  return NULL;
+}

@@ -280,6 +280,7 @@ smelt_status pass_const_fold(Graph *g, PassCtx *ctx, bool *changed) {
   for (int id = 0; id < g->nnode; id++) {
     Node *n = &g->node[id];
     if (n->dead || n->nin == 0 || !all_const(g, n, 0)) continue;
+    if (ir_op_is_collective(n->op)) continue; /* across ranks: never one rank's constant */
     if (n->op == OP_DEQUANTIZE) {
       pass_ctx_logf(ctx, "const-fold: kept '%s' (dequantize): its weights stay quantised", ir_node_name(g, n));
       continue;

@@ -63,6 +63,9 @@ typedef struct {
    * owned by the context (pass_ctx_free) */
   const QuantOptions *quant;
   QuantReport *quant_report;
+  /* shard: tensor parallelism (--tp): tp ranks (0 or 1: the pass changes
+   * nothing) and the rank whose part of the model this pipeline makes */
+  int tp, rank;
 } PassCtx;
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) SMELT_PRINTF(2, 3);
@@ -82,6 +85,7 @@ typedef struct {
   X(simplify, "algebraic identities: x*1, x+0, double transpose, reshape chains, no-op casts")  \
   X(cse, "common subexpression elimination")                                                 \
   X(dce, "dead code elimination")                                                            \
+  X(shard, "--tp N: one rank's part of the model, matmuls split Megatron-style, collectives inserted") \
   X(fuse_attention, "matmul-scale-mask-softmax-matmul becomes attention")                    \
   X(merge_matmuls, "CUDA: matmuls sharing their input and reading constant weights become one") \
   X(layout, "CUDA: matmul weights stored [N, K] (transpose_b) for the GEMV/tensor-core kernels") \
@@ -100,6 +104,12 @@ const char *pass_default_pipeline(void);
 /* The default pipeline with quantize before fuse (after layout, so that a
  * CUDA weight is quantised in its [N, K] layout): --quantize's. */
 const char *pass_quantize_pipeline(void);
+
+/* The pipeline `base` (NULL: the default) with shard, const-fold, cse and
+ * dce before fuse-attention (--tp), into buf; an error when base has no
+ * fuse-attention to place them before or names shard already (then it is
+ * returned as it is, in buf). */
+smelt_status pass_with_shard(const char *base, char *buf, size_t cap) SMELT_MUST_USE;
 
 /* Called around every pass; `after` is false before it runs.  index counts
  * passes from 1.  Lets the CLI print or dump IR without the library printing. */

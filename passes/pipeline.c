@@ -35,6 +35,7 @@ static const PassInfo pass_table[] = {
     ENTRY("simplify", simplify),
     ENTRY("cse", cse),
     ENTRY("dce", dce),
+    ENTRY("shard", shard),
     ENTRY("fuse-attention", fuse_attention),
     ENTRY("merge-matmuls", merge_matmuls),
     ENTRY("layout", layout),
@@ -60,6 +61,19 @@ const char *pass_default_pipeline(void) {
 
 const char *pass_quantize_pipeline(void) {
   return "canonicalize,const-fold,simplify,cse,dce,fuse-attention,merge-matmuls,layout,quantize,fuse,plan-memory";
+}
+
+smelt_status pass_with_shard(const char *base, char *buf, size_t cap) {
+  if (!base) base = pass_default_pipeline();
+  if (strstr(base, "shard")) {
+    if ((size_t)snprintf(buf, cap, "%s", base) >= cap) return st_error(ST_INVALID_INPUT, "pass list too long");
+    return NULL;
+  }
+  const char *at = strstr(base, "fuse-attention");
+  if (!at) return st_error(ST_INVALID_INPUT, "--tp needs the shard pass in the pass list (before fuse-attention)");
+  int n = snprintf(buf, cap, "%.*sshard,const-fold,cse,dce,%s", (int)(at - base), base, at);
+  if (n < 0 || (size_t)n >= cap) return st_error(ST_INVALID_INPUT, "pass list too long");
+  return NULL;
 }
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) {

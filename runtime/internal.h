@@ -52,6 +52,15 @@ struct smelt_bundle {
   FmtWeightsSet *weights;    /* its files, mapped and checked, tensors assembled */
   const void *consts;        /* the constants section; NULL when there is none */
   size_t consts_len;
+  /* Tensor parallelism (manifest "tp"): the bundle smelt_bundle_open
+   * returns is rank 0; ranks[r] (ranks[0] == itself) is rank r's part,
+   * under the section prefix "rR/", a root of its own specialisations
+   * whose file, manifest, constants and weights are borrowed from the
+   * bundle that `owner` names (NULL for that bundle itself). */
+  smelt_bundle **ranks;
+  int nranks;                /* 1 without --tp */
+  int rank;
+  smelt_bundle *owner;
 };
 
 /* What a CUDA session owns.  Device addresses are 0 when unset. */
@@ -107,6 +116,15 @@ typedef struct {
 
 struct smelt_session {
   smelt_bundle *root;
+  /* Tensor parallelism: a session on a bundle of several ranks is rank 0's
+   * and drives the others (peers[r - 1] is rank r's session) on the
+   * crew's threads; comm is shared by all of them (runtime/comm.h). */
+  int rank, nranks;
+  struct smelt_session **peers;
+  struct RtComm *comm;
+  struct RtCrew *crew;
+  void **scratch;      /* a peer's outputs, per output slot (the caller reads rank 0's) */
+  size_t *scratch_bytes;
   smelt_bundle *b;     /* the active specialisation; the root before one is chosen */
   RtRun *r;            /* its run state; NULL before one is chosen */
   RtRun *runs;         /* per specialisation, made when it is first chosen */
@@ -145,6 +163,39 @@ smelt_status rt_bundle_check_constants(const smelt_bundle *b) SMELT_MUST_USE;
 /* A zeroed buffer of at least `bytes`, 64-byte aligned (free()). */
 void *rt_aligned_buffer(size_t bytes);
 bool rt_is_graph_output(const Graph *g, int v);
+
+/* ---- one rank's session (runtime/session.c) ---- */
+
+/* A session on bundle b alone (b a root: a plain bundle, or one rank's
+ * part), with a pool of `threads`. */
+smelt_status rt_session_create_one(smelt_bundle *b, bool cuda, int ordinal, int threads,
+                                   const smelt_session_options *options, smelt_session **out_session) SMELT_MUST_USE;
+/* rt_session_prepare, _run_kernel, _finish and smelt_session_run of this
+ * session alone (the public ones drive every rank of a tensor-parallel
+ * session). */
+smelt_status rt_session_prepare_one(smelt_session *s) SMELT_MUST_USE;
+smelt_status rt_session_run_kernel_one(smelt_session *s, int i) SMELT_MUST_USE;
+smelt_status rt_session_finish_one(smelt_session *s) SMELT_MUST_USE;
+smelt_status rt_session_run_one(smelt_session *s) SMELT_MUST_USE;
+
+/* ---- tensor-parallel sessions (runtime/ranks.c) ---- */
+
+/* Rank 0's session on b (a bundle of b->nranks ranks) with a session per
+ * other rank, `threads` split between them, their communicator and the
+ * threads that run them. */
+smelt_status rt_ranks_session_create(smelt_bundle *b, int threads, const smelt_session_options *options,
+                                     smelt_session **out_session) SMELT_MUST_USE;
+/* Frees what a tensor-parallel session adds (nothing for another). */
+void rt_ranks_session_free(smelt_session *s);
+/* The binding just made on rank 0's session, made on every other rank:
+ * the same input memory (read in place), an output buffer of their own. */
+smelt_status rt_ranks_bind(smelt_session *s, bool input, const char *name, const void *data, const Binding *bd)
+    SMELT_MUST_USE;
+typedef enum { RT_STEP_RUN, RT_STEP_PREPARE, RT_STEP_KERNEL, RT_STEP_FINISH } RtStep;
+/* The step on every rank at once (the kernel index for RT_STEP_KERNEL). */
+smelt_status rt_ranks_step(smelt_session *s, RtStep what, int kernel) SMELT_MUST_USE;
+/* Kernel i of this rank's session, a collective, with the other ranks. */
+smelt_status rt_ranks_collective(smelt_session *s, int i) SMELT_MUST_USE;
 
 /* ---- CUDA sessions (runtime/cuda_session.c) ---- */
 

@@ -240,6 +240,7 @@ static smelt_status load_machine_code(smelt_bundle *b, CodeMode mode) {
   b->fns = calloc((size_t)b->nkernels, sizeof *b->fns);
   if (!b->fns) return st_error(ST_NO_MEMORY, "%s: error: out of memory", path);
   for (int i = 0; i < b->nkernels; i++) {
+    if (fmt_kernel_collective(b->g, &b->kernels[i])) continue; /* runtime/comm.c runs it */
     void *sym = rt_elf_lookup(b->code_image, b->kernels[i].name);
     if (!sym)
       return st_error(ST_INVALID_INPUT, "%s: error: kernel '%s' of the kernel table is not in the CPU code", path,
@@ -299,9 +300,9 @@ static void spec_close(smelt_bundle *b) {
   free(b->signature);
 }
 
-void smelt_bundle_close(smelt_bundle *b) {
-  if (!b) return;
-  /* Only the root is handed out; its specialisations go with it. */
+/* Frees a root's specialisations and itself, but not what it shares with
+ * the other ranks. */
+static void close_specs(smelt_bundle *b) {
   for (int i = 1; i < b->nspecs; i++)
     if (b->specs[i]) {
       spec_close(b->specs[i]);
@@ -309,6 +310,18 @@ void smelt_bundle_close(smelt_bundle *b) {
     }
   free(b->specs);
   spec_close(b);
+}
+
+void smelt_bundle_close(smelt_bundle *b) {
+  if (!b) return;
+  /* Only the root is handed out; its specialisations and ranks go with it. */
+  for (int r = 1; b->ranks && r < b->nranks; r++)
+    if (b->ranks[r]) {
+      close_specs(b->ranks[r]);
+      free(b->ranks[r]);
+    }
+  free(b->ranks);
+  close_specs(b);
   for (int i = 0; i < b->nmanifest; i++) {
     free(b->manifest[i].key);
     free(b->manifest[i].value);
@@ -375,8 +388,8 @@ static smelt_status load_spec(smelt_bundle *b, CodeMode code) {
 
 /* One line of the index, "sI/\tLABEL\tSIGNATURE", into spec (prefix,
  * label, and the signature it claims in *out_sig, malloc'd). */
-static smelt_status parse_index_line(const char *path, const char *line, size_t n, int i, smelt_bundle *spec,
-                                     char **out_sig) {
+static smelt_status parse_index_line(const char *path, const char *base, const char *line, size_t n, int i,
+                                     smelt_bundle *spec, char **out_sig) {
   *out_sig = NULL;
   char want[16];
   snprintf(want, sizeof want, "s%d/\t", i);
@@ -385,7 +398,7 @@ static smelt_status parse_index_line(const char *path, const char *line, size_t 
   if (n <= wl || strncmp(line, want, wl) != 0 || !tab || tab == line + wl || memchr(line, 0, n))
     return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: entry %d is not \"s%d/<TAB>DIMS<TAB>INPUTS\"",
                     path, i, i);
-  snprintf(spec->prefix, sizeof spec->prefix, "s%d/", i);
+  snprintf(spec->prefix, sizeof spec->prefix, "%ss%d/", base, i);
   spec->label = strndup(line + wl, (size_t)(tab - (line + wl)));
   *out_sig = strndup(tab + 1, (size_t)(line + n - (tab + 1)));
   if (!spec->label || !*out_sig) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
@@ -396,7 +409,7 @@ static smelt_status parse_index_line(const char *path, const char *line, size_t 
  * its sections, take the inputs the index says, and differ in them from
  * every other; all must have the same inputs and outputs by name, dtype and
  * rank (they are one model). */
-static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, CodeMode code) {
+static smelt_status load_specs(smelt_bundle *b, const char *base, const char *index, size_t len, CodeMode code) {
   const char *path = fmt_file_path(b->file);
   const char *end = index + len, *nl = memchr(index, '\n', len);
   char head[64];
@@ -426,7 +439,7 @@ static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, C
     nl = line < end ? memchr(line, '\n', (size_t)(end - line)) : NULL;
     if (!nl) return st_error(ST_INVALID_INPUT, "%s: error: specialisation index: %d entries, the header says %d", path, i, n);
     char *sig;
-    RETURN_IF_ERROR(parse_index_line(path, line, (size_t)(nl - line), i, sp, &sig));
+    RETURN_IF_ERROR(parse_index_line(path, base, line, (size_t)(nl - line), i, sp, &sig));
     line = nl + 1;
     smelt_status st = load_spec(sp, code);
     if (!st && strcmp(sig, sp->signature) != 0)
@@ -456,8 +469,92 @@ static smelt_status load_specs(smelt_bundle *b, const char *index, size_t len, C
   return NULL;
 }
 
+/* One rank's specialisations, under the prefix base ("" without --tp,
+ * else "rR/"): the one of a plain bundle, or those of the index. */
+static smelt_status load_rank_specs(smelt_bundle *b, const char *base, CodeMode code) {
+  const void *data;
+  size_t len;
+  if (fmt_file_find(b->file, FMT_SEC_SPECIALISATION, base, &data, &len)) return load_specs(b, base, data, len, code);
+  snprintf(b->prefix, sizeof b->prefix, "%s", base);
+  if (!(b->label = strdup("")) || !(b->specs = calloc(1, sizeof *b->specs)))
+    return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+  b->specs[0] = b;
+  b->nspecs = 1;
+  return load_spec(b, code);
+}
+
+/* The ranks must be one model cut in parts: the same specialisations
+ * taking the same inputs and giving the same outputs, and the same
+ * collectives in the same order with the same sizes (a rank waiting for a
+ * collective that another never reaches would wait forever). */
+static smelt_status check_rank(const smelt_bundle *b0, const smelt_bundle *rb) {
+  const char *path = fmt_file_path(b0->file);
+  if (rb->nspecs != b0->nspecs)
+    return st_error(ST_INVALID_INPUT, "%s: error: rank %d has %d specialisations, rank 0 %d", path, rb->rank,
+                    rb->nspecs, b0->nspecs);
+  for (int i = 0; i < b0->nspecs; i++) {
+    const smelt_bundle *x = b0->specs[i], *y = rb->specs[i];
+    const Graph *g0 = x->g, *g = y->g;
+    bool same = strcmp(x->signature, y->signature) == 0 && g->noutputs == g0->noutputs && y->nkernels == x->nkernels;
+    for (int k = 0; same && k < g->noutputs; k++)
+      same = ir_type_equal(&g->val[g->outputs[k]].type, &g0->val[g0->outputs[k]].type) &&
+             strcmp(g->val[g->outputs[k]].name, g0->val[g0->outputs[k]].name) == 0;
+    if (!same)
+      return st_error(ST_INVALID_INPUT, "%s: error: rank %d's specialisation %d is not rank 0's model (inputs, "
+                      "outputs or kernels differ)", path, rb->rank, i);
+    for (int k = 0; k < x->nkernels; k++) {
+      const Kernel *a = &x->kernels[k], *c = &y->kernels[k];
+      bool ca = fmt_kernel_collective(g0, a), cc = fmt_kernel_collective(g, c);
+      if (!ca && !cc) continue;
+      bool match = ca && cc && a->nargs == 2 && c->nargs == 2 &&
+                   g0->node[g0->groups[a->group].anchor].op == g->node[g->groups[c->group].anchor].op;
+      for (int j = 0; match && j < 2; j++)
+        match = ir_type_equal(&g0->val[a->args[j]].type, &g->val[c->args[j]].type);
+      if (!match)
+        return st_error(ST_INVALID_INPUT, "%s: error: kernel %d of rank %d (%s) and of rank 0 (%s) are not the same "
+                        "collective", path, k, rb->rank, c->name, a->name);
+    }
+  }
+  return NULL;
+}
+
+/* Rank 0's specialisations into b, then with --tp (manifest "tp") every
+ * other rank's into a bundle of its own. */
+static smelt_status load_ranks(smelt_bundle *b, CodeMode code) {
+  const char *path = fmt_file_path(b->file);
+  const char *tp = rt_bundle_manifest_get(b, "tp");
+  char *end = NULL;
+  long n = tp ? strtol(tp, &end, 10) : 1;
+  if (tp && (*end || n < 2 || n > 64))
+    return st_error(ST_INVALID_INPUT, "%s: error: manifest: tp=%s (2 to 64 ranks)", path, tp);
+  b->nranks = (int)n;
+  if (n == 1) return load_rank_specs(b, "", code);
+  if (!(b->ranks = calloc((size_t)n, sizeof *b->ranks))) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+  b->ranks[0] = b;
+  RETURN_IF_ERROR(load_rank_specs(b, "r0/", code));
+  for (int r = 1; r < n; r++) {
+    smelt_bundle *rb = calloc(1, sizeof *rb);
+    if (!rb) return st_error(ST_NO_MEMORY, "out of memory opening a bundle");
+    b->ranks[r] = rb;
+    rb->file = b->file;
+    rb->root = rb;
+    rb->owner = b;
+    rb->rank = r;
+    rb->nranks = (int)n;
+    rb->manifest = b->manifest, rb->nmanifest = b->nmanifest;
+    rb->consts = b->consts, rb->consts_len = b->consts_len;
+    rb->weights_table = b->weights_table, rb->weights = b->weights;
+    char base[16];
+    snprintf(base, sizeof base, "r%d/", r);
+    smelt_status st = load_rank_specs(rb, base, code);
+    if (!st) st = check_rank(b, rb);
+    if (st) return st_prefix(st, "rank %d", r);
+  }
+  return NULL;
+}
+
 /* The manifest, then the specialisations: the one of a plain bundle, or
- * those of the index. */
+ * those of the index, of every rank. */
 static smelt_status load_bundle(FmtFile *file, CodeMode code, smelt_bundle **out_bundle) {
   *out_bundle = NULL;
   smelt_bundle *b = calloc(1, sizeof *b);
@@ -477,17 +574,7 @@ static smelt_status load_bundle(FmtFile *file, CodeMode code, smelt_bundle **out
   }
   if ((st = parse_manifest(b, data, len))) goto fail;
   if ((st = load_constants(b))) goto fail;
-  if (fmt_file_find(file, FMT_SEC_SPECIALISATION, NULL, &data, &len)) {
-    if ((st = load_specs(b, data, len, code))) goto fail;
-  } else {
-    if (!(b->label = strdup("")) || !(b->specs = calloc(1, sizeof *b->specs))) {
-      st = st_error(ST_NO_MEMORY, "out of memory opening a bundle");
-      goto fail;
-    }
-    b->specs[0] = b;
-    b->nspecs = 1;
-    if ((st = load_spec(b, code))) goto fail;
-  }
+  if ((st = load_ranks(b, code))) goto fail;
   *out_bundle = b;
   return NULL;
 fail:

@@ -510,6 +510,7 @@ smelt_status smelt_session_select(smelt_session *s, int i) {
                     s->root->nspecs);
   if (i >= 0) RETURN_IF_ERROR(activate(s, i));
   s->pinned = i;
+  for (int r = 1; s->peers && r < s->nranks; r++) RETURN_IF_ERROR(smelt_session_select(s->peers[r - 1], i));
   return NULL;
 }
 
@@ -606,10 +607,21 @@ smelt_status smelt_session_reset_state(smelt_session *s) {
     if (!s->cuda) memset(s->state[i], 0, s->state_bytes[i]);
     else RETURN_IF_ERROR(rt_cuda_memset(s->dev, s->state_dev[i], 0, s->state_bytes[i]));
   }
+  for (int r = 1; s->peers && r < s->nranks; r++) RETURN_IF_ERROR(smelt_session_reset_state(s->peers[r - 1]));
   return NULL;
 }
 
+/* A state of a tensor-parallel session may be split over the ranks (the
+ * shard pass stores a KV cache by heads); each rank holds its part. */
+static smelt_status whole_state_only(const smelt_session *s, const char *name) {
+  if (s->nranks <= 1) return NULL;
+  return st_error(ST_UNSUPPORTED, "state '%s': the session runs %d tensor-parallel ranks, each holding its part of "
+                  "the states; reading or writing a state across ranks is not supported yet", name ? name : "(null)",
+                  s->nranks);
+}
+
 smelt_status smelt_session_read_state(smelt_session *s, const char *name, void *data, size_t bytes) {
+  RETURN_IF_ERROR(whole_state_only(s, name));
   int i;
   RETURN_IF_ERROR(find_state(s, name, bytes, &i));
   if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
@@ -621,6 +633,7 @@ smelt_status smelt_session_read_state(smelt_session *s, const char *name, void *
 }
 
 smelt_status smelt_session_write_state(smelt_session *s, const char *name, const void *data, size_t bytes) {
+  RETURN_IF_ERROR(whole_state_only(s, name));
   int i;
   RETURN_IF_ERROR(find_state(s, name, bytes, &i));
   if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
@@ -691,10 +704,24 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   RETURN_IF_ERROR(rt_bundle_check_constants(b)); /* deferred at open (loader.c) */
   if (options && options->threads < 0)
     return st_error(ST_INVALID_INPUT, "smelt_session_create: %d threads", options->threads);
+  if (b->nranks > 1) {
+    if (cuda)
+      return st_error(ST_UNSUPPORTED, "%s: a bundle of %d tensor-parallel ranks runs on the CPU only so far (the "
+                      "NCCL runtime for CUDA is not written yet)", fmt_file_path(b->file), b->nranks);
+    return rt_ranks_session_create(b, session_threads(b, options), options, out_session);
+  }
+  return rt_session_create_one(b, cuda, ordinal, session_threads(b, options), options, out_session);
+}
+
+smelt_status rt_session_create_one(smelt_bundle *b, bool cuda, int ordinal, int threads,
+                                   const smelt_session_options *options, smelt_session **out_session) {
+  *out_session = NULL;
   const Graph *g = b->g;
   smelt_session *s = calloc(1, sizeof *s);
   if (!s) return st_error(ST_NO_MEMORY, "out of memory creating a session");
   s->root = s->b = b;
+  s->rank = b->rank;
+  s->nranks = 1;
   s->active = s->pinned = -1;
   s->cuda = cuda;
   s->ordinal = ordinal;
@@ -721,7 +748,7 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
                     "compile with --target cuda or cpu,cuda)", fmt_file_path(b->file));
       goto fail;
     }
-  } else if ((st = rt_pool_create(session_threads(b, options), &s->pool))) {
+  } else if ((st = rt_pool_create(threads, &s->pool))) {
     goto fail;
   }
   if ((st = create_states(s))) goto fail;
@@ -737,6 +764,7 @@ fail:
 
 void smelt_session_destroy(smelt_session *s) {
   if (!s) return;
+  rt_ranks_session_free(s);
   for (int i = 0; s->made && i < s->root->nspecs; i++) {
     if (!s->made[i]) continue;
     s->b = s->root->specs[i];
@@ -882,7 +910,8 @@ static smelt_status bind(smelt_session *s, bool input, const char *name, const v
 
 smelt_status smelt_session_bind_input(smelt_session *s, const char *name, const void *data, size_t bytes) {
   Binding bd = {.bytes = bytes, .bound = true};
-  return bind(s, true, name, data, &bd);
+  RETURN_IF_ERROR(bind(s, true, name, data, &bd));
+  return s->peers ? rt_ranks_bind(s, true, name, data, &bd) : NULL;
 }
 
 smelt_status smelt_session_bind_input_shaped(smelt_session *s, const char *name, const void *data, int rank,
@@ -896,12 +925,14 @@ smelt_status smelt_session_bind_input_shaped(smelt_session *s, const char *name,
     if (dims[d] < 0) return st_error(ST_INVALID_INPUT, "input '%s': dim %d is %lld", name ? name : "(null)", d, (long long)dims[d]);
     bd.shape.dim[d] = dims[d];
   }
-  return bind(s, true, name, data, &bd);
+  RETURN_IF_ERROR(bind(s, true, name, data, &bd));
+  return s->peers ? rt_ranks_bind(s, true, name, data, &bd) : NULL;
 }
 
 smelt_status smelt_session_bind_output(smelt_session *s, const char *name, void *data, size_t bytes) {
   Binding bd = {.bytes = bytes, .bound = true};
-  return bind(s, false, name, data, &bd);
+  RETURN_IF_ERROR(bind(s, false, name, data, &bd));
+  return s->peers ? rt_ranks_bind(s, false, name, data, &bd) : NULL;
 }
 /* ---- running, on either device ---- */
 
@@ -946,6 +977,10 @@ static smelt_status stage(smelt_session *s, int v, const void *data) {
 }
 
 smelt_status rt_session_prepare(smelt_session *s) {
+  return s->peers ? rt_ranks_step(s, RT_STEP_PREPARE, -1) : rt_session_prepare_one(s);
+}
+
+smelt_status rt_session_prepare_one(smelt_session *s) {
   RETURN_IF_ERROR(choose(s));
   const smelt_bundle *b = s->b;
   const Graph *g = b->g;
@@ -1019,7 +1054,12 @@ static void call_ranged(void *ctx, int64_t begin, int64_t end) {
 }
 
 smelt_status rt_session_run_kernel(smelt_session *s, int i) {
+  return s->peers ? rt_ranks_step(s, RT_STEP_KERNEL, i) : rt_session_run_kernel_one(s, i);
+}
+
+smelt_status rt_session_run_kernel_one(smelt_session *s, int i) {
   const Kernel *kn = &s->b->kernels[i];
+  if (fmt_kernel_collective(s->b->g, kn)) return rt_ranks_collective(s, i);
   if (s->r->cu) {
     smelt_status st = rt_cuda_launch(s->r->cu->dev, &s->r->cu->launches[i], 1);
     if (!st) st = rt_cuda_sync(s->r->cu->dev);
@@ -1044,6 +1084,10 @@ smelt_status rt_session_run_kernel(smelt_session *s, int i) {
 }
 
 smelt_status rt_session_finish(smelt_session *s) {
+  return s->peers ? rt_ranks_step(s, RT_STEP_FINISH, -1) : rt_session_finish_one(s);
+}
+
+smelt_status rt_session_finish_one(smelt_session *s) {
   if (s->r->cu) return rt_cuda_session_finish(s);
   const Graph *g = s->b->g;
   for (int i = 0; i < g->noutputs; i++) {
@@ -1061,9 +1105,13 @@ smelt_status rt_session_finish(smelt_session *s) {
 
 smelt_status smelt_session_run(smelt_session *s) {
   if (s->cuda) return rt_cuda_session_run(s);
-  RETURN_IF_ERROR(rt_session_prepare(s));
-  for (int k = 0; k < s->b->nkernels; k++) RETURN_IF_ERROR(rt_session_run_kernel(s, k));
-  return rt_session_finish(s);
+  return s->peers ? rt_ranks_step(s, RT_STEP_RUN, -1) : rt_session_run_one(s);
+}
+
+smelt_status rt_session_run_one(smelt_session *s) {
+  RETURN_IF_ERROR(rt_session_prepare_one(s));
+  for (int k = 0; k < s->b->nkernels; k++) RETURN_IF_ERROR(rt_session_run_kernel_one(s, k));
+  return rt_session_finish_one(s);
 }
 
 smelt_status smelt_session_enqueue(smelt_session *s) {

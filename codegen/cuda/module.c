@@ -379,6 +379,9 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     else if (op == OP_MATMUL || op == OP_CONV2D) cu_emit_contraction(&f, &l);
     else if (op == OP_ATTENTION) cu_emit_attention(&f, &l);
     else if (op == OP_SCATTER || op == OP_ARGMAX || op == OP_TOPK || op == OP_ARANGE) cu_emit_state_op(&f, &l);
+    else if (ir_op_is_collective(op))
+      cu_fail(&f, ST_UNSUPPORTED, "%s: tensor parallelism runs on the CPU ranks only so far (no NCCL runtime yet)",
+              ir_op_name(op));
     else cu_fail(&f, ST_UNSUPPORTED, "no CUDA lowering for %s", ir_op_name(op));
   }
   smelt_status st = f.err;

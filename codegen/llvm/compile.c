@@ -400,7 +400,8 @@ static void mod_free(CgMod *m) {
 static smelt_status build_module(CgMod *m, const Target *t, const CgLlvmOptions *opt, Graph *g, Kernel *k, int nk,
                                  bool optimise) {
   mod_init(m, g, t, opt);
-  for (int i = 0; i < nk; i++) RETURN_IF_ERROR(build_kernel(m, &k[i]));
+  for (int i = 0; i < nk; i++)
+    if (!fmt_kernel_collective(g, &k[i])) RETURN_IF_ERROR(build_kernel(m, &k[i])); /* the runtime runs those */
   char *msg = NULL;
   if (LLVMVerifyModule(m->mod, LLVMReturnStatusAction, &msg)) {
     smelt_status st = st_error(ST_INTERNAL, "LLVM verifier rejected the generated kernels: %s", msg ? msg : "");
