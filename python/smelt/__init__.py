@@ -250,7 +250,7 @@ def load(path: Union[str, os.PathLike]) -> Bundle:
 
 _COMPILE_OPTIONS = {
     "passes": str, "cpu": str, "onchip_bytes": int, "threads": int, "allow_tf32": bool,
-    "external_weights": bool, "no_cache": bool,
+    "external_weights": bool, "no_cache": bool, "tp": int,
 }
 
 
@@ -279,7 +279,8 @@ def compile(model_path: Union[str, os.PathLike], target: Union[str, Sequence[str
     options (as smelt_compile_options and the ``smelt compile`` flags):
         passes (str, the pass list), cpu (str, LLVM CPU name), onchip_bytes (int,
         fusion budget), threads (int, default thread count recorded in the bundle),
-        allow_tf32 (bool), external_weights (bool), no_cache (bool).
+        allow_tf32 (bool), external_weights (bool), no_cache (bool), tp (int: tensor parallelism
+        over that many ranks, each a thread of the session; CPU only so far).
 
     Raises an Error subclass with the located message (``model.yaml:LINE:COL: error: ...``)
     for a bad model.
@@ -294,7 +295,7 @@ def compile(model_path: Union[str, os.PathLike], target: Union[str, Sequence[str
     native = _smelt.compile(path, targets, _dims_string(dims), dtype, options.get("passes"), options.get("cpu"),
                             int(options.get("onchip_bytes", 0)), int(options.get("threads", 0)),
                             bool(options.get("allow_tf32", False)), bool(options.get("external_weights", False)),
-                            bool(options.get("no_cache", False)))
+                            bool(options.get("no_cache", False)), int(options.get("tp", 1)))
     return Bundle(native, path)
 
 

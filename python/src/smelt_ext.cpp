@@ -197,7 +197,7 @@ Bundle *bundle_open(const std::string &path) {
 Bundle *compile_model(const std::string &model_path, std::optional<std::string> targets,
                       std::optional<std::string> dims, std::optional<std::string> dtype,
                       std::optional<std::string> passes, std::optional<std::string> cpu, int64_t onchip_bytes,
-                      int threads, bool allow_tf32, bool external_weights, bool no_cache) {
+                      int threads, bool allow_tf32, bool external_weights, bool no_cache, int tp) {
   smelt_compile_options o;
   std::memset(&o, 0, sizeof o);
   o.targets = targets ? targets->c_str() : nullptr;
@@ -210,6 +210,7 @@ Bundle *compile_model(const std::string &model_path, std::optional<std::string> 
   o.allow_tf32 = allow_tf32;
   o.external_weights = external_weights;
   o.no_cache = no_cache;
+  o.tp = tp;
   void *buf = nullptr;
   size_t len = 0;
   smelt_bundle *b = nullptr;
@@ -508,7 +509,8 @@ NB_MODULE(_smelt, m) {
   m.def("open", &bundle_open, nb::arg("path"));
   m.def("compile", &compile_model, nb::arg("model_path"), nb::arg("targets").none(), nb::arg("dims").none(),
         nb::arg("dtype").none(), nb::arg("passes").none(), nb::arg("cpu").none(), nb::arg("onchip_bytes"),
-        nb::arg("threads"), nb::arg("allow_tf32"), nb::arg("external_weights"), nb::arg("no_cache"));
+        nb::arg("threads"), nb::arg("allow_tf32"), nb::arg("external_weights"), nb::arg("no_cache"),
+        nb::arg("tp") = 1);
 
   nb::class_<Session>(m, "Session")
       .def("inputs", [](const Session &s) { return s.infos(0); })
