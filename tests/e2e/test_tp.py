@@ -12,8 +12,9 @@ For every example and N = 2 and 4:
   3. the split is real: the IR after the shard pass holds collectives and
      each rank's weights are its part (a [64, 64] wq is [64, 32] on rank 1
      of 2), and the KV caches of tiny_lm are stored split by kv heads.
-Then tiny_lm generates 32 greedy tokens with 1, 2 and 4 ranks (prefill and
-decode on the split KV cache): the same ids.  And bad uses are errors:
+Then tiny_lm, compiled for a ranged seq (1..4), generates 32 greedy tokens
+with 1, 2 and 4 ranks (prefill and decode on the split KV cache): the same
+ids.  And bad uses are errors:
 --tp 0, --tp 65, --tp with --target cuda, a pass list without fuse-attention.
 
 Usage: test_tp.py --smelt PATH [--keep DIR]
@@ -122,9 +123,10 @@ def test_ir(smelt, tmp):
 
 def generate_ids(smelt, tmp, n):
     bundle = os.path.join(tmp, f"lm_gen_tp{n}.smelt")
-    r = run([smelt, "compile", os.path.join(EX, "tiny_lm.yaml"), "--dim", "seq=1,3", "--tp", str(n), "-o", bundle,
+    # one ranged specialisation (seq 1 to 4): the prompt's 3 and decode's 1
+    r = run([smelt, "compile", os.path.join(EX, "tiny_lm.yaml"), "--dim", "seq=1..4", "--tp", str(n), "-o", bundle,
              "--no-cache"])
-    check(r.returncode == 0, f"tiny_lm seq=1,3 --tp {n}: compile exited {r.returncode}: {r.stderr[-400:]}")
+    check(r.returncode == 0, f"tiny_lm seq=1..4 --tp {n}: compile exited {r.returncode}: {r.stderr[-400:]}")
     r = run([smelt, "generate", bundle, "--prompt-ids", "1,2,3", "-n", "32", "--greedy", "--json"])
     check(r.returncode == 0, f"generate --tp {n} exited {r.returncode}: {r.stderr[-400:]}")
     if r.returncode != 0:
