@@ -66,6 +66,7 @@ static const char bench_help[] =
     "flags:\n"
     "  --device cpu|cuda[:N]   where to run (default cpu)\n"
     "  --threads N             CPU worker threads (default: the bundle's, else every core)\n"
+    CLI_TP_HELP
     "  --warmup N              untimed runs first (default 3)\n"
     "  --iters N               timed runs (default 20)\n"
     "  --check                 first compare the outputs on the bench's inputs with the reference\n"
@@ -145,10 +146,10 @@ static bool is_model(const char *path) {
 }
 
 static smelt_status open_model(const char *path, const char *dims, const char *dtype, int threads, bool cuda,
-                               bool allow_tf32, smelt_bundle **out) {
+                               bool allow_tf32, int tp, smelt_bundle **out) {
   if (!is_model(path)) return smelt_bundle_open(path, out);
   smelt_compile_options o = {.targets = cuda ? "cuda" : "cpu", .dims = dims, .dtype = dtype, .threads = threads,
-                             .allow_tf32 = allow_tf32};
+                             .allow_tf32 = allow_tf32, .tp = tp};
   void *buf;
   size_t len;
   RETURN_IF_ERROR(sc_compile_model_to_memory(path, &o, &buf, &len));
@@ -815,6 +816,7 @@ int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
   int threads = 0, warmup = 3, iters = 20;
   bool json = false, allow_tf32 = false, check = false, perf_map = false;
+  int tp = 1;
   ScTol tol = {0};
   const char *trace = NULL;
   char dims[1024] = "";
@@ -839,6 +841,8 @@ int cli_bench(int argc, char **argv) {
       tol.set = true;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
+    } else if ((v = cli_flag_value("--tp", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tp(v, &tp)) return cli_usage("bench", "--tp needs a number of ranks, 1 to 64");
     } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("bench", "--device needs a device (cpu, cuda, cuda:N)");
       if (strcmp(v, "cpu") != 0 && !is_cuda_device(v))
@@ -872,6 +876,8 @@ int cli_bench(int argc, char **argv) {
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
   if (perf_map && cuda) return cli_usage("bench", "--perf-map names CPU kernels: it applies to --device cpu");
+  if (tp > 1 && (cuda || !is_model(path)))
+    return cli_usage("bench", "--tp applies to a model on the cpu (a bundle's ranks are set by smelt compile --tp)");
   if (allow_tf32 && !(cuda && is_model(path)))
     return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 
@@ -880,7 +886,7 @@ int cli_bench(int argc, char **argv) {
   Buffers keep = {0};
   smelt_session_options so = {.threads = threads, .cuda_compile = smelt_nvrtc_compile};
   Report rep = {.model = path, .device = device, .warmup = warmup, .iters = iters};
-  smelt_status st = open_model(path, is_model(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, &b);
+  smelt_status st = open_model(path, is_model(path) && dims[0] ? dims : NULL, dtype, threads, cuda, allow_tf32, tp, &b);
   /* of a bundle of several specialisations, the one --dim names */
   int spec = 0;
   int64_t rv[IR_MAX_RANGES];

@@ -47,6 +47,10 @@ int cli_unknown_flag(const char *cmd, const char *help, const char *arg);
 const char *cli_suggest_word(const char *word, const char *const *known, int n);
 /* A tolerance of --check (--rtol, --atol): a finite number >= 0 (cli/flags.c). */
 bool cli_parse_tolerance(const char *s, double *out);
+/* --tp N: tensor-parallel ranks, 1 to 64; false for anything else. */
+bool cli_parse_tp(const char *s, int *out);
+#define CLI_TP_HELP "  --tp N                  (a model, not a bundle) split it over N tensor-parallel ranks, run\n" \
+                    "                          on threads of the session (smelt compile --tp; CPU only so far)\n"
 /* Prints the table of a --check (one row per output: errors, cosine,
  * pass/FAIL and the rule that decided); returns 0 when every output
  * passed, else 1 (cli/run.c). */

@@ -148,3 +148,11 @@ bool cli_dims_several(const ModelOpts *mo) {
       if (strcmp(mo->dims[i].name, mo->dims[j].name) == 0) return true;
   return false;
 }
+
+bool cli_parse_tp(const char *s, int *out) {
+  char *end;
+  long v = s ? strtol(s, &end, 10) : 0;
+  if (!s || *end || v < 1 || v > 64) return false;
+  *out = (int)v;
+  return true;
+}

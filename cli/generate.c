@@ -72,6 +72,7 @@ static const char generate_help[] =
     "  --eos ID                the end-of-sequence id (default 2)\n"
     "  --device cpu|cuda[:N]   where to run (default cpu)\n"
     "  --threads N             CPU worker threads\n"
+    CLI_TP_HELP
     "  --dim NAME=VALUE        (YAML only) override a size of the model, e.g. --dim ctx=1024\n"
     "  --dtype DTYPE           (YAML only) default element type\n"
     "  --json                  print one JSON object with the ids and the timings\n"
@@ -625,7 +626,7 @@ int cli_generate(int argc, char **argv) {
   mo.dtype = DT_INVALID;
   const char *model = NULL, *prompt_ids = NULL, *prompt_file = NULL;
   bool sampled = false, greedy_flag = false;
-  int rc = 0;
+  int rc = 0, tp = 1;
   char why[160];
   for (int i = 1; i < argc && !rc; i++) {
     const char *a = argv[i], *v;
@@ -681,6 +682,8 @@ int cli_generate(int argc, char **argv) {
       if (G.threads < 1) rc = cli_usage("generate", "--threads %s: expected a count from 1", v);
     } else if (missing) {
       rc = cli_usage("generate", "%s needs a value", a);
+    } else if ((v = cli_flag_value("--tp", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tp(v, &tp)) rc = cli_usage("generate", "--tp needs a number of ranks, 1 to 64");
     } else if (!strcmp(a, "--greedy")) {
       greedy_flag = true;
     } else if (!strcmp(a, "--stop-at-eos")) {
@@ -769,6 +772,10 @@ int cli_generate(int argc, char **argv) {
     mo.ndims = k;
     mo.dtype = DT_INVALID;
   }
+  if (tp > 1 && (bundle || G.cuda)) {
+    rc = cli_usage("generate", "--tp applies when compiling a model for the cpu (a bundle's ranks are set by smelt compile --tp)");
+    goto done;
+  }
   if (bundle && (mo.ndims || mo.dtype != DT_INVALID)) {
     rc = cli_usage("generate", "--dim and --dtype apply when compiling; a bundle is already compiled");
     goto done;
@@ -790,7 +797,8 @@ int cli_generate(int argc, char **argv) {
     for (int i = 0; i < mo.ndims && k < sizeof dims; i++)
       k += (size_t)snprintf(dims + k, sizeof dims - k, ";%s=%lld", mo.dims[i].name, (long long)mo.dims[i].value);
     smelt_compile_options co = {.targets = G.cuda ? "cuda" : "cpu", .dims = dims,
-                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .threads = G.threads};
+                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .threads = G.threads,
+                                .tp = tp};
     void *buf = NULL;
     size_t len = 0;
     st = sc_compile_model_to_memory(model, &co, &buf, &len);

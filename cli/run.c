@@ -27,6 +27,7 @@ static const char run_help[] =
     "                          (default 0); a YAML model is compiled for that target (default:\n"
     "                          ref for a YAML model, the bundle's target for a bundle)\n"
     "  --threads N             CPU worker threads (default: the number of cores)\n"
+    CLI_TP_HELP
     "  --check                 also run the reference and print max abs/rel and rel L2 error\n"
     "                          per output; exit 1 when one exceeds the tolerance\n"
     "  --check=groups          compare every fused group's results with the unfused reference\n"
@@ -372,6 +373,7 @@ int cli_run(int argc, char **argv) {
   uint64_t seed = 0;
   int check = 0, threads = 0;
   bool allow_tf32 = false;
+  int tp = 1;
   ScTol tol = {0};
   for (int i = 1; i < argc && rc == 0; i++) {
     const char *a = argv[i], *v;
@@ -401,6 +403,8 @@ int cli_run(int argc, char **argv) {
       check = 2;
     } else if (strcmp(a, "--allow-tf32") == 0) {
       allow_tf32 = true;
+    } else if ((v = cli_flag_value("--tp", argc, argv, &i, &missing)) || missing) {
+      if (!cli_parse_tp(v, &tp)) rc = cli_usage("run", "--tp needs a number of ranks, 1 to 64");
     } else if ((v = cli_flag_value("--rtol", argc, argv, &i, &missing)) || missing) {
       if (!cli_parse_tolerance(v, &tol.rtol)) rc = cli_usage("run", "--rtol needs a number >= 0");
       tol.set = true;
@@ -457,6 +461,10 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "--dtype applies when compiling; a bundle is already compiled");
     goto done;
   }
+  if (tp > 1 && (is_bundle || !is_cpu)) {
+    rc = cli_usage("run", "--tp applies when compiling a model for the cpu (a bundle's ranks are set by smelt compile --tp)");
+    goto done;
+  }
   if (allow_tf32 && (is_bundle || !is_cuda)) {
     rc = cli_usage("run", "--allow-tf32 applies when compiling a YAML model for cuda (smelt compile --allow-tf32 for a bundle)");
     goto done;
@@ -481,7 +489,8 @@ int cli_run(int argc, char **argv) {
     /* a YAML model on a device: compile in memory for it first (for CUDA,
      * the arch of the GPU present) */
     smelt_compile_options co = {.targets = is_cpu ? "cpu" : "cuda", .dims = dims[0] ? dims : NULL,
-                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .allow_tf32 = allow_tf32};
+                                .dtype = mo.dtype != DT_INVALID ? dt_name(mo.dtype) : NULL, .allow_tf32 = allow_tf32,
+                                .tp = tp};
     void *buf = NULL;
     size_t len = 0;
     st = sc_compile_model_to_memory(model, &co, &buf, &len);

@@ -151,6 +151,19 @@ def test_errors(smelt, tmp):
                        (["--tp", "2", "--passes", "canonicalize,fuse,plan-memory"], "shard pass")):
         r = run([smelt, "compile", model, "-o", out] + args)
         check(r.returncode != 0 and want in r.stderr, f"compile {' '.join(args)}: exit {r.returncode}, {r.stderr!r}")
+    # run, bench and generate take --tp for a model they compile, not for a bundle
+    r = run([smelt, "run", model, "--device", "cpu", "--tp", "2", "--seed", "3", "--output",
+             "y=" + os.path.join(tmp, "mlp_run_tp2.npy")])
+    check(r.returncode == 0, f"run mlp.yaml --tp 2: exit {r.returncode}: {r.stderr[-300:]}")
+    r1 = run([smelt, "run", model, "--device", "cpu", "--seed", "3", "--output",
+              "y=" + os.path.join(tmp, "mlp_run_tp1.npy")])
+    if r.returncode == 0 and r1.returncode == 0:
+        e = rel_l2(np.load(os.path.join(tmp, "mlp_run_tp2.npy")), np.load(os.path.join(tmp, "mlp_run_tp1.npy")))
+        check(e <= 1e-5, f"run mlp.yaml --tp 2 against one rank: rel L2 {e:.3g}")
+    r = run([smelt, "run", os.path.join(tmp, "mlp_tp2.smelt"), "--tp", "2"])
+    check(r.returncode == 2 and "--tp applies when compiling" in r.stderr, f"run BUNDLE --tp: {r.stderr!r}")
+    r = run([smelt, "generate", os.path.join(EX, "tiny_lm.yaml"), "--tp", "2", "--device", "cuda", "--prompt-ids", "1"])
+    check(r.returncode == 2 and "--tp applies when compiling" in r.stderr, f"generate --tp --device cuda: {r.stderr!r}")
     # the interpreter runs one rank's graph: a clear error, not a wrong answer
     b = os.path.join(tmp, "mlp_tp2_ref.smelt")
     r = run([smelt, "compile", model, "--tp", "2", "-o", b, "--no-cache"])
