@@ -172,7 +172,19 @@ static smelt_status compile_build(void *user, const FeDim *dims, int ndims, bool
   if (!st) st = pass_run_pipeline(*out, &pc, c->passes, dump_hook, d);
   c->passes_s += smelt_now_s() - t1;
   if (!st && d->io_error) st = d->io_error, d->io_error = NULL;
-  if (pc.log && (c->verbose || pc.explain_fusion) && !probe) fputs(pc.log, stderr);
+  if (pc.log && (c->verbose || pc.explain_fusion) && !probe) {
+    fputs(pc.log, stderr);
+  } else if (pc.log && !probe && c->tp > 1 && c->rank == 0) {
+    /* what --tp could not split is said without --verbose too */
+    for (const char *l = pc.log; *l;) {
+      const char *e = strchr(l, '\n');
+      size_t n = e ? (size_t)(e - l) : strlen(l);
+      char line[512];
+      snprintf(line, sizeof line, "%.*s", (int)n, l);
+      if (strncmp(line, "shard:", 6) == 0 && strstr(line, "kept whole")) fprintf(stderr, "smelt compile: note: %s\n", line);
+      l += n + (e ? 1 : 0);
+    }
+  }
   if (!st && !probe && pc.quant_report) {
     free(c->quant_report);
     if (!(c->quant_report = pass_quant_report_text(pc.quant_report))) st = st_error(ST_NO_MEMORY, "out of memory");
