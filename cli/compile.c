@@ -153,6 +153,7 @@ typedef struct {
   bool verbose;
   const QuantOptions *quant; /* --quantize, or NULL */
   int tp, rank;              /* --tp: the ranks, and the one this build makes */
+  char *tp_states;           /* the last build's PassCtx.tp_states, malloc'd */
   char *quant_report;        /* the last build's report (pass_quant_report_text), malloc'd */
   double frontend_s, passes_s; /* summed over builds (a ranged dim builds three times) */
 } CompileBuild;
@@ -184,6 +185,11 @@ static smelt_status compile_build(void *user, const FeDim *dims, int ndims, bool
       if (strncmp(line, "shard:", 6) == 0 && strstr(line, "kept whole")) fprintf(stderr, "smelt compile: note: %s\n", line);
       l += n + (e ? 1 : 0);
     }
+  }
+  if (!st && pc.tp_states) {
+    free(c->tp_states);
+    c->tp_states = pc.tp_states;
+    pc.tp_states = NULL;
   }
   if (!st && !probe && pc.quant_report) {
     free(c->quant_report);
@@ -459,6 +465,7 @@ int cli_compile(int argc, char **argv) {
       CompileBuild cb = {.model = model, .dtype = mo.dtype, .ctx = &ctx, .passes = passes, .d = &d, .verbose = verbose,
                          .quant = qo.mode != QM_NONE ? &qo : NULL, .tp = tp, .rank = r};
       st = sc_build_ranged(compile_build, &cb, dims, space.ndims, &specs[n].g);
+      specs[n].tp_states = cb.tp_states;
       frontend_s += cb.frontend_s;
       passes_s += cb.passes_s;
       if (!st && cb.quant_report) {
@@ -514,6 +521,7 @@ int cli_compile(int argc, char **argv) {
   for (int i = 0; i < n; i++) {
     ir_graph_destroy(specs[i].g);
     free((char *)specs[i].quant_report);
+    free((char *)specs[i].tp_states);
   }
   free(specs);
   sc_dim_space_free(&space);

@@ -430,9 +430,10 @@ static smelt_status build_manifest(const ScSpecGraph *specs, int nspecs, const S
     snprintf(num, sizeof num, "%d", nspecs);
     put_kv(m, "specialisations", num);
   }
-  if (o->tp > 1) { /* the runtime runs one session per rank (runtime/comm.c) */
+  if (o->tp > 1) { /* the runtime runs one session per rank (runtime/ranks.c) */
     snprintf(num, sizeof num, "%d", o->tp);
     put_kv(m, "tp", num);
+    if (specs[0].tp_states) put_kv(m, "tp_states", specs[0].tp_states);
   }
   free(kn.p);
   free(arena.p);
@@ -933,16 +934,17 @@ typedef struct {
   const char *archs;
   const char *passes; /* o->passes, with the shard pass when tp > 1 */
   int rank;
+  char *tp_states;    /* the last build's PassCtx.tp_states (malloc'd) */
 } BuildCtx;
 
-static smelt_status load_and_optimise(const BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph);
+static smelt_status load_and_optimise(BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph);
 
 static smelt_status build_one(void *ctx, const FeDim *dims, int ndims, bool probe, Graph **out) {
   (void)probe;
   return load_and_optimise(ctx, dims, ndims, out);
 }
 
-static smelt_status load_and_optimise(const BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph) {
+static smelt_status load_and_optimise(BuildCtx *c, const FeDim *dims, int ndims, Graph **out_graph) {
   *out_graph = NULL;
   const smelt_compile_options *o = c->o;
   FeOptions fo = {.dims = dims, .ndims = ndims};
@@ -952,6 +954,11 @@ static smelt_status load_and_optimise(const BuildCtx *c, const FeDim *dims, int 
   RETURN_IF_ERROR(fe_load_model(c->model_path, &fo, &g));
   PassCtx ctx = {.onchip_bytes = o->onchip_bytes, .target = o->targets, .arch = c->archs, .tp = o->tp, .rank = c->rank};
   smelt_status st = pass_run_pipeline(g, &ctx, c->passes, NULL, NULL);
+  if (!st && ctx.tp_states) {
+    free(c->tp_states);
+    c->tp_states = ctx.tp_states;
+    ctx.tp_states = NULL;
+  }
   pass_ctx_free(&ctx);
   if (st) {
     ir_graph_destroy(g);
@@ -1021,8 +1028,9 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
       sc_dim_space_combo(&space, c, dims);
       sc_dim_space_label(&space, c, labels[c], sizeof labels[c]);
       specs[n] = (ScSpecGraph){.label = labels[c]}; /* no quant_report: smelt_compile does not quantize */
-      BuildCtx bc = {model_path, o, archs, nranks > 1 ? passes : o->passes, r};
+      BuildCtx bc = {model_path, o, archs, nranks > 1 ? passes : o->passes, r, NULL};
       st = sc_build_ranged(build_one, &bc, dims, space.ndims, &specs[n].g);
+      specs[n].tp_states = bc.tp_states;
       if (st && space.ncombos > 1) st = st_prefix(st, "specialisation %s", labels[c]);
       if (st && nranks > 1) st = st_prefix(st, "rank %d", r);
     }
@@ -1033,7 +1041,10 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
     st = out_path ? sc_compile_specs(specs, per, &ro, out_path) : sc_compile_specs_to_memory(specs, per, &ro, out_buf, out_len);
     if (!st && out_path && key[0]) sc_cache_store(key, out_path);
   }
-  for (int i = 0; i < n; i++) ir_graph_destroy(specs[i].g);
+  for (int i = 0; i < n; i++) {
+    ir_graph_destroy(specs[i].g);
+    free((char *)specs[i].tp_states);
+  }
   free(specs);
   sc_dim_space_free(&space);
   return st;

@@ -158,6 +158,9 @@ typedef struct {
   /* the quantize pass's report (pass_quant_report_text), stored as the
    * specialisation's quant-report section; NULL = none */
   const char *quant_report;
+  /* --tp: the states the shard pass stored split (PassCtx.tp_states), for
+   * the manifest; NULL = none */
+  const char *tp_states;
 } ScSpecGraph;
 
 /* sc_compile_graph for n specialisations of one model (1 <= n <=

@@ -66,6 +66,9 @@ typedef struct {
   /* shard: tensor parallelism (--tp): tp ranks (0 or 1: the pass changes
    * nothing) and the rank whose part of the model this pipeline makes */
   int tp, rank;
+  /* shard: the states it stored split, "NAME:AXIS;NAME:AXIS" (malloc'd,
+   * freed by pass_ctx_free; NULL = none), for the bundle's manifest */
+  char *tp_states;
 } PassCtx;
 
 void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) SMELT_PRINTF(2, 3);

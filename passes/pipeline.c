@@ -109,6 +109,8 @@ void pass_ctx_logf(PassCtx *ctx, const char *fmt, ...) {
 void pass_ctx_free(PassCtx *ctx) {
   free(ctx->log);
   ctx->log = NULL;
+  free(ctx->tp_states);
+  ctx->tp_states = NULL;
   ctx->log_len = ctx->log_cap = 0;
   if (ctx->quant_report) {
     pass_quant_report_free(ctx->quant_report);

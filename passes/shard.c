@@ -37,6 +37,7 @@
  * Requires canonicalize (explicit perms, axes, reshape shapes); runs before
  * fuse-attention and the CUDA layout passes, followed by const-fold and dce.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,8 @@ static void grow(Sh *s) {
   for (int v = s->cap; v < cap; v++) s->kind[v] = L_WHOLE, s->axis[v] = -1, s->whole[v] = -1, s->part[v] = -1;
   s->cap = cap;
 }
+
+static void note_state(Sh *s, const char *name, int axis);
 
 static void set_lay(Sh *s, int v, LayKind k, int axis) {
   s->kind[v] = (int8_t)k;
@@ -346,11 +349,26 @@ static void visit_scatter(Sh *s, int n) {
       splits(s, ty(s, dst), s->axis[src])) {
     g->val[dst].type.dim[s->axis[src]] /= s->tp;
     set_lay(s, dst, L_SPLIT, s->axis[src]);
+    note_state(s, g->val[dst].name, s->axis[src]);
     set_in(s, n, 1, whole(s, nd->in[1], nd->loc));
     set_lay(s, out0(s, n), L_SPLIT, s->axis[src]);
     return;
   }
   all_whole(s, n);
+}
+
+/* Records that state `name` is stored split along axis (PassCtx.tp_states). */
+static void note_state(Sh *s, const char *name, int axis) {
+  char *old = s->ctx->tp_states;
+  size_t n = (old ? strlen(old) + 1 : 0) + strlen(name) + 16;
+  char *p = malloc(n);
+  if (!p) {
+    if (!s->err) s->err = st_error(ST_NO_MEMORY, "shard: out of memory");
+    return;
+  }
+  snprintf(p, n, "%s%s%s:%d", old ? old : "", old ? ";" : "", name, axis);
+  free(old);
+  s->ctx->tp_states = p;
 }
 
 /* An embedding split by vocabulary: rank r holds rows [r V/tp, (r+1) V/tp)

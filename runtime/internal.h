@@ -194,6 +194,13 @@ smelt_status rt_ranks_bind(smelt_session *s, bool input, const char *name, const
 typedef enum { RT_STEP_RUN, RT_STEP_PREPARE, RT_STEP_KERNEL, RT_STEP_FINISH } RtStep;
 /* The step on every rank at once (the kernel index for RT_STEP_KERNEL). */
 smelt_status rt_ranks_step(smelt_session *s, RtStep what, int kernel) SMELT_MUST_USE;
+/* The axis along which state i (of Graph.states) is split over the ranks
+ * (the manifest's tp_states, from the shard pass), or -1: whole on every
+ * rank, or not a tensor-parallel session. */
+int rt_ranks_state_axis(const smelt_session *s, int i);
+/* State i of every rank to or from data, the whole state (the ranks' parts
+ * concatenated along its axis), bytes the whole's size. */
+smelt_status rt_ranks_state_copy(smelt_session *s, int i, void *data, bool read) SMELT_MUST_USE;
 /* Kernel i of this rank's session, a collective, with the other ranks. */
 smelt_status rt_ranks_collective(smelt_session *s, int i) SMELT_MUST_USE;
 

@@ -124,6 +124,56 @@ smelt_status rt_ranks_step(smelt_session *s, RtStep what, int kernel) {
   return rt_crew_run(s->crew, s->comm, rank_step, &j);
 }
 
+int rt_ranks_state_axis(const smelt_session *s, int i) {
+  if (s->nranks <= 1 || i < 0 || i >= s->nstates) return -1;
+  const char *list = rt_bundle_manifest_get(s->root, "tp_states");
+  const Graph *g = s->root->g;
+  const char *name = g->val[g->states[i]].name;
+  size_t n = strlen(name);
+  /* "NAME:AXIS;NAME:AXIS" */
+  for (const char *p = list; p && *p;) {
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = NULL;
+    for (const char *q = p; q < p + len; q++)
+      if (*q == ':') colon = q;
+    if (colon && (size_t)(colon - p) == n && strncmp(p, name, n) == 0) {
+      long a = strtol(colon + 1, NULL, 10);
+      return a >= 0 && a < g->val[g->states[i]].type.rank ? (int)a : -1;
+    }
+    p += len + (end ? 1 : 0);
+  }
+  return -1;
+}
+
+smelt_status rt_ranks_state_copy(smelt_session *s, int i, void *data, bool read) {
+  int a = rt_ranks_state_axis(s, i);
+  if (a < 0) { /* whole on every rank: read rank 0's, write all */
+    if (read) {
+      memcpy(data, s->state[i], s->state_bytes[i]);
+      return NULL;
+    }
+    for (int r = 0; r < s->nranks; r++) memcpy(r ? s->peers[r - 1]->state[i] : s->state[i], data, s->state_bytes[i]);
+    return NULL;
+  }
+  /* rank r's part is block r of every row of the axes before a */
+  const TensorType *t = &s->root->g->val[s->root->g->states[i]].type;
+  size_t outer = 1, block = dt_size(t->dt);
+  for (int d = 0; d < t->rank; d++) {
+    if (d < a) outer *= (size_t)t->dim[d];
+    else block *= (size_t)t->dim[d];
+  }
+  for (int r = 0; r < s->nranks; r++) {
+    char *part = r ? s->peers[r - 1]->state[i] : s->state[i];
+    for (size_t o = 0; o < outer; o++) {
+      char *whole = (char *)data + (o * (size_t)s->nranks + (size_t)r) * block;
+      if (read) memcpy(whole, part + o * block, block);
+      else memcpy(part + o * block, whole, block);
+    }
+  }
+  return NULL;
+}
+
 smelt_status rt_ranks_collective(smelt_session *s, int i) {
   const Graph *g = s->b->g;
   const Kernel *kn = &s->b->kernels[i];

@@ -581,6 +581,8 @@ void smelt_session_state_info(const smelt_session *s, int i, smelt_tensor_info *
   memset(out, 0, sizeof *out);
   if (i < 0 || i >= s->nstates) return;
   value_info(&s->root->g->val[s->root->g->states[i]], out);
+  int a = rt_ranks_state_axis(s, i); /* a tensor-parallel session's whole state */
+  if (a >= 0 && a < out->rank) out->dims[a] *= s->nranks;
 }
 
 static smelt_status find_state(const smelt_session *s, const char *name, size_t bytes, int *out) {
@@ -593,11 +595,16 @@ static smelt_status find_state(const smelt_session *s, const char *name, size_t 
     return st_error(ST_INVALID_INPUT, "no state named '%s' (the states are: %s)", name ? name : "(null)",
                     name_list(g, g->states, g->nstates, list, sizeof list));
   }
-  if (bytes != s->state_bytes[*out]) {
+  /* a tensor-parallel session's split state is read and written whole */
+  int a = rt_ranks_state_axis(s, *out);
+  size_t want = s->state_bytes[*out] * (size_t)(a >= 0 ? s->nranks : 1);
+  if (bytes != want) {
     char ty[128];
     const Value *v = &g->val[g->states[*out]];
+    TensorType t = v->type;
+    if (a >= 0) t.dim[a] *= s->nranks;
     return st_error(ST_INVALID_INPUT, "state '%s' is %s (%zu bytes); the memory given has %zu bytes", v->name,
-                    ir_type_str(&v->type, ty, sizeof ty), s->state_bytes[*out], bytes);
+                    ir_type_str(&t, ty, sizeof ty), want, bytes);
   }
   return NULL;
 }
@@ -611,20 +618,11 @@ smelt_status smelt_session_reset_state(smelt_session *s) {
   return NULL;
 }
 
-/* A state of a tensor-parallel session may be split over the ranks (the
- * shard pass stores a KV cache by heads); each rank holds its part. */
-static smelt_status whole_state_only(const smelt_session *s, const char *name) {
-  if (s->nranks <= 1) return NULL;
-  return st_error(ST_UNSUPPORTED, "state '%s': the session runs %d tensor-parallel ranks, each holding its part of "
-                  "the states; reading or writing a state across ranks is not supported yet", name ? name : "(null)",
-                  s->nranks);
-}
-
 smelt_status smelt_session_read_state(smelt_session *s, const char *name, void *data, size_t bytes) {
-  RETURN_IF_ERROR(whole_state_only(s, name));
   int i;
   RETURN_IF_ERROR(find_state(s, name, bytes, &i));
   if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
+  if (s->peers) return rt_ranks_state_copy(s, i, data, true);
   if (!s->cuda) {
     memcpy(data, s->state[i], bytes);
     return NULL;
@@ -633,10 +631,10 @@ smelt_status smelt_session_read_state(smelt_session *s, const char *name, void *
 }
 
 smelt_status smelt_session_write_state(smelt_session *s, const char *name, const void *data, size_t bytes) {
-  RETURN_IF_ERROR(whole_state_only(s, name));
   int i;
   RETURN_IF_ERROR(find_state(s, name, bytes, &i));
   if (bytes && !data) return st_error(ST_INVALID_INPUT, "state '%s': NULL data", name);
+  if (s->peers) return rt_ranks_state_copy(s, i, (void *)data, false);
   if (!s->cuda) {
     memcpy(s->state[i], data, bytes);
     return NULL;
