@@ -2,19 +2,66 @@
 #include "runtime/comm.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "runtime/threadpool.h"
 
 #define RT_MAX_RANKS 64
 
+/* Waits spin first, as the thread pool's do (threadpool.c): waking a
+ * sleeping thread costs tens of microseconds, a collective of a small
+ * model a few.  With more ranks than cores a waiting rank yields its core
+ * instead of pausing (the rank it waits for may need it). */
+#define SPIN_NS 100000
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spins while *a == old (and *stop < 0 when given), for at most
+ * spin_ns, yielding the core between looks when `yield`; whether *a
+ * changed. */
+static bool spin_while(atomic_uint *a, unsigned old, atomic_int *stop, int64_t spin_ns, bool yield) {
+  int64_t deadline = 0;
+  for (unsigned i = 0;; i++) {
+    if (atomic_load_explicit(a, memory_order_acquire) != old) return true;
+    if (stop && atomic_load_explicit(stop, memory_order_acquire) >= 0) return false;
+    if (i % 64 == 0) {
+      int64_t t = now_ns();
+      if (!deadline) deadline = t + spin_ns;
+      else if (t > deadline) return false;
+    }
+    if (yield) sched_yield();
+    else cpu_relax();
+  }
+}
+
 struct RtComm {
   int n;
+  int64_t spin_ns;
+  bool yield;          /* more ranks than cores */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int count;           /* ranks arrived at the current barrier */
-  unsigned gen;        /* barriers passed */
-  int failed;          /* the first rank that failed in this step, -1 none */
+  atomic_int count;     /* ranks arrived at the current barrier */
+  atomic_uint gen;      /* barriers passed */
+  atomic_int sleepers;  /* ranks blocked on cv */
+  atomic_int failed;    /* the first rank that failed in this step, -1 none */
   const void *in[RT_MAX_RANKS];
   void *out[RT_MAX_RANKS];
 };
@@ -26,7 +73,9 @@ smelt_status rt_comm_create(int nranks, RtComm **out_comm) {
   RtComm *c = calloc(1, sizeof *c);
   if (!c) return st_error(ST_NO_MEMORY, "out of memory creating the ranks' communicator");
   c->n = nranks;
-  c->failed = -1;
+  c->spin_ns = SPIN_NS;
+  c->yield = nranks > rt_cpu_count();
+  atomic_init(&c->failed, -1);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   *out_comm = c;
@@ -41,44 +90,48 @@ void rt_comm_destroy(RtComm *c) {
 }
 
 void rt_comm_begin(RtComm *c) {
-  pthread_mutex_lock(&c->mu);
-  c->failed = -1;
-  c->count = 0;
-  pthread_mutex_unlock(&c->mu);
+  atomic_store(&c->failed, -1);
+  atomic_store(&c->count, 0);
 }
 
 void rt_comm_fail(RtComm *c, int rank) {
+  int none = -1;
+  atomic_compare_exchange_strong(&c->failed, &none, rank);
   pthread_mutex_lock(&c->mu);
-  if (c->failed < 0) c->failed = rank;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
 }
 
-int rt_comm_failed_rank(const RtComm *c) {
-  RtComm *m = (RtComm *)c;
-  pthread_mutex_lock(&m->mu);
-  int f = m->failed;
-  pthread_mutex_unlock(&m->mu);
-  return f;
-}
+int rt_comm_failed_rank(const RtComm *c) { return atomic_load(&((RtComm *)c)->failed); }
 
-/* Waits until every rank has arrived; false when a rank failed. */
+/* Waits until every rank has arrived; false when a rank failed.  The last
+ * to arrive resets the count and advances the generation (both before any
+ * rank can leave, so the next barrier starts clean); the others spin on
+ * the generation, then sleep.  A sleeper counts itself in before it looks
+ * at the generation a last time, and the last arrival looks at the
+ * sleepers after it advanced the generation (both sequentially
+ * consistent), so one of the two sees the other: no wake-up is lost. */
 static bool barrier(RtComm *c) {
-  pthread_mutex_lock(&c->mu);
-  bool ok = c->failed < 0;
-  if (ok) {
-    unsigned gen = c->gen;
-    if (++c->count == c->n) {
-      c->count = 0;
-      c->gen++;
+  if (atomic_load(&c->failed) >= 0) return false;
+  unsigned gen = atomic_load(&c->gen);
+  if (atomic_fetch_add(&c->count, 1) == c->n - 1) {
+    atomic_store(&c->count, 0);
+    atomic_fetch_add(&c->gen, 1);
+    if (atomic_load(&c->sleepers) > 0) {
+      pthread_mutex_lock(&c->mu);
       pthread_cond_broadcast(&c->cv);
-    } else {
-      while (gen == c->gen && c->failed < 0) pthread_cond_wait(&c->cv, &c->mu);
-      ok = gen != c->gen;
+      pthread_mutex_unlock(&c->mu);
     }
+    return true;
   }
-  pthread_mutex_unlock(&c->mu);
-  return ok;
+  if (!spin_while(&c->gen, gen, &c->failed, c->spin_ns, c->yield)) {
+    pthread_mutex_lock(&c->mu);
+    atomic_fetch_add(&c->sleepers, 1);
+    while (atomic_load(&c->gen) == gen && atomic_load(&c->failed) < 0) pthread_cond_wait(&c->cv, &c->mu);
+    atomic_fetch_sub(&c->sleepers, 1);
+    pthread_mutex_unlock(&c->mu);
+  }
+  return atomic_load(&c->gen) != gen;
 }
 
 static smelt_status stopped(int rank) {
@@ -138,13 +191,16 @@ smelt_status rt_comm_all_gather(RtComm *c, int rank, const void *in, void *out, 
 
 struct RtCrew {
   int n;
+  int64_t spin_ns;
+  bool yield;
   pthread_t *threads;
   int started;
   pthread_mutex_t mu;
   pthread_cond_t go, done;
-  unsigned step;   /* steps handed out */
-  int pending;     /* ranks of the current step still running */
-  bool quit;
+  atomic_uint step;     /* steps handed out */
+  atomic_int pending;   /* ranks of the current step still running */
+  atomic_int sleepers;  /* workers blocked on go */
+  atomic_bool quit;
   RtRankFn fn;
   void *ctx;
   smelt_status *st; /* per rank */
@@ -155,25 +211,32 @@ typedef struct {
   int rank;
 } Worker;
 
+/* Workers wait for the next step as the barrier waits (spin, then sleep;
+ * the same ordering argument); the step's job is written before the step
+ * number is advanced (release), and read after it is seen (acquire). */
 static void *worker(void *arg) {
   Worker w = *(Worker *)arg;
   free(arg);
   RtCrew *c = w.c;
   unsigned seen = 0;
-  pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->quit && c->step == seen) pthread_cond_wait(&c->go, &c->mu);
-    if (c->quit) break;
-    seen = c->step;
-    RtRankFn fn = c->fn;
-    void *ctx = c->ctx;
-    pthread_mutex_unlock(&c->mu);
-    smelt_status st = fn(ctx, w.rank);
-    pthread_mutex_lock(&c->mu);
+    if (!spin_while(&c->step, seen, NULL, c->spin_ns, c->yield)) {
+      pthread_mutex_lock(&c->mu);
+      atomic_fetch_add(&c->sleepers, 1);
+      while (atomic_load(&c->step) == seen && !atomic_load(&c->quit)) pthread_cond_wait(&c->go, &c->mu);
+      atomic_fetch_sub(&c->sleepers, 1);
+      pthread_mutex_unlock(&c->mu);
+    }
+    if (atomic_load(&c->quit)) break;
+    seen = atomic_load(&c->step);
+    smelt_status st = c->fn(c->ctx, w.rank);
     c->st[w.rank] = st;
-    if (--c->pending == 0) pthread_cond_broadcast(&c->done);
+    if (atomic_fetch_sub(&c->pending, 1) == 1) {
+      pthread_mutex_lock(&c->mu);
+      pthread_cond_broadcast(&c->done);
+      pthread_mutex_unlock(&c->mu);
+    }
   }
-  pthread_mutex_unlock(&c->mu);
   return NULL;
 }
 
@@ -184,6 +247,8 @@ smelt_status rt_crew_create(int nranks, RtCrew **out_crew) {
   RtCrew *c = calloc(1, sizeof *c);
   if (!c) return st_error(ST_NO_MEMORY, "out of memory starting the ranks' threads");
   c->n = nranks;
+  c->spin_ns = SPIN_NS;
+  c->yield = nranks > rt_cpu_count();
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->go, NULL);
   pthread_cond_init(&c->done, NULL);
@@ -210,7 +275,8 @@ smelt_status rt_crew_create(int nranks, RtCrew **out_crew) {
 void rt_crew_destroy(RtCrew *c) {
   if (!c) return;
   pthread_mutex_lock(&c->mu);
-  c->quit = true;
+  atomic_store(&c->quit, true);
+  atomic_fetch_add(&c->step, 1);
   pthread_cond_broadcast(&c->go);
   pthread_mutex_unlock(&c->mu);
   for (int r = 1; r <= c->started; r++) pthread_join(c->threads[r], NULL);
@@ -223,19 +289,34 @@ void rt_crew_destroy(RtCrew *c) {
 }
 
 smelt_status rt_crew_run(RtCrew *c, RtComm *comm, RtRankFn fn, void *ctx) {
-  pthread_mutex_lock(&c->mu);
   c->fn = fn;
   c->ctx = ctx;
-  c->pending = c->n - 1;
   for (int r = 0; r < c->n; r++) c->st[r] = NULL;
-  c->step++;
-  pthread_cond_broadcast(&c->go);
-  pthread_mutex_unlock(&c->mu);
-  smelt_status mine = fn(ctx, 0);
-  pthread_mutex_lock(&c->mu);
-  c->st[0] = mine;
-  while (c->pending > 0) pthread_cond_wait(&c->done, &c->mu);
-  pthread_mutex_unlock(&c->mu);
+  atomic_store(&c->pending, c->n - 1);
+  atomic_fetch_add(&c->step, 1);
+  if (atomic_load(&c->sleepers) > 0) {
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->go);
+    pthread_mutex_unlock(&c->mu);
+  }
+  c->st[0] = fn(ctx, 0);
+  /* the others: spin on the count, then sleep (the last worker broadcasts
+   * under the mutex after its decrement, so a sleeper cannot miss it) */
+  int64_t deadline = 0;
+  for (unsigned i = 0; atomic_load(&c->pending) > 0; i++) {
+    if (i % 64 == 0) {
+      int64_t t = now_ns();
+      if (!deadline) deadline = t + c->spin_ns;
+      else if (t > deadline) break;
+    }
+    if (c->yield) sched_yield();
+    else cpu_relax();
+  }
+  if (atomic_load(&c->pending) > 0) {
+    pthread_mutex_lock(&c->mu);
+    while (atomic_load(&c->pending) > 0) pthread_cond_wait(&c->done, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+  }
   int first = comm ? rt_comm_failed_rank(comm) : -1;
   if (first < 0 || !c->st[first]) {
     first = -1;
