@@ -689,6 +689,11 @@ typedef struct {
   int64_t nob, kc, ocb; /* MR blocks per group, k per panel, MR blocks per unit */
   LLVMValueRef panel, cbuf; /* float[kc * nr], float[ocb * mr * nr] */
   int xarg;                 /* x's kernel argument when packing by masked vector loads, else -1 */
+  /* with xarg: per (kh, kw) and output-row segment of the unit, the panel
+   * lanes [a, b) that are inside the image and x's offset without the
+   * channel term (seg_table), maxseg segments at most; NULL: not used */
+  LLVMValueRef segtab;
+  int64_t maxseg;
   LLVMValueRef prow[GEMM_MAX_ACC / 2]; /* the panel row being built, nv vectors */
   /* per unit */
   LLVMValueRef n, g, p0, plen, r0, oh0, oh1;
@@ -803,6 +808,94 @@ static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueR
   }
 }
 
+/* Entries of the segment table: (kh*KW + kw) * maxseg + segment, three i64
+ * each (lane a, lane b, x's offset of lane 0 but for c*H*W). */
+#define SEG_TABLE_MAX 4096
+
+static void seg_table_at(Conv *c, LLVMValueRef t, LLVMValueRef seg, LLVMValueRef *slot) {
+  CgFn *f = c->G.f;
+  LLVMValueRef e = cg_mulc(f, cg_add(f, cg_mulc(f, t, c->maxseg), seg), 3);
+  for (int i = 0; i < 3; i++)
+    slot[i] = LLVMBuildInBoundsGEP2(f->b, f->m->t_i64, c->segtab, (LLVMValueRef[]){cg_add(f, e, cg_i64(f->m, i))}, 1, "");
+}
+
+/* The segment table of the unit (the valid lanes and the row's offset of
+ * every (kh, kw) and output row it spans): what pack_row_vector would
+ * compute again for every input channel, done once per panel build. */
+static void seg_table(Conv *c) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  CgLoop lt, ls;
+  LLVMValueRef t = cg_loop_begin(f, &lt, cg_i64(m, 0), cg_i64(m, c->KH * c->KW), "khw");
+  LLVMValueRef kw = LLVMBuildURem(B, t, cg_i64(m, c->KW), ""), kh = LLVMBuildUDiv(B, t, cg_i64(m, c->KW), "");
+  LLVMValueRef owa, owb, jbase, ih, off, vlo, vhi;
+  LLVMValueRef oh = row_segment(c, &ls, &owa, &owb, &jbase);
+  valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
+  LLVMValueRef ch0 = cg_mulc(f, c->g, c->Cg);
+  LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch0), c->H), ih), c->W);
+  LLVMValueRef slot[3];
+  seg_table_at(c, t, LLVMBuildNSWSub(B, oh, c->oh0, ""), slot);
+  LLVMBuildStore(B, cg_add(f, jbase, vlo), slot[0]);
+  LLVMBuildStore(B, cg_add(f, jbase, vhi), slot[1]);
+  LLVMBuildStore(B, LLVMBuildNSWSub(B, rowlin, cg_add(f, jbase, off), ""), slot[2]);
+  cg_loop_end(f, &ls, false);
+  cg_loop_end(f, &lt, false);
+}
+
+/* pack_row_vector from the segment table: the panel row of k = (ci, t). */
+static void pack_row_table(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueRef ci, LLVMValueRef t) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMTypeRef it = LLVMVectorType(m->t_i64, (unsigned)G->vl);
+  LLVMValueRef zmask = LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)G->vl));
+  LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
+  for (int v = 0; v < G->nv; v++) LLVMBuildStore(B, LLVMConstNull(G->vt), c->prow[v]);
+  LLVMValueRef chan = cg_mulc(f, ci, c->H * c->W);
+  CgLoop ls;
+  LLVMValueRef seg = cg_loop_begin(f, &ls, cg_i64(m, 0), LLVMBuildNSWSub(B, c->oh1, c->oh0, ""), "seg");
+  LLVMValueRef slot[3];
+  seg_table_at(c, t, seg, slot);
+  LLVMValueRef a = LLVMBuildLoad2(B, m->t_i64, slot[0], ""), b = LLVMBuildLoad2(B, m->t_i64, slot[1], "");
+  LLVMValueRef e0 = cg_add(f, LLVMBuildLoad2(B, m->t_i64, slot[2], ""), chan);
+  LLVMValueRef va = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), a, cg_i32(m, 0), ""),
+                                           LLVMGetUndef(it), zmask, "");
+  LLVMValueRef vb = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), ""),
+                                           LLVMGetUndef(it), zmask, "");
+  for (int v = 0; v < G->nv; v++) {
+    LLVMValueRef lanes[16]; /* vl <= 16 */
+    for (int l = 0; l < G->vl; l++) lanes[l] = cg_i64(m, (int64_t)v * G->vl + l);
+    LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)G->vl);
+    LLVMValueRef mask = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
+    /* not inbounds: the masked-off lanes' addresses may lie outside x */
+    LLVMValueRef e = cg_add(f, e0, cg_i64(m, (int64_t)v * G->vl));
+    LLVMValueRef p = LLVMBuildBitCast(B, LLVMBuildGEP2(B, m->t_f32, f->base[c->xarg], &e, 1, ""), vpt, "");
+    LLVMTypeRef over[2] = {G->vt, vpt};
+    LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, LLVMBuildLoad2(B, G->vt, c->prow[v], "")};
+    LLVMBuildStore(B, cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4), c->prow[v]);
+  }
+  cg_loop_end(f, &ls, false);
+  for (int v = 0; v < G->nv; v++) {
+    LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, c->prow[v], ""),
+                                     vec_ptr(G, c->panel, cg_add(f, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr),
+                                                                 cg_i64(m, (int64_t)v * G->vl))));
+    LLVMSetAlignment(st, 4);
+  }
+}
+
+/* Sets up the segment table of a convolution packed by masked vector
+ * loads (c->xarg >= 0), when it is small enough for the stack. */
+static void seg_table_alloc(CgFn *f, Conv *c) {
+  c->segtab = NULL;
+  if (c->xarg < 0 || c->OW <= 0) return;
+  c->maxseg = (c->G.nr + c->OW - 1) / c->OW + 1;
+  int64_t n = c->KH * c->KW * c->maxseg * 3;
+  if (n <= SEG_TABLE_MAX) c->segtab = cg_alloca(f, f->m->t_i64, n, "segtab");
+}
+
 /* The im2col panel for k in [k0, k1): row k - k0 holds, for each pixel of
  * the unit, x[n, g*Cg + c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw] (0 in
  * the padding), then zeros up to NR past the last pixel. */
@@ -812,6 +905,14 @@ static void pack_panel(Conv *c, LLVMValueRef k0, LLVMValueRef k1) {
   LLVMBuilderRef B = f->b;
   int64_t nr = c->G.nr;
   CgLoop lo_, lk, lw;
+  if (c->xarg >= 0 && c->segtab) {
+    seg_table(c);
+    LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
+    LLVMValueRef t = LLVMBuildURem(B, k, cg_i64(m, c->KH * c->KW), "");
+    pack_row_table(c, k, k0, LLVMBuildUDiv(B, k, cg_i64(m, c->KH * c->KW), ""), t);
+    cg_loop_end(f, &lk, false);
+    return;
+  }
   if (c->xarg >= 0) {
     LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
     LLVMValueRef kw = LLVMBuildURem(B, k, cg_i64(m, c->KW), "");
@@ -1049,6 +1150,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
   a.prow[0] = cg_alloca(f, a.G.vt, 1, "arow");
   a.xarg = g->val[c->xv].type.dt == DT_F32 && c->sw == 1 ? f->arg_of[c->xv] : -1;
   a.g = cg_i64(m, 0);
+  seg_table_alloc(f, &a);
 
   int64_t mc = nbk * mr;
   int64_t nmb = (c->P + mc - 1) / mc, ncb = (G->np + PIX_PANELS - 1) / PIX_PANELS;
@@ -1166,6 +1268,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   /* masked vector loads need x in memory as f32 and unit stride */
   c.xarg = dt == DT_F32 && c.sw == 1 ? f->arg_of[c.xv] : -1;
   for (int v = 0; v < G->nv; v++) c.prow[v] = cg_alloca(f, G->vt, 1, "prow");
+  seg_table_alloc(f, &c);
 
   /* units (n, group, pixel panel, channel chunk), the chunk innermost so
    * that one thread's consecutive units read the same input pixels */
