@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/threadpool.h"
 
@@ -20,19 +19,6 @@
  * instead of pausing (the rank it waits for may need it). */
 #define SPIN_NS 100000
 
-static int64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
-}
 
 /* Spins while *a == old (and *stop < 0 when given), for at most
  * spin_ns, yielding the core between looks when `yield`; whether *a
@@ -43,12 +29,12 @@ static bool spin_while(atomic_uint *a, unsigned old, atomic_int *stop, int64_t s
     if (atomic_load_explicit(a, memory_order_acquire) != old) return true;
     if (stop && atomic_load_explicit(stop, memory_order_acquire) >= 0) return false;
     if (i % 64 == 0) {
-      int64_t t = now_ns();
+      int64_t t = rt_now_ns();
       if (!deadline) deadline = t + spin_ns;
       else if (t > deadline) return false;
     }
     if (yield) sched_yield();
-    else cpu_relax();
+    else rt_cpu_relax();
   }
 }
 
@@ -305,12 +291,12 @@ smelt_status rt_crew_run(RtCrew *c, RtComm *comm, RtRankFn fn, void *ctx) {
   int64_t deadline = 0;
   for (unsigned i = 0; atomic_load(&c->pending) > 0; i++) {
     if (i % 64 == 0) {
-      int64_t t = now_ns();
+      int64_t t = rt_now_ns();
       if (!deadline) deadline = t + c->spin_ns;
       else if (t > deadline) break;
     }
     if (c->yield) sched_yield();
-    else cpu_relax();
+    else rt_cpu_relax();
   }
   if (atomic_load(&c->pending) > 0) {
     pthread_mutex_lock(&c->mu);

@@ -34,18 +34,10 @@
  * spinning after each loop catches the next one and bounds the waste. */
 #define SPIN_NS 100000
 
-static int64_t now_ns(void) {
+int64_t rt_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield");
-#endif
 }
 
 /* Spin until the generation differs from `old` / the count drops to zero,
@@ -55,11 +47,11 @@ static bool spin_generation(atomic_uint_fast64_t *a, uint_fast64_t old) {
   for (unsigned i = 0;; i++) {
     if (atomic_load_explicit(a, memory_order_acquire) != old) return true;
     if (i % 64 == 0) {
-      int64_t t = now_ns();
+      int64_t t = rt_now_ns();
       if (!deadline) deadline = t + SPIN_NS;
       else if (t > deadline) return false;
     }
-    cpu_relax();
+    rt_cpu_relax();
   }
 }
 
@@ -68,11 +60,11 @@ static bool spin_zero(atomic_int *a) {
   for (unsigned i = 0;; i++) {
     if (atomic_load_explicit(a, memory_order_acquire) <= 0) return true;
     if (i % 64 == 0) {
-      int64_t t = now_ns();
+      int64_t t = rt_now_ns();
       if (!deadline) deadline = t + SPIN_NS;
       else if (t > deadline) return false;
     }
-    cpu_relax();
+    rt_cpu_relax();
   }
 }
 

@@ -34,6 +34,17 @@ int rt_pool_threads(const RtPool *pool);
  * called when ntasks <= 0. */
 void rt_pool_parallel_for(RtPool *pool, int64_t ntasks, int max_parts, RtTaskFn fn, void *ctx);
 
+/* CLOCK_MONOTONIC in nanoseconds, and a spin-wait hint to the CPU (pause):
+ * for the bounded spins before a thread sleeps (here and runtime/comm.c). */
+int64_t rt_now_ns(void);
+static inline void rt_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
 /* The number of CPUs this process may run on (at least 1). */
 int rt_cpu_count(void);
 

@@ -758,54 +758,71 @@ static void valid_cols(Conv *c, LLVMValueRef oh, LLVMValueRef kh, LLVMValueRef k
   *vhi = LLVMBuildSelect(B, in_h, b, owb, "");
 }
 
-/* The panel row of one k by masked vector loads (stride 1, x an f32
- * argument): the row's nv vectors start at zero, and each output-row
- * segment loads its valid lanes straight from x's input row, the other
- * lanes keeping what they held (masked-off lanes are never accessed, so
- * the padding needs no test and no copy).  Small copies written as loops
- * would otherwise become memcpy/memset calls, three per segment and k. */
-static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueRef ci, LLVMValueRef kh,
-                            LLVMValueRef kw) {
+/* The panel row being built (c->prow, nv vectors) starts at zero. */
+static void row_begin(Conv *c) {
+  for (int v = 0; v < c->G.nv; v++) LLVMBuildStore(c->G.f->b, LLVMConstNull(c->G.vt), c->prow[v]);
+}
+
+/* Lanes [a, b) of the panel row from x at element e0 + lane (lane 0's
+ * offset; masked-off lanes are never accessed, so the padding needs no
+ * test and no copy). */
+static void row_masked_loads(Conv *c, LLVMValueRef a, LLVMValueRef b, LLVMValueRef e0) {
   Gemm *G = &c->G;
   CgFn *f = G->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
   LLVMTypeRef it = LLVMVectorType(m->t_i64, (unsigned)G->vl);
-  for (int v = 0; v < G->nv; v++) LLVMBuildStore(B, LLVMConstNull(G->vt), c->prow[v]);
-  CgLoop ls;
-  LLVMValueRef owa, owb, jbase, ih, off, vlo, vhi;
-  LLVMValueRef oh = row_segment(c, &ls, &owa, &owb, &jbase);
-  valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
-  /* x[n, g*Cg + ci, ih, 0]: ih may be outside when no lane is valid */
-  LLVMValueRef ch = cg_add(f, cg_mulc(f, c->g, c->Cg), ci);
-  LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch), c->H), ih), c->W);
-  LLVMValueRef a = cg_add(f, jbase, vlo), b = cg_add(f, jbase, vhi);
-  LLVMValueRef va = LLVMBuildInsertElement(B, LLVMGetUndef(it), a, cg_i32(m, 0), "");
-  LLVMValueRef vb = LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), "");
   LLVMValueRef zmask = LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)G->vl));
-  va = LLVMBuildShuffleVector(B, va, LLVMGetUndef(it), zmask, "");
-  vb = LLVMBuildShuffleVector(B, vb, LLVMGetUndef(it), zmask, "");
+  LLVMValueRef va = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), a, cg_i32(m, 0), ""),
+                                           LLVMGetUndef(it), zmask, "");
+  LLVMValueRef vb = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), ""),
+                                           LLVMGetUndef(it), zmask, "");
   LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
   for (int v = 0; v < G->nv; v++) {
     LLVMValueRef lanes[16]; /* vl <= 16 */
     for (int l = 0; l < G->vl; l++) lanes[l] = cg_i64(m, (int64_t)v * G->vl + l);
     LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)G->vl);
     LLVMValueRef mask = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
-    /* lane j reads x_row[j - jbase - off]; not inbounds: the masked-off
-     * lanes' addresses may lie outside x */
-    LLVMValueRef e = LLVMBuildNSWSub(B, cg_add(f, rowlin, cg_i64(m, (int64_t)v * G->vl)), cg_add(f, jbase, off), "");
+    /* not inbounds: the masked-off lanes' addresses may lie outside x */
+    LLVMValueRef e = cg_add(f, e0, cg_i64(m, (int64_t)v * G->vl));
     LLVMValueRef p = LLVMBuildBitCast(B, LLVMBuildGEP2(B, m->t_f32, f->base[c->xarg], &e, 1, ""), vpt, "");
     LLVMTypeRef over[2] = {G->vt, vpt};
     LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, LLVMBuildLoad2(B, G->vt, c->prow[v], "")};
     LLVMBuildStore(B, cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4), c->prow[v]);
   }
-  cg_loop_end(f, &ls, false);
+}
+
+/* The finished panel row into row k - k0 of the panel. */
+static void row_store(Conv *c, LLVMValueRef k, LLVMValueRef k0) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
   for (int v = 0; v < G->nv; v++) {
-    LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, c->prow[v], ""),
-                                     vec_ptr(G, c->panel, cg_add(f, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr),
-                                                                 cg_i64(m, (int64_t)v * G->vl))));
+    LLVMValueRef off = cg_add(f, cg_mulc(f, LLVMBuildNSWSub(f->b, k, k0, ""), G->nr), cg_i64(f->m, (int64_t)v * G->vl));
+    LLVMValueRef st = LLVMBuildStore(f->b, LLVMBuildLoad2(f->b, G->vt, c->prow[v], ""), vec_ptr(G, c->panel, off));
     LLVMSetAlignment(st, 4);
   }
+}
+
+/* The panel row of one k by masked vector loads (stride 1, x an f32
+ * argument): each output-row segment loads its valid lanes straight from
+ * x's input row.  Small copies written as loops would otherwise become
+ * memcpy/memset calls, three per segment and k. */
+static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueRef ci, LLVMValueRef kh,
+                            LLVMValueRef kw) {
+  CgFn *f = c->G.f;
+  row_begin(c);
+  CgLoop ls;
+  LLVMValueRef owa, owb, jbase, ih, off, vlo, vhi;
+  LLVMValueRef oh = row_segment(c, &ls, &owa, &owb, &jbase);
+  valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
+  /* x[n, g*Cg + ci, ih, 0]: ih may be outside when no lane is valid; lane
+   * j reads x_row[j - jbase - off] */
+  LLVMValueRef ch = cg_add(f, cg_mulc(f, c->g, c->Cg), ci);
+  LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch), c->H), ih), c->W);
+  row_masked_loads(c, cg_add(f, jbase, vlo), cg_add(f, jbase, vhi),
+                   LLVMBuildNSWSub(f->b, rowlin, cg_add(f, jbase, off), ""));
+  cg_loop_end(f, &ls, false);
+  row_store(c, k, k0);
 }
 
 /* Entries of the segment table: (kh*KW + kw) * maxseg + segment, three i64
@@ -846,44 +863,19 @@ static void seg_table(Conv *c) {
 
 /* pack_row_vector from the segment table: the panel row of k = (ci, t). */
 static void pack_row_table(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueRef ci, LLVMValueRef t) {
-  Gemm *G = &c->G;
-  CgFn *f = G->f;
+  CgFn *f = c->G.f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
-  LLVMTypeRef it = LLVMVectorType(m->t_i64, (unsigned)G->vl);
-  LLVMValueRef zmask = LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)G->vl));
-  LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
-  for (int v = 0; v < G->nv; v++) LLVMBuildStore(B, LLVMConstNull(G->vt), c->prow[v]);
+  row_begin(c);
   LLVMValueRef chan = cg_mulc(f, ci, c->H * c->W);
   CgLoop ls;
   LLVMValueRef seg = cg_loop_begin(f, &ls, cg_i64(m, 0), LLVMBuildNSWSub(B, c->oh1, c->oh0, ""), "seg");
   LLVMValueRef slot[3];
   seg_table_at(c, t, seg, slot);
-  LLVMValueRef a = LLVMBuildLoad2(B, m->t_i64, slot[0], ""), b = LLVMBuildLoad2(B, m->t_i64, slot[1], "");
-  LLVMValueRef e0 = cg_add(f, LLVMBuildLoad2(B, m->t_i64, slot[2], ""), chan);
-  LLVMValueRef va = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), a, cg_i32(m, 0), ""),
-                                           LLVMGetUndef(it), zmask, "");
-  LLVMValueRef vb = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), ""),
-                                           LLVMGetUndef(it), zmask, "");
-  for (int v = 0; v < G->nv; v++) {
-    LLVMValueRef lanes[16]; /* vl <= 16 */
-    for (int l = 0; l < G->vl; l++) lanes[l] = cg_i64(m, (int64_t)v * G->vl + l);
-    LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)G->vl);
-    LLVMValueRef mask = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
-    /* not inbounds: the masked-off lanes' addresses may lie outside x */
-    LLVMValueRef e = cg_add(f, e0, cg_i64(m, (int64_t)v * G->vl));
-    LLVMValueRef p = LLVMBuildBitCast(B, LLVMBuildGEP2(B, m->t_f32, f->base[c->xarg], &e, 1, ""), vpt, "");
-    LLVMTypeRef over[2] = {G->vt, vpt};
-    LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, LLVMBuildLoad2(B, G->vt, c->prow[v], "")};
-    LLVMBuildStore(B, cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4), c->prow[v]);
-  }
+  row_masked_loads(c, LLVMBuildLoad2(B, m->t_i64, slot[0], ""), LLVMBuildLoad2(B, m->t_i64, slot[1], ""),
+                   cg_add(f, LLVMBuildLoad2(B, m->t_i64, slot[2], ""), chan));
   cg_loop_end(f, &ls, false);
-  for (int v = 0; v < G->nv; v++) {
-    LLVMValueRef st = LLVMBuildStore(B, LLVMBuildLoad2(B, G->vt, c->prow[v], ""),
-                                     vec_ptr(G, c->panel, cg_add(f, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr),
-                                                                 cg_i64(m, (int64_t)v * G->vl))));
-    LLVMSetAlignment(st, 4);
-  }
+  row_store(c, k, k0);
 }
 
 /* Sets up the segment table of a convolution packed by masked vector
