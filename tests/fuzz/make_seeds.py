@@ -448,6 +448,27 @@ nodes:
   - {out: y, op: sum, in: [c2], axes: [0], keepdims: true}
 outputs: [y]
 """,
+    # tensor parallelism: a column- and a row-parallel matmul around a state
+    # split by heads (an all_reduce, the manifest's tp and tp_states)
+    "tp": """smelt: 1
+name: tp
+seed: 1
+dims: {ctx: 4}
+inputs: {x: {shape: [1, 8]}, pos: {shape: [1], dtype: i32}}
+params:
+  wk: {shape: [8, 8], init: {normal: 0.3}}
+  wo: {shape: [8, 8], init: {normal: 0.3}}
+state: {cache: {shape: [1, 2, ctx, 4]}}
+nodes:
+  - {out: k0, op: matmul, in: [x, wk]}
+  - {out: k1, op: reshape, in: [k0], shape: [1, 1, 2, 4]}
+  - {out: k, op: transpose, in: [k1], perm: [0, 2, 1, 3]}
+  - {out: c2, op: scatter, in: [cache, pos, k], axis: 2}
+  - {out: s, op: sum, in: [c2], axes: [2]}
+  - {out: m, op: reshape, in: [s], shape: [1, 8]}
+  - {out: y, op: matmul, in: [m, wo]}
+outputs: [y]
+""",
     "weights": """smelt: 1
 name: wt
 weights: weights.safetensors
@@ -471,6 +492,7 @@ BUNDLES = [
     ("cpu_spec", "tiny", ["--cpu", "x86-64-v2", "--dim", "batch=1,3"]),
     ("cpu_external_weights", "weights", ["--cpu", "x86-64-v2", "--external-weights"]),
     ("ref_only", "tiny", ["--cpu", "x86-64-v2", "--passes", "canonicalize"]),
+    ("cpu_tp2", "tp", ["--cpu", "x86-64-v2", "--tp", "2"]),
     ("cuda_tiny", "tiny", ["--target", "cuda", "--arch", "sm_80"]),
     ("cpu_cuda_state", "state", ["--target", "cpu,cuda", "--arch", "sm_80", "--cpu", "x86-64-v2"]),
 ]
@@ -581,7 +603,7 @@ def dicts():
     dict_file("bundle", ["SMELT\0BN", "\x01\x00\x00\x00", "\x58\x00\x00\x00", "smelt-specialisations",
                          "s0/", "s1/", "u0", "u1", "sm_80/u0", "sm_90a/u0", "x86_64-pc-linux-gnu/x86-64-v2",
                          "cpu_features:", "x86-64-v2", "smelt_version=", "bundle_format=", "graph_format=",
-                         "kernel_table_format=", "=", "\n", "\t"])
+                         "kernel_table_format=", "=", "\n", "\t", "r0/", "r1/", "r1/s0/", "tp=", "tp_states="])
     dict_file("elf", ["\x7fELF\x02\x01\x01", ".text", ".rela.text", ".rodata", ".rodata.cst16", ".data",
                       ".data.rel.ro", ".bss", ".eh_frame", ".rela.eh_frame", ".symtab", ".strtab", ".shstrtab",
                       ".comment", ".note.GNU-stack", ".llvm_addrsig", ".text.k00", "expf", "memcpy", "memset",
