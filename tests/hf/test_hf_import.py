@@ -253,6 +253,17 @@ def test_cache(sm, tmp, ck, cfg, W, name, tol, generate):
           f"(smallest top-2 logit gap {margin:.3f})")
     if got != want:
         print("     smelt", got, "\n     numpy", want)
+    # the same split over tensor-parallel ranks (docs/tensor-parallel.md):
+    # heads, KV caches, the embedding and the LM head split, all_reduce and
+    # all_gather between them
+    for tp in (2, 4):
+        r = sm.run("generate", y, "--prompt-ids", ",".join(map(str, PROMPT)), "-n", "16", "--device", "cpu", "--json",
+                   "--quiet", "--tp", str(tp))
+        if not check(r.returncode == 0, f"{name}: smelt generate -n 16 --tp {tp} on cpu"):
+            print(r.stdout, r.stderr)
+            continue
+        got = json.loads(r.stdout)["ids"]
+        check(got == want, f"{name}: the 16 greedy tokens at --tp {tp} equal numpy's")
 
 
 # ---- the C API: one session, prefill then decode steps ----
