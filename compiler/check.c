@@ -240,18 +240,26 @@ static smelt_status bind_all(smelt_session *s, const void *const *inputs, OutBuf
   return NULL;
 }
 
-static smelt_status run_reference(const Graph *g, const void *const *inputs, Interp **out_it) {
+/* The interpreter's run of the session's graph on inputs; of a
+ * tensor-parallel session, of every rank's graph together
+ * (ir_interp_run_ranks), rank 0's interpreter kept. */
+static smelt_status run_reference(smelt_session *s, const void *const *inputs, Interp **out_it) {
   *out_it = NULL;
-  Interp *it;
-  RETURN_IF_ERROR(ir_interp_create(g, &it));
+  const smelt_bundle *b = rt_session_bundle(s);
+  int nranks = rt_bundle_num_ranks(b), spec = smelt_session_specialisation(s);
+  if (spec < 0) spec = 0;
+  Interp *its[64] = {NULL};
+  if (nranks > 64) return st_error(ST_INVALID_INPUT, "%d ranks", nranks);
   smelt_status st = NULL;
-  for (int i = 0; i < g->ninputs && !st; i++) st = ir_interp_set_input(it, g->inputs[i], inputs[i]);
-  if (!st) st = ir_interp_run(it);
-  if (st) {
-    ir_interp_destroy(it);
-    return st_prefix(st, "reference interpreter");
+  for (int r = 0; r < nranks && !st; r++) {
+    const Graph *g = rt_bundle_graph(r ? rt_bundle_rank_spec(b, r, spec) : b);
+    st = ir_interp_create(g, &its[r]);
+    for (int i = 0; i < g->ninputs && !st; i++) st = ir_interp_set_input(its[r], g->inputs[i], inputs[i]);
   }
-  *out_it = it;
+  if (!st) st = nranks > 1 ? ir_interp_run_ranks(its, nranks) : ir_interp_run(its[0]);
+  for (int r = st ? 0 : 1; r < nranks; r++) ir_interp_destroy(its[r]);
+  if (st) return st_prefix(st, "reference interpreter");
+  *out_it = its[0];
   return NULL;
 }
 
@@ -267,7 +275,7 @@ smelt_status sc_check_outputs_tol(smelt_session *s, const void *const *inputs, c
   Interp *it = NULL;
   smelt_status st = bind_all(s, inputs, &ob);
   if (!st) st = smelt_session_run(s);
-  if (!st) st = run_reference(g, inputs, &it);
+  if (!st) st = run_reference(s, inputs, &it);
   ScOutputCheck *oc = NULL;
   if (!st && !(oc = calloc(g->noutputs ? (size_t)g->noutputs : 1, sizeof *oc)))
     st = st_error(ST_NO_MEMORY, "out of memory for the report");
@@ -377,7 +385,7 @@ smelt_status sc_check_groups_tol(smelt_session *s, const void *const *inputs, co
   Checks c = {0};
   bool *good = NULL;
   smelt_status st = bind_all(s, inputs, &ob);
-  if (!st) st = run_reference(g, inputs, &it);
+  if (!st) st = run_reference(s, inputs, &it);
   if (!st && !(good = calloc(g->nval ? (size_t)g->nval : 1, sizeof *good)))
     st = st_error(ST_NO_MEMORY, "out of memory for the report");
   if (!st) st = rt_session_prepare(s);

@@ -157,42 +157,122 @@ static smelt_status missing_operand(const Graph *g, const Node *n, int v) {
                ir_op_name(n->op), val->name);
 }
 
-smelt_status ir_interp_run(Interp *it) {
+/* Forgets the previous run's results, so a broken order cannot read them. */
+static void run_begin(Interp *it) {
   const Graph *g = it->g;
-  /* Forget the previous run's results so a broken order cannot read them. */
   for (int v = 0; v < g->nval; v++)
     if (g->val[v].kind == VK_NODE) it->ready[v] = false;
+}
+
+/* Node i of it's graph on its ready operands. */
+static smelt_status run_node(Interp *it, int i) {
+  const Graph *g = it->g;
+  const Node *n = &g->node[i];
+  if (n->dead) return NULL;
   const void *in_stack[16];
   void *out_stack[16];
-  for (int i = 0; i < g->nnode; i++) {
-    const Node *n = &g->node[i];
-    if (n->dead) continue;
-    /* Small operand lists (all but a long concat or split) avoid malloc. */
-    const void **in = n->nin <= 16 ? in_stack : malloc((size_t)n->nin * sizeof *in);
-    void **out = n->nout <= 16 ? out_stack : malloc((size_t)n->nout * sizeof *out);
-    smelt_status st = NULL;
-    if (!in || !out) st = st_error(ST_NO_MEMORY, "out of memory running node '%s'", ir_node_name(g, n));
-    for (int k = 0; !st && k < n->nin; k++) {
-      if (!it->ready[n->in[k]]) st = missing_operand(g, n, n->in[k]);
-      else in[k] = it->buf[n->in[k]];
-    }
-    for (int k = 0; !st && k < n->nout; k++) {
-      out[k] = it->buf[n->out[k]];
-      if (!out[k])
-        st = st_at(n->loc, "node '%s' (%s): result '%s' has no type", ir_node_name(g, n), ir_op_name(n->op),
-                   g->val[n->out[k]].name);
-    }
-    if (!st) st = ir_eval_node(g, n, (const void *const *)in, (void *const *)out);
-    if (in != in_stack) free(in);
-    if (out != out_stack) free(out);
-    if (st) return st;
-    for (int k = 0; k < n->nout; k++) it->ready[n->out[k]] = true;
+  /* Small operand lists (all but a long concat or split) avoid malloc. */
+  const void **in = n->nin <= 16 ? in_stack : malloc((size_t)n->nin * sizeof *in);
+  void **out = n->nout <= 16 ? out_stack : malloc((size_t)n->nout * sizeof *out);
+  smelt_status st = NULL;
+  if (!in || !out) st = st_error(ST_NO_MEMORY, "out of memory running node '%s'", ir_node_name(g, n));
+  for (int k = 0; !st && k < n->nin; k++) {
+    if (!it->ready[n->in[k]]) st = missing_operand(g, n, n->in[k]);
+    else in[k] = it->buf[n->in[k]];
   }
-  /* state persists: the next run reads what this one wrote */
+  for (int k = 0; !st && k < n->nout; k++) {
+    out[k] = it->buf[n->out[k]];
+    if (!out[k])
+      st = st_at(n->loc, "node '%s' (%s): result '%s' has no type", ir_node_name(g, n), ir_op_name(n->op),
+                 g->val[n->out[k]].name);
+  }
+  if (!st) st = ir_eval_node(g, n, (const void *const *)in, (void *const *)out);
+  if (in != in_stack) free(in);
+  if (out != out_stack) free(out);
+  if (st) return st;
+  for (int k = 0; k < n->nout; k++) it->ready[n->out[k]] = true;
+  return NULL;
+}
+
+/* State persists: the next run reads what this one wrote. */
+static void run_end(Interp *it) {
+  const Graph *g = it->g;
   for (int i = 0; i < g->nstates; i++) {
     int v = g->states[i], up = ir_state_update(g, v);
     if (up >= 0 && it->buf[v]) memcpy(it->buf[v], it->buf[g->node[up].out[0]], ir_type_bytes(&g->val[v].type));
   }
+}
+
+smelt_status ir_interp_run(Interp *it) {
+  run_begin(it);
+  for (int i = 0; i < it->g->nnode; i++) RETURN_IF_ERROR(run_node(it, i));
+  run_end(it);
+  return NULL;
+}
+
+/* Collective node i across the ranks, in double: all_reduce sums the
+ * ranks' x in rank order into every rank's result, all_gather copies rank
+ * r's x into block r along the axis of every rank's result. */
+static smelt_status run_collective(Interp *const *its, int nranks, int i) {
+  const Graph *g0 = its[0]->g;
+  const Node *n0 = &g0->node[i];
+  for (int r = 0; r < nranks; r++) {
+    const Node *n = &its[r]->g->node[i];
+    if (!its[r]->ready[n->in[0]]) return missing_operand(its[r]->g, n, n->in[0]);
+    if (ir_attr_int(n, "ranks") != nranks)
+      return st_at(n->loc, "node '%s' (%s) is over %lld ranks, the reference runs %d", ir_node_name(its[r]->g, n),
+                   ir_op_name(n->op), (long long)ir_attr_int(n, "ranks"), nranks);
+  }
+  const TensorType *xt = &g0->val[n0->in[0]].type;
+  size_t count = (size_t)ir_type_numel(xt);
+  if (n0->op == OP_ALL_REDUCE) {
+    for (size_t e = 0; e < count; e++) {
+      double sum = 0;
+      for (int r = 0; r < nranks; r++) sum += dt_load(xt->dt, its[r]->buf[its[r]->g->node[i].in[0]], e);
+      for (int r = 0; r < nranks; r++) dt_store(xt->dt, its[r]->buf[its[r]->g->node[i].out[0]], e, sum);
+    }
+  } else {
+    int a = ir_norm_axis(ir_attr_int(n0, "axis"), xt->rank);
+    size_t outer = 1, block = dt_size(xt->dt);
+    for (int d = 0; d < xt->rank; d++) {
+      if (d < a) outer *= (size_t)xt->dim[d];
+      else block *= (size_t)xt->dim[d];
+    }
+    for (int r = 0; r < nranks; r++)
+      for (int q = 0; q < nranks; q++)
+        for (size_t o = 0; o < outer; o++)
+          memcpy((char *)its[r]->buf[its[r]->g->node[i].out[0]] + (o * (size_t)nranks + (size_t)q) * block,
+                 (const char *)its[q]->buf[its[q]->g->node[i].in[0]] + o * block, block);
+  }
+  for (int r = 0; r < nranks; r++) its[r]->ready[its[r]->g->node[i].out[0]] = true;
+  return NULL;
+}
+
+smelt_status ir_interp_run_ranks(Interp *const *its, int nranks) {
+  const Graph *g0 = its[0]->g;
+  for (int r = 1; r < nranks; r++) {
+    const Graph *g = its[r]->g;
+    bool same = g->nnode == g0->nnode;
+    for (int i = 0; same && i < g->nnode; i++)
+      same = g->node[i].op == g0->node[i].op && g->node[i].dead == g0->node[i].dead &&
+             (!ir_op_is_collective(g->node[i].op) ||
+              ir_type_equal(&g->val[g->node[i].in[0]].type, &g0->val[g0->node[i].in[0]].type));
+    if (!same)
+      return st_error(ST_INVALID_INPUT, "the graphs of rank 0 and rank %d are not one model's parts (their nodes "
+                      "differ)", r);
+  }
+  for (int r = 0; r < nranks; r++) run_begin(its[r]);
+  for (int i = 0; i < g0->nnode; i++) {
+    if (!g0->node[i].dead && ir_op_is_collective(g0->node[i].op)) {
+      RETURN_IF_ERROR(run_collective(its, nranks, i));
+      continue;
+    }
+    for (int r = 0; r < nranks; r++) {
+      smelt_status st = run_node(its[r], i);
+      if (st) return r ? st_prefix(st, "rank %d", r) : st;
+    }
+  }
+  for (int r = 0; r < nranks; r++) run_end(its[r]);
   return NULL;
 }
 

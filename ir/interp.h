@@ -47,6 +47,13 @@ smelt_status ir_interp_set_input(Interp *it, int value, const void *data) SMELT_
  * tensors start at zero (or as set with ir_interp_set_input) and keep
  * their updates from one run to the next, as in a session. */
 smelt_status ir_interp_run(Interp *it) SMELT_MUST_USE;
+/* One run of the graphs of a tensor-parallel model's ranks (passes/shard.c:
+ * the same nodes in the same order, each rank's own constants), its[r]
+ * running rank r's: every node on every rank in turn, the collectives
+ * across all of them (all_reduce sums in double, in rank order; all_gather
+ * concatenates), as one session's ranks would.  The graphs' inputs must be
+ * set on every interpreter. */
+smelt_status ir_interp_run_ranks(Interp *const *its, int nranks) SMELT_MUST_USE;
 /* Data of any value after a run (inputs, constants, node results); NULL if
  * it was not computed.  Owned by the interpreter. */
 const void *ir_interp_value(const Interp *it, int value);

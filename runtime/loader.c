@@ -106,6 +106,11 @@ bool rt_bundle_spec_find(const smelt_bundle *b, FmtSectionKind kind, const char 
 }
 
 int rt_bundle_num_specs(const smelt_bundle *b) { return b->root->nspecs; }
+int rt_bundle_num_ranks(const smelt_bundle *b) { return b->root->nranks > 1 ? b->root->nranks : 1; }
+const smelt_bundle *rt_bundle_rank_spec(const smelt_bundle *b, int rank, int spec) {
+  const smelt_bundle *r = rank == 0 || !b->root->ranks ? b->root : b->root->ranks[rank];
+  return r->specs[spec];
+}
 const smelt_bundle *rt_bundle_spec(const smelt_bundle *b, int i) { return b->root->specs[i]; }
 const char *rt_bundle_spec_label(const smelt_bundle *b) { return b->label; }
 

@@ -71,6 +71,11 @@ smelt_status rt_bundle_match_inputs(const smelt_bundle *b, const char *const *na
 bool rt_bundle_spec_find(const smelt_bundle *b, FmtSectionKind kind, const char *name, const void **out_data,
                          size_t *out_len);
 
+/* Tensor parallelism (--tp): the ranks of b's bundle (1 without), and
+ * specialisation `spec` of rank `rank` (rank 0's is rt_bundle_spec). */
+int rt_bundle_num_ranks(const smelt_bundle *b);
+const smelt_bundle *rt_bundle_rank_spec(const smelt_bundle *b, int rank, int spec);
+
 const Graph *rt_bundle_graph(const smelt_bundle *b);
 const FmtFile *rt_bundle_file(const smelt_bundle *b);
 int rt_bundle_num_kernels(const smelt_bundle *b);

@@ -11,7 +11,10 @@ every value goes to memory), and each bundle is run with `--check`
 group's values against the unfused interpreter).  Every CUDA_EVERY-th model
 (and every case) is also compiled with `--target cuda` at both budgets:
 NVRTC only, no GPU needed; without NVRTC that part is skipped and the log
-says so (SMELT_TEST_REQUIRE=nvrtc makes that a failure).
+says so (SMELT_TEST_REQUIRE=nvrtc makes that a failure).  Every
+TP_EVERY-th model (2) with a matmul is also compiled with `--tp 2` (the
+shard pass) and run with both checks, against the interpreter running both
+ranks' graphs with its own collectives.
 
 A failure is reported with its class (invalid model: a generator bug; compile
 error; check failure; crash; timeout), the command that shows it, and the
@@ -24,7 +27,7 @@ Modes:
   SMELT_RANDOM_LONG=1      5000 models (and CUDA every 10th)
   SMELT_RANDOM_COUNT=N, SMELT_RANDOM_SEED=S   override
 Usage: test_random_graphs.py --smelt PATH [--count N] [--seed S] [--jobs J]
-       [--cuda-every K] [--keep DIR] [--start I]
+       [--cuda-every K] [--tp-every K] [--keep DIR] [--start I]
 """
 import argparse
 import collections
@@ -99,10 +102,26 @@ def signature(klass, out):
     return klass + ": " + line.strip()[:160]
 
 
-def check_model(smelt, path, tmp, env, cuda, nvrtc):
+def check_model(smelt, path, tmp, env, cuda, nvrtc, tp=False, split=None):
     """Runs every step on one model; raises Fail at the first that fails.
-    Returns the number of CUDA compiles done."""
+    Returns the number of CUDA compiles done; split[0] says whether the
+    shard pass split anything (tp)."""
     ncuda = 0
+    split = split if split is not None else [False]
+    if tp:
+        # split over 2 tensor-parallel ranks (passes/shard.c): the ranks'
+        # kernels and in-process collectives against the reference
+        # interpreter running every rank's graph with its own collectives
+        bundle = os.path.join(tmp, "tp2.smelt")
+        for step, args in (("tp compile", ["compile", path, "-o", bundle, "--no-cache", "--tp", "2", "--verbose"]),
+                           ("check tp", ["run", bundle, "--device", "cpu", "--check"]),
+                           ("check=groups tp", ["run", bundle, "--device", "cpu", "--check=groups"])):
+            r, cmd = run(smelt, args, env)
+            if r.returncode != 0:
+                raise Fail(classify(r, step), cmd, r.stdout + r.stderr)
+            if step == "tp compile":
+                split[0] = not re.search(r"shard: rank 0 of 2: 0 matmuls split by columns, 0 by rows, 0 embeddings",
+                                         r.stderr)
     for budget in (None, TINY):
         extra = ["--onchip-bytes", str(budget)] if budget else []
         bundle = os.path.join(tmp, "cpu%s.smelt" % (budget or ""))
@@ -138,7 +157,7 @@ def still_fails(smelt, m, sig, env, cuda):
         with open(path, "w") as f:
             f.write(m.yaml())
         try:
-            check_model(smelt, path, tmp, env, cuda, [True, ""])
+            check_model(smelt, path, tmp, env, cuda, [True, ""], tp="tp" in sig)
         except Fail as e:
             return signature(e.klass, e.out) == sig
     return False
@@ -183,6 +202,7 @@ def main():
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     ap.add_argument("--cuda-every", type=int, default=10 if long_mode else 6)
+    ap.add_argument("--tp-every", type=int, default=2)
     ap.add_argument("--keep", help="write failing models (and their minimised form) here")
     ap.add_argument("--no-minimise", action="store_true")
     ap.add_argument("--no-cases", action="store_true", help="skip tests/random/cases")
@@ -216,10 +236,15 @@ def main():
         with open(path, "w") as f:
             f.write(text)
         cuda = kind == "case" or args.cuda_every > 0 and idx % args.cuda_every == 0
+        # the shard pass splits matmuls with constant weights and what follows
+        tp = kind == "model" and args.tp_every > 0 and idx % args.tp_every == 0 and "matmul" in m.ops()
+        split = [False]
         try:
-            nc = check_model(smelt, path, tmp, env, cuda, nvrtc)
+            nc = check_model(smelt, path, tmp, env, cuda, nvrtc, tp, split)
             with lock:
                 stats[kind] += 1
+                stats["tp"] += tp
+                stats["tp split"] += split[0]
                 stats["cuda compiles"] += nc
                 if kind == "model":
                     stats[m.dtype] += 1
@@ -265,6 +290,8 @@ def main():
     print("random models (seed %d, %d from %d): %d passed at both budgets (--onchip-bytes default, %d); "
           "f32 %d, f16 %d, bf16 %d" % (args.seed, args.count, args.start, stats["model"], TINY, stats["f32"],
                                        stats["f16"], stats["bf16"]))
+    print("tensor parallel: %d models (every %d-th with a matmul) compiled with --tp 2 passed --check and "
+          "--check=groups; the shard pass split %d of them" % (stats["tp"], args.tp_every, stats["tp split"]))
     if nvrtc[0]:
         print("CUDA (NVRTC, no GPU): %d compiles passed (every %d-th model and every case: cuda at both budgets, "
               "cpu,cuda)"
