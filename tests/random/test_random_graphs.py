@@ -12,7 +12,7 @@ group's values against the unfused interpreter).  Every CUDA_EVERY-th model
 (and every case) is also compiled with `--target cuda` at both budgets:
 NVRTC only, no GPU needed; without NVRTC that part is skipped and the log
 says so (SMELT_TEST_REQUIRE=nvrtc makes that a failure).  Every
-TP_EVERY-th model (2) with a matmul is also compiled with `--tp 2` (the
+TP_EVERY-th model (4) with a matmul is also compiled with `--tp 2` (the
 shard pass) and run with both checks, against the interpreter running both
 ranks' graphs with its own collectives.
 
@@ -202,7 +202,7 @@ def main():
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1))
     ap.add_argument("--cuda-every", type=int, default=10 if long_mode else 6)
-    ap.add_argument("--tp-every", type=int, default=2)
+    ap.add_argument("--tp-every", type=int, default=4)
     ap.add_argument("--keep", help="write failing models (and their minimised form) here")
     ap.add_argument("--no-minimise", action="store_true")
     ap.add_argument("--no-cases", action="store_true", help="skip tests/random/cases")
