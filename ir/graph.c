@@ -72,6 +72,15 @@ int64_t ir_type_numel(const TensorType *t) {
   return n;
 }
 
+void ir_type_blocks(const TensorType *t, int axis, size_t *outer, size_t *block) {
+  *outer = 1;
+  *block = dt_size(t->dt);
+  for (int d = 0; d < t->rank; d++) {
+    if (d < axis) *outer *= (size_t)t->dim[d];
+    else *block *= (size_t)t->dim[d];
+  }
+}
+
 /* Bits, so that a packed 4-bit tensor of odd size takes its last half byte. */
 size_t ir_type_bytes(const TensorType *t) { return ((size_t)ir_type_numel(t) * (size_t)dt_bits(t->dt) + 7) / 8; }
 

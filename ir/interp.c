@@ -232,12 +232,8 @@ static smelt_status run_collective(Interp *const *its, int nranks, int i) {
       for (int r = 0; r < nranks; r++) dt_store(xt->dt, its[r]->buf[its[r]->g->node[i].out[0]], e, sum);
     }
   } else {
-    int a = ir_norm_axis(ir_attr_int(n0, "axis"), xt->rank);
-    size_t outer = 1, block = dt_size(xt->dt);
-    for (int d = 0; d < xt->rank; d++) {
-      if (d < a) outer *= (size_t)xt->dim[d];
-      else block *= (size_t)xt->dim[d];
-    }
+    size_t outer, block;
+    ir_type_blocks(xt, ir_norm_axis(ir_attr_int(n0, "axis"), xt->rank), &outer, &block);
     for (int r = 0; r < nranks; r++)
       for (int q = 0; q < nranks; q++)
         for (size_t o = 0; o < outer; o++)

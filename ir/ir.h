@@ -57,6 +57,10 @@ bool ir_type_dynamic(const TensorType *t);
  * the value of each of Graph.ranges; NULL or a fixed axis: dim[a]). */
 int64_t ir_type_extent(const TensorType *t, int a, const int64_t *dims);
 size_t ir_type_bytes(const TensorType *t);
+/* t as *outer rows of *block bytes each: the rows are the elements of the
+ * axes before `axis`, a block everything from `axis` on (a concatenation
+ * along axis puts its parts' blocks side by side in each row). */
+void ir_type_blocks(const TensorType *t, int axis, size_t *outer, size_t *block);
 bool ir_type_equal(const TensorType *a, const TensorType *b);
 /* "f32[16,256]" into buf; returns buf. */
 char *ir_type_str(const TensorType *t, char *buf, size_t n);

@@ -302,7 +302,7 @@ static void visit_attention(Sh *s, int n) {
   Graph *g = s->g;
   Node *nd = &g->node[n];
   SrcLoc loc = nd->loc;
-  int q = nd->in[0], k = nd->in[1], v = nd->in[2];
+  int q = nd->in[0], k = nd->in[1];
   bool any = false, ok = true;
   for (int j = 0; j < 3; j++) {
     int x = g->node[n].in[j];
@@ -311,7 +311,6 @@ static void visit_attention(Sh *s, int n) {
   }
   int64_t h = ty(s, q)->dim[1] * (s->kind[q] == L_SPLIT ? s->tp : 1);
   int64_t hkv = ty(s, k)->dim[1] * (s->kind[k] == L_SPLIT ? s->tp : 1);
-  (void)v;
   if (any && (h % s->tp || hkv % s->tp)) {
     pass_ctx_logf(s->ctx, "shard: %s kept whole: %lld query and %lld kv heads do not split over %d ranks",
                   ir_node_name(g, nd), (long long)h, (long long)hkv, s->tp);

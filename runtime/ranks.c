@@ -157,12 +157,8 @@ smelt_status rt_ranks_state_copy(smelt_session *s, int i, void *data, bool read)
     return NULL;
   }
   /* rank r's part is block r of every row of the axes before a */
-  const TensorType *t = &s->root->g->val[s->root->g->states[i]].type;
-  size_t outer = 1, block = dt_size(t->dt);
-  for (int d = 0; d < t->rank; d++) {
-    if (d < a) outer *= (size_t)t->dim[d];
-    else block *= (size_t)t->dim[d];
-  }
+  size_t outer, block;
+  ir_type_blocks(&s->root->g->val[s->root->g->states[i]].type, a, &outer, &block);
   for (int r = 0; r < s->nranks; r++) {
     char *part = r ? s->peers[r - 1]->state[i] : s->state[i];
     for (size_t o = 0; o < outer; o++) {
@@ -189,12 +185,8 @@ smelt_status rt_ranks_collective(smelt_session *s, int i) {
   } else {
     /* a concatenation along axis a: the blocks are the rows of everything
      * before a, each this rank's part of the axis and all after it */
-    int a = ir_norm_axis(ir_attr_int(n, "axis"), in->rank);
-    size_t outer = 1, block = dt_size(in->dt);
-    for (int d = 0; d < in->rank; d++) {
-      if (d < a) outer *= (size_t)in->dim[d];
-      else block *= (size_t)in->dim[d];
-    }
+    size_t outer, block;
+    ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
     st = rt_comm_all_gather(s->comm, s->rank, argv[0], argv[1], outer, block);
   }
   return st ? st_prefix(st, "kernel '%s'", kn->name) : NULL;
