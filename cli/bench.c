@@ -502,7 +502,7 @@ static smelt_status time_copy_kernel(RtCudaDevice *d, RtCudaPtr src, RtCudaPtr d
   if (!st) st = rt_cuda_module_function(m, "smelt_copy", 0, &fn);
   unsigned long long n16 = n / 16;
   void *params[3] = {&src, &dst, &n16};
-  RtCudaLaunch l = {fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params, false};
+  RtCudaLaunch l = {fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params, false, NULL, NULL};
   double ms[10];
   for (int r = 0; r < 10 && !st; r++) st = rt_cuda_time_kernels(d, &l, 1, 1, &ms[r]);
   if (!st) *out_s = median(ms, 10) * 1e-3;
@@ -598,7 +598,7 @@ static smelt_status unit_resources(const smelt_bundle *spec, RtCudaDevice *d, co
   free(source);
   for (int k = 0; k < m->nkernels && !st; k++) {
     const FmtCudaLaunch *l = &m->kernels[k];
-    if (l->unit != u) continue;
+    if (l->unit != u || fmt_cuda_launch_is_collective(l)) continue;
     RtCudaFunction fn;
     RtCudaResources r;
     st = rt_cuda_module_function(mod, l->symbol, l->smem, &fn);
@@ -807,10 +807,7 @@ static bool parse_count(const char *s, int lo, int *out) {
   return true;
 }
 
-static bool is_cuda_device(const char *d) {
-  if (strcmp(d, "cuda") == 0) return true;
-  return strncmp(d, "cuda:", 5) == 0 && d[5] && strspn(d + 5, "0123456789") == strlen(d + 5);
-}
+static bool is_cuda_device(const char *d) { return cli_cuda_devices(d) > 0; }
 
 int cli_bench(int argc, char **argv) {
   const char *path = NULL, *device = "cpu", *dtype = NULL;
@@ -848,6 +845,9 @@ int cli_bench(int argc, char **argv) {
       if (strcmp(v, "cpu") != 0 && !is_cuda_device(v))
         return cli_usage("bench", "unknown device '%s' (cpu, cuda, cuda:N)", v);
       device = v;
+    } else if ((v = cli_flag_value("--devices", argc, argv, &i, &missing)) || missing) {
+      if (missing || cli_cuda_devices(v) < 1) return cli_usage("bench", "--devices needs a list of GPUs: cuda:0,cuda:1");
+      device = v;
     } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing)) || missing) {
       if (missing || !parse_count(v, 1, &threads)) return cli_usage("bench", "--threads needs a count >= 1");
     } else if ((v = cli_flag_value("--warmup", argc, argv, &i, &missing)) || missing) {
@@ -876,8 +876,12 @@ int cli_bench(int argc, char **argv) {
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
   if (perf_map && cuda) return cli_usage("bench", "--perf-map names CPU kernels: it applies to --device cpu");
-  if (tp > 1 && (cuda || !is_model(path)))
-    return cli_usage("bench", "--tp applies to a model on the cpu (a bundle's ranks are set by smelt compile --tp)");
+  int ndev = cuda ? cli_cuda_devices(device) : 0;
+  if (tp > 1 && !is_model(path))
+    return cli_usage("bench", "--tp applies to a model (a bundle's ranks are set by smelt compile --tp)");
+  if (ndev > 1 && is_model(path) && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
+  if (ndev > 1 && is_model(path) && tp != ndev)
+    return cli_usage("bench", "--tp %d with %d devices: give one device a rank", tp, ndev);
   if (allow_tf32 && !(cuda && is_model(path)))
     return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 

@@ -49,8 +49,15 @@ const char *cli_suggest_word(const char *word, const char *const *known, int n);
 bool cli_parse_tolerance(const char *s, double *out);
 /* --tp N: tensor-parallel ranks, 1 to 64; false for anything else. */
 bool cli_parse_tp(const char *s, int *out);
+/* How many CUDA devices d names: "cuda" or "cuda:N" 1, a list
+ * "cuda:0,cuda:1" (tensor-parallel ranks, one each) its length; 0 when d
+ * is not such a name. */
+int cli_cuda_devices(const char *d);
 #define CLI_TP_HELP "  --tp N                  (a model, not a bundle) split it over N tensor-parallel ranks, run\n" \
-                    "                          on threads of the session (smelt compile --tp; CPU only so far)\n"
+                    "                          on threads of the session (smelt compile --tp)\n" \
+                    "  --devices LIST          the GPUs of the ranks, one each: cuda:0,cuda:1 (implies --tp N\n" \
+                    "                          for a model); NCCL between them. One GPU named N times runs\n" \
+                    "                          every rank on it, collectives through host memory (a test)\n"
 /* Prints the table of a --check (one row per output: errors, cosine,
  * pass/FAIL and the rule that decided); returns 0 when every output
  * passed, else 1 (cli/run.c). */

@@ -149,6 +149,21 @@ bool cli_dims_several(const ModelOpts *mo) {
   return false;
 }
 
+int cli_cuda_devices(const char *d) {
+  int n = 0;
+  for (const char *p = d; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    bool plain = len == 4 && strncmp(p, "cuda", 4) == 0;
+    bool numbered = len > 5 && strncmp(p, "cuda:", 5) == 0 && strspn(p + 5, "0123456789") >= len - 5;
+    if (!(plain && !end && n == 0) && !numbered) return 0;
+    n++;
+    if (end && !end[1]) return 0;
+    p += len + (end ? 1 : 0);
+  }
+  return n;
+}
+
 bool cli_parse_tp(const char *s, int *out) {
   char *end;
   long v = s ? strtol(s, &end, 10) : 0;

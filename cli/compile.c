@@ -351,9 +351,6 @@ int cli_compile(int argc, char **argv) {
   }
   bool for_cuda = strstr(target, "cuda") != NULL;
   if (tp > 1) {
-    if (for_cuda)
-      return cli_usage("compile", "--tp runs on CPU ranks only so far (the NCCL runtime for CUDA is not written "
-                       "yet): use --target cpu");
     smelt_status bad = pass_with_shard(passes, tp_passes, sizeof tp_passes);
     if (bad) {
       int rc = cli_usage("compile", "%s", st_message(bad));

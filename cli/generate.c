@@ -677,6 +677,9 @@ int cli_generate(int argc, char **argv) {
       G.dump_logits = v;
     } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing))) {
       G.device = v;
+    } else if ((v = cli_flag_value("--devices", argc, argv, &i, &missing))) {
+      if (cli_cuda_devices(v) < 1) rc = cli_usage("generate", "--devices needs a list of GPUs: cuda:0,cuda:1");
+      G.device = v;
     } else if ((v = cli_flag_value("--threads", argc, argv, &i, &missing))) {
       G.threads = atoi(v);
       if (G.threads < 1) rc = cli_usage("generate", "--threads %s: expected a count from 1", v);
@@ -715,10 +718,9 @@ int cli_generate(int argc, char **argv) {
   }
   if (sampled && G.sp.temperature == 0) G.sp.temperature = 1.0;
   G.sp.greedy = !sampled;
-  G.cuda = strncmp(G.device, "cuda", 4) == 0;
-  if (strcmp(G.device, "cpu") && strcmp(G.device, "cuda") &&
-      !(strncmp(G.device, "cuda:", 5) == 0 && G.device[5] && strspn(G.device + 5, "0123456789") == strlen(G.device + 5))) {
-    rc = cli_usage("generate", "unknown device '%s' (cpu, cuda, cuda:N)", G.device);
+  G.cuda = cli_cuda_devices(G.device) > 0;
+  if (strcmp(G.device, "cpu") && !G.cuda) {
+    rc = cli_usage("generate", "unknown device '%s' (cpu, cuda, cuda:N, or cuda:0,cuda:1 for ranks)", G.device);
     goto done;
   }
   if (prompt_ids && !parse_ids(prompt_ids, &G.prompt, why, sizeof why)) {
@@ -772,8 +774,14 @@ int cli_generate(int argc, char **argv) {
     mo.ndims = k;
     mo.dtype = DT_INVALID;
   }
-  if (tp > 1 && (bundle || G.cuda)) {
-    rc = cli_usage("generate", "--tp applies when compiling a model for the cpu (a bundle's ranks are set by smelt compile --tp)");
+  int ndev = G.cuda ? cli_cuda_devices(G.device) : 0;
+  if (tp > 1 && bundle) {
+    rc = cli_usage("generate", "--tp applies when compiling a model (a bundle's ranks are set by smelt compile --tp)");
+    goto done;
+  }
+  if (ndev > 1 && !bundle && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
+  if (ndev > 1 && !bundle && tp != ndev) {
+    rc = cli_usage("generate", "--tp %d with %d devices: give one device a rank", tp, ndev);
     goto done;
   }
   if (bundle && (mo.ndims || mo.dtype != DT_INVALID)) {

@@ -387,6 +387,9 @@ int cli_run(int argc, char **argv) {
     } else if ((v = cli_flag_value("--device", argc, argv, &i, &missing)) || missing) {
       if (missing) rc = cli_usage("run", "--device needs ref, cpu or cuda[:N]");
       device = v;
+    } else if ((v = cli_flag_value("--devices", argc, argv, &i, &missing)) || missing) {
+      if (missing || cli_cuda_devices(v) < 1) rc = cli_usage("run", "--devices needs a list of GPUs: cuda:0,cuda:1");
+      device = v;
     } else if ((v = cli_flag_value("--input", argc, argv, &i, &missing)) || missing) {
       if (missing || nin == 64) rc = cli_usage("run", "--input needs NAME=FILE.npy");
       else if ((rc = parse_name_file("--input", v, &ins[nin])) == 0) nin++;
@@ -440,9 +443,8 @@ int cli_run(int argc, char **argv) {
   }
   if (!device) device = "ref";
   bool is_ref = strcmp(device, "ref") == 0, is_cpu = strcmp(device, "cpu") == 0;
-  bool is_cuda = strcmp(device, "cuda") == 0 ||
-                 (strncmp(device, "cuda:", 5) == 0 && device[5] >= '0' && device[5] <= '9' &&
-                  strspn(device + 5, "0123456789") == strlen(device + 5));
+  int ndev = cli_cuda_devices(device);
+  bool is_cuda = ndev > 0;
   if (!is_ref && !is_cpu && !is_cuda) {
     rc = cli_usage("run", "unknown device '%s' (ref, cpu, cuda, cuda:N)", device);
     goto done;
@@ -461,8 +463,14 @@ int cli_run(int argc, char **argv) {
     rc = cli_usage("run", "--dtype applies when compiling; a bundle is already compiled");
     goto done;
   }
-  if (tp > 1 && (is_bundle || !is_cpu)) {
-    rc = cli_usage("run", "--tp applies when compiling a model for the cpu (a bundle's ranks are set by smelt compile --tp)");
+  if (tp > 1 && (is_bundle || is_ref)) {
+    rc = cli_usage("run", "--tp applies when compiling a model for the cpu or cuda (a bundle's ranks are set by smelt "
+                   "compile --tp)");
+    goto done;
+  }
+  if (ndev > 1 && !is_bundle && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
+  if (ndev > 1 && tp != ndev && !is_bundle) {
+    rc = cli_usage("run", "--tp %d with %d devices: give one device a rank", tp, ndev);
     goto done;
   }
   if (allow_tf32 && (is_bundle || !is_cuda)) {

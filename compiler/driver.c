@@ -1014,9 +1014,6 @@ static smelt_status compile_model(const char *model_path, const smelt_compile_op
   char passes[1024];
   smelt_status st = NULL;
   if (o->tp < 0 || o->tp > 64) st = st_error(ST_INVALID_INPUT, "smelt_compile: tp %d (1 to 64 ranks)", o->tp);
-  else if (nranks > 1 && cuda)
-    st = st_error(ST_UNSUPPORTED, "tensor parallelism (tp %d) runs on CPU ranks only so far: the NCCL runtime "
-                  "for CUDA is not written yet; compile for the cpu target", o->tp);
   else if (nranks > 1) st = pass_with_shard(o->passes, passes, sizeof passes);
   ScSpecGraph *specs = calloc((size_t)nranks * FMT_MAX_SPECIALISATIONS, sizeof *specs);
   char labels[FMT_MAX_SPECIALISATIONS][256];

@@ -263,7 +263,7 @@ static smelt_status aux_setup(Tuner *tu) {
   tu->scrub_params[0] = &tu->scrub_buf;
   tu->scrub_params[1] = &tu->scrub_n16;
   unsigned grid = (unsigned)(info->sm_count > 0 ? info->sm_count * 8 : 1024);
-  tu->scrub = (RtCudaLaunch){tu->scrub_fn, "L2 scrub", {grid, 1, 1}, {256, 1, 1}, 0, tu->scrub_params, false};
+  tu->scrub = (RtCudaLaunch){tu->scrub_fn, "L2 scrub", {grid, 1, 1}, {256, 1, 1}, 0, tu->scrub_params, false, NULL, NULL};
 
   RtCudaPtr src = 0, dst = 0;
   st = rt_cuda_alloc(tu->dev, TUNE_COPY_BYTES, &src);
@@ -271,7 +271,7 @@ static smelt_status aux_setup(Tuner *tu) {
   if (!st) st = rt_cuda_memset(tu->dev, src, 1, TUNE_COPY_BYTES);
   unsigned long long n16 = TUNE_COPY_BYTES / 16;
   void *params[3] = {&src, &dst, &n16};
-  RtCudaLaunch copy = {tu->copy_fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params, false};
+  RtCudaLaunch copy = {tu->copy_fn, "copy", {(unsigned)((n16 + 255) / 256), 1, 1}, {256, 1, 1}, 0, params, false, NULL, NULL};
   double ms[5];
   for (int r = 0; r < 5 && !st; r++) st = rt_cuda_time_kernels(tu->dev, &copy, 1, 3, &ms[r]);
   if (!st) {
@@ -549,7 +549,7 @@ static smelt_status prepare(Tuner *tu, const Graph *g, const Kernel *k, const Fm
       if (!ci->ok) continue;
     }
     ci->launch = (RtCudaLaunch){ci->fn, ci->name, {l->grid[0], l->grid[1], l->grid[2]},
-                                {l->block[0], l->block[1], l->block[2]}, l->smem, ci->params, false};
+                                {l->block[0], l->block[1], l->block[2]}, l->smem, ci->params, false, NULL, NULL};
   }
   return NULL;
 }

@@ -28,7 +28,7 @@ int fmt_cuda_module_find(const FmtCudaModule *m, const char *name) {
 
 /* ---- the launch table ---- */
 
-static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2d", "attention", "pool"};
+static const char *const kinds[] = {"elementwise", "reduction", "matmul", "conv2d", "attention", "pool", "collective"};
 
 smelt_status fmt_cuda_launch_encode(const FmtCudaModule *m, char **out_text, size_t *out_len) {
   ByteBuf b = {0};

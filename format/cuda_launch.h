@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ir/status.h"
 
@@ -49,7 +50,8 @@ typedef struct {
   int nargs;            /* parameters: the Kernel's args, in order */
   unsigned grid[3], block[3];
   unsigned smem;        /* dynamic shared memory in bytes */
-  const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool" */
+  const char *kind;     /* "elementwise", "reduction", "matmul", "conv2d", "attention", "pool", or "collective":
+                         * an all_reduce / all_gather the runtime issues (no code, in no unit) */
   bool vectorised;      /* some loop uses 16-byte vector loads/stores */
   char variant[FMT_VARIANT_LEN]; /* matmul/attention: the variant token; "" for other kernels */
   /* When the bundle's graph has ranged dims (ir.h: Graph.ranges), every
@@ -79,6 +81,11 @@ typedef struct {
   int nunits;
   char **units;          /* per unit: a complete CUDA C translation unit */
 } FmtCudaModule;
+
+/* A launch that is a collective (kind "collective"): no code to load. */
+static inline bool fmt_cuda_launch_is_collective(const FmtCudaLaunch *l) {
+  return l->kind && strcmp(l->kind, "collective") == 0;
+}
 
 void fmt_cuda_module_free(FmtCudaModule *m);
 /* Index of the kernel whose symbol or name is `name`, or -1. */

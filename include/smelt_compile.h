@@ -32,7 +32,7 @@ typedef struct {
                           * ($SMELT_CACHE_DIR/bundles, as the CUDA kernel cache) */
   int tp;                /* tensor parallelism: > 1 splits the model over tp ranks (the shard pass),
                           * one part per rank in the bundle; a session runs the ranks on threads of
-                          * its own with in-process collectives.  CPU targets only, so far */
+                          * its own, collectives in process on the CPU and through NCCL on GPUs */
 } smelt_compile_options;
 
 /* Compiles the YAML model at model_path into the bundle file out_path.

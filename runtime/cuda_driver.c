@@ -65,6 +65,7 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
   CU_MEMORYTYPE_DEVICE = 2,
   CU_MEMORYTYPE_UNIFIED = 4,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
@@ -74,6 +75,23 @@ enum {
   CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
   CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
 };
+
+/* cuMemcpy2DAsync's description of a copy, as cuda.h lays it out. */
+typedef struct {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  CUdeviceptr srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  CUdeviceptr dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
 
 /* The symbol table: every driver function smelt calls. */
 typedef struct {
@@ -124,6 +142,9 @@ typedef struct {
   /* optional (NULL on drivers before CUDA 12): launches with attributes
    * (programmatic dependent launch) */
   CUresult (*LaunchKernelEx)(const CUlaunchConfig *, CUfunction, void **, void **);
+  /* optional (tests' fake drivers may lack it): strided copies, for
+   * all_gather's blocks (runtime/nccl.c) */
+  CUresult (*Memcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream);
   /* optional (NULL on drivers before CUDA 12): TMA descriptors */
   CUresult (*TensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,
                                    const unsigned *, const unsigned *, int, int, int, int);
@@ -238,6 +259,7 @@ static smelt_status load_api(void **out_lib, CuApi *api) {
   }
   api->TensorMapEncodeTiled = dlsym(lib, "cuTensorMapEncodeTiled");
   api->LaunchKernelEx = dlsym(lib, "cuLaunchKernelEx");
+  api->Memcpy2DAsync = dlsym(lib, "cuMemcpy2DAsync_v2");
   api->CtxPushCurrent = dlsym(lib, "cuCtxPushCurrent_v2");
   api->CtxPopCurrent = dlsym(lib, "cuCtxPopCurrent_v2");
   *out_lib = lib;
@@ -598,6 +620,35 @@ bool rt_cuda_is_device_pointer(RtCudaDevice *d, const void *p) {
   return type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED;
 }
 
+bool rt_cuda_is_local_pointer(RtCudaDevice *d, const void *p) {
+  if (!p || current(d) != NULL) return false;
+  unsigned int type = 0;
+  int ordinal = -1;
+  if (d->api.PointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)(uintptr_t)p) != 0) return false;
+  if (type == CU_MEMORYTYPE_UNIFIED) return true;
+  if (type != CU_MEMORYTYPE_DEVICE) return false;
+  if (d->api.PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)(uintptr_t)p) != 0)
+    return true; /* a driver that cannot say: as before */
+  return ordinal == d->info.ordinal;
+}
+
+smelt_status rt_cuda_copy_2d_async(RtCudaDevice *d, RtCudaPtr dst, size_t dst_pitch, RtCudaPtr src, size_t src_pitch,
+                                   size_t width, size_t height) {
+  if (width == 0 || height == 0) return NULL;
+  RETURN_IF_ERROR(current(d));
+  if (height == 1 || (dst_pitch == width && src_pitch == width))
+    return rt_cuda_copy_async(d, dst, src, width * height);
+  if (!d->api.Memcpy2DAsync) return st_error(ST_UNSUPPORTED, "CUDA driver lacks cuMemcpy2DAsync_v2");
+  CUDA_MEMCPY2D c;
+  memset(&c, 0, sizeof c);
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src, c.srcPitch = src_pitch;
+  c.dstDevice = dst, c.dstPitch = dst_pitch;
+  c.WidthInBytes = width, c.Height = height;
+  CU_CHECK(d, d->api.Memcpy2DAsync(&c, d->stream), "cuMemcpy2DAsync", NULL);
+  return NULL;
+}
+
 smelt_status rt_cuda_upload(RtCudaDevice *d, RtCudaPtr dst, const void *src, size_t n) {
   if (n == 0) return NULL;
   RETURN_IF_ERROR(current(d));
@@ -676,6 +727,7 @@ smelt_status rt_cuda_upload_constants(RtCudaDevice *d, const Graph *g, RtCudaPtr
 /* ---- running ---- */
 
 static smelt_status launch_one(RtCudaDevice *d, const RtCudaLaunch *l) {
+  if (l->enqueue) return l->enqueue(l->ctx, d->stream); /* a collective */
   if (l->pdl && d->api.LaunchKernelEx) {
     /* the kernel may start while the one before it runs: its code waits
      * for it (griddepcontrol.wait) before touching its buffers */

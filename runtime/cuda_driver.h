@@ -124,6 +124,9 @@ smelt_status rt_cuda_memset(RtCudaDevice *d, RtCudaPtr p, int byte, size_t n) SM
 /* Whether p is device (or managed) memory of the driver, as opposed to host
  * memory it does not know (cuPointerGetAttribute). */
 bool rt_cuda_is_device_pointer(RtCudaDevice *d, const void *p);
+/* Whether kernels on this device may read p as it is: device memory of
+ * this device (not another's), or managed memory. */
+bool rt_cuda_is_local_pointer(RtCudaDevice *d, const void *p);
 /* Device memory that may outlive the device object (include/smelt.h:
  * smelt_session_cuda_alloc): it retains the primary context itself, and
  * rt_cuda_buffer_free frees it with the caller's current context left as
@@ -146,6 +149,10 @@ smelt_status rt_cuda_upload_input(RtCudaDevice *d, RtCudaPtr dst, const void *sr
 /* n bytes device to device, queued on the device's stream (no wait). */
 smelt_status rt_cuda_copy_async(RtCudaDevice *d, RtCudaPtr dst, RtCudaPtr src, size_t n) SMELT_MUST_USE;
 smelt_status rt_cuda_download(RtCudaDevice *d, void *dst, RtCudaPtr src, size_t n) SMELT_MUST_USE;
+/* height rows of width bytes, device to device, src_pitch and dst_pitch
+ * bytes apart, queued on the device's stream (no wait). */
+smelt_status rt_cuda_copy_2d_async(RtCudaDevice *d, RtCudaPtr dst, size_t dst_pitch, RtCudaPtr src, size_t src_pitch,
+                                   size_t width, size_t height) SMELT_MUST_USE;
 
 /* Every constant of g that a kernel reads (VK_CONST values) in one device
  * allocation, each at a 256-byte-aligned offset, copied from the graph.
@@ -167,6 +174,11 @@ typedef struct {
    * only for a kernel whose code waits for its predecessors
    * (FmtCudaLaunch.pdl) built for sm_90+, where rt_cuda_device_has_pdl. */
   bool pdl;
+  /* Not a kernel (fn NULL): work that queues itself on the stream, a
+   * collective through NCCL (runtime/nccl.c): enqueue(ctx, stream), also
+   * while a graph is captured. */
+  smelt_status (*enqueue)(void *ctx, void *stream);
+  void *ctx;
 } RtCudaLaunch;
 
 /* Issues launches l[0..n) in order on the device's stream (asynchronous). */

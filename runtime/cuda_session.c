@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "runtime/internal.h"
+#include "runtime/nccl.h"
 
 /* ---- CUDA sessions: creation ---- */
 
@@ -80,6 +81,7 @@ static smelt_status cuda_load_modules(smelt_session *s) {
   }
   for (int k = 0; k < m->nkernels; k++) {
     const FmtCudaLaunch *l = &m->kernels[k];
+    if (fmt_cuda_launch_is_collective(l)) continue; /* issued by runtime/nccl.c */
     smelt_status st = rt_cuda_module_function(cu->mods[l->unit], l->symbol, l->smem, &cu->fns[k]);
     if (st) return st_prefix(st, "%s: kernel '%s'", path, l->name);
   }
@@ -174,6 +176,57 @@ static smelt_status cuda_place(smelt_session *s) {
   return NULL;
 }
 
+/* ---- collectives (tensor parallelism) ---- */
+
+/* What a collective kernel's launch needs when it is issued. */
+typedef struct RtCudaColl {
+  smelt_session *s;
+  CudaState *cu;
+  const smelt_bundle *b; /* the specialisation */
+  const RtRun *run;      /* its run state */
+  int k;
+  RtCudaPtr stage;       /* all_gather of several blocks: NCCL's rank-major result */
+} RtCudaColl;
+
+/* Queues kernel k, an all_reduce or all_gather, on the rank's stream
+ * through NCCL, at the argument addresses of the run (a graph being
+ * captured keeps the call).  An all_reduce over a tensor with a ranged
+ * axis sums the rows this run has; an all_gather moves the whole tensor
+ * (its blocks are laid out at the max either way). */
+static smelt_status coll_enqueue(void *ctx, void *stream) {
+  const RtCudaColl *c = ctx;
+  smelt_session *s = c->s;
+  const Graph *g = c->b->g;
+  const Kernel *kn = &c->b->kernels[c->k];
+  const Node *n = &g->node[g->groups[kn->group].anchor];
+  if (!s->nccl)
+    return st_error(ST_UNSUPPORTED, "kernel '%s' (%s): the ranks share a GPU, so their collectives go through host "
+                    "memory and cannot be queued on a stream or captured (give each rank a GPU of its own)", kn->name,
+                    ir_op_name(n->op));
+  const RtCudaPtr *argv = c->cu->argval + c->run->argv_at[c->k];
+  const TensorType *in = &g->val[kn->args[0]].type, *out = &g->val[kn->args[1]].type;
+  smelt_status st;
+  if (n->op == OP_ALL_REDUCE) {
+    size_t count = 1, run = ir_type_bytes(out), full = run;
+    if (ir_type_dynamic(out)) rt_ranged_blocks(out, c->run->ranges, &count, &run, &full);
+    size_t bytes = count ? (count - 1) * full + run : 0;
+    st = rt_nccl_all_reduce(s->nccl, s->rank, (const void *)(uintptr_t)argv[0], (void *)(uintptr_t)argv[1],
+                            bytes / dt_size(out->dt), out->dt, stream);
+  } else {
+    /* NCCL gives rank r's outer blocks together; block o of rank r goes to
+     * (o * nranks + r) * block (a concatenation along the axis) */
+    size_t outer, block;
+    ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
+    RtCudaPtr to = outer > 1 ? c->stage : argv[1];
+    st = rt_nccl_all_gather(s->nccl, s->rank, (const void *)(uintptr_t)argv[0], (void *)(uintptr_t)to, outer * block,
+                            stream);
+    for (int r = 0; !st && outer > 1 && r < s->nranks; r++)
+      st = rt_cuda_copy_2d_async(s->dev, argv[1] + (size_t)r * block, (size_t)s->nranks * block,
+                                 c->stage + (size_t)r * outer * block, block, block, outer);
+  }
+  return st ? st_prefix(st, "kernel '%s'", kn->name) : NULL;
+}
+
 smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
   const smelt_bundle *b = s->b;
   size_t nval = (size_t)b->g->nval ? (size_t)b->g->nval : 1;
@@ -204,7 +257,8 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
   cu->tmap_at = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->tmap_at);
   cu->tmaps = ntmaps ? aligned_alloc(64, ntmaps * 128) : NULL;
   cu->tmap_base = calloc(ntmaps ? ntmaps : 1, sizeof *cu->tmap_base);
-  if (!cu->const_ptr || !cu->own || !cu->dptr || !cu->staged || !cu->mirror || !cu->argval || !cu->captured ||
+  cu->colls = calloc(b->nkernels ? (size_t)b->nkernels : 1, sizeof *cu->colls);
+  if (!cu->colls || !cu->const_ptr || !cu->own || !cu->dptr || !cu->staged || !cu->mirror || !cu->argval || !cu->captured ||
       !cu->params || !cu->launches || !cu->tmap_at || !cu->tmap_base || (ntmaps && !cu->tmaps))
     return st_error(ST_NO_MEMORY, "out of memory creating a session");
   if (ntmaps) memset(cu->tmaps, 0, ntmaps * 128);
@@ -223,6 +277,25 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
   bool pdl = rt_cuda_device_has_pdl(cu->dev);
   for (int k = 0; k < b->nkernels; k++) {
     const FmtCudaLaunch *l = &b->cuda->kernels[k];
+    if (fmt_cuda_launch_is_collective(l)) {
+      const Kernel *kn = &b->kernels[k];
+      RtCudaColl *c = &cu->colls[k];
+      *c = (RtCudaColl){.s = s, .cu = cu, .b = b, .run = s->r, .k = k};
+      const Node *n = &b->g->node[b->g->groups[kn->group].anchor];
+      if (n->op == OP_ALL_GATHER && kn->nargs == 2) {
+        size_t outer, block;
+        const TensorType *in = &b->g->val[kn->args[0]].type;
+        ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
+        if (outer > 1) RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, outer * block * (size_t)b->nranks, &c->stage));
+      }
+      if (kn->nargs != 2)
+        return st_error(ST_INVALID_INPUT, "%s: collective kernel '%s' has %d arguments", fmt_file_path(b->file),
+                        kn->name, kn->nargs);
+      cu->has_colls = true;
+      cu->launches[k] = (RtCudaLaunch){.name = l->name, .enqueue = coll_enqueue, .ctx = c};
+      cu->tmap_at[k] = tm;
+      continue;
+    }
     void **p = cu->params + at;
     int n = 0;
     for (int a = 0; a < b->kernels[k].nargs; a++) p[n++] = &cu->argval[s->r->argv_at[k] + a];
@@ -271,12 +344,13 @@ void rt_cuda_session_destroy(smelt_session *s) {
     rt_cuda_free(cu->dev, cu->const_block);
     rt_cuda_free(cu->dev, cu->ws);
     rt_cuda_free(cu->dev, cu->rng);
+    for (int k = 0; cu->colls && k < s->b->nkernels; k++) rt_cuda_free(cu->dev, cu->colls[k].stage);
     for (int u = 0; cu->mods && u < s->b->cuda->nunits; u++) rt_cuda_module_unload(cu->mods[u]);
   }
   for (int v = 0; cu->mirror && v < g->nval; v++) free(cu->mirror[v]);
   free(cu->mods), free(cu->loaded), free(cu->fns), free(cu->const_ptr), free(cu->own);
   free(cu->dptr), free(cu->staged), free(cu->mirror), free(cu->argval), free(cu->captured), free(cu->params);
-  free(cu->launches), free(cu->tmaps), free(cu->tmap_at), free(cu->tmap_base);
+  free(cu->launches), free(cu->tmaps), free(cu->tmap_at), free(cu->tmap_base), free(cu->colls);
   free(cu);
 }
 
@@ -289,7 +363,7 @@ static smelt_status cuda_bind(smelt_session *s, int v, const void *p, size_t n) 
   CudaState *cu = s->r->cu;
   const TensorType *t = &s->b->g->val[v].type;
   bool ranged = ir_type_dynamic(t);
-  if (!ranged && p && (uintptr_t)p % 64 == 0 && rt_cuda_is_device_pointer(cu->dev, p)) {
+  if (!ranged && p && (uintptr_t)p % 64 == 0 && rt_cuda_is_local_pointer(cu->dev, p)) {
     cu->dptr[v] = (RtCudaPtr)(uintptr_t)p;
     cu->staged[v] = false;
     return NULL;
@@ -357,12 +431,15 @@ static size_t total_args(const smelt_bundle *b) {
 static smelt_status cuda_ensure_graph(smelt_session *s) {
   CudaState *cu = s->r->cu;
   size_t n = total_args(s->b);
-  if (cu->graph && memcmp(cu->captured, cu->argval, n * sizeof *cu->argval) == 0) return NULL;
+  /* a collective's size follows the ranged dims (coll_enqueue) */
+  bool same_ranges = !cu->has_colls || memcmp(cu->captured_ranges, s->r->ranges, sizeof s->r->ranges) == 0;
+  if (cu->graph && same_ranges && memcmp(cu->captured, cu->argval, n * sizeof *cu->argval) == 0) return NULL;
   rt_cuda_graph_destroy(cu->graph);
   cu->graph = NULL;
   smelt_status st = rt_cuda_graph_capture(cu->dev, cu->launches, s->b->nkernels, &cu->graph);
   if (st) return st_prefix(st, "%s: capturing the CUDA graph", fmt_file_path(s->b->file));
   memcpy(cu->captured, cu->argval, n * sizeof *cu->argval);
+  memcpy(cu->captured_ranges, s->r->ranges, sizeof s->r->ranges);
   return NULL;
 }
 
@@ -403,7 +480,7 @@ static smelt_status graph_failed(const smelt_session *s, smelt_status st) {
 }
 
 smelt_status rt_cuda_session_run(smelt_session *s) {
-  RETURN_IF_ERROR(rt_session_prepare(s));
+  RETURN_IF_ERROR(rt_session_prepare_one(s));
   CudaState *cu = s->r->cu;
   if (s->b->nkernels > 0) {
     RETURN_IF_ERROR(cuda_ensure_graph(s));
@@ -423,7 +500,7 @@ smelt_status rt_cuda_session_enqueue(smelt_session *s) {
       return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: output '%s' is bound to host memory; bind device memory "
                       "(smelt_session_cuda_alloc) or use smelt_session_run", g->val[g->outputs[i]].name);
   }
-  RETURN_IF_ERROR(rt_session_prepare(s));
+  RETURN_IF_ERROR(rt_session_prepare_one(s));
   CudaState *cu = s->r->cu;
   if (s->b->nkernels > 0) {
     RETURN_IF_ERROR(cuda_ensure_graph(s));
@@ -455,6 +532,25 @@ void rt_session_cuda_loaded(const smelt_session *s, char *buf, size_t cap) {
 }
 
 smelt_status rt_session_cuda_time_kernels(smelt_session *s, int iters, double *out_ms) {
+  if (s->peers) return rt_ranks_time(s, RT_STEP_TIME_KERNELS, iters, 1, out_ms);
+  return rt_cuda_session_time_kernels(s, iters, out_ms);
+}
+
+smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, double *out_ms) {
+  if (s->peers) return rt_ranks_time(s, RT_STEP_TIME_GRAPH, reps, batch, out_ms);
+  return rt_cuda_session_time_graph(s, reps, batch, out_ms);
+}
+
+void rt_cuda_session_drop_graphs(smelt_session *s) {
+  for (int i = 0; s->runs && s->made && i < s->root->nspecs; i++) {
+    CudaState *cu = s->made[i] ? s->runs[i].cu : NULL;
+    if (!cu) continue;
+    rt_cuda_graph_destroy(cu->graph);
+    cu->graph = NULL;
+  }
+}
+
+smelt_status rt_cuda_session_time_kernels(smelt_session *s, int iters, double *out_ms) {
   CudaState *cu = s->r ? s->r->cu : NULL;
   int nk = s->b->nkernels;
   if (!cu) return st_error(ST_INVALID_INPUT, "rt_session_cuda_time_kernels: not a CUDA session");
@@ -470,7 +566,7 @@ smelt_status rt_session_cuda_time_kernels(smelt_session *s, int iters, double *o
   return st;
 }
 
-smelt_status rt_session_cuda_time_graph(smelt_session *s, int reps, int batch, double *out_ms) {
+smelt_status rt_cuda_session_time_graph(smelt_session *s, int reps, int batch, double *out_ms) {
   CudaState *cu = s->r ? s->r->cu : NULL;
   if (!cu) return st_error(ST_INVALID_INPUT, "rt_session_cuda_time_graph: not a CUDA session");
   if (s->b->nkernels == 0) {

@@ -89,6 +89,13 @@ typedef struct {
   RtCudaLaunch *launches;  /* per kernel */
   RtCudaGraph *graph;      /* NULL: capture on the next run */
   void **mirror;           /* per value: host copy for rt_session_read_value */
+  /* Tensor parallelism: per collective kernel, what its launch's enqueue
+   * needs (the session, the kernel, an all_gather's staging buffer), and
+   * the ranged dims' values the graph was captured with (a collective's
+   * size follows them: runtime/cuda_session.c). */
+  struct RtCudaColl *colls;
+  bool has_colls;
+  int64_t captured_ranges[IR_MAX_RANGES];
 } CudaState;
 
 /* What a session keeps for one specialisation it has run: the memory and
@@ -125,6 +132,13 @@ struct smelt_session {
   struct RtCrew *crew;
   void **scratch;      /* a peer's outputs, per output slot (the caller reads rank 0's) */
   size_t *scratch_bytes;
+  /* CUDA ranks: NCCL's communicators (runtime/nccl.h), rank 0's, shared by
+   * the peers; NULL when the ranks share a GPU and their collectives go
+   * through host memory instead (comm, as on the CPU; for tests).  A
+   * peer's outputs live in device buffers of its own (dev_scratch, per
+   * output slot, on rank 0 per peer: (r - 1) * noutputs + slot). */
+  struct RtNccl *nccl;
+  smelt_cuda_buffer **dev_scratch;
   smelt_bundle *b;     /* the active specialisation; the root before one is chosen */
   RtRun *r;            /* its run state; NULL before one is chosen */
   RtRun *runs;         /* per specialisation, made when it is first chosen */
@@ -180,20 +194,31 @@ smelt_status rt_session_run_one(smelt_session *s) SMELT_MUST_USE;
 
 /* ---- tensor-parallel sessions (runtime/ranks.c) ---- */
 
+#define RT_MAX_RANKS 64 /* as the loader takes (manifest tp=N) */
+
 /* Rank 0's session on b (a bundle of b->nranks ranks) with a session per
  * other rank, `threads` split between them, their communicator and the
- * threads that run them. */
-smelt_status rt_ranks_session_create(smelt_bundle *b, int threads, const smelt_session_options *options,
-                                     smelt_session **out_session) SMELT_MUST_USE;
+ * threads that run them; on CUDA, rank r on device ordinals[r], and NCCL's
+ * communicators when the ordinals differ. */
+smelt_status rt_ranks_session_create(smelt_bundle *b, int threads, const smelt_session_options *options, bool cuda,
+                                     const int *ordinals, smelt_session **out_session) SMELT_MUST_USE;
 /* Frees what a tensor-parallel session adds (nothing for another). */
 void rt_ranks_session_free(smelt_session *s);
 /* The binding just made on rank 0's session, made on every other rank:
  * the same input memory (read in place), an output buffer of their own. */
 smelt_status rt_ranks_bind(smelt_session *s, bool input, const char *name, const void *data, const Binding *bd)
     SMELT_MUST_USE;
-typedef enum { RT_STEP_RUN, RT_STEP_PREPARE, RT_STEP_KERNEL, RT_STEP_FINISH } RtStep;
+typedef enum {
+  RT_STEP_RUN, RT_STEP_PREPARE, RT_STEP_KERNEL, RT_STEP_FINISH,
+  /* CUDA ranks: smelt_session_enqueue and _synchronize, and the timings of
+   * smelt bench (rt_session_cuda_time_kernels / _graph) */
+  RT_STEP_ENQUEUE, RT_STEP_SYNC, RT_STEP_TIME_KERNELS, RT_STEP_TIME_GRAPH
+} RtStep;
 /* The step on every rank at once (the kernel index for RT_STEP_KERNEL). */
 smelt_status rt_ranks_step(smelt_session *s, RtStep what, int kernel) SMELT_MUST_USE;
+/* A timing step: iters (and the graph's batch) on every rank, rank 0's
+ * times into out (as rt_session_cuda_time_kernels / _graph). */
+smelt_status rt_ranks_time(smelt_session *s, RtStep what, int iters, int batch, double *out) SMELT_MUST_USE;
 /* The axis along which state i (of Graph.states) is split over the ranks
  * (the manifest's tp_states, from the shard pass), or -1: whole on every
  * rank, or not a tensor-parallel session. */
@@ -233,6 +258,12 @@ smelt_status rt_cuda_session_finish(smelt_session *s) SMELT_MUST_USE;
 /* One run as a CUDA graph (captured on the first run). */
 smelt_status rt_cuda_session_run(smelt_session *s) SMELT_MUST_USE;
 smelt_status rt_cuda_session_enqueue(smelt_session *s) SMELT_MUST_USE;
+/* One rank's part of rt_session_cuda_time_kernels / _graph. */
+smelt_status rt_cuda_session_time_kernels(smelt_session *s, int iters, double *out_ms) SMELT_MUST_USE;
+smelt_status rt_cuda_session_time_graph(smelt_session *s, int reps, int batch, double *out_ms) SMELT_MUST_USE;
+/* Destroys every captured graph of the session (before its NCCL
+ * communicators go: the graphs hold their collectives). */
+void rt_cuda_session_drop_graphs(smelt_session *s);
 smelt_status rt_cuda_session_synchronize(smelt_session *s) SMELT_MUST_USE;
 
 #endif

@@ -695,19 +695,54 @@ smelt_status smelt_session_create(smelt_bundle *b, const char *device, const sme
   b = b->root;
   bool cuda;
   int ordinal;
-  RETURN_IF_ERROR(parse_device(device, &cuda, &ordinal));
+  /* tensor-parallel ranks on the GPU: "cuda:0,cuda:1", one device a rank */
+  int ordinals[RT_MAX_RANKS], ndev = 0;
+  if (device && strchr(device, ',')) {
+    char one[32];
+    for (const char *p = device; *p;) {
+      const char *end = strchr(p, ',');
+      size_t len = end ? (size_t)(end - p) : strlen(p);
+      bool c = false;
+      smelt_status st = NULL;
+      if (len >= sizeof one || ndev == RT_MAX_RANKS) st = st_error(ST_UNSUPPORTED, "too long");
+      if (!st) {
+        snprintf(one, sizeof one, "%.*s", (int)len, p);
+        st = parse_device(one, &c, &ordinals[ndev]);
+      }
+      if (st || !c || strcmp(one, "cuda") == 0) {
+        st_free(st);
+        return st_error(ST_UNSUPPORTED, "devices '%s': expected a list of CUDA devices such as cuda:0,cuda:1", device);
+      }
+      ndev++;
+      p += len + (end ? 1 : 0);
+      if (end && !*p) return st_error(ST_UNSUPPORTED, "devices '%s': a trailing comma", device);
+    }
+    cuda = true;
+    ordinal = ordinals[0];
+  } else {
+    RETURN_IF_ERROR(parse_device(device, &cuda, &ordinal));
+  }
   if (!b->code)
     return st_error(ST_INVALID_INPUT, "%s: the bundle was opened without its machine code", fmt_file_path(b->file));
   if (!cuda && b->no_cpu) return st_error(ST_UNSUPPORTED, "%s", b->no_cpu);
   RETURN_IF_ERROR(rt_bundle_check_constants(b)); /* deferred at open (loader.c) */
   if (options && options->threads < 0)
     return st_error(ST_INVALID_INPUT, "smelt_session_create: %d threads", options->threads);
-  if (b->nranks > 1) {
-    if (cuda)
-      return st_error(ST_UNSUPPORTED, "%s: a bundle of %d tensor-parallel ranks runs on the CPU only so far (the "
-                      "NCCL runtime for CUDA is not written yet)", fmt_file_path(b->file), b->nranks);
-    return rt_ranks_session_create(b, session_threads(b, options), options, out_session);
+  if (ndev > 0 && ndev != b->nranks)
+    return st_error(ST_INVALID_INPUT, "%s: %d devices (%s) for a bundle of %d tensor-parallel rank%s: give one device "
+                    "a rank", fmt_file_path(b->file), ndev, device, b->nranks, b->nranks == 1 ? "" : "s");
+  if (b->nranks > 1 && cuda && ndev == 0) {
+    /* "cuda": ranks on cuda:0 .. cuda:N-1 */
+    int count = 0;
+    if (strcmp(device, "cuda") != 0 || rt_cuda_device_count(&count) != NULL || count < b->nranks)
+      return st_error(ST_INVALID_INPUT, "%s: a bundle of %d tensor-parallel ranks runs on %d GPUs: name them, e.g. "
+                      "cuda:0,cuda:1 (this machine has %d; naming one GPU for every rank runs them all on it, their "
+                      "collectives through host memory: a test, not a speed-up)", fmt_file_path(b->file),
+                      b->nranks, b->nranks, count);
+    for (int r = 0; r < b->nranks; r++) ordinals[r] = r;
   }
+  if (b->nranks > 1)
+    return rt_ranks_session_create(b, session_threads(b, options), options, cuda, ordinals, out_session);
   return rt_session_create_one(b, cuda, ordinal, session_threads(b, options), options, out_session);
 }
 
@@ -1102,8 +1137,8 @@ smelt_status rt_session_finish_one(smelt_session *s) {
 }
 
 smelt_status smelt_session_run(smelt_session *s) {
-  if (s->cuda) return rt_cuda_session_run(s);
-  return s->peers ? rt_ranks_step(s, RT_STEP_RUN, -1) : rt_session_run_one(s);
+  if (s->peers) return rt_ranks_step(s, RT_STEP_RUN, -1);
+  return s->cuda ? rt_cuda_session_run(s) : rt_session_run_one(s);
 }
 
 smelt_status rt_session_run_one(smelt_session *s) {
@@ -1114,11 +1149,21 @@ smelt_status rt_session_run_one(smelt_session *s) {
 
 smelt_status smelt_session_enqueue(smelt_session *s) {
   if (!s) return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: no session");
+  if (s->peers && s->cuda) {
+    /* rank 0's outputs are checked as a plain session's are */
+    const Graph *g = s->b->g;
+    for (int i = 0; i < g->noutputs; i++)
+      if (ir_type_bytes(&g->val[g->outputs[i]].type) > 0 && !rt_cuda_is_device_pointer(s->dev, s->out_ptr[i]))
+        return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: output '%s' is bound to host memory; bind device "
+                        "memory (smelt_session_cuda_alloc) or use smelt_session_run", g->val[g->outputs[i]].name);
+    return rt_ranks_step(s, RT_STEP_ENQUEUE, -1);
+  }
   return s->cuda ? rt_cuda_session_enqueue(s) : smelt_session_run(s);
 }
 
 smelt_status smelt_session_synchronize(smelt_session *s) {
   if (!s) return st_error(ST_INVALID_INPUT, "smelt_session_synchronize: no session");
+  if (s->peers && s->cuda) return rt_ranks_step(s, RT_STEP_SYNC, -1);
   return s->cuda && s->r && s->r->cu ? rt_cuda_session_synchronize(s) : NULL;
 }
 

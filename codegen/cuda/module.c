@@ -379,9 +379,6 @@ static smelt_status gen_kernel(const Graph *g, const Kernel *k, const CgCudaOpti
     else if (op == OP_MATMUL || op == OP_CONV2D) cu_emit_contraction(&f, &l);
     else if (op == OP_ATTENTION) cu_emit_attention(&f, &l);
     else if (op == OP_SCATTER || op == OP_ARGMAX || op == OP_TOPK || op == OP_ARANGE) cu_emit_state_op(&f, &l);
-    else if (ir_op_is_collective(op))
-      cu_fail(&f, ST_UNSUPPORTED, "%s: tensor parallelism runs on the CPU ranks only so far (no NCCL runtime yet)",
-              ir_op_name(op));
     else cu_fail(&f, ST_UNSUPPORTED, "no CUDA lowering for %s", ir_op_name(op));
   }
   smelt_status st = f.err;
@@ -448,6 +445,18 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
   }
   smelt_status st = NULL;
   for (int i = 0; i < nk && !st; i++) {
+    if (fmt_kernel_collective(g, &k[i])) {
+      /* all_reduce / all_gather (passes/shard.c): no code; the runtime
+       * issues it through NCCL on the rank's stream (runtime/nccl.c) */
+      FmtCudaLaunch *l = &m->kernels[i];
+      snprintf(l->name, sizeof l->name, "%s", k[i].name);
+      make_symbol(k[i].name, l->symbol, sizeof l->symbol);
+      l->nargs = k[i].nargs;
+      for (int d = 0; d < 3; d++) l->grid[d] = l->block[d] = 1;
+      l->kind = "collective";
+      dup_of[i] = nk; /* in no unit */
+      continue;
+    }
     char sym[sizeof m->kernels[i].symbol - 8];
     make_symbol(k[i].name, sym, sizeof sym);
     /* names are unique as kernels go, but sanitising may make two equal */
@@ -455,7 +464,7 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
     snprintf(uniq, sizeof uniq, "%s", sym);
     for (int n = 2;; n++) {
       bool clash = false;
-      for (int j = 0; j < i && !clash; j++) clash = strcmp(m->kernels[j].symbol, uniq) == 0;
+      for (int j = 0; j < i && !clash; j++) clash = dup_of[j] != nk && strcmp(m->kernels[j].symbol, uniq) == 0;
       if (!clash) break;
       snprintf(uniq, sizeof uniq, "%.96s_%d", sym, n);
     }
@@ -516,7 +525,7 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
       if (!m->units[u]) st = st_error(ST_NO_MEMORY, "out of memory generating CUDA code");
     }
     for (int i = 0; i < nk && !st; i++)
-      if (dup_of[i] >= 0) m->kernels[i].unit = m->kernels[dup_of[i]].unit;
+      if (dup_of[i] >= 0 && dup_of[i] < nk) m->kernels[i].unit = m->kernels[dup_of[i]].unit;
   }
   for (int i = 0; i < nk; i++) {
     cu_buf_free(&texts[i]);

@@ -369,7 +369,7 @@ static inline int att_run_variant(Exec *e, AttRef *r, const char *tok, const cha
     RtCudaPtr vals[257];
     for (int a = 0; a < nargs[r->att]; a++) vals[a] = args[r->att][a], params[a] = &vals[a];
     RtCudaLaunch rl = {e->fns[r->att], al->name, {al->grid[0], al->grid[1], al->grid[2]}, {al->block[0], al->block[1], al->block[2]},
-                       al->smem, params, false};
+                       al->smem, params, false, NULL, NULL};
     st = rt_cuda_time_kernels(e->dev, &rl, 1, timing_reps, out_ms);
     if (st) {
       ATT_FAIL("timing: %s", st_message(st));

@@ -120,7 +120,7 @@ static inline smelt_status hc_launch(Exec *e, int k, const uint64_t *args, int n
                                        tm->swizzle, maps[t]));
     params[nargs + t] = maps[t];
   }
-  RtCudaLaunch rl = {e->fns[k], l->name, {l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, params, false};
+  RtCudaLaunch rl = {e->fns[k], l->name, {l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, params, false, NULL, NULL};
   return rt_cuda_launch(e->dev, &rl, 1);
 }
 static inline smelt_status hc_sync(Exec *e) { return rt_cuda_sync(e->dev); }

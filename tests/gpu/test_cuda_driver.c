@@ -38,7 +38,7 @@ static void run_probe(RtCudaDevice *d, RtCudaModule *m, const char *what) {
   CHECK_OK(rt_cuda_upload(d, p, host, sizeof host));
   int n = N;
   void *params[2] = {&p, &n};
-  RtCudaLaunch l = {fn, "probe", {(N + 127) / 128, 1, 1}, {128, 1, 1}, 0, params, false};
+  RtCudaLaunch l = {fn, "probe", {(N + 127) / 128, 1, 1}, {128, 1, 1}, 0, params, false, NULL, NULL};
   CHECK_OK(rt_cuda_launch(d, &l, 1));
   CHECK_OK(rt_cuda_sync(d));
   CHECK_OK(rt_cuda_download(d, host, p, sizeof host));
@@ -176,7 +176,7 @@ int main(void) {
       int n = N;
       void *params[2] = {&p, &n};
       RtCudaLaunch l[3];
-      for (int i = 0; i < 3; i++) l[i] = (RtCudaLaunch){fn, "probe", {(N + 127) / 128, 1, 1}, {128, 1, 1}, 0, params, false};
+      for (int i = 0; i < 3; i++) l[i] = (RtCudaLaunch){fn, "probe", {(N + 127) / 128, 1, 1}, {128, 1, 1}, 0, params, false, NULL, NULL};
       RtCudaLaunch badl = l[0];
       badl.block[0] = 4096;
       badl.name = "k99_too_many_threads";

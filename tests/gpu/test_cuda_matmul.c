@@ -288,7 +288,7 @@ static smelt_status scrub_init(Exec *e, Scrub *s) {
   sink = s->buf + bytes;
   s->params[0] = &s->buf, s->params[1] = &s->n16, s->params[2] = &sink;
   unsigned grid = (unsigned)(info->sm_count > 0 ? info->sm_count * 8 : 1024);
-  s->launch = (RtCudaLaunch){fn, "L2 scrub", {grid, 1, 1}, {256, 1, 1}, 0, s->params, false};
+  s->launch = (RtCudaLaunch){fn, "L2 scrub", {grid, 1, 1}, {256, 1, 1}, 0, s->params, false, NULL, NULL};
   return NULL;
 }
 
@@ -449,7 +449,7 @@ static int perf_run(Exec *e, Perf *p, const Scrub *sc, const char *tok, double *
     void *params[257];
     for (int a = 0; a < na; a++) vals[a] = args[a], params[a] = &vals[a];
     RtCudaLaunch list[2] = {sc->launch, {e->fns[p->mm], l->name, {l->grid[0], l->grid[1], l->grid[2]},
-                                         {l->block[0], l->block[1], l->block[2]}, l->smem, params, false}};
+                                         {l->block[0], l->block[1], l->block[2]}, l->smem, params, false, NULL, NULL}};
     double ms[2];
     st = rt_cuda_time_kernels(e->dev, list, 2, 10, ms);
     if (!st) *out_ms = ms[1];

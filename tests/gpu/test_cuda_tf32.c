@@ -285,7 +285,7 @@ static void test_big(Exec *e, const Case *c, bool use_interp) {
       void *params[3];
       for (int a = 0; a < 3; a++) vals[a] = args[a], params[a] = &vals[a];
       RtCudaLaunch rl = {e->fns[0], l->name, {l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]},
-                         l->smem, params, false};
+                         l->smem, params, false, NULL, NULL};
       ts = rt_cuda_time_kernels(e->dev, &rl, 1, 10, &ms);
       if (!ts) ts = rt_cuda_function_resources(e->dev, e->fns[0], &res);
     }

@@ -114,7 +114,7 @@ static double time_variant(Exec *e, Graph *g, const char *tok, const char *arch,
       params[na + t] = maps[t];
     }
     RtCudaLaunch rl = {e->fns[0], l->name, {l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]},
-                       l->smem, params, false};
+                       l->smem, params, false, NULL, NULL};
     if (!st) st = rt_cuda_launch(e->dev, &rl, 1);
     if (!st) st = rt_cuda_sync(e->dev);
     uint16_t *y = malloc(bytes[2]);
