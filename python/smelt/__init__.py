@@ -280,7 +280,8 @@ def compile(model_path: Union[str, os.PathLike], target: Union[str, Sequence[str
         passes (str, the pass list), cpu (str, LLVM CPU name), onchip_bytes (int,
         fusion budget), threads (int, default thread count recorded in the bundle),
         allow_tf32 (bool), external_weights (bool), no_cache (bool), tp (int: tensor parallelism
-        over that many ranks, each a thread of the session; CPU only so far).
+        over that many ranks, each a thread of the session; on CUDA, give the
+        session a device list such as "cuda:0,cuda:1").
 
     Raises an Error subclass with the located message (``model.yaml:LINE:COL: error: ...``)
     for a bad model.
