@@ -465,6 +465,44 @@ static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const 
   cu_tc_commit_group(f);
 }
 
+/* ss[r * ng + h] (and zz): the scales (zero points) of the block's 16
+ * columns n0 + r (past N: the last one), loaded once by the block.  Each
+ * thread issues up to QM_STAGE_BATCH loads before it stores any: a loop
+ * of load-then-store would wait for memory once per element (at decode,
+ * several microseconds of a kernel that moves its weight in ten). */
+#define QM_STAGE_BATCH 8
+static void stage_scales(CuFn *f, const Qm *v) {
+  int64_t n = 16 * v->q.ng;
+  int T = 32 * v->p->warps, B = QM_STAGE_BATCH;
+  bool zeros = v->q.z0 >= 0;
+  cu_open(f, "for (int e0 = threadIdx.x; e0 < %lld; e0 += %d)", (long long)n, B * T);
+  cu_line(f, "%s sv[%d];", v->block_scaled ? "float" : "unsigned short", B);
+  if (zeros) cu_line(f, "unsigned char zv[%d];", B);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", B);
+  cu_line(f, "const int e = e0 + r * %d;", T);
+  cu_line(f, "const long long col = n0 + e / %lld < %lldLL ? n0 + e / %lld : %lldLL, i = col * %lld + (e < %lld ? e : 0) %% %lld;",
+          (long long)v->q.ng, (long long)v->gm->N, (long long)v->q.ng, (long long)v->gm->N - 1, (long long)v->q.ng,
+          (long long)n, (long long)v->q.ng);
+  const char *sv = cu_from_storage(f, v->q.sdt, "S[i]");
+  if (v->block_scaled) cu_line(f, "sv[r] = %s;", sv);
+  else cu_line(f, "sv[r] = __half_as_ushort(S[i]);  // f16 scales (qm_eligible)");
+  if (zeros) {
+    const char *z = dt_is_packed(v->q.qdt) ? cu_fmt(f, "%s(Z, i)", v->q.qdt == DT_I4 ? "smelt_i4" : "smelt_u4") : "Z[i]";
+    cu_line(f, "zv[r] = (unsigned char)%s;", z);
+  }
+  cu_close(f);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int r = 0; r < %d; r++)", B);
+  cu_line(f, "const int e = e0 + r * %d;", T);
+  cu_open(f, "if (e < %lld)", (long long)n);
+  cu_line(f, "ss[e] = sv[r];");
+  if (zeros) cu_line(f, "zz[e] = zv[r];");
+  cu_close(f);
+  cu_close(f);
+  cu_close(f);
+}
+
 /* The warp's stream over its K blocks into acc: a cp.async pipeline of S
  * stages per warp (each lane copies and later reads only its own chunks,
  * so cp.async.wait_group orders it without a barrier). */
@@ -477,6 +515,8 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
   issue(f, v, "s", "s", "s < nit", packs);
   cu_close(f);
+  cu_line(f, "// the block's scales, while the first K blocks are in flight");
+  stage_scales(f, v);
   cu_line(f, "__syncthreads();  // the staged scales");
   cu_line(f, "int rd = 0, wr = %d;  // the stage read this step, the one refilled", S - 1);
   cu_open(f, "for (int it = 0; it < nit; it++)");
@@ -534,23 +574,6 @@ static const char *qm_prefetch(CuFn *f, const Qm *v) {
                 "    }\n"
                 "  }\n",
                 (long long)gm->N, (long long)v->q.KC, v->q.q0, (long long)v->q.row_bytes);
-}
-
-/* ss[r * ng + h] (and zz): the scales (zero points) of the block's 16
- * columns n0 + r (past N: the last one), loaded once by the block. */
-static void stage_scales(CuFn *f, const Qm *v) {
-  int64_t n = 16 * v->q.ng;
-  cu_open(f, "for (int e = threadIdx.x; e < %lld; e += %d)", (long long)n, 32 * v->p->warps);
-  cu_line(f, "const long long col = n0 + e / %lld < %lldLL ? n0 + e / %lld : %lldLL, i = col * %lld + e %% %lld;", (long long)v->q.ng,
-          (long long)v->gm->N, (long long)v->q.ng, (long long)v->gm->N - 1, (long long)v->q.ng, (long long)v->q.ng);
-  const char *sv = cu_from_storage(f, v->q.sdt, "S[i]");
-  if (v->block_scaled) cu_line(f, "ss[e] = %s;", sv);
-  else cu_line(f, "ss[e] = __half_as_ushort(S[i]);  // f16 scales (qm_eligible)");
-  if (v->q.z0 >= 0) {
-    const char *z = dt_is_packed(v->q.qdt) ? cu_fmt(f, "%s(Z, i)", v->q.qdt == DT_I4 ? "smelt_i4" : "smelt_u4") : "Z[i]";
-    cu_line(f, "zz[e] = (unsigned char)%s;", z);
-  }
-  cu_close(f);
 }
 
 static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const int *epi, int nepi, CuLaunch *l) {
@@ -615,7 +638,6 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "for (int j = 0; j < 2; j++) qrow[j] = reinterpret_cast<const unsigned char *>(a%d) + "
              "(n0 + g + 8 * j < %lldLL ? n0 + g + 8 * j : %lldLL) * %lldLL;",
           v.q.q0, (long long)gm->N, (long long)gm->N - 1, (long long)v.q.row_bytes);
-  stage_scales(f, &v);
   cu_line(f, "float acc[2][4] = {};  // two chains of sums (pairs scaled in f16), else acc[0]");
   if (v.q.a0 >= 0) {
     cu_open(f, "if (smelt_aligned(X, 16))");
