@@ -232,7 +232,8 @@ class Bundle:
             shutil.copyfile(self.path, path)
 
     def session(self, device: _DeviceLike = "cpu", threads: Optional[int] = None) -> "Session":
-        """A session running this bundle on ``device`` ("cpu", "cuda" or "cuda:N").
+        """A session running this bundle on ``device`` ("cpu", "cuda" or "cuda:N"; a bundle compiled with
+        ``tp=N`` takes a list of N GPUs, "cuda:0,cuda:1", one a rank, and the outputs are rank 0's).
 
         ``threads``: CPU worker threads (None: the count recorded at compile time, else one per core).
         A CUDA session compiles, with NVRTC, the kernels of a GPU the bundle has no cubin for.
@@ -588,7 +589,8 @@ class Session:
         return {name: results[name] for name in wanted}
 
     def _cuda_device_name(self) -> str:
-        return self._device if ":" in self._device else self._device + ":0"
+        d = self._device.split(",")[0]  # tensor-parallel ranks: the outputs are rank 0's
+        return d if ":" in d else d + ":0"
 
     def __call__(self, inputs: Mapping[str, Any], **kw: Any) -> Dict[str, Any]:
         """The same as :meth:`run`."""

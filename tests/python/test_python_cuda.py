@@ -327,6 +327,29 @@ def test_state(smelt_bin, tmp, tp):
                   % (n, r1[n].reshape(-1)[:4], ref[n].reshape(-1)[:4]))
 
 
+def test_tp(y32):
+    """A bundle compiled with tp=2 on a device list: every rank on cuda:0 here
+    (host collectives; one GPU a rank through NCCL where there are two)."""
+    import smelt
+    import torch
+    model = os.path.join(ROOT, "examples", "mlp.yaml")
+    x = np.random.default_rng(11).standard_normal((8, 64)).astype(np.float32)
+    n = torch.cuda.device_count()
+    dev = "cuda:0,cuda:1" if n >= 2 else "cuda:0,cuda:0"
+    b = smelt.compile(model, target="cuda", tp=2)
+    s = b.session(dev)
+    y = s.run({"x": x})["y"]
+    e = rel_l2(y, y32)
+    check(isinstance(y, np.ndarray) and e <= 1e-5, "mlp tp=2 on %s equals one rank: rel L2 %.2e" % (dev, e))
+    ya = s.run({"x": torch.from_numpy(x).cuda()})["y"]
+    check(getattr(ya, "device", None) == "cuda:0", "a tp session's CUDA outputs are rank 0's: %r" % ya)
+    try:
+        b.session("cuda:0,cuda:0,cuda:0")
+        check(False, "3 devices for 2 ranks is refused")
+    except smelt.Error as ex:
+        check("3 devices" in str(ex), "3 devices for 2 ranks: %s" % ex)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smelt", required=True, help="the smelt binary (for `smelt run --device ref`)")
@@ -370,6 +393,7 @@ def main():
         part("errors", lambda: test_errors(tmp))
         if y32 is not None:
             part("f16", lambda: test_f16(y32))
+            part("tp", lambda: test_tp(y32))
         part("state", lambda: test_state(smelt_bin, tmp, tp))
     if FAILURES:
         print("test_python_cuda: %d FAILED:" % len(FAILURES))
