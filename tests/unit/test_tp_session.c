@@ -105,6 +105,30 @@ int main(void) {
   CHECK(bad && strstr(smelt_status_message(bad), "f32[1,2,128,16]") != NULL);
   smelt_status_free(bad);
 
+  /* device lists, checked before any GPU is touched (this machine may
+   * have none): malformed, or not one device a rank */
+  static const struct {
+    const char *device, *want;
+  } bad_devices[] = {
+      {"cuda:0,", "a trailing comma"},                      {"cuda:0,cpu", "expected a list of CUDA devices"},
+      {"cuda,cuda:1", "expected a list of CUDA devices"},  {"cuda:0,,cuda:1", "expected a list of CUDA devices"},
+      {"cuda:0,cuda:x", "expected a list of CUDA devices"}, {"cuda:0,cuda:1,cuda:2", "3 devices"},
+      {"cuda:0", "runs on 2 GPUs: name them"},
+  };
+  for (size_t i = 0; i < sizeof bad_devices / sizeof *bad_devices; i++) {
+    smelt_session *x = NULL;
+    smelt_status st = smelt_session_create(b2, bad_devices[i].device, NULL, &x);
+    CHECK(st && !x && strstr(smelt_status_message(st), bad_devices[i].want) != NULL);
+    if (st && !strstr(smelt_status_message(st), bad_devices[i].want))
+      fprintf(stderr, "%s: %s\n", bad_devices[i].device, smelt_status_message(st));
+    smelt_status_free(st);
+  }
+  /* one rank, a list of two */
+  smelt_session *x = NULL;
+  smelt_status st = smelt_session_create(b1, "cuda:0,cuda:1", NULL, &x);
+  CHECK(st && !x && strstr(smelt_status_message(st), "2 devices") != NULL);
+  smelt_status_free(st);
+
   smelt_session_destroy(s1);
   smelt_session_destroy(s2);
   smelt_session_destroy(s3);
