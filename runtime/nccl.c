@@ -128,8 +128,12 @@ smelt_status rt_nccl_create(int n, const int *ordinals, RtNccl **out_group) {
     free(g);
     return st;
   }
-  /* the machines' rule (runtime/nccl.h), unless the caller chose */
+  /* the machines' rule (runtime/nccl.h), unless the caller chose; and
+   * every connection made now, at init (NCCL 2.22+ makes them at a
+   * collective's first use by default, which for a session is inside the
+   * capture of its CUDA graph) */
   setenv("NCCL_NVLS_ENABLE", "0", 0);
+  setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   g->n = n;
   if (!(g->comms = calloc((size_t)n, sizeof *g->comms))) {
     free(g);

@@ -20,6 +20,9 @@
  * NCCL's NVLink multicast (NVLS) is turned off by setting NCCL_NVLS_ENABLE=0
  * before the first communicator, unless the caller set it: the machines we
  * test on require it, and a decode step's messages are too small to gain.
+ * NCCL_RUNTIME_CONNECT=0 likewise: the peers are connected when the
+ * communicators are made, not at a collective's first call, which for a
+ * session is inside the capture of its first graph.
  * Nothing here prints or exits.
  */
 #ifndef SMELT_RT_NCCL_H
