@@ -160,7 +160,8 @@ typedef struct {
   int *spec_min;         /* per specialisation: the least seq it takes (spec_len but for a range) */
   int nspecs, decode_spec;
   int64_t capacity;      /* positions the states hold (the smallest scatter axis) */
-  double weight_bytes;   /* constants the decode kernels read */
+  double weight_bytes;   /* constants the decode kernels read (one rank's, with --tp: each reads its own) */
+  int ranks;             /* tensor-parallel ranks (1 without --tp) */
   double kv_bytes_full;  /* every state's bytes (read in full at capacity) */
 } LmModel;
 
@@ -174,6 +175,7 @@ static smelt_status lm_describe(smelt_bundle *b, LmModel *m) {
   memset(m, 0, sizeof *m);
   m->b = b;
   m->g = rt_bundle_graph(b);
+  m->ranks = rt_bundle_num_ranks(b);
   const Graph *g = m->g;
   const char *file = g->file ? g->file : "model";
   m->in_ids = find_named(g, g->inputs, g->ninputs, "ids");
@@ -572,10 +574,10 @@ static void report(const Gen *G, const LmModel *m) {
            "\"setup_ms\": %.3f, \"prefill_ms\": %.4f, \"ttft_ms\": %.4f, \"decode_steps\": %d, \"decode_ms\": %.4f, "
            "\"decode_ms_per_token\": %.5f, \"decode_tokens_per_s\": %.2f, \"weight_bytes\": %.0f, "
            "\"kv_bytes_per_token\": %.0f, \"copy_bandwidth_gbs\": %.3f, \"floor_ms_per_token\": %.5f, "
-           "\"floor_fraction\": %.4f, \"copy_method\": \"%s\"}\n",
+           "\"floor_fraction\": %.4f, \"copy_method\": \"%s\", \"ranks\": %d}\n",
            G->device, G->prompt.n, G->out.n, G->prefill_runs, 1e3 * G->setup_s, 1e3 * G->prefill_s, 1e3 * G->ttft_s, steps,
            1e3 * G->decode_s, 1e3 * per_tok, per_tok > 0 ? 1.0 / per_tok : 0, m->weight_bytes, G->kv_bytes_mean,
-           G->bw * 1e-9, 1e3 * floor_s, frac, G->bw_how);
+           G->bw * 1e-9, 1e3 * floor_s, frac, G->bw_how, m->ranks);
     return;
   }
   print_ids(&G->out, " ");
@@ -586,8 +588,8 @@ static void report(const Gen *G, const LmModel *m) {
   if (steps > 0)
     printf("decode: %d tokens, %.4f ms/token, %.1f tokens/s\n", steps, 1e3 * per_tok, 1.0 / per_tok);
   if (steps > 0 && G->bw > 0)
-    printf("bandwidth floor: %.1f MB/token (weights %.1f MB + KV %.2f MB at the mean context) at %.1f GB/s = %.4f "
-           "ms/token; %.1f%% of the floor\n",
+    printf("bandwidth floor%s: %.1f MB/token (weights %.1f MB + KV %.2f MB at the mean context) at %.1f GB/s = %.4f "
+           "ms/token; %.1f%% of the floor\n", m->ranks > 1 ? " per rank (each reads its part)" : "",
            bytes * 1e-6, m->weight_bytes * 1e-6, G->kv_bytes_mean * 1e-6, G->bw * 1e-9, 1e3 * floor_s, 100 * frac);
 }
 

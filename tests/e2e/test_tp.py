@@ -155,7 +155,9 @@ def generate_ids(smelt, tmp, n, cuda=None):
     check(r.returncode == 0, f"generate --tp {n} exited {r.returncode}: {r.stderr[-400:]}")
     if r.returncode != 0:
         return None
-    return json.loads(r.stdout.strip().splitlines()[-1])["ids"]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    check(out.get("ranks") == n, f"generate --json reports its {n} ranks: {out.get('ranks')}")
+    return out["ids"]
 
 
 def test_generate(smelt, tmp):
