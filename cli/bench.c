@@ -876,12 +876,10 @@ int cli_bench(int argc, char **argv) {
     return cli_usage("bench", "several --dim values make specialisations: compile a bundle and bench one with --dim");
   bool cuda = is_cuda_device(device);
   if (perf_map && cuda) return cli_usage("bench", "--perf-map names CPU kernels: it applies to --device cpu");
-  int ndev = cuda ? cli_cuda_devices(device) : 0;
   if (tp > 1 && !is_model(path))
     return cli_usage("bench", "--tp applies to a model (a bundle's ranks are set by smelt compile --tp)");
-  if (ndev > 1 && is_model(path) && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
-  if (ndev > 1 && is_model(path) && tp != ndev)
-    return cli_usage("bench", "--tp %d with %d devices: give one device a rank", tp, ndev);
+  int bad = cli_devices_tp("bench", device, is_model(path), &tp);
+  if (bad) return bad;
   if (allow_tf32 && !(cuda && is_model(path)))
     return cli_usage("bench", "--allow-tf32 applies to a YAML model on cuda (smelt compile --allow-tf32 for a bundle)");
 

@@ -53,6 +53,9 @@ bool cli_parse_tp(const char *s, int *out);
  * "cuda:0,cuda:1" (tensor-parallel ranks, one each) its length; 0 when d
  * is not such a name. */
 int cli_cuda_devices(const char *d);
+/* A model (not a bundle) run on a list of N devices: --tp defaults to N,
+ * and another --tp is a usage error (its exit code; 0 when fine). */
+int cli_devices_tp(const char *cmd, const char *device, bool model, int *tp);
 #define CLI_TP_HELP "  --tp N                  (a model, not a bundle) split it over N tensor-parallel ranks, run\n" \
                     "                          on threads of the session (smelt compile --tp)\n" \
                     "  --devices LIST          the GPUs of the ranks, one each: cuda:0,cuda:1 (implies --tp N\n" \

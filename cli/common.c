@@ -164,6 +164,13 @@ int cli_cuda_devices(const char *d) {
   return n;
 }
 
+int cli_devices_tp(const char *cmd, const char *device, bool model, int *tp) {
+  int ndev = cli_cuda_devices(device);
+  if (ndev <= 1 || !model) return 0;
+  if (*tp == 1) *tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
+  return *tp == ndev ? 0 : cli_usage(cmd, "--tp %d with %d devices: give one device a rank", *tp, ndev);
+}
+
 bool cli_parse_tp(const char *s, int *out) {
   char *end;
   long v = s ? strtol(s, &end, 10) : 0;

@@ -776,16 +776,11 @@ int cli_generate(int argc, char **argv) {
     mo.ndims = k;
     mo.dtype = DT_INVALID;
   }
-  int ndev = G.cuda ? cli_cuda_devices(G.device) : 0;
   if (tp > 1 && bundle) {
     rc = cli_usage("generate", "--tp applies when compiling a model (a bundle's ranks are set by smelt compile --tp)");
     goto done;
   }
-  if (ndev > 1 && !bundle && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
-  if (ndev > 1 && !bundle && tp != ndev) {
-    rc = cli_usage("generate", "--tp %d with %d devices: give one device a rank", tp, ndev);
-    goto done;
-  }
+  if ((rc = cli_devices_tp("generate", G.device, !bundle, &tp)) != 0) goto done;
   if (bundle && (mo.ndims || mo.dtype != DT_INVALID)) {
     rc = cli_usage("generate", "--dim and --dtype apply when compiling; a bundle is already compiled");
     goto done;

@@ -443,8 +443,7 @@ int cli_run(int argc, char **argv) {
   }
   if (!device) device = "ref";
   bool is_ref = strcmp(device, "ref") == 0, is_cpu = strcmp(device, "cpu") == 0;
-  int ndev = cli_cuda_devices(device);
-  bool is_cuda = ndev > 0;
+  bool is_cuda = cli_cuda_devices(device) > 0;
   if (!is_ref && !is_cpu && !is_cuda) {
     rc = cli_usage("run", "unknown device '%s' (ref, cpu, cuda, cuda:N)", device);
     goto done;
@@ -468,11 +467,7 @@ int cli_run(int argc, char **argv) {
                    "compile --tp)");
     goto done;
   }
-  if (ndev > 1 && !is_bundle && tp == 1) tp = ndev; /* --devices cuda:0,cuda:1: one rank a GPU */
-  if (ndev > 1 && tp != ndev && !is_bundle) {
-    rc = cli_usage("run", "--tp %d with %d devices: give one device a rank", tp, ndev);
-    goto done;
-  }
+  if ((rc = cli_devices_tp("run", device, !is_bundle, &tp)) != 0) goto done;
   if (allow_tf32 && (is_bundle || !is_cuda)) {
     rc = cli_usage("run", "--allow-tf32 applies when compiling a YAML model for cuda (smelt compile --allow-tf32 for a bundle)");
     goto done;

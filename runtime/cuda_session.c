@@ -204,7 +204,7 @@ static smelt_status coll_enqueue(void *ctx, void *stream) {
                     "memory and cannot be queued on a stream or captured (give each rank a GPU of its own)", kn->name,
                     ir_op_name(n->op));
   const RtCudaPtr *argv = c->cu->argval + c->run->argv_at[c->k];
-  const TensorType *in = &g->val[kn->args[0]].type, *out = &g->val[kn->args[1]].type;
+  const TensorType *out = &g->val[kn->args[1]].type;
   smelt_status st;
   if (n->op == OP_ALL_REDUCE) {
     size_t count = 1, run = ir_type_bytes(out), full = run;
@@ -216,7 +216,7 @@ static smelt_status coll_enqueue(void *ctx, void *stream) {
     /* NCCL gives rank r's outer blocks together; block o of rank r goes to
      * (o * nranks + r) * block (a concatenation along the axis) */
     size_t outer, block;
-    ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
+    rt_all_gather_blocks(g, kn, &outer, &block);
     RtCudaPtr to = outer > 1 ? c->stage : argv[1];
     st = rt_nccl_all_gather(s->nccl, s->rank, (const void *)(uintptr_t)argv[0], (void *)(uintptr_t)to, outer * block,
                             stream);
@@ -284,8 +284,7 @@ smelt_status rt_cuda_session_create(smelt_session *s, size_t nargs) {
       const Node *n = &b->g->node[b->g->groups[kn->group].anchor];
       if (n->op == OP_ALL_GATHER && kn->nargs == 2) {
         size_t outer, block;
-        const TensorType *in = &b->g->val[kn->args[0]].type;
-        ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
+        rt_all_gather_blocks(b->g, kn, &outer, &block);
         if (outer > 1) RETURN_IF_ERROR(rt_cuda_alloc(cu->dev, outer * block * (size_t)b->nranks, &c->stage));
       }
       if (kn->nargs != 2)
@@ -491,15 +490,18 @@ smelt_status rt_cuda_session_run(smelt_session *s) {
   return rt_cuda_session_finish(s);
 }
 
-smelt_status rt_cuda_session_enqueue(smelt_session *s) {
+smelt_status rt_cuda_check_enqueue_outputs(const smelt_session *s) {
   const Graph *g = s->b->g;
   /* every result must land in device memory: nothing is copied back */
-  for (int i = 0; i < g->noutputs; i++) {
-    const void *p = s->out_ptr[i];
-    if (ir_type_bytes(&g->val[g->outputs[i]].type) > 0 && !rt_cuda_is_device_pointer(s->r->cu->dev, p))
+  for (int i = 0; i < g->noutputs; i++)
+    if (ir_type_bytes(&g->val[g->outputs[i]].type) > 0 && !rt_cuda_is_device_pointer(s->dev, s->out_ptr[i]))
       return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: output '%s' is bound to host memory; bind device memory "
                       "(smelt_session_cuda_alloc) or use smelt_session_run", g->val[g->outputs[i]].name);
-  }
+  return NULL;
+}
+
+smelt_status rt_cuda_session_enqueue(smelt_session *s) {
+  RETURN_IF_ERROR(rt_cuda_check_enqueue_outputs(s));
   RETURN_IF_ERROR(rt_session_prepare_one(s));
   CudaState *cu = s->r->cu;
   if (s->b->nkernels > 0) {

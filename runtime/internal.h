@@ -226,6 +226,10 @@ int rt_ranks_state_axis(const smelt_session *s, int i);
 /* State i of every rank to or from data, the whole state (the ranks' parts
  * concatenated along its axis), bytes the whole's size. */
 smelt_status rt_ranks_state_copy(smelt_session *s, int i, void *data, bool read) SMELT_MUST_USE;
+/* An all_gather kernel's input as `outer` rows of `block` bytes, each row
+ * this rank's part of the gathered axis and all after it (a concatenation
+ * puts block o of rank r at (o * nranks + r) * block). */
+void rt_all_gather_blocks(const Graph *g, const Kernel *kn, size_t *outer, size_t *block);
 /* Kernel i of this rank's session, a collective, with the other ranks. */
 smelt_status rt_ranks_collective(smelt_session *s, int i) SMELT_MUST_USE;
 
@@ -258,6 +262,8 @@ smelt_status rt_cuda_session_finish(smelt_session *s) SMELT_MUST_USE;
 /* One run as a CUDA graph (captured on the first run). */
 smelt_status rt_cuda_session_run(smelt_session *s) SMELT_MUST_USE;
 smelt_status rt_cuda_session_enqueue(smelt_session *s) SMELT_MUST_USE;
+/* smelt_session_enqueue's rule: every output bound to device memory. */
+smelt_status rt_cuda_check_enqueue_outputs(const smelt_session *s) SMELT_MUST_USE;
 /* One rank's part of rt_session_cuda_time_kernels / _graph. */
 smelt_status rt_cuda_session_time_kernels(smelt_session *s, int iters, double *out_ms) SMELT_MUST_USE;
 smelt_status rt_cuda_session_time_graph(smelt_session *s, int reps, int batch, double *out_ms) SMELT_MUST_USE;

@@ -261,6 +261,12 @@ smelt_status rt_ranks_state_copy(smelt_session *s, int i, void *data, bool read)
   return st;
 }
 
+void rt_all_gather_blocks(const Graph *g, const Kernel *kn, size_t *outer, size_t *block) {
+  const Node *n = &g->node[g->groups[kn->group].anchor];
+  const TensorType *in = &g->val[kn->args[0]].type;
+  ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), outer, block);
+}
+
 smelt_status rt_ranks_collective(smelt_session *s, int i) {
   const Graph *g = s->b->g;
   const Kernel *kn = &s->b->kernels[i];
@@ -295,7 +301,7 @@ smelt_status rt_ranks_collective(smelt_session *s, int i) {
     /* a concatenation along axis a: the blocks are the rows of everything
      * before a, each this rank's part of the axis and all after it */
     size_t outer, block;
-    ir_type_blocks(in, ir_norm_axis(ir_attr_int(n, "axis"), in->rank), &outer, &block);
+    rt_all_gather_blocks(g, kn, &outer, &block);
     st = rt_comm_all_gather(s->comm, s->rank, src, dst, outer, block);
   }
   if (!st && s->cuda) st = rt_cuda_upload(s->dev, s->r->cu->argval[s->r->argv_at[i] + 1], host_out, out_bytes);

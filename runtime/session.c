@@ -1150,12 +1150,9 @@ smelt_status rt_session_run_one(smelt_session *s) {
 smelt_status smelt_session_enqueue(smelt_session *s) {
   if (!s) return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: no session");
   if (s->peers && s->cuda) {
-    /* rank 0's outputs are checked as a plain session's are */
-    const Graph *g = s->b->g;
-    for (int i = 0; i < g->noutputs; i++)
-      if (ir_type_bytes(&g->val[g->outputs[i]].type) > 0 && !rt_cuda_is_device_pointer(s->dev, s->out_ptr[i]))
-        return st_error(ST_INVALID_INPUT, "smelt_session_enqueue: output '%s' is bound to host memory; bind device "
-                        "memory (smelt_session_cuda_alloc) or use smelt_session_run", g->val[g->outputs[i]].name);
+    /* checked before any rank queues its graph: the others' collectives
+     * would wait for a rank that stopped */
+    RETURN_IF_ERROR(rt_cuda_check_enqueue_outputs(s));
     return rt_ranks_step(s, RT_STEP_ENQUEUE, -1);
   }
   return s->cuda ? rt_cuda_session_enqueue(s) : smelt_session_run(s);
