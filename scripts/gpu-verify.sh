@@ -14,8 +14,10 @@
 # onnx_tune (after onnx_bench: smelt tune of ResNet-50, then it again) and
 # onnx_bench (bench/cpu/onnx_models.py --device cuda for each dtype of
 # SMELT_VERIFY_ONNX_DTYPES, default f16, then `smelt bench` of each bundle:
-# $LOGS/kernels-NAME.log) and onnx_test (test_onnx_models.py,
-# CUDA runs only) are not in the default list.
+# $LOGS/kernels-NAME.log), onnx_test (test_onnx_models.py, CUDA runs
+# only) and ncu (Nsight Compute, after quant, on its bundles named in
+# SMELT_VERIFY_NCU, default gemv_int4,gemv_int8,gemv_f16) are not in the
+# default list.
 # Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -122,6 +124,23 @@ if has_step quant; then
   rc=$?
   row quant "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/quant.py"
   tail -30 "$LOGS/quant.log"
+fi
+
+if has_step ncu; then
+  # Nsight Compute on the quant step's bundles (SMELT_VERIFY_NCU, default
+  # gemv_int4,gemv_int8,gemv_f16): speed of light, warp stalls, occupancy
+  t0=$(date +%s)
+  for name in $(echo "${SMELT_VERIFY_NCU:-gemv_int4,gemv_int8,gemv_f16}" | tr , ' '); do
+    b="${TMPDIR:-/tmp}/smelt-quant/$name.smelt"
+    [ -f "$b" ] || { echo "ncu: no $b (run the quant step first)"; continue; }
+    echo "== ncu $name"
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+      -c "${SMELT_VERIFY_NCU_COUNT:-3}" build-gpu/smelt bench "$b" --device cuda --iters 2
+  done > "$LOGS/ncu.log" 2>&1
+  rc=$?
+  row ncu "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "ncu of the quant bundles: $LOGS/ncu.log"
+  grep -E "^== ncu|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Registers Per|Stall|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$LOGS/ncu.log" | head -80
 fi
 
 echo
