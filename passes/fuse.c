@@ -950,16 +950,17 @@ static bool pair_halves(const Fuser *f, int v) {
 /* Whether node n may join contraction group H as a half of its
  * interleaved gated pair: the GEMM's result is read only by pair slices.
  * The tensor-core kernels hold columns 2j and 2j + 1 of a row in one
- * thread, and the float GEMV (M <= 8, a weight that no kernel computes)
- * in one warp (pair mode); the quantised GEMV, whose weight is a
- * dequantize, has no pair mode, so its gated pairs stay a kernel of their
- * own. */
+ * thread, and the decode GEMVs (M <= 8: the float one when no kernel
+ * computes the weight, the quantised ones when a dequantize does) in one
+ * warp (pair mode).  Any other weight computed in the kernel at M <= 8
+ * (a GEMV prologue's) keeps its gated pair a kernel of its own. */
 static bool gated_half(Fuser *f, int H, int u, int n) {
   if (!layout_epilogue(f, H) || f->kind[H] != GK_CONTRACTION || f->g->node[f->anchor[H]].op != OP_MATMUL) return false;
   if (u != f->g->node[f->anchor[H]].out[0] || !pair_slice(f, n) || !pair_halves(f, u)) return false;
   int64_t M, N, K;
   gemm_dims(f, f->anchor[H], &M, &N, &K);
-  return M > GEMV_PROLOGUE_MAX_M || f->g->val[f->g->node[f->anchor[H]].in[1]].kind != VK_NODE;
+  const Value *w = &f->g->val[f->g->node[f->anchor[H]].in[1]];
+  return M > GEMV_PROLOGUE_MAX_M || w->kind != VK_NODE || f->g->node[w->node].op == OP_DEQUANTIZE;
 }
 
 /* Why node n cannot be the next epilogue op of contraction/reduction group

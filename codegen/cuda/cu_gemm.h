@@ -45,6 +45,16 @@ const char *cu_gemm_batch_past(CuFn *f, const CuGemm *gm, const char *z);
  * only when m is one of this run's (the GEMVs compute every row). */
 void cu_gemm_store_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc,
                       const int *epi, int nepi);
+/* The same for the anchor's values at (m, n) and (m, n + 1) (n even) from
+ * the f32 sums acc0 and acc1, handed to the epilogue as one pair of lanes
+ * (element accesses): the halves of an interleaved gated pair
+ * (merge-matmuls) meet there, and only their product is stored. */
+void cu_gemm_store_pair_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc0,
+                           const char *acc1, const int *epi, int nepi);
+/* Whether the kernel's epilogue takes the anchor's result in step-2 slices
+ * of its last axis (the halves of a gated pair): a kernel that computes
+ * it must hand columns n and n + 1 over together (pair mode). */
+bool cu_gemm_wants_pairs(const CuFn *f, const CuGemm *gm);
 /* Whether the contraction follows a range at all. */
 bool cu_gemm_ranged(const CuGemm *gm);
 

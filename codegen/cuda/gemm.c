@@ -236,6 +236,41 @@ void cu_gemm_store_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, c
   if (ranged) cu_close(f);
 }
 
+void cu_gemm_store_pair_at(CuFn *f, const CuGemm *gm, const char *z, const char *m, const char *n, const char *acc0,
+                           const char *acc1, const int *epi, int nepi) {
+  CuCoords co, co1;
+  CuVal val, val1;
+  gm->result(f, gm, z, m, n, acc0, &co, &val);
+  gm->result(f, gm, z, m, cu_fmt(f, "(%s + 1)", n), acc1, &co1, &val1);
+  val.l[1] = val1.l[0];
+  co.lanes = 2;
+  co.step[co.rank - 1] = 1;
+  co.aligned = false;
+  co.whole_lanes = true;
+  const Value *yv = &f->g->val[gm->an->out[0]];
+  for (int e = 0; e < 2; e++) {
+    const char *r = cu_tmp(f);
+    cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(yv->type.dt), r, val.l[e], yv->name, ir_op_name(gm->an->op),
+            e ? ", column n + 1" : "");
+    val.l[e] = r;
+  }
+  const char *run = cu_gemm_run_m(f, gm);
+  bool ranged = !cu_is_lit(run, NULL);
+  if (ranged) cu_open(f, "if (%s < %s)", m, run);
+  cu_store_epilogue(f, epi, nepi, &co, &val);
+  if (ranged) cu_close(f);
+}
+
+bool cu_gemm_wants_pairs(const CuFn *f, const CuGemm *gm) {
+  const Graph *g = f->g;
+  int av = gm->an->out[0];
+  for (int i = 0; i < f->grp->nnodes; i++) {
+    const Node *n = &g->node[f->grp->nodes[i]];
+    if (n->op == OP_SLICE && n->in[0] == av && ir_attr_int(n, "step") == 2) return true;
+  }
+  return false;
+}
+
 const char *cu_gemm_run_n(CuFn *f, const CuGemm *gm) {
   const TensorType *y = gm->yt;
   /* a conv2d's N is batch x OH x OW, of which only the batch may be ranged */

@@ -264,44 +264,13 @@ static void finish(CuFn *f, const Gv *v, const char *m, const char *n, const cha
   store_run_rows(f, v, m, &co, &val);
 }
 
-/* Pair mode: the anchor's values at (m, n) and (m, n + 1) (n even) from
- * their f32 sums, through the epilogue as one pair of lanes, as the
- * tensor-core kernels hand them over (tc.c): the halves of an interleaved
- * gated pair (merge-matmuls) meet there, and only their product is
- * stored. */
+/* Pair mode: the anchor's values at (m, n) and (m, n + 1) (n even), as
+ * the tensor-core kernels hand them over (tc.c). */
 static void finish_pair(CuFn *f, const Gv *v, const char *m, const char *n, const char *s0, const char *s1) {
-  const CuGemm *gm = v->gm;
-  const Value *av = &f->g->val[gm->an->out[0]];
-  CuCoords co, co1;
-  CuVal val, val1;
-  gm->result(f, gm, v->z, m, n, s0, &co, &val);
-  gm->result(f, gm, v->z, m, cu_fmt(f, "(%s + 1)", n), s1, &co1, &val1);
-  val.l[1] = val1.l[0];
-  co.lanes = 2;
-  co.step[co.rank - 1] = 1;
-  co.aligned = false;
-  co.whole_lanes = true;
-  for (int e = 0; e < 2; e++) {
-    const char *r = cu_tmp(f);
-    cu_line(f, "const %s %s = %s;  // %s (%s)%s", cu_ctype(av->type.dt), r, val.l[e], av->name, ir_op_name(gm->an->op),
-            e ? ", column n + 1" : "");
-    val.l[e] = r;
-  }
-  store_run_rows(f, v, m, &co, &val);
+  cu_gemm_store_pair_at(f, v->gm, v->z, m, n, s0, s1, v->epi, v->nepi);
 }
 
-/* Whether the group's epilogue takes the anchor's result in step-2 slices
- * of its last axis (the halves of a gated pair): the GEMV then runs in
- * pair mode. */
-static bool wants_pairs(const CuFn *f, const CuGemm *gm) {
-  const Graph *g = f->g;
-  int av = gm->an->out[0];
-  for (int i = 0; i < f->grp->nnodes; i++) {
-    const Node *n = &g->node[f->grp->nodes[i]];
-    if (n->op == OP_SLICE && n->in[0] == av && ir_attr_int(n, "step") == 2) return true;
-  }
-  return false;
-}
+static bool wants_pairs(const CuFn *f, const CuGemm *gm) { return cu_gemm_wants_pairs(f, gm); }
 
 /* Result (m, n) of this block's slice: the epilogue, or (split-K) its
  * partial sum into the workspace.  m and n are expressions of f->idx. */

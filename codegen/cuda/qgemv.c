@@ -45,8 +45,12 @@
  * At the end the lanes' C x M partial sums are added with the transpose
  * reduction of gemv.c (copied: the families do not call each other) and
  * each result goes through the group's epilogue.
+ * When the epilogue takes the halves of an interleaved gated pair
+ * (merge-matmuls: SwiGLU's silu(x Wg) * (x Wu)), every lane gets every
+ * sum and one lane stores each pair's product (pair mode, as gemv.c's).
  * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
- * warp, U chunks per column in flight.
+ * warp (even in pair mode: an odd C runs as the next even one), U chunks
+ * per column in flight.
  * Not taken (the simple kernel dequantises element by element instead):
  * a [K, N] weight, zero points of fp8 weights, scales or zero points
  * that are not kernel arguments, groups that split a 32-bit word, A
@@ -108,6 +112,7 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   DType adt = gm->at->dt;
   if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
   int epw = dt_is_packed(q.qdt) ? 8 : 4;
+  if (cu_gemm_wants_pairs(f, gm) && gm->N % 2) return false; /* pair mode: columns 2j, 2j + 1 */
   /* a chunk inside one group, or whole groups of whole 32-bit words */
   return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
@@ -135,12 +140,15 @@ static void qg_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]
 
 static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
   static const QgParams alt[] = {{4, 2, 4}, {4, 2, 2}, {4, 4, 2}, {8, 2, 4}, {4, 1, 8}, {2, 2, 4}, {4, 2, 8}};
+  /* pair mode runs an odd column count as the next even one: not a candidate of its own */
+  bool pairs = cu_gemm_wants_pairs(f, gm);
   int n = 0;
   char d[CG_VARIANT_LEN];
   qg_default(f, gm, d);
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
+    if (pairs && alt[i].cols % 2) continue;
     qg_format(&alt[i], tok);
     if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
@@ -328,14 +336,20 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
   cu_close(f);
 }
 
-static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const int *epi, int nepi, CuLaunch *l) {
+static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
+  /* pair mode (the halves of a gated pair in the epilogue): both columns
+   * of a pair in one warp, so an odd column count runs as the next even one */
+  bool pairs = cu_gemm_wants_pairs(f, gm);
+  QgParams pp = *tp;
+  if (pairs && pp.cols % 2) pp.cols = pp.cols == 1 ? 2 : pp.cols + 1;
+  const QgParams *p = &pp;
   Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M};
   cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
   const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
   int W = p->warps, C = p->cols, MP = pow2_at_least(v.M), P = C * MP;
-  qg_format(p, l->variant);
+  qg_format(tp, l->variant);
   l->kind = "matmul";
   int64_t gx = (gm->N + (int64_t)W * C - 1) / ((int64_t)W * C);
   if (gx > 0x7fffffffLL || v.q.KC > 0x3fffffffLL) {
@@ -412,6 +426,26 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *p, const i
     stream(f, &v, false);
   }
   cu_close(f);
+  if (pairs) {
+    /* every lane gets every sum (P <= 64), and lane q runs the epilogue
+     * of column pair q / M (columns n0 + 2 (q / M) and the next), row q % M */
+    cu_line(f, "// add the partial sums of the lanes: every lane ends with all %d sums", P);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int o = 16; o >= 1; o >>= 1)");
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int i = 0; i < %d; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);", P);
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int q = 0; q < %d; q++)", C / 2 * v.M);
+    const char *m = cu_tmp(f), *n = cu_tmp(f);
+    cu_line(f, "const %s %s = q %% %d, %s = (%s)(n0 + 2 * (q / %d));", f->idx, m, v.M, n, f->idx, v.M);
+    cu_open(f, "if (lane == q && %s < %lld)", n, (long long)gm->N);
+    cu_gemm_store_pair_at(f, gm, v.z, m, n, cu_fmt(f, "acc[2 * (q / %d) * %d + q %% %d]", v.M, MP, v.M),
+                          cu_fmt(f, "acc[(2 * (q / %d) + 1) * %d + q %% %d]", v.M, MP, v.M), v.epi, v.nepi);
+    cu_close(f);
+    cu_close(f);
+    cu_close(f); /* z */
+    return;
+  }
   int R = cu_gemv_transpose_reduce(f, P, 1);
   for (int r = 0; r < R; r++) {
     if (P >= 32) {

@@ -55,7 +55,10 @@
  * aligned is copied with plain loads (one uniform test).
  * Warps: W warps of a block take the K blocks b = warp, warp + W, ...,
  * then add their tiles through shared memory in a fixed order and the
- * block's threads run the epilogue for the 16 x M results.
+ * block's threads run the epilogue for the 16 x M results; when the
+ * epilogue takes the halves of an interleaved gated pair (merge-matmuls:
+ * SwiGLU's silu(x Wg) * (x Wu)), a thread takes columns 2j and 2j + 1
+ * together and stores only their product (pair mode, as the float GEMV).
  * Not taken (qgemv.c or the simple kernel computes these): A not f16,
  * M > 8, zero points of another dtype than the codes (float ones), fp8
  * with zero points, groups smaller than a chunk, groups smaller than a K
@@ -108,6 +111,7 @@ static int64_t smem_bytes(int W, int S, int M, int E, int64_t staged) {
 static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   CuQuantB q;
   if (gm->at->dt != DT_F16 || !cu_quant_b(f, gm, &q)) return false;
+  if (cu_gemm_wants_pairs(f, gm) && gm->N % 2) return false; /* pair mode: columns 2j, 2j + 1 */
   /* integer zero points of the codes' own dtype only (folded into the exact subtraction) */
   if (q.z0 >= 0 && (dt_is_f8(q.qdt) || q.zdt != q.qdt)) return false;
   if (gm->K % q.E != 0 || gm->K % q.G != 0 || q.G % q.E != 0) return false;
@@ -655,14 +659,20 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "red[warp * 128 + g * 8 + 2 * t] = acc[0][0], red[warp * 128 + g * 8 + 2 * t + 1] = acc[0][1];");
   cu_line(f, "red[warp * 128 + (g + 8) * 8 + 2 * t] = acc[0][2], red[warp * 128 + (g + 8) * 8 + 2 * t + 1] = acc[0][3];");
   cu_line(f, "__syncthreads();");
-  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", 16 * v.M, 32 * W);
+  /* pair mode (the halves of a gated pair in the epilogue): a thread
+   * takes columns r and r + 1 (N is even, n0 a multiple of 16) */
+  bool pairs = cu_gemm_wants_pairs(f, gm);
+  int E = pairs ? 2 : 1;
+  cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", 16 / E * v.M, 32 * W);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
-  cu_line(f, "const int r = i / %d;", v.M);
+  cu_line(f, "const int r = i / %d%s;", v.M, pairs ? " * 2" : "");
   cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + r);", f->idx, m, v.M, n, f->idx);
-  cu_line(f, "float s = 0.0f;");
-  cu_line(f, "for (int w = 0; w < %d; w++) s += red[w * 128 + r * 8 + %s];", W, m);
+  cu_line(f, "float s = 0.0f%s;", pairs ? ", s1 = 0.0f" : "");
+  cu_line(f, "for (int w = 0; w < %d; w++) s += red[w * 128 + r * 8 + %s]%s;", W, m,
+          pairs ? cu_fmt(f, ", s1 += red[w * 128 + (r + 1) * 8 + %s]", m) : "");
   cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
-  cu_gemm_store_at(f, gm, v.z, m, n, "s", epi, nepi);
+  if (pairs) cu_gemm_store_pair_at(f, gm, v.z, m, n, "s", "s1", epi, nepi);
+  else cu_gemm_store_at(f, gm, v.z, m, n, "s", epi, nepi);
   cu_close(f);
   cu_close(f);
   cu_line(f, "__syncthreads();  // red, ss and qs are reused by the next matrix");

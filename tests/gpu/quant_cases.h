@@ -73,8 +73,9 @@ static inline double gen_zero(DType zdt, DType qdt) {
   }
 }
 
-/* Adds case c (its inputs, constants and nodes, result an output). */
-static inline void add_case(Graph *g, int i, const QCase *c) {
+/* Case c's x (an input, or the transpose of one) and its weight
+ * W = dequantize(q, s[, z]) ([N, K], the values returned). */
+static inline void add_operands(Graph *g, int i, const QCase *c, int *xv, int *wv) {
   char nm[64];
   int64_t ng = c->G ? c->K / c->G : 1;
   snprintf(nm, sizeof nm, "c%d/x", i);
@@ -134,12 +135,28 @@ static inline void add_case(Graph *g, int i, const QCase *c) {
   ir_set_attr_int(g, dq, "group", c->G);
   ir_set_attr_dtype(g, dq, "to", c->adt);
   CHECK_OK(ir_infer_node(g, dq));
+  *xv = x;
+  *wv = g->node[dq].out[0];
+}
+
+/* x @ W^T, named cI/y0. */
+static inline int add_matmul(Graph *g, int i, int x, int w) {
+  char nm[64];
   snprintf(nm, sizeof nm, "c%d/y0", i);
   const char *y0 = ir_graph_strdup(g, nm);
-  int mm = ir_add_node(g, OP_MATMUL, 2, (int[]){x, g->node[dq].out[0]}, 1, &y0, qc_loc);
+  int mm = ir_add_node(g, OP_MATMUL, 2, (int[]){x, w}, 1, &y0, qc_loc);
   ir_set_attr_bool(g, mm, "transpose_b", true);
   ir_fill_default_attrs(g, mm);
   CHECK_OK(ir_infer_node(g, mm));
+  return mm;
+}
+
+/* Adds case c (its inputs, constants and nodes, result an output). */
+static inline void add_case(Graph *g, int i, const QCase *c) {
+  char nm[64];
+  int x, w;
+  add_operands(g, i, c, &x, &w);
+  int mm = add_matmul(g, i, x, w);
   snprintf(nm, sizeof nm, "c%d/b", i);
   int b = add_const(g, nm, (TensorType){.dt = c->adt, .rank = 1, .dim = {c->N}});
   for (int64_t e = 0; e < c->N; e++) dt_store(c->adt, g->val[b].data, (size_t)e, (double)(next_rand() % 200) / 100 - 1);
@@ -196,6 +213,69 @@ static const QCase cases[] = {
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
+/* Gated pairs (SwiGLU's silu(x Wg) * (x Wu) after merge-matmuls, which
+ * interleaves the two weights' rows): y = silu(h[:, 0::2]) * h[:, 1::2]
+ * with h = x @ dequantize(q, s[, z])^T, q [2N, K].  The fuse pass takes
+ * both slices, the silu and the product into the matmul's epilogue (pair
+ * mode: qmma for f16 x, qgemv otherwise); the case's shapes are the
+ * QCase's with N the pair count. */
+static inline void add_pair_case(Graph *g, int i, const QCase *c) {
+  QCase w2 = *c;
+  w2.N = 2 * c->N;
+  char nm[64];
+  int x, w;
+  add_operands(g, i, &w2, &x, &w);
+  int mm = add_matmul(g, i, x, w); /* (g->node moves when a node is added) */
+  int h = g->node[mm].out[0];
+  int sl[2];
+  for (int j = 0; j < 2; j++) {
+    snprintf(nm, sizeof nm, j ? "c%d/up" : "c%d/gate", i);
+    const char *n = ir_graph_strdup(g, nm);
+    sl[j] = ir_add_node(g, OP_SLICE, 1, &h, 1, &n, qc_loc);
+    ir_set_attr_int(g, sl[j], "axis", 1);
+    ir_set_attr_int(g, sl[j], "start", j);
+    ir_set_attr_int(g, sl[j], "end", w2.N);
+    ir_set_attr_int(g, sl[j], "step", 2);
+    CHECK_OK(ir_infer_node(g, sl[j]));
+  }
+  snprintf(nm, sizeof nm, "c%d/act", i);
+  const char *sn = ir_graph_strdup(g, nm);
+  int si = ir_add_node(g, OP_SILU, 1, (int[]){g->node[sl[0]].out[0]}, 1, &sn, qc_loc);
+  CHECK_OK(ir_infer_node(g, si));
+  snprintf(nm, sizeof nm, "c%d/pair", i);
+  const char *yn = ir_graph_strdup(g, nm);
+  int mu = ir_add_node(g, OP_MUL, 2, (int[]){g->node[si].out[0], g->node[sl[1]].out[0]}, 1, &yn, qc_loc);
+  CHECK_OK(ir_infer_node(g, mu));
+  ir_add_output(g, g->node[mu].out[0]);
+}
+
+/* The gated-pair cases: int4 g128 and u4 with u4 zeros at M = 1 and 3 on
+ * f16 x (qmma), int4 and int8 on f32 x and u4 on bf16 x (qgemv), N pairs
+ * spanning more than one block.  (int8 per channel on bf16 x is left out:
+ * its weights reach 2.5, and the reference's bf16 rounding of the matmul
+ * result, which the kernel keeps in f32, then dominates the product.) */
+static const QCase pair_cases[] = {
+    {DT_I4, DT_F16, DT_F16, 1, 256, 24, 128, false, false, DT_INVALID},
+    {DT_U4, DT_F16, DT_F16, 3, 256, 20, 64, false, false, DT_U4},
+    {DT_I4, DT_F32, DT_F32, 1, 256, 21, 32, false, false, DT_INVALID},
+    {DT_I8, DT_F32, DT_F32, 3, 128, 20, 0, false, false, DT_INVALID},
+    {DT_U4, DT_BF16, DT_F32, 3, 256, 20, 64, false, false, DT_U4},
+};
+#define NPAIRS ((int)(sizeof pair_cases / sizeof pair_cases[0]))
+
+/* The graph of the gated-pair cases, fused for a CUDA target; their
+ * products are the outputs. */
+static inline Graph *pairs_graph(void) {
+  Graph *g = ir_graph_create("qgemv-pairs");
+  g->file = "quant_cases";
+  for (int i = 0; i < NPAIRS; i++) add_pair_case(g, i, &pair_cases[i]);
+  CHECK_OK(ir_verify(g));
+  PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
+  CHECK_OK(pass_run_pipeline(g, &ctx, "fuse", NULL, NULL));
+  pass_ctx_free(&ctx);
+  return g;
+}
+
 /* The graph of cases which[0..n) (all when which is NULL), fused for a
  * CUDA target. */
 static inline Graph *cases_graph(const int *which, int n) {
@@ -247,6 +327,54 @@ static inline void check_forced(Exec *e, const char *tok, const char *arch, HSta
   ir_graph_destroy(c);
 }
 
+/* The gated-pair cases (pairs_graph): one kernel each (the slices, the
+ * silu and the product in the matmul's epilogue), qmma's for f16 x and
+ * qgemv's otherwise, run by e and compared with the interpreter with the
+ * heuristic's variants, then with every kernel forced to a qgemv token
+ * of an odd column count (run as the next even one) and of two, and the
+ * f16 cases to another qmma token. */
+static inline void check_pairs(Exec *e, const char *arch, HStats *stats) {
+  Graph *g = pairs_graph();
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  CHECK(nk == NPAIRS);
+  const char **fc = calloc((size_t)nk + 1, sizeof *fc);
+  bool *f16 = calloc((size_t)nk + 1, sizeof *f16);
+  for (int i = 0; i < nk; i++) {
+    int ci = -1;
+    CHECK(sscanf(g->val[g->node[g->groups[k[i].group].anchor].out[0]].name, "c%d/", &ci) == 1 && ci >= 0 && ci < NPAIRS);
+    if (ci < 0 || ci >= NPAIRS) continue;
+    f16[i] = pair_cases[ci].adt == DT_F16;
+    char got[16][CG_VARIANT_LEN];
+    int n = cg_cuda_variants(g, &k[i], arch, got, 16);
+    const char *want = f16[i] ? "qmma:" : "qgemv:";
+    if (n < 1 || strncmp(got[0], want, strlen(want)) != 0) {
+      fprintf(stderr, "pair case %d: heuristic %s, not %s\n", ci, n ? got[0] : "(none)", want);
+      check_failures++;
+    }
+  }
+  char what[96];
+  snprintf(what, sizeof what, "gated-pair cases (%s)", arch);
+  CgCudaOptions opt = {.max_units = 1, .arch = arch};
+  Graph *c = ir_graph_clone(g);
+  CHECK(h_check_graph(e, c, NULL, &opt, 0, false, what, stats) == 0);
+  ir_graph_destroy(c);
+  static const char *const forced[] = {"qgemv:w=4,c=1,u=8", "qgemv:w=2,c=2,u=4", "qmma:w=2,s=3"};
+  for (int t = 0; t < 3; t++) {
+    bool qmma = !strncmp(forced[t], "qmma:", 5);
+    for (int i = 0; i < nk; i++) fc[i] = !qmma || f16[i] ? forced[t] : NULL;
+    CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
+    snprintf(what, sizeof what, "gated-pair cases forced to %s", forced[t]);
+    c = ir_graph_clone(g);
+    CHECK(h_check_graph(e, c, NULL, &fo, 8, false, what, stats) == 0);
+    ir_graph_destroy(c);
+  }
+  free(fc);
+  free(f16);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+}
 
 /* The candidates of the first kernel of each family in g (0: qgemv, 1:
  * qmma; the heuristic's token first) into toks[fam][0 .. ntok[fam]). */

@@ -15,7 +15,10 @@
  *   - tuning candidate lists that start with the default, every token
  *     parsing back (qgemv:w=..,c=..,u=.., qmma:w=..,s=..), each forced on
  *     four cases (check_forced);
- *   - fp8 with zero points is left to the simple kernel (neither family's).
+ *   - fp8 with zero points is left to the simple kernel (neither family's);
+ *   - gated pairs (silu(h[:, 0::2]) * h[:, 1::2]) in the matmul's
+ *     epilogue, one kernel a case, with each family's pair mode
+ *     (check_pairs).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <stdlib.h>
@@ -154,6 +157,8 @@ int main(void) {
     }
     /* each qgemv and qmma candidate but the defaults (run above) forced on four cases */
     check_all_forced(&e, "sm_90a", toks, ntok, &stats);
+    /* gated pairs in the epilogue (pair mode of both families) */
+    check_pairs(&e, "sm_90a", &stats);
     h_exec_close(&e);
     printf("emulated qgemv: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, "
            "worst %.2f of tolerance\n", stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
