@@ -18,6 +18,9 @@
 #               logits check (cosine of 16 steps) and the peers of
 #               SMELT_DECODE_PEERS (w5.py --hf-modes; default none), then
 #               the same per-kernel bench ($LOGS/kernels-new.log)
+#   w5_pf       the same smelt compiling with SMELT_CUDA_PREFETCH=all (each
+#               decode GEMV prefetches its whole weight slice into L2
+#               before its programmatic-launch wait), no peers
 #   w5_sync     the same smelt with SMELT_GENERATE_SYNC=1 (one synchronous
 #               run per decode step instead of the queued loop), no peers
 # The W5 checkpoint is written once into /tmp/w5 (kept while the machine
@@ -77,6 +80,11 @@ if has_step w5 && [ -x build-gpu/smelt ]; then
   peers="${SMELT_DECODE_PEERS-}"
   if [ -n "$peers" ]; then w5_run new build-gpu/smelt --hf-modes "$peers"
   else w5_run new build-gpu/smelt --hf-modes '' --no-static; fi
+fi
+if has_step w5_pf && [ -x build-gpu/smelt ]; then
+  # every decode GEMV asks L2 for its whole slice of the weight before it
+  # waits for the kernel before it (codegen: SMELT_CUDA_PREFETCH=all)
+  SMELT_CUDA_PREFETCH=all w5_run pf_all build-gpu/smelt --no-peer
 fi
 if has_step w5_sync && [ -x build-gpu/smelt ]; then
   SMELT_GENERATE_SYNC=1 w5_run sync build-gpu/smelt --no-peer

@@ -15,7 +15,8 @@
 # onnx_bench (bench/cpu/onnx_models.py --device cuda for each dtype of
 # SMELT_VERIFY_ONNX_DTYPES, default f16, then `smelt bench` of each bundle:
 # $LOGS/kernels-NAME.log), onnx_test (test_onnx_models.py, CUDA runs
-# only) and ncu (Nsight Compute, after quant, on its bundles named in
+# only), quant_pf (quant.py with SMELT_CUDA_PREFETCH=all, workloads
+# SMELT_VERIFY_QUANT_PF, default w2_m1) and ncu (Nsight Compute, after quant, on its bundles named in
 # SMELT_VERIFY_NCU, default gemv_int4,gemv_int8,gemv_f16) are not in the
 # default list.
 # Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
@@ -124,6 +125,17 @@ if has_step quant; then
   rc=$?
   row quant "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/quant.py"
   tail -30 "$LOGS/quant.log"
+fi
+
+if has_step quant_pf; then
+  # the quant step again with every quantised GEMV asking L2 for its whole
+  # slice of the weight before it waits (SMELT_CUDA_PREFETCH=all)
+  t0=$(date +%s)
+  SMELT_CUDA_PREFETCH=all timeout 200 python3 bench/gpu/quant.py --smelt build-gpu/smelt --keep "${TMPDIR:-/tmp}/smelt-quant-pf" \
+    --only "${SMELT_VERIFY_QUANT_PF:-w2_m1}" > "$LOGS/quant_pf.log" 2>&1
+  rc=$?
+  row quant_pf "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "quant.py, SMELT_CUDA_PREFETCH=all"
+  tail -12 "$LOGS/quant_pf.log"
 fi
 
 if has_step ncu; then

@@ -55,6 +55,14 @@ void cu_gemm_store_pair_at(CuFn *f, const CuGemm *gm, const char *z, const char 
  * of its last axis (the halves of a gated pair): a kernel that computes
  * it must hand columns n and n + 1 over together (pair mode). */
 bool cu_gemm_wants_pairs(const CuFn *f, const CuGemm *gm);
+/* What a decode GEMV whose weight is a constant asks L2 for before it
+ * waits for the kernel before it (programmatic dependent launch): the
+ * first step of each warp's stream (the default), its whole slice of the
+ * weight (one bulk prefetch a warp or block on sm_90), or nothing.  An
+ * experiment's switch, SMELT_CUDA_PREFETCH=first|all|none at compile
+ * time (docs/perf.md has what each measured). */
+typedef enum { CU_PREFETCH_FIRST, CU_PREFETCH_ALL, CU_PREFETCH_NONE } CuPrefetch;
+CuPrefetch cu_gemm_prefetch_mode(void);
 /* Whether the contraction follows a range at all. */
 bool cu_gemm_ranged(const CuGemm *gm);
 

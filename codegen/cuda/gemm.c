@@ -11,6 +11,7 @@
  * load; the result callback gives the anchor's coordinates and value
  * (bias added, integers normalised) for C[m, n].
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/cuda/cu_gemm.h"
@@ -259,6 +260,13 @@ void cu_gemm_store_pair_at(CuFn *f, const CuGemm *gm, const char *z, const char 
   if (ranged) cu_open(f, "if (%s < %s)", m, run);
   cu_store_epilogue(f, epi, nepi, &co, &val);
   if (ranged) cu_close(f);
+}
+
+CuPrefetch cu_gemm_prefetch_mode(void) {
+  const char *e = getenv("SMELT_CUDA_PREFETCH");
+  if (e && !strcmp(e, "none")) return CU_PREFETCH_NONE;
+  if (e && !strcmp(e, "all")) return CU_PREFETCH_ALL;
+  return CU_PREFETCH_FIRST;
 }
 
 bool cu_gemm_wants_pairs(const CuFn *f, const CuGemm *gm) {

@@ -534,8 +534,18 @@ static void reduced_value(CuFn *f, int P, int lo, int R, int r) {
 static const char *tb_prefetch(CuFn *f, const Gv *v) {
   const CuGemm *gm = v->gm;
   const CuGemvParams *p = v->p;
-  if (gm->Z != 1 || f->g->val[gm->an->in[1]].kind != VK_CONST) return NULL;
-  int64_t KC = gm->K / v->vec, CPS = (KC + p->splitk - 1) / p->splitk;
+  CuPrefetch mode = cu_gemm_prefetch_mode();
+  if (gm->Z != 1 || f->g->val[gm->an->in[1]].kind != VK_CONST || mode == CU_PREFETCH_NONE) return NULL;
+  int64_t KC = gm->K / v->vec, CPS = (KC + p->splitk - 1) / p->splitk, es = (int64_t)dt_size(f->g->val[gm->an->in[1]].type.dt);
+  if (mode == CU_PREFETCH_ALL && p->splitk == 1 && gm->K * es % 16 == 0 && (int64_t)p->cols * gm->K * es < (1LL << 31))
+    return cu_fmt(f,
+                  "  {  // B is a constant: before the wait, this warp's %d columns (contiguous rows of B) toward L2\n"
+                  "    const long long n0 = ((long long)blockIdx.x * %d + threadIdx.x / 32) * %d;\n"
+                  "    if (threadIdx.x %% 32 == 0 && n0 < %lldLL && smelt_aligned(a%d, 16))\n"
+                  "      smelt_prefetch_l2_bulk(a%d + n0 * %lldLL, (unsigned)((%lldLL - n0 < %d ? %lldLL - n0 : %d) * %lldLL));\n"
+                  "  }\n",
+                  p->cols, p->warps, p->cols, (long long)gm->N, v->b0, v->b0, (long long)gm->K, (long long)gm->N, p->cols,
+                  (long long)gm->N, p->cols, (long long)(gm->K * es));
   return cu_fmt(f,
                 "  {  // B is a constant: before the wait, the first %d chunks of each of this warp's columns toward L2\n"
                 "    const long long n0 = ((long long)blockIdx.x * %d + threadIdx.x / 32) * %d;\n"

@@ -165,6 +165,16 @@ static const char prelude_common[] =
     "#else\n"
     "  (void)p;\n"
     "#endif\n"
+    "}\n"
+    "// The same for `bytes` bytes from p (both multiples of 16): one bulk prefetch on sm_90+.\n"
+    "__device__ __forceinline__ void smelt_prefetch_l2_bulk(const void *p, unsigned bytes) {\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    "  asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" :: \"l\"(p), \"r\"(bytes) : \"memory\");\n"
+    "#elif defined(__CUDA_ARCH__)\n"
+    "  for (unsigned o = 0; o < bytes; o += 128) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"((const char *)p + o));\n"
+    "#else\n"
+    "  (void)p, (void)bytes;\n"
+    "#endif\n"
     "}\n";
 
 static const char prelude_f16[] =

@@ -567,7 +567,17 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
  * two columns. */
 static const char *qm_prefetch(CuFn *f, const Qm *v) {
   const CuGemm *gm = v->gm;
-  if (gm->Z != 1 || f->g->val[v->q.dq->in[0]].kind != VK_CONST) return NULL;
+  CuPrefetch mode = cu_gemm_prefetch_mode();
+  if (gm->Z != 1 || f->g->val[v->q.dq->in[0]].kind != VK_CONST || mode == CU_PREFETCH_NONE) return NULL;
+  if (mode == CU_PREFETCH_ALL && v->q.row_bytes % 16 == 0 && 16 * v->q.row_bytes < (1LL << 31))
+    return cu_fmt(f,
+                  "  {  // the weight is a constant: before the wait, the block's 16 columns (contiguous rows) toward L2\n"
+                  "    const long long n0 = (long long)blockIdx.x * 16;\n"
+                  "    if (threadIdx.x == 0 && smelt_aligned(a%d, 16))\n"
+                  "      smelt_prefetch_l2_bulk(reinterpret_cast<const unsigned char *>(a%d) + n0 * %lldLL,\n"
+                  "                             (unsigned)((%lldLL - n0 < 16 ? %lldLL - n0 : 16) * %lldLL));\n"
+                  "  }\n",
+                  v->q.q0, v->q.q0, (long long)v->q.row_bytes, (long long)gm->N, (long long)gm->N, (long long)v->q.row_bytes);
   return cu_fmt(f,
                 "  {  // the weight is a constant: before the wait, this lane's first chunk of its two columns toward L2\n"
                 "    const long long c = (long long)(threadIdx.x / 32) * 4 + threadIdx.x %% 4;\n"
