@@ -22,11 +22,15 @@
 
 #include "runtime/internal.h"
 
-/* Units of estimated work (bytes + flops) per thread: about 10-20 us of a
+/* Units of estimated work (bytes + flops) per thread: about 2-5 us of a
  * core's time for generated code (measured at 20-80 GFLOP/s and 20 GB/s per
  * core); below that, handing a range to another thread costs more than it
- * saves. */
-#define RT_WORK_PER_THREAD 1048576.0
+ * saves (the workers spin between the kernels of a run, so a handover
+ * costs about a microsecond).  Measured on the 2-core CI-class VM,
+ * 2026-12-05, `smelt bench --threads 2`, whole run: 1048576 -> 131072 took
+ * gpt2_block from 33.1 to 27.9 us, tiny_llama 77.7 -> 72.9, mlp 5.35 ->
+ * 4.73, cnn 25.2 -> 24.1; tiny_lm's decode step unchanged (14.2 us). */
+#define RT_WORK_PER_THREAD 131072.0
 
 /* The public enums mirror the internal ones number for number, so the API
  * converts by cast. */
