@@ -55,6 +55,9 @@ bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out);
  * over the lanes that share lane % lo (offsets 16 .. lo), emitted into f;
  * returns how many values each lane ends with (gemv.c says which). */
 int cu_gemv_transpose_reduce(CuFn *f, int P, int lo);
+/* Pair mode's reduction: every lane of the warp ends with all P sums
+ * acc[0 .. P) (a butterfly of xor shuffles). */
+void cu_gemv_allreduce(CuFn *f, int P);
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */

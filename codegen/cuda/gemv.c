@@ -509,6 +509,14 @@ int cu_gemv_transpose_reduce(CuFn *f, int P, int lo) {
   return cnt;
 }
 
+void cu_gemv_allreduce(CuFn *f, int P) {
+  cu_line(f, "// add the partial sums of the lanes: every lane ends with all %d sums", P);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int o = 16; o >= 1; o >>= 1)");
+  cu_line(f, "  #pragma unroll");
+  cu_line(f, "  for (int i = 0; i < %d; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);", P);
+}
+
 /* Opens the code for value r of the R a lane holds after
  * cu_gemv_transpose_reduce(P, lo): declares `i` (the value's index) and `s` (its
  * sum) inside a block whose condition says the lane is the one to use it;
@@ -657,11 +665,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     /* pair mode: every lane gets every sum (P is small: C <= 8 columns,
      * M <= 8 rows), and lane q runs the epilogue of column pair q / M
      * (columns n0 + 2 (q / M) and the next) for row q %% M */
-    cu_line(f, "// add the partial sums of the lanes: every lane ends with all %d sums", P);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int o = 16; o >= 1; o >>= 1)");
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int i = 0; i < %d; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);", P);
+    cu_gemv_allreduce(f, P);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int q = 0; q < %d; q++)", C / 2 * M);
     const char *m = cu_tmp(f), *n = cu_tmp(f);

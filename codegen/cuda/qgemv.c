@@ -429,11 +429,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   if (pairs) {
     /* every lane gets every sum (P <= 64), and lane q runs the epilogue
      * of column pair q / M (columns n0 + 2 (q / M) and the next), row q % M */
-    cu_line(f, "// add the partial sums of the lanes: every lane ends with all %d sums", P);
-    cu_line(f, "#pragma unroll");
-    cu_line(f, "for (int o = 16; o >= 1; o >>= 1)");
-    cu_line(f, "  #pragma unroll");
-    cu_line(f, "  for (int i = 0; i < %d; i++) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);", P);
+    cu_gemv_allreduce(f, P);
     cu_line(f, "#pragma unroll");
     cu_open(f, "for (int q = 0; q < %d; q++)", C / 2 * v.M);
     const char *m = cu_tmp(f), *n = cu_tmp(f);

@@ -16,6 +16,8 @@
  *     parsing back (qgemv:w=..,c=..,u=.., qmma:w=..,s=..), each forced on
  *     four cases (check_forced);
  *   - fp8 with zero points is left to the simple kernel (neither family's);
+ *   - NVRTC also compiles the kernels with SMELT_CUDA_PREFETCH=all (the
+ *     whole weight slice's bulk L2 prefetch before the launch wait);
  *   - gated pairs (silu(h[:, 0::2]) * h[:, 1::2]) in the matmul's
  *     epilogue, one kernel a case, with each family's pair mode
  *     (check_pairs).
@@ -131,6 +133,14 @@ int main(void) {
     CgCudaOptions opt = {.args_aligned = a == 0, .max_units = 2, .force = force, .arch = archs[a]};
     check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases", same_token);
   }
+  /* the whole-slice L2 prefetch before the programmatic-launch wait
+   * (SMELT_CUDA_PREFETCH=all: cp.async.bulk.prefetch.L2 on sm_90a) */
+  setenv("SMELT_CUDA_PREFETCH", "all", 1);
+  {
+    CgCudaOptions opt = {.args_aligned = true, .max_units = 2, .force = force, .arch = "sm_90a"};
+    check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases, whole-slice prefetch", same_token);
+  }
+  unsetenv("SMELT_CUDA_PREFETCH");
   /* other parameters: the candidates of the first kernel of each family */
   char toks[2][16][CG_VARIANT_LEN];
   int ntok[2];
