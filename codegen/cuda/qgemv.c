@@ -42,9 +42,9 @@
  * A's chunk of E elements is read per row (16-byte packs when A is a plain
  * argument and aligned, else element loads, or through cu_emit when a
  * prologue computes it); it stays in L1 (every warp reads the same row).
- * At the end the lanes' C x M partial sums are added with the transpose
- * reduction of gemv.c (copied: the families do not call each other) and
- * each result goes through the group's epilogue.
+ * At the end the lanes' C x M partial sums are added with gemv.c's
+ * transpose reduction (cu_gemv_transpose_reduce) and each result goes
+ * through the group's epilogue.
  * When the epilogue takes the halves of an interleaved gated pair
  * (merge-matmuls: SwiGLU's silu(x Wg) * (x Wu)), every lane gets every
  * sum and one lane stores each pair's product (pair mode, as gemv.c's).
