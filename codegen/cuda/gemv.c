@@ -65,7 +65,6 @@
 
 static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
 
-static bool wants_pairs(const CuFn *f, const CuGemm *gm);
 
 /* The rms_norm node of the group that computes A (fuse: norm_gemv_consumer),
  * or NULL. */
@@ -86,7 +85,7 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (!float_storage(gm->bt->dt) || !float_storage(gm->at->dt) || !float_storage(gm->yt->dt)) return false;
   int vec = (int)(16 / dt_size(gm->bt->dt));
   /* pair mode (a gated pair's halves in the epilogue) exists for B [N, K] */
-  if (wants_pairs(f, gm) && (!gm->tb || gm->N % 2)) return false;
+  if (cu_gemm_wants_pairs(f, gm) && (!gm->tb || gm->N % 2)) return false;
   /* norm mode: for B [N, K], Y and G read from memory in the norm's axis order */
   const Node *nm = norm_of(f, gm);
   if (nm && (!gm->tb || gm->ta || f->arg_of[nm->in[0]] < 0 || f->arg_of[nm->in[1]] < 0 ||
@@ -185,7 +184,7 @@ int cu_gemv_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_L
     n++;
   }
   /* pair mode runs an odd column count as twice that: not a variant of its own */
-  bool pairs = f && wants_pairs(f, gm);
+  bool pairs = f && cu_gemm_wants_pairs(f, gm);
   int got = 0;
   for (int i = 0; i < n && got < max; i++) {
     if (!params_fit(gm, &list[i]) || (pairs && list[i].cols % 2)) continue;
@@ -264,14 +263,6 @@ static void finish(CuFn *f, const Gv *v, const char *m, const char *n, const cha
   store_run_rows(f, v, m, &co, &val);
 }
 
-/* Pair mode: the anchor's values at (m, n) and (m, n + 1) (n even), as
- * the tensor-core kernels hand them over (tc.c). */
-static void finish_pair(CuFn *f, const Gv *v, const char *m, const char *n, const char *s0, const char *s1) {
-  cu_gemm_store_pair_at(f, v->gm, v->z, m, n, s0, s1, v->epi, v->nepi);
-}
-
-static bool wants_pairs(const CuFn *f, const CuGemm *gm) { return cu_gemm_wants_pairs(f, gm); }
-
 /* Result (m, n) of this block's slice: the epilogue, or (split-K) its
  * partial sum into the workspace.  m and n are expressions of f->idx. */
 static void result(CuFn *f, const Gv *v, const char *m, const char *n, const char *sum) {
@@ -332,7 +323,7 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   cu_line(f, "pp[q * %lldLL + e] = 0.0f;", (long long)(gm->M * gm->N));
   cu_close(f);
   cu_close(f);
-  if (v->pairs) finish_pair(f, v, m, n, "s[0]", "s[1]");
+  if (v->pairs) cu_gemm_store_pair_at(f, v->gm, v->z, m, n, "s[0]", "s[1]", v->epi, v->nepi);
   else finish(f, v, m, n, "s[0]");
   cu_close(f);
   cu_close(f);
@@ -674,7 +665,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
     const char *s0 = cu_fmt(f, "acc[2 * (q / %d) * %d + q %% %d]", M, MP, M);
     const char *s1 = cu_fmt(f, "acc[(2 * (q / %d) + 1) * %d + q %% %d]", M, MP, M);
     if (p->splitk <= 1) {
-      finish_pair(f, v, m, n, s0, s1);
+      cu_gemm_store_pair_at(f, gm, v->z, m, n, s0, s1, v->epi, v->nepi);
     } else {
       result(f, v, m, n, s0);
       result(f, v, m, cu_fmt(f, "(%s + 1)", n), s1);
@@ -836,7 +827,7 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *given, const in
    * with half the chunks a step, the same loads in flight per lane
    * (measured on the H200, W5's gate/up K=2048 N=11264: c=1,u=8 as c=2,u=4
    * takes 19.2 us, as c=2,u=8 20.2 us) */
-  bool pairs = gm->tb && wants_pairs(f, gm);
+  bool pairs = gm->tb && cu_gemm_wants_pairs(f, gm);
   CuGemvParams pp = *given;
   if (pairs && pp.cols % 2) {
     pp.cols *= 2;

@@ -342,7 +342,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
    * of a pair in one warp, so an odd column count runs as the next even one */
   bool pairs = cu_gemm_wants_pairs(f, gm);
   QgParams pp = *tp;
-  if (pairs && pp.cols % 2) pp.cols = pp.cols == 1 ? 2 : pp.cols + 1;
+  if (pairs && pp.cols % 2) pp.cols++;
   const QgParams *p = &pp;
   Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M};
   cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
