@@ -40,7 +40,11 @@ static const char tune_help[] =
     "  --allow-tf32            f32 matmuls may use the TF32 tensor cores (as smelt compile\n"
     "                          --allow-tf32): their tf32 variants are candidates too, the\n"
     "                          heuristic's tf32 one the reference, with a TF32 tolerance;\n"
-    "                          a row naming tf32 is used only by compiles with --allow-tf32\n";
+    "                          a row naming tf32 is used only by compiles with --allow-tf32\n"
+    "  --quantize int8|int4|fp8  quantise the matmul weights first, as smelt compile\n"
+    "                          --quantize does, and tune the quantised kernels\n"
+    "  --group G               elements of K per scale (as smelt compile; default 128 for\n"
+    "                          int4, 0 = per output channel for int8 and fp8)\n";
 
 /* Flushed per line: a long run is watched as it goes. */
 static void print_line(void *ctx, const char *line) {
@@ -63,6 +67,7 @@ static bool parse_ordinal(const char *v, int *out) {
 int cli_tune(int argc, char **argv) {
   ModelOpts mo = {.dtype = DT_INVALID};
   ScTuneOptions o = {.budget_s = 300, .log = print_line};
+  QuantOptions qo = {.mode = QM_NONE, .group = -1, .seed = 1};
   char dims_text[1024] = "";
   int rc = 0;
   for (int i = 1; i < argc && !rc; i++) {
@@ -110,6 +115,15 @@ int cli_tune(int argc, char **argv) {
         rc = cli_usage("tune", "--arch needs one real arch such as sm_90a or sm_80%s%s%s", missing ? "" : " (got '",
                        missing ? "" : v, missing ? "" : "')");
       o.arch = v;
+    } else if ((v = cli_flag_value("--quantize", argc, argv, &i, &missing)) || missing) {
+      if (missing || (qo.mode = pass_quant_mode(v)) == QM_NONE)
+        rc = cli_usage("tune", "--quantize takes int8, int4 or fp8%s%s%s", missing ? "" : " (got '", missing ? "" : v,
+                       missing ? "" : "')");
+    } else if ((v = cli_flag_value("--group", argc, argv, &i, &missing)) || missing) {
+      char *end;
+      long long gv = missing ? -1 : strtoll(v, &end, 10);
+      if (missing || *end || gv < 0) rc = cli_usage("tune", "--group needs 0 or a positive integer");
+      qo.group = gv;
     } else if (strcmp(a, "--dry-run") == 0) {
       o.dry_run = true;
     } else if (strcmp(a, "--allow-tf32") == 0) {
@@ -123,6 +137,11 @@ int cli_tune(int argc, char **argv) {
     }
   }
   if (!rc && !o.model) rc = cli_usage("tune", "no model given (smelt tune MODEL.yaml --target cuda)");
+  if (!rc && qo.mode == QM_NONE && qo.group >= 0) rc = cli_usage("tune", "--group applies to --quantize");
+  if (qo.mode != QM_NONE) {
+    if (qo.group < 0) qo.group = qo.mode == QM_INT4 ? 128 : 0;
+    o.quant = &qo;
+  }
   /* every combination of the --dim values (specialisations, SPEC §2) */
   ScDimSpace space;
   smelt_status st = rc ? NULL : sc_dim_space_parse(dims_text[0] ? dims_text : NULL, &space);

@@ -152,6 +152,7 @@ typedef struct {
   double budget, t0; /* budget <= 0: none */
   bool dry_run;
   bool allow_tf32; /* f32 matmuls: tf32 variants are candidates (CgCudaOptions.allow_tf32) */
+  const QuantOptions *quant; /* the quantize pass's options; NULL = not quantised */
   void (*log)(void *ctx, const char *line);
   void *log_ctx;
   RtCudaDevice *dev;
@@ -811,8 +812,8 @@ static smelt_status collect_jobs(Tuner *tu, const ScDimSpace *space, DType dtype
     Spec *sp = &specs[(*out_nspec)++];
     st = fe_load_model(tu->model, &fo, &sp->g);
     /* the pipeline `smelt compile --target cuda --arch ARCH` runs */
-    PassCtx pc = {.target = "cuda", .arch = tu->arch};
-    if (!st) st = pass_run_pipeline(sp->g, &pc, NULL, NULL, NULL);
+    PassCtx pc = {.target = "cuda", .arch = tu->arch, .quant = tu->quant};
+    if (!st) st = pass_run_pipeline(sp->g, &pc, tu->quant ? pass_quantize_pipeline() : NULL, NULL, NULL);
     pass_ctx_free(&pc);
     if (!st && sp->g->ngroups == 0) st = cg_single_node_groups(sp->g);
     if (!st) st = cg_lower(sp->g, &sp->k, &sp->nk);
@@ -909,6 +910,7 @@ smelt_status sc_tune_model(const ScTuneOptions *o, ScTuneResult *out_result) {
   tu.budget = o->budget_s;
   tu.dry_run = o->dry_run;
   tu.allow_tf32 = o->allow_tf32;
+  tu.quant = o->quant;
   tu.log = o->log;
   tu.log_ctx = o->log_ctx;
 

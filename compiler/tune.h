@@ -14,6 +14,7 @@
 
 #include "compiler/driver.h"
 #include "ir/ir.h"
+#include "passes/passes.h"
 
 typedef struct {
   const char *model;       /* the model file (YAML); required */
@@ -37,6 +38,10 @@ typedef struct {
   /* f32 matmuls may use the TF32 tensor cores: their tf32 variants are
    * candidates too, compared with a TF32 tolerance (CgCudaOptions.allow_tf32). */
   bool allow_tf32;
+  /* Quantise the matmul weights first, as `smelt compile --quantize` does
+   * (the quantize pass in the pipeline), so that the quantised kernels'
+   * variants are the ones measured; NULL = none. */
+  const QuantOptions *quant;
   /* Each line of the report, without its newline, as it happens: the GPU
    * and the number of shapes, per shape its candidates with their times or
    * why each was dropped or REJECTED, the winner, and a closing summary.

@@ -17,8 +17,9 @@
 # $LOGS/kernels-NAME.log), onnx_test (test_onnx_models.py, CUDA runs
 # only), quant_pf (quant.py with SMELT_CUDA_PREFETCH=all, workloads
 # SMELT_VERIFY_QUANT_PF, default w2_m1) and ncu (Nsight Compute, after quant, on its bundles named in
-# SMELT_VERIFY_NCU, default gemv_int4,gemv_int8,gemv_f16) are not in the
-# default list.
+# SMELT_VERIFY_NCU, default gemv_int4,gemv_int8,gemv_f16) and quant_tune
+# (after quant: smelt tune --quantize of its models, then quant.py again with
+# the tuned table) are not in the default list.
 # Logs go to $OUT (the device tool's folder) when set, else build-gpu/logs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -136,6 +137,27 @@ if has_step quant_pf; then
   rc=$?
   row quant_pf "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "quant.py, SMELT_CUDA_PREFETCH=all"
   tail -12 "$LOGS/quant_pf.log"
+fi
+
+if has_step quant_tune; then
+  # smelt tune --quantize on the quant step's models (SMELT_VERIFY_QUANT_TUNE,
+  # MODEL:MODE pairs, default gemv:int4 and W2 M=1 in int4, int8 and fp8),
+  # into a copy of tuning/cuda.table ($LOGS/cuda.table.tuned), then the
+  # quant step again with that table
+  t0=$(date +%s)
+  K="${TMPDIR:-/tmp}/smelt-quant"
+  cp tuning/cuda.table "$LOGS/cuda.table.tuned"
+  rc=0
+  for spec in $(echo "${SMELT_VERIFY_QUANT_TUNE:-gemv:int4,w2_m1:int4,w2_m1:int8,w2_m1:fp8}" | tr , ' '); do
+    echo "== smelt tune ${spec%%:*} --quantize ${spec##*:}"
+    timeout 150 build-gpu/smelt tune "$K/${spec%%:*}.yaml" --target cuda --quantize "${spec##*:}" --budget 60 \
+      -o "$LOGS/cuda.table.tuned" || rc=1
+  done > "$LOGS/quant_tune.log" 2>&1
+  SMELT_TUNE_TABLE="$LOGS/cuda.table.tuned" timeout 200 python3 bench/gpu/quant.py --smelt build-gpu/smelt \
+    --keep "${TMPDIR:-/tmp}/smelt-quant-tuned" --only "${SMELT_VERIFY_QUANT:-gemv,w2_m1}" --no-nbits > "$LOGS/quant_tuned.log" 2>&1 || rc=1
+  row quant_tune "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "smelt tune --quantize, then quant.py with the table"
+  grep -E "^== |^\[|^  q|best|REJECT|error" "$LOGS/quant_tune.log" | head -70
+  tail -24 "$LOGS/quant_tuned.log"
 fi
 
 if has_step ncu; then

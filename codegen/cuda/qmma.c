@@ -161,7 +161,7 @@ static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]
 }
 
 static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
-  static const QmParams alt[] = {{4, 4}, {8, 4}, {4, 6}, {8, 3}, {4, 3}, {16, 2}, {2, 8}, {8, 6}};
+  static const QmParams alt[] = {{4, 4}, {8, 4}, {4, 6}, {8, 3}, {4, 3}, {16, 2}, {2, 8}, {8, 6}, {4, 8}, {8, 2}};
   int n = 0;
   char d[CG_VARIANT_LEN];
   qm_default(f, gm, d);

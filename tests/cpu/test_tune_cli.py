@@ -110,6 +110,9 @@ def usage_errors(c, smelt, model, tmp):
         ("dim twice", [model, "--dim", "m=1,1"], "--dim"),
         ("bad dtype", [model, "--dtype", "f99"], "unknown dtype 'f99'"),
         ("-o without a file", [model, "-o"], "-o needs a file name"),
+        ("quantize word", [model, "--quantize", "int3"], "--quantize takes int8, int4 or fp8 (got 'int3')"),
+        ("group without quantize", [model, "--group", "32"], "--group applies to --quantize"),
+        ("group negative", [model, "--quantize", "int4", "--group", "-2"], "--group needs 0 or a positive integer"),
     ]:
         r = smelt_cmd(smelt, ["tune"] + args + (out if "-o" not in args else []))
         c.expect(f"usage: {what}", r, 2, stderr_has=words)
@@ -174,7 +177,27 @@ def dry_run(c, smelt, model, tmp):
     c.check("dry run: every candidate compiled or dropped",
             len(re.findall(r"^  \S+ +(grid \d+x|dropped)", r.stdout, re.M)) >= sum(int(j[5]) for j in jobs if
                                                                                     int(j[5]) > 1), r.stdout[-1500:])
+    quantized_dry_run(c, smelt, model, tmp)
     return {(j[1], j[3]): (j[4], int(j[5]), ws.get((j[1], j[3]), [])) for j in jobs}
+
+
+def quantized_dry_run(c, smelt, model, tmp):
+    """--quantize int4 --group 32: the quantize pass runs first, so the jobs
+    are the dequantising matmuls (q=i4, g=32 in their keys) and their
+    candidates are the quantised families' (qmma, qgemv at M=1); a group
+    that does not divide K is the compile's located error."""
+    env = {"SMELT_LIBCUDA": "/nonexistent/libcuda.so.1"}
+    r = smelt_cmd(smelt, ["tune", model, "--dry-run", "--arch", "sm_90a", "--dim", "m=1", "--quantize", "int4",
+                          "--group", "32", "-o", os.path.join(tmp, "q.table")], env=env)
+    c.expect("quantized dry run", r, 0, stdout_has="nothing timed, no table written")
+    heads = re.findall(r"^\[\d/\d\] matmul f16 M=1 K=64 N=(\d+) Z=1 g=32 q=i4 ta=0 tb=1", r.stdout, re.M)
+    c.check("quantized dry run: the int4 matmuls are the jobs", sorted(heads) == ["32", "64"], r.stdout[-1500:])
+    c.check("quantized dry run: qmma and qgemv candidates",
+            re.search(r"^  qmma:w=\d+,s=\d+ +grid", r.stdout, re.M) is not None and
+            re.search(r"^  qgemv:\S+ +grid", r.stdout, re.M) is not None, r.stdout[-1500:])
+    r = smelt_cmd(smelt, ["tune", model, "--dry-run", "--arch", "sm_90a", "--quantize", "int4", "--group", "48",
+                          "-o", os.path.join(tmp, "q.table")], env=env)
+    c.expect("quantized dry run: group not dividing K", r, 1, stderr_has="does not divide K = 64")
 
 
 def fake_driver_runs(c, smelt, model, tmp, jobs):
