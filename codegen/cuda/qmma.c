@@ -142,16 +142,19 @@ static int64_t k_blocks(const CuGemm *gm, int E) { return (gm->K / E + 3) / 4; }
 /* The staged bytes of q's kernel (see staged_bytes). */
 static int64_t q_staged(const CuQuantB *q) { return staged_bytes(q->ng, q->G % (4 * q->E) == 0, q->z0 >= 0); }
 
-/* Enough warps to fill the GPU (about 16 an SM on a 132-SM H200: 2048 in
+/* Enough warps to fill the GPU (about 32 an SM on a 132-SM H200: 4096 in
  * all), but no more warps a block than K blocks: the smallest power of
- * two up to 8 that gets there; 4 stages (3 K blocks in flight a warp). */
+ * two up to 8 that gets there; 4 stages (3 K blocks in flight a warp).
+ * 4096 rather than 2048: `smelt tune --quantize` of W2 M=1 on an H100
+ * (docs/perf.md, 2026-12-07) timed gate/up's merged N = 22016 (1376 tiles)
+ * at w=2 34.7 us, w=4 29.3, w=8 30.3 (int4) and 37.3, 37.3, 34.5 (int8). */
 static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
   CuQuantB q;
   cu_quant_b(f, gm, &q); /* true: qm_eligible */
   int E = q.E;
   int64_t tiles = (gm->N + 15) / 16, nb = k_blocks(gm, E);
   int w = 1;
-  while (w < 8 && tiles * w < 2048 && 2 * w <= nb) w *= 2;
+  while (w < 8 && tiles * w < 4096 && 2 * w <= nb) w *= 2;
   QmParams p = {w, 4};
   /* M = 8 with 4-bit codes takes 3 KiB a stage and warp: fewer stages, then warps */
   int64_t staged = q_staged(&q);
