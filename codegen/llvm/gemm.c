@@ -117,6 +117,10 @@
 /* bytes of packed weight per chunk of panels: a quarter of a 1 MiB L2,
  * leaving room for A's rows and the output */
 #define GEMM_CHUNK_BYTES (256 * 1024)
+/* packed weights from which the next chunk is prefetched (emit_rows): a
+ * smaller one stays in L2 and L3 between runs, and the prefetch would be
+ * an instruction a k for nothing (512^3: 1 MiB packed, 5% slower with it) */
+#define GEMM_PREFETCH_MIN (2 * 1024 * 1024)
 
 typedef struct {
   CgFn *f;
@@ -137,6 +141,10 @@ typedef struct {
   int64_t P, OW, sh, sw;
   int bias;                /* the conv's bias value, -1 if none */
   LLVMValueRef tile_t;     /* float[mr * nr]: the tile by columns */
+  /* the next chunk's L2 prefetch (emit_rows): while a full row block meets
+   * a panel, the micro-kernel asks for bytes [pf, pf + K * pf_step) of the
+   * packed weight, pf_step bytes a k; pf NULL: none */
+  LLVMValueRef pf, pf_step;
 } Gemm;
 
 /* ---- packing the weight (at load time) ---- */
@@ -353,6 +361,13 @@ static void micro_kernel(Gemm *G, int mr, int npan, int64_t pstride, LLVMValueRe
   CgLoop lk;
   LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "k");
   LLVMValueRef off = cg_add(f, boff, cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), G->nr));
+  if (G->pf) {
+    /* prefetcht1: into L2, where the next chunk is read from */
+    LLVMValueRef at = LLVMBuildGEP2(B, m->t_i8, G->pf, (LLVMValueRef[]){cg_mul(f, LLVMBuildNSWSub(B, k, k0, ""), G->pf_step)}, 1, "");
+    LLVMValueRef args[4] = {at, cg_i32(m, 0), cg_i32(m, 2), cg_i32(m, 1)};
+    LLVMTypeRef pt = LLVMTypeOf(at);
+    cg_intrinsic(m, "llvm.prefetch", &pt, 1, args, 4);
+  }
   LLVMValueRef bvec[GEMM_MAX_ACC];
   for (int j = 0; j < npan; j++)
     for (int v = 0; v < nv; v++) {
@@ -516,8 +531,10 @@ static void emit_tile(Gemm *G, int mr, int npan, LLVMValueRef ac[][IR_MAX_RANK],
 }
 
 /* The rows [r0, r0 + mr) against panels [p0, p1): npan panels at a time,
- * then the rest one by one. */
-static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMValueRef p1) {
+ * then the rest one by one.  pf (an i8*, or NULL): the block's share of
+ * the next chunk's prefetch, pf_bytes for each panel (emit_rows). */
+static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMValueRef p1, LLVMValueRef pf,
+                       LLVMValueRef pf_bytes) {
   CgFn *f = G->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
@@ -535,45 +552,81 @@ static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMVa
   }
   CgLoop lp;
   LLVMValueRef p = cg_loop_begin(f, &lp, pq, p1, "panel");
+  if (pf) G->pf = LLVMBuildGEP2(B, m->t_i8, pf, (LLVMValueRef[]){cg_mul(f, LLVMBuildNSWSub(B, p, p0, ""), pf_bytes)}, 1, "");
   emit_tile(G, mr, 1, ac, r0, p);
+  G->pf = NULL;
   cg_loop_end(f, &lp, false);
 }
 
-/* Rows [rlo, rhi) against panels [plo, phi): the panels in chunks of
- * per_chunk (L2-resident while every row block passes over them; one
- * chunk when the rows are one block or fewer, nothing to reuse), each
- * chunk met by full MR-row blocks and then the remaining rows by their
- * binary digits. */
-static void emit_rows(Gemm *G, int64_t per_chunk, LLVMValueRef rlo, LLVMValueRef rhi, LLVMValueRef plo, LLVMValueRef phi) {
+/* Rows [rlo, rhi) against panels [plo, phi) in two passes.
+ *   - The full MR-row blocks take the panels in chunks of per_chunk (at
+ *     least one panel, about GEMM_CHUNK_BYTES of B: L2-resident while every
+ *     block of the task passes over them).  The first block to meet a chunk
+ *     would read it from memory faster than one core streams (a panel of
+ *     K = 1024 is 128 KiB in about 3 us of multiply-adds), so while a chunk
+ *     is in use its blocks prefetch the next one into L2, each micro-kernel
+ *     call an equal share, a few bytes a k (packed weights over
+ *     GEMM_PREFETCH_MIN only).
+ *   - The remaining rows, fewer than MR, by their binary digits, in chunks
+ *     of rest_chunk panels (a multiple of GEMM_MAX_PANELS, so a block of
+ *     few rows computes several panels at once: panels_for).
+ * One chunk of all the panels when the rows are one block or fewer:
+ * nothing to reuse. */
+static void emit_rows(Gemm *G, int64_t per_chunk, int64_t rest_chunk, LLVMValueRef rlo, LLVMValueRef rhi,
+                      LLVMValueRef plo, LLVMValueRef phi) {
   CgFn *f = G->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
   LLVMValueRef span = LLVMBuildNSWSub(B, rhi, rlo, "");
   LLVMValueRef np = LLVMBuildNSWSub(B, phi, plo, "");
   LLVMValueRef few = LLVMBuildICmp(B, LLVMIntSLE, span, cg_i64(m, G->mr), "");
-  LLVMValueRef chunk = LLVMBuildSelect(B, few, cg_max(f, np, cg_i64(m, 1)), cg_i64(m, per_chunk), "");
+  LLVMValueRef all = cg_max(f, np, cg_i64(m, 1));
+  LLVMValueRef nfull = LLVMBuildUDiv(B, span, cg_i64(m, G->mr), "");
+  LLVMValueRef panel_bytes = cg_i64(m, G->K * G->nr * 4);
+  LLVMValueRef packed = LLVMBuildBitCast(B, G->packed, m->t_ptr, "");
+
+  LLVMValueRef chunk = LLVMBuildSelect(B, few, all, cg_i64(m, per_chunk), "");
   LLVMValueRef nchunks = LLVMBuildUDiv(B, cg_add(f, np, cg_add(f, chunk, cg_i64(m, -1))), chunk, "");
   CgLoop lc, lb;
   LLVMValueRef c = cg_loop_begin(f, &lc, cg_i64(m, 0), nchunks, "chunk");
   LLVMValueRef p0 = cg_add(f, plo, cg_mul(f, c, chunk));
   LLVMValueRef p1 = cg_min(f, cg_add(f, p0, chunk), phi);
-  LLVMValueRef nfull = LLVMBuildUDiv(B, span, cg_i64(m, G->mr), "");
+  LLVMValueRef npc = LLVMBuildNSWSub(B, p1, p0, "");
+  /* the next chunk [p1, pn): share bytes for each of the nfull * npc calls */
+  LLVMValueRef pn = cg_min(f, cg_add(f, p1, chunk), phi);
+  LLVMValueRef calls = cg_max(f, cg_mul(f, nfull, npc), cg_i64(m, 1));
+  LLVMValueRef share = LLVMBuildUDiv(B, cg_mul(f, LLVMBuildNSWSub(B, pn, p1, ""), panel_bytes), calls, "");
+  G->pf_step = LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, G->K - 1)), cg_i64(m, G->K), "");
+  LLVMValueRef next = LLVMBuildGEP2(B, m->t_i8, packed, (LLVMValueRef[]){cg_mul(f, p1, panel_bytes)}, 1, "");
   LLVMValueRef ib = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "rows");
-  emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1);
+  LLVMValueRef row_pf = LLVMBuildGEP2(B, m->t_i8, next, (LLVMValueRef[]){cg_mul(f, cg_mul(f, ib, npc), share)}, 1, "");
+  bool prefetch = G->np * G->K * G->nr * 4 > GEMM_PREFETCH_MIN;
+  emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1, prefetch ? row_pf : NULL, share);
   cg_loop_end(f, &lb, false);
+  cg_loop_end(f, &lc, false);
+
   /* the remaining rows, fewer than MR: by their binary digits */
   LLVMValueRef r = cg_add(f, rlo, cg_mulc(f, nfull, G->mr));
   LLVMValueRef rem = LLVMBuildNSWSub(B, rhi, r, "");
+  CgIf any;
+  cg_if_begin(f, &any, LLVMBuildICmp(B, LLVMIntSGT, rem, cg_i64(m, 0), ""), "rest_rows");
+  LLVMValueRef rchunk = LLVMBuildSelect(B, few, all, cg_i64(m, rest_chunk), "");
+  LLVMValueRef nrchunks = LLVMBuildUDiv(B, cg_add(f, np, cg_add(f, rchunk, cg_i64(m, -1))), rchunk, "");
+  CgLoop lr;
+  LLVMValueRef cr = cg_loop_begin(f, &lr, cg_i64(m, 0), nrchunks, "rest_chunk");
+  LLVMValueRef q0 = cg_add(f, plo, cg_mul(f, cr, rchunk));
+  LLVMValueRef q1 = cg_min(f, cg_add(f, q0, rchunk), phi);
   for (int s = 8; s >= 1; s /= 2) {
     if (s >= G->mr) continue;
     CgIf has;
     LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
     cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
     LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    emit_block(G, s, cg_add(f, r, before), p0, p1);
+    emit_block(G, s, cg_add(f, r, before), q0, q1, NULL, NULL);
     cg_if_end(f, &has);
   }
-  cg_loop_end(f, &lc, false);
+  cg_loop_end(f, &lr, false);
+  cg_if_end(f, &any);
 }
 
 /* The GEMM over rows x ncb column blocks of CG_MM_COLS columns (one
@@ -585,13 +638,13 @@ static void emit_space(Gemm *G, int64_t rows, int64_t ncb) {
   int64_t K = G->K;
   int64_t ppb = ncb > 1 ? CG_MM_COLS / G->nr : G->np; /* panels per column block */
   int64_t per_chunk = GEMM_CHUNK_BYTES / (K * G->nr * 4);
-  if (per_chunk < GEMM_MAX_PANELS) per_chunk = GEMM_MAX_PANELS;
-  per_chunk -= per_chunk % GEMM_MAX_PANELS;
+  if (per_chunk < 1) per_chunk = 1;
+  int64_t rest_chunk = per_chunk < GEMM_MAX_PANELS ? GEMM_MAX_PANELS : per_chunk - per_chunk % GEMM_MAX_PANELS;
   cg_store_loops(f, f->side, f->nside);
   LLVMValueRef ub, ue;
   cg_task_span(f, f->k->ntasks, rows * ncb, &ub, &ue);
   if (ncb == 1) {
-    emit_rows(G, per_chunk, ub, ue, cg_i64(m, 0), cg_i64(m, G->np));
+    emit_rows(G, per_chunk, rest_chunk, ub, ue, cg_i64(m, 0), cg_i64(m, G->np));
     return;
   }
   /* A task range is up to three pieces: the end of one column block
@@ -625,7 +678,7 @@ static void emit_space(Gemm *G, int64_t rows, int64_t ncb) {
   LLVMValueRef nonempty = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSLT, clo, chi, ""),
                                        LLVMBuildICmp(B, LLVMIntSLT, rlo, rhi, ""), "");
   cg_if_begin(f, &any, nonempty, "piece_rows");
-  emit_rows(G, per_chunk, rlo, rhi, plo, phi);
+  emit_rows(G, per_chunk, rest_chunk, rlo, rhi, plo, phi);
   cg_if_end(f, &any);
   cg_loop_end(f, &ls, false);
   }
