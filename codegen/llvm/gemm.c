@@ -30,8 +30,10 @@
  *     so a fused prologue (a cast), transpose_a and broadcast batch dims of
  *     A work unchanged; its MR rows are MR sequential streams.
  *   - the panels are walked in chunks of about 256 KiB of B (L2-resident
- *     while every row block of the task passes over them); inside a chunk,
- *     the MR x K block of A stays in L1 while it meets each panel.
+ *     while every row block of the task passes over them; one panel when a
+ *     panel is larger), and while a chunk is in use the next one is
+ *     prefetched into L2 (emit_rows); inside a chunk, the MR x K block of A
+ *     stays in L1 while it meets each panel.
  *   - the kernel's tasks are the output rows, times blocks of CG_MM_COLS
  *     columns when the rows are few (lower.h, cg_matmul_space: decoding's
  *     M = 1 spreads its columns, and so its weight reads, over the
