@@ -21,6 +21,9 @@
 #   w5_pf       the same smelt compiling with SMELT_CUDA_PREFETCH=all (each
 #               decode GEMV prefetches its whole weight slice into L2
 #               before its programmatic-launch wait), no peers
+#   w5_quant    bench/gpu/w5.py --quantize SMELT_DECODE_QUANT (default int4)
+#               --contexts SMELT_DECODE_CONTEXTS (default 512), no peers: the
+#               quantised bundle's decode against f16's, then its kernels
 #   w5_sync     the same smelt with SMELT_GENERATE_SYNC=1 (one synchronous
 #               run per decode step instead of the queued loop), no peers
 # The W5 checkpoint is written once into /tmp/w5 (kept while the machine
@@ -85,6 +88,20 @@ if has_step w5_pf && [ -x build-gpu/smelt ]; then
   # every decode GEMV asks L2 for its whole slice of the weight before it
   # waits for the kernel before it (codegen: SMELT_CUDA_PREFETCH=all)
   SMELT_CUDA_PREFETCH=all w5_run pf_all build-gpu/smelt --no-peer
+fi
+if has_step w5_quant && [ -x build-gpu/smelt ]; then
+  # the same W5 compiled with --quantize (SMELT_DECODE_QUANT, default int4)
+  # beside the f16 bundle, prompts of SMELT_DECODE_CONTEXTS (default 512),
+  # no peers; then every kernel of the first mode's decode step timed
+  t0=$(date +%s)
+  q="${SMELT_DECODE_QUANT:-int4}"
+  SMELT_CACHE_DIR=/tmp/cache-quant timeout 400 python3 bench/gpu/w5.py --smelt build-gpu/smelt --dir "$W5DIR" --steps 64 \
+    --no-peer --contexts "${SMELT_DECODE_CONTEXTS:-512}" --quantize "$q" --json "$LOGS/w5-quant.json" > "$LOGS/w5-quant.log" 2>&1
+  rc=$?
+  timeout 120 build-gpu/smelt bench "$W5DIR/w5_${q%%,*}.smelt" --device cuda --dim seq=1 --iters 200 > "$LOGS/kernels-quant.log" 2>&1
+  row "w5 quant" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/w5.py --quantize $q"
+  tail -12 "$LOGS/w5-quant.log"
+  grep -E "graph|replay|sum of|kernels" "$LOGS/kernels-quant.log" | head -6
 fi
 if has_step w5_sync && [ -x build-gpu/smelt ]; then
   SMELT_GENERATE_SYNC=1 w5_run sync build-gpu/smelt --no-peer

@@ -17,8 +17,14 @@ cache, smelt next to Hugging Face transformers in one run (SPEC §8, issue 12).
      transformers' forward over the same ids (cosine per step).
 Prints one table; --json FILE writes the numbers.
 
+  6. with --quantize MODE[,MODE]: the same model compiled with `smelt
+     compile --quantize MODE` (int4: groups of 128; int8, fp8: a scale per
+     output channel), generating at the same contexts: its decode time
+     against the f16 bundle's (issue 14: INT4 >= 2.5x f16 tokens/s), and the
+     cosine of its first logits (the prompt's last position) against f16's.
+
 Usage: w5.py --smelt build/smelt [--dir /tmp/w5] [--steps 64] [--json OUT] [--no-peer] [--no-static]
-       [--hf-modes eager,compiled]
+       [--hf-modes eager,compiled] [--contexts 512,2048] [--quantize int4,int8,fp8]
 """
 import argparse
 import json
@@ -63,6 +69,29 @@ def smelt_side(args, d, prompts):
         out[ctx]["ids16"] = json.loads(r.stdout)["ids"]
         out[ctx]["logits16"] = np.load(dump)
     return out
+
+
+def quant_side(args, d, prompts, sm):
+    """Each --quantize mode's bundle generating as the f16 one did."""
+    yml = os.path.join(d, "w5.yaml")
+    res = {}
+    for mode in [m for m in args.quantize.split(",") if m]:
+        bundle = os.path.join(d, f"w5_{mode}.smelt")
+        group = ["--group", "128"] if mode == "int4" else ["--group", "0"]
+        _, tc = sh([args.smelt, "compile", yml, "--target", "cuda", "--dim", "seq=1,512", "--quantize", mode] + group +
+                   ["-o", bundle])
+        res[mode] = {"compile_s": tc}
+        for ctx, p in prompts.items():
+            r, _ = sh([args.smelt, "generate", bundle, "--device", "cuda", "--prompt-ids", ",".join(map(str, p)),
+                       "-n", str(args.steps + 1), "--json", "--quiet"])
+            out = json.loads(r.stdout)
+            dump = os.path.join(d, f"logits{ctx}_{mode}.npy")
+            sh([args.smelt, "generate", bundle, "--device", "cuda", "--prompt-ids", ",".join(map(str, p)),
+                "-n", "1", "--json", "--quiet", "--dump-logits", dump])
+            a, b = np.load(dump)[0].astype(np.float64), sm[ctx]["logits16"][0].astype(np.float64)
+            out["cos_first"] = float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+            res[mode][ctx] = out
+    return res
 
 
 def cuda_time(fn, reps=3):
@@ -199,11 +228,16 @@ def main():
                     help="leave out the compiled static-cache torch peer (static_peer)")
     ap.add_argument("--hf-modes", default="eager,compiled",
                     help="transformers' generate modes to time (eager, compiled; '' for none)")
+    ap.add_argument("--contexts", default="512,2048", help="prompt lengths (512 and/or 2048)")
+    ap.add_argument("--quantize", default="", help="also the model compiled with --quantize MODE[,MODE] (int4, int8, fp8)")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     rng = np.random.default_rng(0)
     prompts = {512: rng.integers(3, 32000, 512).tolist(), 2048: rng.integers(3, 32000, 2048).tolist()}
+    want = {int(c) for c in args.contexts.split(",") if c}
+    prompts = {c: p for c, p in prompts.items() if c in want}
     sm = smelt_side(args, args.dir, prompts)
+    qs = quant_side(args, args.dir, prompts, sm) if args.quantize else {}
     hf = {} if args.no_peer else hf_side(args, args.dir, prompts, sm)
     if not args.no_peer and not args.no_static:
         import torch
@@ -232,6 +266,15 @@ def main():
               f"{r['prefill_ms'] / r['prefill_runs']:>14.3f} {rnd(pp)!s:>13} "
               f"{'-' if not cos else round(min(cos), 5)!s:>10}")
         table["smelt"][ctx] = {k: v for k, v in r.items() if k not in ("logits16", "ids16")}
+    for mode, q in qs.items():
+        print(f"\nW5 with --quantize {mode} (compile {q['compile_s']:.1f} s)")
+        print(f"{'context':>8} {'ms/tok':>9} {'f16 ms/tok':>11} {'x f16':>7} {'%floor':>7} {'cos first logits':>17}")
+        for ctx in prompts:
+            r, f = q[ctx], sm[ctx]
+            print(f"{ctx:>8} {r['decode_ms_per_token']:>9.4f} {f['decode_ms_per_token']:>11.4f} "
+                  f"{f['decode_ms_per_token'] / r['decode_ms_per_token']:>7.2f} {100 * r['floor_fraction']:>6.1f}% "
+                  f"{r['cos_first']:>17.6f}")
+        table[f"smelt_{mode}"] = {ctx: {k: v for k, v in q[ctx].items()} for ctx in prompts}
     for k in ("eager_error", "compiled_error", "static_error"):
         if k in hf:
             print(f"{k}: {hf[k]}")
