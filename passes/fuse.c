@@ -664,14 +664,40 @@ static bool takes_prologue(const Fuser *f, int n);
 
 static bool gemv_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
 
+/* Whether node d, computing a matmul's weight, is a dequantize that the
+ * quantised GEMV (codegen/cuda/qgemv.c) reads in its norm mode: constant
+ * codes [N, K] grouped along K (i4, u4, i8, u8, fp8) in groups of whole
+ * 16-byte chunks, float scales, zero points of the codes' or the scales'
+ * dtype (none with fp8).  qmma.c declines a norm prologue. */
+static bool quant_norm_weight(const Graph *g, int d) {
+  const Node *dq = &g->node[d];
+  if (dq->op != OP_DEQUANTIZE || dq->nin < 2 || dq->nin > 3) return false;
+  for (int j = 0; j < dq->nin; j++)
+    if (g->val[dq->in[j]].kind != VK_CONST) return false;
+  const TensorType *qt = &g->val[dq->in[0]].type;
+  DType q = qt->dt, sdt = g->val[dq->in[1]].type.dt;
+  if (qt->rank != 2 || ir_norm_axis(ir_attr_int(dq, "axis"), 2) != 1) return false;
+  if (q != DT_I4 && q != DT_U4 && q != DT_I8 && q != DT_U8 && !dt_is_f8(q)) return false;
+  if (!dt_is_float(sdt) || sdt == DT_F64) return false;
+  if (dq->nin == 3) {
+    DType z = g->val[dq->in[2]].type.dt;
+    if (dt_is_f8(q) || (z != q && z != sdt)) return false;
+  }
+  int64_t K = qt->dim[1], E = dt_is_packed(q) ? 32 : 16, G = ir_attr_int(dq, "group");
+  if (G <= 0) G = K;
+  return K % E == 0 && K % G == 0 && G % E == 0;
+}
+
 /* The decode matmul that rms_norm node r can be computed in, or -1.  The
  * float GEMV (codegen/cuda/gemv.c) reads all of A's row in every warp
  * anyway, so it computes the row's mean square itself and normalises A in
  * its loads: the norm's kernel (a launch per norm, two per layer in
- * decode) goes.  When: a CUDA-only target; r normalises the last axis and
- * its result is read only as A of one matmul that takes a prologue (M <=
- * 8), whose weight is [N, K] (transpose_b), not computed by a kernel and
- * of 16-byte rows; every dtype a GEMV takes. */
+ * decode) goes.  The quantised GEMV (qgemv.c) does the same.  When: a
+ * CUDA-only target; r normalises the last axis and its result is read
+ * only as A of one matmul that takes a prologue (M <= 8), whose weight is
+ * [N, K] (transpose_b), not computed by a kernel (or a dequantize of
+ * constants that qgemv reads: quant_norm_weight) and of 16-byte rows;
+ * every dtype a GEMV takes. */
 static int norm_gemv_consumer(const Fuser *f, int r) {
   const Graph *g = f->g;
   const Node *rn = &g->node[r];
@@ -685,7 +711,7 @@ static int norm_gemv_consumer(const Fuser *f, int r) {
   if (mn->op != OP_MATMUL || mn->nin != 2 || mn->in[0] != v || mn->in[1] == v || !takes_prologue(f, m)) return -1;
   if (!ir_attr_int(mn, "transpose_b")) return -1;
   const Value *b = &g->val[mn->in[1]];
-  if (b->kind == VK_NODE || b->type.rank != 2) return -1;
+  if ((b->kind == VK_NODE && !quant_norm_weight(g, b->node)) || b->type.rank != 2) return -1;
   DType dts[] = {xt->dt, b->type.dt, vtype(f, mn->out[0])->dt, vtype(f, rn->in[0])->dt, vtype(f, rn->in[1])->dt};
   for (size_t i = 0; i < sizeof dts / sizeof *dts; i++)
     if (!gemv_storage(dts[i])) return -1;

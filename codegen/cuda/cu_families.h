@@ -110,6 +110,11 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm);
 /* Whether gm's A is an rms_norm computed in its loads (fuse's norm
  * prologue of a decode GEMV): only the GEMV can compute such a kernel. */
 bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm);
+/* Norm mode's prologue (gemv.c, qgemv.c): declares Y and G, the rms_norm
+ * node's input and weight, and rs[m] = 1 / rms of Y's row m for the M rows,
+ * every lane of the warp taking part; vec_ok: a run-time test under which
+ * Y's rows are read in packs of vec elements (NULL: always). */
+void cu_gemv_norm_rows(CuFn *f, const CuGemm *gm, const char *z, const Node *norm, int M, int vec, const char *vec_ok);
 bool cu_gemv_parse(const char *tok, CuGemvParams *out);
 void cu_gemv_format(const CuGemvParams *p, char out[CG_VARIANT_LEN]);
 void cu_gemv_default_params(const CuFn *f, const CuGemm *gm, CuGemvParams *out);

@@ -565,37 +565,40 @@ static const char *tb_prefetch(CuFn *f, const Gv *v) {
  * warp first takes the mean square of each of its M rows of Y (all lanes,
  * before any lane-dependent branch: the sums end in every lane), so that
  * rs[m] = 1 / sqrt(mean(Y[m]^2) + eps) and A[m][k] = Y[m][k] rs[m] G[k].
- * Y is 4 to 32 KB a warp reads from L2 while its weights stream in. */
-static void norm_rows(CuFn *f, const Gv *v, bool aligned_opt) {
-  const CuGemm *gm = v->gm;
+ * Y is 4 to 32 KB a warp reads from L2 while its weights stream in.
+ * Declares Y and G (arguments y0 and g0 of the norm node's in[0], in[1])
+ * and rs[]; vec_ok: a run-time test that Y's rows may be read in packs of
+ * vec (NULL: they may). */
+void cu_gemv_norm_rows(CuFn *f, const CuGemm *gm, const char *z, const Node *norm, int M, int vec, const char *vec_ok) {
   const Graph *g = f->g;
-  int M = v->M, MP = pow2_at_least(M), vec = v->vec;
+  int MP = pow2_at_least(M);
   int64_t K = gm->K;
-  cu_line(f, "const %s *Y = a%d + %s;  // %s, normalised in the loads (%s)", cu_stype(v->ydt), v->y0,
-          cu_gemm_batch_offset(f, gm, v->z, gm->at), g->val[v->norm->in[0]].name, g->val[v->norm->out[0]].name);
-  cu_line(f, "const %s *G = a%d;  // %s", cu_stype(v->gdt), v->g0, g->val[v->norm->in[1]].name);
+  DType ydt = g->val[norm->in[0]].type.dt, gdt = g->val[norm->in[1]].type.dt;
+  cu_line(f, "const %s *Y = a%d + %s;  // %s, normalised in the loads (%s)", cu_stype(ydt), f->arg_of[norm->in[0]],
+          cu_gemm_batch_offset(f, gm, z, gm->at), g->val[norm->in[0]].name, g->val[norm->out[0]].name);
+  cu_line(f, "const %s *G = a%d;  // %s", cu_stype(gdt), f->arg_of[norm->in[1]], g->val[norm->in[1]].name);
   cu_line(f, "float rs[%d];  // 1 / rms of each row", MP);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", M);
   cu_line(f, "float ss = 0.0f;");
-  const char *pk = cu_fmt(f, "smelt_pack<%s, %d>", cu_stype(v->ydt), vec);
-  const char *sq = cu_fmt(f, "{ const float y = %s; ss += y * y; }", cu_from_storage(f, v->ydt, "p.v[e]"));
-  if (!aligned_opt) cu_open(f, "if (vec_ok)");
+  const char *pk = cu_fmt(f, "smelt_pack<%s, %d>", cu_stype(ydt), vec);
+  const char *sq = cu_fmt(f, "{ const float y = %s; ss += y * y; }", cu_from_storage(f, ydt, "p.v[e]"));
+  if (vec_ok) cu_open(f, "if (%s)", vec_ok);
   cu_line(f, "for (int c = lane; c < %lld; c += 32) {", (long long)(K / vec));
   cu_line(f, "  const %s p = *reinterpret_cast<const %s *>(Y + m * %lldLL + c * %d);", pk, pk, (long long)K, vec);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int e = 0; e < %d; e++) %s", vec, sq);
   cu_line(f, "}");
-  if (!aligned_opt) {
+  if (vec_ok) {
     cu_close(f);
     cu_open(f, "else");
     cu_line(f, "for (int k = lane; k < %lld; k += 32) { const float y = %s; ss += y * y; }", (long long)K,
-            cu_from_storage(f, v->ydt, cu_fmt(f, "Y[m * %lldLL + k]", (long long)K)));
+            cu_from_storage(f, ydt, cu_fmt(f, "Y[m * %lldLL + k]", (long long)K)));
     cu_close(f);
   }
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int o = 16; o >= 1; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);");
-  cu_line(f, "rs[m] = rsqrtf(ss / %lld.0f + %.9gf);", (long long)K, ir_attr_float(v->norm, "eps"));
+  cu_line(f, "rs[m] = rsqrtf(ss / %lld.0f + %.9gf);", (long long)K, ir_attr_float(norm, "eps"));
   cu_close(f);
 }
 
@@ -627,7 +630,7 @@ static void emit_tb(CuFn *f, Gv *v, CuLaunch *l) {
   if (v->x_vec)
     cu_line(f, "const %s *X = a%d + %s;  // %s", v->sa, v->a0, cu_gemm_batch_offset(f, gm, v->z, gm->at),
             g->val[gm->an->in[0]].name);
-  if (v->norm) norm_rows(f, v, aligned_opt);
+  if (v->norm) cu_gemv_norm_rows(f, gm, v->z, v->norm, v->M, v->vec, aligned_opt ? NULL : "vec_ok");
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
   if (p->splitk > 1)
     cu_line(f, "const int c0 = (int)blockIdx.y * %lld, c1 = c0 + %lld < %lld ? c0 + %lld : %lld;  // this slice's chunks",

@@ -45,6 +45,11 @@
  * At the end the lanes' C x M partial sums are added with gemv.c's
  * transpose reduction (cu_gemv_transpose_reduce) and each result goes
  * through the group's epilogue.
+ * Norm mode (fuse: norm_gemv_consumer): when A is rms_norm(Y, gamma),
+ * computed in this kernel, every warp first takes the mean square of its
+ * M rows of Y (gemv.c's cu_gemv_norm_rows) and A's chunk is Y's chunk
+ * times 1/rms times gamma's, rounded to A's dtype as the norm's own kernel
+ * would store it: the norm's kernel goes (two a decoder layer).
  * When the epilogue takes the halves of an interleaved gated pair
  * (merge-matmuls: SwiGLU's silu(x Wg) * (x Wu)), every lane gets every
  * sum and one lane stores each pair's product (pair mode, as gemv.c's).
@@ -74,6 +79,8 @@ typedef struct {
   DType adt;
   int M;
   const char *z;
+  const Node *norm; /* A = rms_norm(Y, G) computed in the loads (norm mode), else NULL */
+  DType ydt, gdt;
 } Qg;
 
 bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out) {
@@ -104,6 +111,24 @@ bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out) {
   return true;
 }
 
+/* The rms_norm node of A's norm prologue (fuse: norm_gemv_consumer), or
+ * NULL; as gemv.c's norm_of. */
+static const Node *norm_node(const CuFn *f, const CuGemm *gm) {
+  const Value *a = &f->g->val[gm->an->in[0]];
+  if (a->kind != VK_NODE || !f->member[a->node]) return NULL;
+  const Node *n = &f->g->node[a->node];
+  return n->op == OP_RMS_NORM ? n : NULL;
+}
+
+static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
+
+/* Norm mode: Y and G are kernel arguments of a float storage dtype. */
+static bool norm_ok(const CuFn *f, const CuGemm *gm) {
+  const Node *nm = norm_node(f, gm);
+  return nm && f->arg_of[nm->in[0]] >= 0 && f->arg_of[nm->in[1]] >= 0 && float_storage(f->g->val[nm->in[0]].type.dt) &&
+         float_storage(f->g->val[nm->in[1]].type.dt);
+}
+
 static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   CuQuantB q;
   if (!cu_quant_b(f, gm, &q)) return false;
@@ -113,6 +138,7 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
   int epw = dt_is_packed(q.qdt) ? 8 : 4;
   if (cu_gemm_wants_pairs(f, gm) && gm->N % 2) return false; /* pair mode: columns 2j, 2j + 1 */
+  if (cu_gemv_norm_mode(f, gm) && !norm_ok(f, gm)) return false;
   /* a chunk inside one group, or whole groups of whole 32-bit words */
   return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
@@ -161,10 +187,31 @@ static int pow2_at_least(int x) {
   return p;
 }
 
-/* xs[0..E) = A[m][k .. k + E) as floats. */
+/* xs[0..E) = A[m][k .. k + E) as floats.  In norm mode A[m][k] =
+ * Y[m][k] rs[m] G[k] rounded to A's dtype, as the norm's own kernel would
+ * have stored it (gemv.c's a_rounded). */
 static void load_x(CuFn *f, const Qg *v, bool packs) {
   const CuGemm *gm = v->gm;
   int E = v->q.E;
+  if (v->norm) {
+    int per = 16 / (int)dt_size(v->ydt), gper = 16 / (int)dt_size(v->gdt);
+    const char *y = packs ? cu_fmt(f, "yp[e / %d].v[e %% %d]", per, per) : cu_fmt(f, "Y[m * %lldLL + k + e]", (long long)gm->K);
+    const char *gv = packs ? cu_fmt(f, "gp[e / %d].v[e %% %d]", gper, gper) : "G[k + e]";
+    if (packs) {
+      const char *yt = cu_fmt(f, "smelt_pack<%s, %d>", cu_stype(v->ydt), per), *gt = cu_fmt(f, "smelt_pack<%s, %d>", cu_stype(v->gdt), gper);
+      cu_line(f, "%s yp[%d];", yt, E / per);
+      cu_line(f, "%s gp[%d];", gt, E / gper);
+      cu_line(f, "#pragma unroll");
+      cu_line(f, "for (int p = 0; p < %d; p++) yp[p] = *reinterpret_cast<const %s *>(Y + m * %lldLL + k + p * %d);", E / per,
+              yt, (long long)gm->K, per);
+      cu_line(f, "#pragma unroll");
+      cu_line(f, "for (int p = 0; p < %d; p++) gp[p] = *reinterpret_cast<const %s *>(G + k + p * %d);", E / gper, gt, gper);
+    }
+    const char *x = cu_fmt(f, "%s * rs[m] * %s", cu_from_storage(f, v->ydt, y), cu_from_storage(f, v->gdt, gv));
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < %d; e++) xs[e] = %s;", E, cu_from_storage(f, v->adt, cu_to_storage(f, v->adt, x)));
+    return;
+  }
   if (v->q.a0 >= 0 && packs) {
     int per = 16 / (int)dt_size(v->adt);
     const char *sa = cu_stype(v->adt);
@@ -344,8 +391,12 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   QgParams pp = *tp;
   if (pairs && pp.cols % 2) pp.cols++;
   const QgParams *p = &pp;
-  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M};
+  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M, .norm = norm_node(f, gm)};
   cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
+  if (v.norm) {
+    v.ydt = g->val[v.norm->in[0]].type.dt;
+    v.gdt = g->val[v.norm->in[1]].type.dt;
+  }
   const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
   int W = p->warps, C = p->cols, MP = pow2_at_least(v.M), P = C * MP;
@@ -398,6 +449,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   if (past) cu_line(f, "if (%s) continue;  // ranged dims: this batch holds none of this run's rows", past);
   if (v.q.a0 >= 0)
     cu_line(f, "const %s *X = a%d + %s;  // %s", cu_stype(v.adt), v.q.a0, cu_gemm_batch_offset(f, gm, v.z, gm->at), av->name);
+  if (v.norm) cu_gemv_norm_rows(f, gm, v.z, v.norm, v.M, 16 / (int)dt_size(v.ydt), cu_fmt(f, "smelt_aligned(a%d, 16)", f->arg_of[v.norm->in[0]]));
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.q.sdt), v.q.s0, g->val[dq->in[1]].name);
   if (v.q.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.q.zdt), v.q.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
@@ -413,10 +465,11 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   cu_line(f, "qr[j] = reinterpret_cast<const smelt_pack<unsigned, 4> *>(reinterpret_cast<const unsigned char *>(a%d) + nc[j] * %lldLL);",
           v.q.q0, (long long)v.q.row_bytes);
   cu_close(f);
-  /* 16-byte packs of A need its base aligned to 16 (a uniform test) */
-  bool x_packs = v.q.a0 >= 0;
+  /* 16-byte packs of A (in norm mode of Y and G) need their bases aligned
+   * to 16 (a uniform test) */
+  bool x_packs = v.q.a0 >= 0 || v.norm;
   if (x_packs) {
-    cu_open(f, "if (smelt_aligned(X, 16))");
+    cu_open(f, "if (%s)", v.norm ? "smelt_aligned(Y, 16) && smelt_aligned(G, 16)" : "smelt_aligned(X, 16)");
     stream(f, &v, true);
     cu_close(f);
     cu_open(f, "else");

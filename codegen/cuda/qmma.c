@@ -60,7 +60,7 @@
  * SwiGLU's silu(x Wg) * (x Wu)), a thread takes columns 2j and 2j + 1
  * together and stores only their product (pair mode, as the float GEMV).
  * Not taken (qgemv.c or the simple kernel computes these): A not f16,
- * M > 8, zero points of another dtype than the codes (float ones), fp8
+ * A an rms_norm computed in the loads (qgemv's norm mode), M > 8, zero points of another dtype than the codes (float ones), fp8
  * with zero points, groups smaller than a chunk, groups smaller than a K
  * block with scales that are not f16, a [K, N] weight.
  * Parameters (token "qmma:w=4,s=4"): W warps per block, S stages; the
@@ -111,6 +111,7 @@ static int64_t smem_bytes(int W, int S, int M, int E, int64_t staged) {
 static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
   CuQuantB q;
   if (gm->at->dt != DT_F16 || !cu_quant_b(f, gm, &q)) return false;
+  if (cu_gemv_norm_mode(f, gm)) return false; /* an rms_norm in the loads: qgemv's */
   if (cu_gemm_wants_pairs(f, gm) && gm->N % 2) return false; /* pair mode: columns 2j, 2j + 1 */
   /* integer zero points of the codes' own dtype only (folded into the exact subtraction) */
   if (q.z0 >= 0 && (dt_is_f8(q.qdt) || q.zdt != q.qdt)) return false;

@@ -376,6 +376,99 @@ static inline void check_pairs(Exec *e, const char *arch, HStats *stats) {
   ir_graph_destroy(g);
 }
 
+/* Norm prologues (a decoder layer's rms_norm before its quantised
+ * projections): y = rms_norm(r, gamma) @ dequantize(q, s[, z])^T + b with
+ * r an input [M, K].  The fuse pass computes the norm in the quantised
+ * GEMV's loads (norm mode: one kernel, qgemv's; qmma declines it). */
+static inline void add_norm_case(Graph *g, int i, const QCase *c) {
+  char nm[64];
+  int x, w;
+  add_operands(g, i, c, &x, &w); /* x [M, K] becomes the norm's input r */
+  snprintf(nm, sizeof nm, "c%d/gamma", i);
+  int gm = add_const(g, nm, (TensorType){.dt = c->adt, .rank = 1, .dim = {c->K}});
+  for (int64_t e = 0; e < c->K; e++) dt_store(c->adt, g->val[gm].data, (size_t)e, 0.5 + (double)(next_rand() % 100) / 100);
+  snprintf(nm, sizeof nm, "c%d/h", i);
+  const char *hn = ir_graph_strdup(g, nm);
+  int rn = ir_add_node(g, OP_RMS_NORM, 2, (int[]){x, gm}, 1, &hn, qc_loc);
+  ir_fill_default_attrs(g, rn);
+  ir_set_attr_float(g, rn, "eps", 1e-5);
+  CHECK_OK(ir_infer_node(g, rn));
+  int mm = add_matmul(g, i, g->node[rn].out[0], w);
+  snprintf(nm, sizeof nm, "c%d/b", i);
+  int b = add_const(g, nm, (TensorType){.dt = c->adt, .rank = 1, .dim = {c->N}});
+  for (int64_t e = 0; e < c->N; e++) dt_store(c->adt, g->val[b].data, (size_t)e, (double)(next_rand() % 200) / 100 - 1);
+  snprintf(nm, sizeof nm, "c%d/y", i);
+  const char *yn = ir_graph_strdup(g, nm);
+  int ad = ir_add_node(g, OP_ADD, 2, (int[]){g->node[mm].out[0], b}, 1, &yn, qc_loc);
+  CHECK_OK(ir_infer_node(g, ad));
+  ir_add_output(g, g->node[ad].out[0]);
+}
+
+/* The norm cases: int4 g128 on f16 x (which qmma would take without the
+ * norm), u4 with u4 zeros at M = 3 on f16, int8 per channel on f32 x,
+ * fp8 e4m3 on bf16 x, int4 g32 on f32 x at M = 8. */
+static const QCase norm_cases[] = {
+    {DT_I4, DT_F16, DT_F16, 1, 512, 40, 128, false, false, DT_INVALID},
+    {DT_U4, DT_F16, DT_F16, 3, 256, 33, 64, false, false, DT_U4},
+    {DT_I8, DT_F32, DT_F32, 2, 256, 37, 0, false, false, DT_INVALID},
+    {DT_F8E4M3, DT_BF16, DT_F32, 1, 128, 24, 0, false, false, DT_INVALID},
+    {DT_I4, DT_F32, DT_F32, 8, 256, 20, 32, false, false, DT_INVALID},
+};
+#define NNORMS ((int)(sizeof norm_cases / sizeof norm_cases[0]))
+
+/* The norm cases (add_norm_case): one kernel each, qgemv's (the heuristic
+ * and every qgemv candidate forced), checked by e against the interpreter,
+ * at two buffer offsets (the 16-byte and the element loads of r and
+ * gamma). */
+static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
+  Graph *g = ir_graph_create("qgemv-norms");
+  g->file = "quant_cases";
+  for (int i = 0; i < NNORMS; i++) add_norm_case(g, i, &norm_cases[i]);
+  CHECK_OK(ir_verify(g));
+  PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
+  CHECK_OK(pass_run_pipeline(g, &ctx, "fuse", NULL, NULL));
+  pass_ctx_free(&ctx);
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  CHECK(nk == NNORMS); /* the norm is in the matmul's kernel */
+  char toks[16][CG_VARIANT_LEN];
+  int ntok = nk > 0 ? cg_cuda_variants(g, &k[0], arch, toks, 16) : 0;
+  for (int i = 0; i < nk; i++) {
+    char got[16][CG_VARIANT_LEN];
+    int n = cg_cuda_variants(g, &k[i], arch, got, 16);
+    if (n < 1 || strncmp(got[0], "qgemv:", 6) != 0) {
+      fprintf(stderr, "norm kernel %d: heuristic %s, not qgemv\n", i, n ? got[0] : "(none)");
+      check_failures++;
+    }
+    for (int j = 0; j < n; j++)
+      if (strncmp(got[j], "qgemv:", 6) != 0) {
+        fprintf(stderr, "norm kernel %d: candidate %s is not qgemv's\n", i, got[j]);
+        check_failures++;
+      }
+  }
+  char what[96];
+  for (size_t off = 0; off <= 8; off += 8) {
+    CgCudaOptions opt = {.max_units = 1, .arch = arch};
+    snprintf(what, sizeof what, "norm cases (%s), offset %zu", arch, off);
+    Graph *c = ir_graph_clone(g);
+    CHECK(h_check_graph(e, c, NULL, &opt, off, false, what, stats) == 0);
+    ir_graph_destroy(c);
+  }
+  const char **fc = calloc((size_t)nk + 1, sizeof *fc);
+  for (int t = 1; t < ntok; t++) {
+    for (int i = 0; i < nk; i++) fc[i] = toks[t];
+    CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
+    snprintf(what, sizeof what, "norm cases forced to %s", toks[t]);
+    Graph *c = ir_graph_clone(g);
+    CHECK(h_check_graph(e, c, NULL, &fo, 0, false, what, stats) == 0);
+    ir_graph_destroy(c);
+  }
+  free(fc);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
+}
+
 /* The candidates of the first kernel of each family in g (0: qgemv, 1:
  * qmma; the heuristic's token first) into toks[fam][0 .. ntok[fam]). */
 static inline void family_tokens(Graph *g, const char *arch, char (*toks)[16][CG_VARIANT_LEN], int *ntok) {

@@ -169,6 +169,8 @@ int main(void) {
     check_all_forced(&e, "sm_90a", toks, ntok, &stats);
     /* gated pairs in the epilogue (pair mode of both families) */
     check_pairs(&e, "sm_90a", &stats);
+    /* rms_norm prologues (norm mode of qgemv) */
+    check_norms(&e, "sm_90a", &stats);
     h_exec_close(&e);
     printf("emulated qgemv: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, "
            "worst %.2f of tolerance\n", stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
