@@ -1008,7 +1008,8 @@ static LLVMValueRef conv_a_at(Gemm *G, const void *ctx, int i, LLVMValueRef k) {
 }
 
 /* Group-relative output channels [r, r + mr) over k in [k0, k1), added to
- * the partial sums (rows r - r0 of cbuf). */
+ * the partial sums (rows r - r0 of cbuf), or stored there when the k
+ * range is all of K (one chunk: cbuf is then neither zeroed nor read). */
 static void conv_block(Conv *c, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMValueRef k1) {
   Gemm *G = &c->G;
   CgFn *f = G->f;
@@ -1024,9 +1025,13 @@ static void conv_block(Conv *c, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMVal
   for (int i = 0; i < mr; i++)
     for (int v = 0; v < G->nv; v++) {
       LLVMValueRef p = vec_ptr(G, c->cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
-      LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
-      LLVMSetAlignment(old, 4);
-      LLVMValueRef st = LLVMBuildStore(B, LLVMBuildFAdd(B, old, LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], ""), ""), p);
+      LLVMValueRef sum = LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], "");
+      if (c->kc < c->K) {
+        LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
+        LLVMSetAlignment(old, 4);
+        sum = LLVMBuildFAdd(B, old, sum, "");
+      }
+      LLVMValueRef st = LLVMBuildStore(B, sum, p);
       LLVMSetAlignment(st, 4);
     }
 }
@@ -1336,7 +1341,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   c.r0 = cg_mulc(f, uc[3], c.ocb * G->mr);
   LLVMValueRef r1 = cg_min(f, cg_add(f, c.r0, cg_i64(m, c.ocb * G->mr)), cg_i64(m, c.Og));
   LLVMValueRef nrows = LLVMBuildNSWSub(B, r1, c.r0, "");
-  zero_range(f, c.cbuf, cg_i64(m, 0), cg_mulc(f, nrows, G->nr));
+  if (c.kc < c.K) zero_range(f, c.cbuf, cg_i64(m, 0), cg_mulc(f, nrows, G->nr)); /* else conv_block stores */
 
   LLVMValueRef kci = cg_loop_begin(f, &lkc, cg_i64(m, 0), cg_i64(m, nkc), "kchunk");
   LLVMValueRef k0 = cg_mulc(f, kci, c.kc);
