@@ -818,9 +818,12 @@ static void row_begin(Conv *c) {
   for (int v = 0; v < c->G.nv; v++) LLVMBuildStore(c->G.f->b, LLVMConstNull(c->G.vt), c->prow[v]);
 }
 
-/* Lanes [a, b) of the panel row from x at element e0 + lane (lane 0's
- * offset; masked-off lanes are never accessed, so the padding needs no
- * test and no copy). */
+/* Lanes [a, b) of the panel row from x at element e0 + sw * lane (e0:
+ * lane 0's offset; masked-off lanes are never accessed, so the padding
+ * needs no test and no copy).  Stride 2 (sw): each vector of VL lanes is
+ * the even elements of a span of 2 VL, read as two masked loads of its
+ * even elements whose lanes are valid and interleaved by one shuffle. */
+static void row_masked_loads_s2(Conv *c, LLVMValueRef va, LLVMValueRef vb, LLVMValueRef e0);
 static void row_masked_loads(Conv *c, LLVMValueRef a, LLVMValueRef b, LLVMValueRef e0) {
   Gemm *G = &c->G;
   CgFn *f = G->f;
@@ -832,6 +835,10 @@ static void row_masked_loads(Conv *c, LLVMValueRef a, LLVMValueRef b, LLVMValueR
                                            LLVMGetUndef(it), zmask, "");
   LLVMValueRef vb = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(it), b, cg_i32(m, 0), ""),
                                            LLVMGetUndef(it), zmask, "");
+  if (c->sw == 2) {
+    row_masked_loads_s2(c, va, vb, e0);
+    return;
+  }
   LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
   for (int v = 0; v < G->nv; v++) {
     LLVMValueRef lanes[16]; /* vl <= 16 */
@@ -844,6 +851,45 @@ static void row_masked_loads(Conv *c, LLVMValueRef a, LLVMValueRef b, LLVMValueR
     LLVMTypeRef over[2] = {G->vt, vpt};
     LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, LLVMBuildLoad2(B, G->vt, c->prow[v], "")};
     LLVMBuildStore(B, cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4), c->prow[v]);
+  }
+}
+
+/* row_masked_loads at stride 2: va, vb are a and b splat over i64 lanes. */
+static void row_masked_loads_s2(Conv *c, LLVMValueRef va, LLVMValueRef vb, LLVMValueRef e0) {
+  Gemm *G = &c->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  int vl = G->vl;
+  LLVMTypeRef vpt = LLVMPointerType(G->vt, 0);
+  LLVMValueRef zero = LLVMConstNull(G->vt);
+  for (int v = 0; v < G->nv; v++) {
+    LLVMValueRef half[2];
+    for (int h = 0; h < 2; h++) {
+      /* element i of this half of the span is lane (v vl + (h vl + i) / 2)'s when h vl + i is even */
+      LLVMValueRef lanes[16], on[16];
+      for (int i = 0; i < vl; i++) {
+        lanes[i] = cg_i64(m, (int64_t)v * vl + (h * vl + i) / 2);
+        on[i] = LLVMConstInt(m->t_i1, (h * vl + i) % 2 == 0, 0);
+      }
+      LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)vl);
+      LLVMValueRef mask = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
+      mask = LLVMBuildAnd(B, mask, LLVMConstVector(on, (unsigned)vl), "");
+      LLVMValueRef e = cg_add(f, e0, cg_i64(m, 2 * (int64_t)v * vl + (int64_t)h * vl));
+      LLVMValueRef p = LLVMBuildBitCast(B, LLVMBuildGEP2(B, m->t_f32, f->base[c->xarg], &e, 1, ""), vpt, "");
+      LLVMTypeRef over[2] = {G->vt, vpt};
+      LLVMValueRef args[4] = {p, cg_i32(m, 4), mask, zero};
+      half[h] = cg_intrinsic(m, "llvm.masked.load", over, 2, args, 4);
+    }
+    LLVMValueRef even[16], lanes[16];
+    for (int l = 0; l < vl; l++) {
+      even[l] = cg_i32(m, 2 * l);
+      lanes[l] = cg_i64(m, (int64_t)v * vl + l);
+    }
+    LLVMValueRef got = LLVMBuildShuffleVector(B, half[0], half[1], LLVMConstVector(even, (unsigned)vl), "");
+    LLVMValueRef idx = LLVMConstVector(lanes, (unsigned)vl);
+    LLVMValueRef valid = LLVMBuildAnd(B, LLVMBuildICmp(B, LLVMIntSGE, idx, va, ""), LLVMBuildICmp(B, LLVMIntSLT, idx, vb, ""), "");
+    LLVMBuildStore(B, LLVMBuildSelect(B, valid, got, LLVMBuildLoad2(B, G->vt, c->prow[v], ""), ""), c->prow[v]);
   }
 }
 
@@ -875,7 +921,7 @@ static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueR
   LLVMValueRef ch = cg_add(f, cg_mulc(f, c->g, c->Cg), ci);
   LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch), c->H), ih), c->W);
   row_masked_loads(c, cg_add(f, jbase, vlo), cg_add(f, jbase, vhi),
-                   LLVMBuildNSWSub(f->b, rowlin, cg_add(f, jbase, off), ""));
+                   LLVMBuildNSWSub(f->b, rowlin, cg_add(f, cg_mulc(f, jbase, c->sw), off), ""));
   cg_loop_end(f, &ls, false);
   row_store(c, k, k0);
 }
@@ -911,7 +957,7 @@ static void seg_table(Conv *c) {
   seg_table_at(c, t, LLVMBuildNSWSub(B, oh, c->oh0, ""), slot);
   LLVMBuildStore(B, cg_add(f, jbase, vlo), slot[0]);
   LLVMBuildStore(B, cg_add(f, jbase, vhi), slot[1]);
-  LLVMBuildStore(B, LLVMBuildNSWSub(B, rowlin, cg_add(f, jbase, off), ""), slot[2]);
+  LLVMBuildStore(B, LLVMBuildNSWSub(B, rowlin, cg_add(f, cg_mulc(f, jbase, c->sw), off), ""), slot[2]);
   cg_loop_end(f, &ls, false);
   cg_loop_end(f, &lt, false);
 }
@@ -1200,7 +1246,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
   a.G = (Gemm){.f = f, .vl = mr, .nr = mr, .nv = 1, .mr = mr};
   a.G.vt = LLVMVectorType(m->t_f32, (unsigned)mr);
   a.prow[0] = cg_alloca(f, a.G.vt, 1, "arow");
-  a.xarg = g->val[c->xv].type.dt == DT_F32 && c->sw == 1 ? f->arg_of[c->xv] : -1;
+  a.xarg = g->val[c->xv].type.dt == DT_F32 && c->sw <= 2 ? f->arg_of[c->xv] : -1;
   a.g = cg_i64(m, 0);
   seg_table_alloc(f, &a);
 
@@ -1335,8 +1381,8 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   c.panel = cg_alloca(f, m->t_f32, c.kc * G->nr, "panel");
   c.cbuf = cg_alloca(f, m->t_f32, c.ocb * G->mr * G->nr, "partial");
   for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
-  /* masked vector loads need x in memory as f32 and unit stride */
-  c.xarg = dt == DT_F32 && c.sw == 1 ? f->arg_of[c.xv] : -1;
+  /* masked vector loads need x in memory as f32 and a stride of 1 or 2 */
+  c.xarg = dt == DT_F32 && c.sw <= 2 ? f->arg_of[c.xv] : -1;
   for (int v = 0; v < G->nv; v++) c.prow[v] = cg_alloca(f, G->vt, 1, "prow");
   seg_table_alloc(f, &c);
 
