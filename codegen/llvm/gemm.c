@@ -893,6 +893,19 @@ static void row_masked_loads_s2(Conv *c, LLVMValueRef va, LLVMValueRef vb, LLVMV
   }
 }
 
+/* Whether the panel rows of conv c, nr lanes, are built by masked vector
+ * loads: at stride 1; at stride 2 only for conv_pixels' narrow im2col
+ * blocks (nr = MR lanes) whose output rows fill half a block or more.
+ * Each segment of a panel row costs four masked loads and two shuffles at
+ * stride 2 against element copies; measured on the Intel VM (2026-12-07,
+ * ResNet-50 in the model, 2 threads): the 8-lane blocks of the 14x14 and
+ * 7x7 stride-2 convs 1.22-1.31 -> 1.00-1.13 and 1.37-1.40 -> 1.17-1.23 ms,
+ * but the 32-lane panels of the 28x28 one 1.18-1.25 -> 1.32-1.40, conv1's
+ * no faster, cnn.yaml's 8-pixel rows 50% slower. */
+static bool masked_stride_ok(const Conv *c, int64_t nr) {
+  return c->sw == 1 || (c->sw == 2 && nr <= 8 && 2 * c->OW >= nr);
+}
+
 /* The finished panel row into row k - k0 of the panel. */
 static void row_store(Conv *c, LLVMValueRef k, LLVMValueRef k0) {
   Gemm *G = &c->G;
@@ -1246,7 +1259,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
   a.G = (Gemm){.f = f, .vl = mr, .nr = mr, .nv = 1, .mr = mr};
   a.G.vt = LLVMVectorType(m->t_f32, (unsigned)mr);
   a.prow[0] = cg_alloca(f, a.G.vt, 1, "arow");
-  a.xarg = g->val[c->xv].type.dt == DT_F32 && c->sw <= 2 ? f->arg_of[c->xv] : -1;
+  a.xarg = g->val[c->xv].type.dt == DT_F32 && masked_stride_ok(c, mr) ? f->arg_of[c->xv] : -1;
   a.g = cg_i64(m, 0);
   seg_table_alloc(f, &a);
 
@@ -1382,7 +1395,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   c.cbuf = cg_alloca(f, m->t_f32, c.ocb * G->mr * G->nr, "partial");
   for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
   /* masked vector loads need x in memory as f32 and a stride of 1 or 2 */
-  c.xarg = dt == DT_F32 && c.sw <= 2 ? f->arg_of[c.xv] : -1;
+  c.xarg = dt == DT_F32 && masked_stride_ok(&c, G->nr) ? f->arg_of[c.xv] : -1;
   for (int v = 0; v < G->nv; v++) c.prow[v] = cg_alloca(f, G->vt, 1, "prow");
   seg_table_alloc(f, &c);
 
