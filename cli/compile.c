@@ -295,7 +295,7 @@ int cli_compile(int argc, char **argv) {
     } else if ((v = cli_flag_value("--group", argc, argv, &i, &missing)) || missing) {
       char *end;
       long long gv = missing ? -1 : strtoll(v, &end, 10);
-      if (missing || *end || gv < 0) return cli_usage("compile", "--group needs 0 or a positive integer");
+      if (missing || end == v || *end || gv < 0) return cli_usage("compile", "--group needs 0 or a positive integer");
       qo.group = gv;
     } else if ((v = cli_flag_value("--quantize-only", argc, argv, &i, &missing)) || missing) {
       if (missing) return cli_usage("compile", "--quantize-only needs a pattern (a glob like 'layer.*/w_*')");

@@ -122,7 +122,7 @@ int cli_tune(int argc, char **argv) {
     } else if ((v = cli_flag_value("--group", argc, argv, &i, &missing)) || missing) {
       char *end;
       long long gv = missing ? -1 : strtoll(v, &end, 10);
-      if (missing || *end || gv < 0) rc = cli_usage("tune", "--group needs 0 or a positive integer");
+      if (missing || end == v || *end || gv < 0) rc = cli_usage("tune", "--group needs 0 or a positive integer");
       qo.group = gv;
     } else if (strcmp(a, "--dry-run") == 0) {
       o.dry_run = true;

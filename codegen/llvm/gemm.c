@@ -560,20 +560,20 @@ static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMVa
   cg_loop_end(f, &lp, false);
 }
 
-/* Rows [rlo, rhi) against panels [plo, phi) in two passes.
- *   - The full MR-row blocks take the panels in chunks of per_chunk (at
- *     least one panel, about GEMM_CHUNK_BYTES of B: L2-resident while every
- *     block of the task passes over them).  The first block to meet a chunk
- *     would read it from memory faster than one core streams (a panel of
- *     K = 1024 is 128 KiB in about 3 us of multiply-adds), so while a chunk
- *     is in use its blocks prefetch the next one into L2, each micro-kernel
- *     call an equal share, a few bytes a k (packed weights over
- *     GEMM_PREFETCH_MIN only).
- *   - The remaining rows, fewer than MR, by their binary digits, in chunks
- *     of rest_chunk panels (a multiple of GEMM_MAX_PANELS, so a block of
- *     few rows computes several panels at once: panels_for).
- * One chunk of all the panels when the rows are one block or fewer:
- * nothing to reuse. */
+/* Rows [rlo, rhi) against panels [plo, phi), the panels in chunks
+ * (L2-resident while every row block of the task passes over them), each
+ * chunk met by the full MR-row blocks and then by the remaining rows, by
+ * their binary digits.
+ *   - A chunk is per_chunk panels (at least one, about GEMM_CHUNK_BYTES of
+ *     B) when the rows are whole blocks, else rest_chunk (a multiple of
+ *     GEMM_MAX_PANELS, so that a block of few rows still computes several
+ *     panels at once: panels_for); all the panels when the rows are one
+ *     block or fewer (nothing to reuse).
+ *   - The first block to meet a chunk would read it from memory faster than
+ *     one core streams (a panel of K = 1024 is 128 KiB in about 3 us of
+ *     multiply-adds), so while a chunk is in use its full blocks prefetch
+ *     the next one into L2, each micro-kernel call an equal share, a few
+ *     bytes a k (packed weights over GEMM_PREFETCH_MIN only). */
 static void emit_rows(Gemm *G, int64_t per_chunk, int64_t rest_chunk, LLVMValueRef rlo, LLVMValueRef rhi,
                       LLVMValueRef plo, LLVMValueRef phi) {
   CgFn *f = G->f;
@@ -582,53 +582,44 @@ static void emit_rows(Gemm *G, int64_t per_chunk, int64_t rest_chunk, LLVMValueR
   LLVMValueRef span = LLVMBuildNSWSub(B, rhi, rlo, "");
   LLVMValueRef np = LLVMBuildNSWSub(B, phi, plo, "");
   LLVMValueRef few = LLVMBuildICmp(B, LLVMIntSLE, span, cg_i64(m, G->mr), "");
-  LLVMValueRef all = cg_max(f, np, cg_i64(m, 1));
   LLVMValueRef nfull = LLVMBuildUDiv(B, span, cg_i64(m, G->mr), "");
+  LLVMValueRef r = cg_add(f, rlo, cg_mulc(f, nfull, G->mr));
+  LLVMValueRef rem = LLVMBuildNSWSub(B, rhi, r, "");
   LLVMValueRef panel_bytes = cg_i64(m, G->K * G->nr * 4);
-  LLVMValueRef packed = LLVMBuildBitCast(B, G->packed, m->t_ptr, "");
-
-  LLVMValueRef chunk = LLVMBuildSelect(B, few, all, cg_i64(m, per_chunk), "");
+  LLVMValueRef chunk = LLVMBuildSelect(
+      B, few, cg_max(f, np, cg_i64(m, 1)),
+      LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSGT, rem, cg_i64(m, 0), ""), cg_i64(m, rest_chunk), cg_i64(m, per_chunk), ""),
+      "");
   LLVMValueRef nchunks = LLVMBuildUDiv(B, cg_add(f, np, cg_add(f, chunk, cg_i64(m, -1))), chunk, "");
   CgLoop lc, lb;
   LLVMValueRef c = cg_loop_begin(f, &lc, cg_i64(m, 0), nchunks, "chunk");
   LLVMValueRef p0 = cg_add(f, plo, cg_mul(f, c, chunk));
   LLVMValueRef p1 = cg_min(f, cg_add(f, p0, chunk), phi);
   LLVMValueRef npc = LLVMBuildNSWSub(B, p1, p0, "");
-  /* the next chunk [p1, pn): share bytes for each of the nfull * npc calls */
+  /* the next chunk [p1, pn): share bytes for each of the nfull * npc calls,
+   * a line a k at most (a larger share is left partly to the hardware) */
   LLVMValueRef pn = cg_min(f, cg_add(f, p1, chunk), phi);
   LLVMValueRef calls = cg_max(f, cg_mul(f, nfull, npc), cg_i64(m, 1));
   LLVMValueRef share = LLVMBuildUDiv(B, cg_mul(f, LLVMBuildNSWSub(B, pn, p1, ""), panel_bytes), calls, "");
-  G->pf_step = LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, G->K - 1)), cg_i64(m, G->K), "");
-  LLVMValueRef next = LLVMBuildGEP2(B, m->t_i8, packed, (LLVMValueRef[]){cg_mul(f, p1, panel_bytes)}, 1, "");
+  G->pf_step = cg_min(f, LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, G->K - 1)), cg_i64(m, G->K), ""), cg_i64(m, 64));
+  LLVMValueRef next = LLVMBuildGEP2(B, m->t_i8, LLVMBuildBitCast(B, G->packed, m->t_ptr, ""),
+                                    (LLVMValueRef[]){cg_mul(f, p1, panel_bytes)}, 1, "");
   LLVMValueRef ib = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "rows");
   LLVMValueRef row_pf = LLVMBuildGEP2(B, m->t_i8, next, (LLVMValueRef[]){cg_mul(f, cg_mul(f, ib, npc), share)}, 1, "");
   bool prefetch = G->np * G->K * G->nr * 4 > GEMM_PREFETCH_MIN;
   emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1, prefetch ? row_pf : NULL, share);
   cg_loop_end(f, &lb, false);
-  cg_loop_end(f, &lc, false);
-
   /* the remaining rows, fewer than MR: by their binary digits */
-  LLVMValueRef r = cg_add(f, rlo, cg_mulc(f, nfull, G->mr));
-  LLVMValueRef rem = LLVMBuildNSWSub(B, rhi, r, "");
-  CgIf any;
-  cg_if_begin(f, &any, LLVMBuildICmp(B, LLVMIntSGT, rem, cg_i64(m, 0), ""), "rest_rows");
-  LLVMValueRef rchunk = LLVMBuildSelect(B, few, all, cg_i64(m, rest_chunk), "");
-  LLVMValueRef nrchunks = LLVMBuildUDiv(B, cg_add(f, np, cg_add(f, rchunk, cg_i64(m, -1))), rchunk, "");
-  CgLoop lr;
-  LLVMValueRef cr = cg_loop_begin(f, &lr, cg_i64(m, 0), nrchunks, "rest_chunk");
-  LLVMValueRef q0 = cg_add(f, plo, cg_mul(f, cr, rchunk));
-  LLVMValueRef q1 = cg_min(f, cg_add(f, q0, rchunk), phi);
   for (int s = 8; s >= 1; s /= 2) {
     if (s >= G->mr) continue;
     CgIf has;
     LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
     cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
     LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    emit_block(G, s, cg_add(f, r, before), q0, q1, NULL, NULL);
+    emit_block(G, s, cg_add(f, r, before), p0, p1, NULL, NULL);
     cg_if_end(f, &has);
   }
-  cg_loop_end(f, &lr, false);
-  cg_if_end(f, &any);
+  cg_loop_end(f, &lc, false);
 }
 
 /* The GEMM over rows x ncb column blocks of CG_MM_COLS columns (one
@@ -896,8 +887,8 @@ static void row_masked_loads_s2(Conv *c, LLVMValueRef va, LLVMValueRef vb, LLVMV
 /* Whether the panel rows of conv c, nr lanes, are built by masked vector
  * loads: at stride 1; at stride 2 only for conv_pixels' narrow im2col
  * blocks (nr = MR lanes) whose output rows fill half a block or more.
- * Each segment of a panel row costs four masked loads and two shuffles at
- * stride 2 against element copies; measured on the Intel VM (2026-12-07,
+ * Each segment of a panel row costs two masked loads and a shuffle per
+ * vector at stride 2 against element copies; measured on the Intel VM (2026-12-07,
  * ResNet-50 in the model, 2 threads): the 8-lane blocks of the 14x14 and
  * 7x7 stride-2 convs 1.22-1.31 -> 1.00-1.13 and 1.37-1.40 -> 1.17-1.23 ms,
  * but the 32-lane panels of the 28x28 one 1.18-1.25 -> 1.32-1.40, conv1's
@@ -917,7 +908,7 @@ static void row_store(Conv *c, LLVMValueRef k, LLVMValueRef k0) {
   }
 }
 
-/* The panel row of one k by masked vector loads (stride 1, x an f32
+/* The panel row of one k by masked vector loads (stride 1 or 2, x an f32
  * argument): each output-row segment loads its valid lanes straight from
  * x's input row.  Small copies written as loops would otherwise become
  * memcpy/memset calls, three per segment and k. */
@@ -930,7 +921,7 @@ static void pack_row_vector(Conv *c, LLVMValueRef k, LLVMValueRef k0, LLVMValueR
   LLVMValueRef oh = row_segment(c, &ls, &owa, &owb, &jbase);
   valid_cols(c, oh, kh, kw, owa, owb, &ih, &off, &vlo, &vhi);
   /* x[n, g*Cg + ci, ih, 0]: ih may be outside when no lane is valid; lane
-   * j reads x_row[j - jbase - off] */
+   * j reads x_row[sw * (j - jbase) - off] */
   LLVMValueRef ch = cg_add(f, cg_mulc(f, c->g, c->Cg), ci);
   LLVMValueRef rowlin = cg_mulc(f, cg_add(f, cg_mulc(f, cg_add(f, cg_mulc(f, c->n, c->C), ch), c->H), ih), c->W);
   row_masked_loads(c, cg_add(f, jbase, vlo), cg_add(f, jbase, vhi),
@@ -1232,7 +1223,7 @@ static void pixels_acc(Gemm *G, LLVMValueRef cbuf, LLVMValueRef b, LLVMValueRef 
  * (image, up to 8 row blocks, PIX_PANELS panels of channels); per chunk
  * of PIX_KC k's it builds each row block's im2col block [KC][MR] (the
  * channel-row scheme's panel builder, MR lanes wide: masked vector loads
- * along output rows for stride 1), then meets every panel of the unit
+ * along output rows for stride 1, and 2 where masked_stride_ok), then meets every panel of the unit
  * with every row block, the panel's KC x NR slice (16 KiB) staying in L1
  * across the row blocks, the partial tile kept in cbuf.  Last, each tile
  * is transposed and goes to the epilogue (conv_rows_epilogue) with its
@@ -1299,8 +1290,8 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
   /* every panel of the unit against every row block */
   LLVMValueRef j = cg_loop_begin(f, &lj, jlo, jhi, "panel");
   LLVMValueRef jj = LLVMBuildNSWSub(B, j, jlo, "");
-  /* The weight slice after this one (panel j + 1's, else the next chunk's
-   * first panel's), 16 KiB apart from it in memory, is prefetched into L2
+  /* The weight slice after this one (panel j + 1's, K * NR floats further
+   * on, else the next chunk's first panel's; 16 KiB each), is prefetched into L2
    * by this slice's row blocks, an equal share each: on a large weight
    * (layer 4 of ResNet-50: 9.4 MB, read once a run) every slice would
    * otherwise come from memory when its first block needs it. */
@@ -1313,7 +1304,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
     LLVMValueRef off = cg_mulc(f, cg_add(f, cg_mulc(f, nj, c->K * G->nr), cg_mulc(f, nk0, G->nr)), 4);
     slice_next = LLVMBuildGEP2(B, m->t_i8, LLVMBuildBitCast(B, G->packed, m->t_ptr, ""), &off, 1, "");
     share = LLVMBuildUDiv(B, cg_i64(m, kc * G->nr * 4), nblk, "");
-    G->pf_step = LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, kc - 1)), cg_i64(m, kc), "");
+    G->pf_step = cg_min(f, LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, kc - 1)), cg_i64(m, kc), ""), cg_i64(m, 64));
   }
   b = cg_loop_begin(f, &lb2, cg_i64(m, 0), nblk, "rows");
   pixels_acc(G, cbuf, b, jj, false);
@@ -1394,7 +1385,8 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   c.panel = cg_alloca(f, m->t_f32, c.kc * G->nr, "panel");
   c.cbuf = cg_alloca(f, m->t_f32, c.ocb * G->mr * G->nr, "partial");
   for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
-  /* masked vector loads need x in memory as f32 and a stride of 1 or 2 */
+  /* masked vector loads need x in memory as f32 and stride 1 (stride 2
+   * only for conv_pixels' narrow blocks: masked_stride_ok) */
   c.xarg = dt == DT_F32 && masked_stride_ok(&c, G->nr) ? f->arg_of[c.xv] : -1;
   for (int v = 0; v < G->nv; v++) c.prow[v] = cg_alloca(f, G->vt, 1, "prow");
   seg_table_alloc(f, &c);

@@ -113,6 +113,7 @@ def usage_errors(c, smelt, model, tmp):
         ("quantize word", [model, "--quantize", "int3"], "--quantize takes int8, int4 or fp8 (got 'int3')"),
         ("group without quantize", [model, "--group", "32"], "--group applies to --quantize"),
         ("group negative", [model, "--quantize", "int4", "--group", "-2"], "--group needs 0 or a positive integer"),
+        ("group empty", [model, "--quantize", "int4", "--group", ""], "--group needs 0 or a positive integer"),
     ]:
         r = smelt_cmd(smelt, ["tune"] + args + (out if "-o" not in args else []))
         c.expect(f"usage: {what}", r, 2, stderr_has=words)
