@@ -58,6 +58,14 @@ int cu_gemv_transpose_reduce(CuFn *f, int P, int lo);
 /* Pair mode's reduction: every lane of the warp ends with all P sums
  * acc[0 .. P) (a butterfly of xor shuffles). */
 void cu_gemv_allreduce(CuFn *f, int P);
+/* Split-K's tail (gemv.c, qmma.c), after each thread stored its slice's
+ * partial sums into `part` ([Z][sk][M][N] f32 in the workspace `ws`, after
+ * the [Z][gx] u32 counters): the block counts its slice on column block
+ * blockIdx.x, and the last of the sk blocks adds the slices in order,
+ * clears them and the counter, and runs the epilogue (pairs: columns n,
+ * n + 1) over columns nb0 .. nb0 + NBLK - 1 with `threads` threads. */
+void cu_gemm_split_tail(CuFn *f, const CuGemm *gm, const char *z, int sk, int64_t gx, bool pairs, const char *nb0,
+                        int NBLK, int threads, const int *epi, int nepi);
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */

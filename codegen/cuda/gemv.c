@@ -278,8 +278,11 @@ static void result(CuFn *f, const Gv *v, const char *m, const char *n, const cha
  * slice; the last block of the column block (nb0 .. nb0 + NBLK - 1) adds
  * the slices in order and runs the epilogue. */
 static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int threads) {
-  const CuGemm *gm = v->gm;
-  int sk = v->p->splitk;
+  cu_gemm_split_tail(f, v->gm, v->z, v->p->splitk, v->gx, v->pairs, nb0, NBLK, threads, v->epi, v->nepi);
+}
+
+void cu_gemm_split_tail(CuFn *f, const CuGemm *gm, const char *z, int sk, int64_t gx, bool pairs, const char *nb0,
+                        int NBLK, int threads, const int *epi, int nepi) {
   cu_line(f, "// split-K: count this slice once its partial sums are visible; the last of the %d slices adds them", sk);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "__threadfence();");
@@ -288,7 +291,7 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   cu_open(f, "%s", "");
   cu_line(f, "__shared__ int last_slice;");
   cu_open(f, "if (threadIdx.x == 0)");
-  cu_line(f, "unsigned *const count = reinterpret_cast<unsigned *>(ws) + (%s * %lldLL + blockIdx.x);", v->z, (long long)v->gx);
+  cu_line(f, "unsigned *const count = reinterpret_cast<unsigned *>(ws) + (%s * %lldLL + blockIdx.x);", z, (long long)gx);
   cu_line(f, "#ifdef __CUDA_ARCH__");
   cu_line(f, "const unsigned done = atomicAdd(count, 1u);");
   cu_line(f, "#else");
@@ -303,12 +306,12 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   cu_line(f, "__threadfence();");
   cu_line(f, "#endif");
   /* pair mode: each thread adds columns n and n + 1 (n even; NBLK is even) */
-  int E = v->pairs ? 2 : 1, NU = NBLK / E;
+  int E = pairs ? 2 : 1, NU = NBLK / E;
   cu_open(f, "for (int i = threadIdx.x; i < %d; i += %d)", (int)gm->M * NU, threads);
   const char *m = cu_tmp(f), *n = cu_tmp(f);
   cu_line(f, "const %s %s = i / %d, %s = (%s)(%s + i %% %d * %d);", f->idx, m, NU, n, f->idx, nb0, NU, E);
   cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
-  cu_line(f, "float *const pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", v->z, sk, (long long)gm->M, m,
+  cu_line(f, "float *const pp = part + (%s * %dLL * %lldLL + %s) * %lldLL + %s;", z, sk, (long long)gm->M, m,
           (long long)gm->N, n);
   cu_line(f, "float s[%d] = {0.0f};", E);
   cu_line(f, "// slice by slice (L2: written by other SMs), each cleared for the next kernel");
@@ -323,8 +326,8 @@ static void split_tail(CuFn *f, const Gv *v, const char *nb0, int NBLK, int thre
   cu_line(f, "pp[q * %lldLL + e] = 0.0f;", (long long)(gm->M * gm->N));
   cu_close(f);
   cu_close(f);
-  if (v->pairs) cu_gemm_store_pair_at(f, v->gm, v->z, m, n, "s[0]", "s[1]", v->epi, v->nepi);
-  else finish(f, v, m, n, "s[0]");
+  if (pairs) cu_gemm_store_pair_at(f, gm, z, m, n, "s[0]", "s[1]", epi, nepi);
+  else cu_gemm_store_at(f, gm, z, m, n, "s[0]", epi, nepi);
   cu_close(f);
   cu_close(f);
   cu_close(f);

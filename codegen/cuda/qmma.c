@@ -63,9 +63,14 @@
  * A an rms_norm computed in the loads (qgemv's norm mode), M > 8, zero points of another dtype than the codes (float ones), fp8
  * with zero points, groups smaller than a chunk, groups smaller than a K
  * block with scales that are not f16, a [K, N] weight.
- * Parameters (token "qmma:w=4,s=4"): W warps per block, S stages; the
- * stages, the staged scales and the reduction fit 48 KiB of static
- * shared memory.
+ * Split-K (",sk=N", N > 1; grid.y = slice): slice y takes the K blocks
+ * [y NBS, (y + 1) NBS) with NBS = ceil(NB / N), each block stores its
+ * partial sums in the workspace and the last slice's block of a column
+ * block adds them and runs the epilogue (gemv.c's split-K tail).  For a
+ * grid of few column blocks (a down projection: N = 2048 is 128 blocks).
+ * Parameters (token "qmma:w=4,s=4[,sk=2]"): W warps per block, S stages,
+ * N slices; the stages, the staged scales and the reduction fit 48 KiB of
+ * static shared memory.
  */
 #include <stdio.h>
 #include <string.h>
@@ -73,14 +78,14 @@
 #include "codegen/cuda/cu_families.h"
 
 typedef struct {
-  int warps, stages;
+  int warps, stages, sk; /* sk: slices of K (split-K; 1: none) */
 } QmParams;
 
 typedef struct {
   const CuGemm *gm;
   const QmParams *p;
   CuQuantB q;
-  int64_t NB;
+  int64_t NB, NBS; /* K blocks, and K blocks a slice (split-K; NB without) */
   const char *qal; /* the weight's base is 16-byte aligned: "true" or a run-time test */
   bool block_scaled; /* a K block lies in one group: scale the block's tile in f32 */
   bool tail;         /* K is not a whole number of K blocks: chunks past K are masked */
@@ -126,15 +131,18 @@ static bool qm_eligible(const CuFn *f, const CuGemm *gm) {
 }
 
 static bool qm_parse(const char *tok, QmParams *out) {
-  int w, st, used = 0;
-  if (sscanf(tok, "qmma:w=%d,s=%d%n", &w, &st, &used) != 2 || tok[used] != 0) return false;
-  if (w < 1 || w > 16 || st < 2 || st > 8) return false;
-  *out = (QmParams){w, st};
+  int w, st, sk = 1, used = 0, used2 = 0;
+  if (sscanf(tok, "qmma:w=%d,s=%d%n", &w, &st, &used) != 2) return false;
+  if (tok[used] != 0 && (sscanf(tok + used, ",sk=%d%n", &sk, &used2) != 1 || tok[used + used2] != 0)) return false;
+  if (w < 1 || w > 16 || st < 2 || st > 8 || sk < 2 * (tok[used] != 0) || sk > 16) return false;
+  *out = (QmParams){w, st, sk};
   return true;
 }
 
+/* "qmma:w=4,s=4", with ",sk=N" for N > 1 slices of K */
 static void qm_format(const QmParams *p, char out[CG_VARIANT_LEN]) {
-  snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,s=%d", p->warps, p->stages);
+  if (p->sk > 1) snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,s=%d,sk=%d", p->warps, p->stages, p->sk);
+  else snprintf(out, CG_VARIANT_LEN, "qmma:w=%d,s=%d", p->warps, p->stages);
 }
 
 /* K blocks (4 chunks of E elements) of the weight. */
@@ -156,7 +164,7 @@ static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]
   int64_t tiles = (gm->N + 15) / 16, nb = k_blocks(gm, E);
   int w = 1;
   while (w < 8 && tiles * w < 4096 && 2 * w <= nb) w *= 2;
-  QmParams p = {w, 4};
+  QmParams p = {w, 4, 1};
   /* M = 8 with 4-bit codes takes 3 KiB a stage and warp: fewer stages, then warps */
   int64_t staged = q_staged(&q);
   while (p.stages > 2 && smem_bytes(p.warps, p.stages, (int)gm->M, E, staged) > QM_MAX_SMEM) p.stages--;
@@ -165,7 +173,10 @@ static void qm_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]
 }
 
 static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
-  static const QmParams alt[] = {{4, 4}, {8, 4}, {4, 6}, {8, 3}, {4, 3}, {16, 2}, {2, 8}, {8, 6}, {4, 8}, {8, 2}};
+  /* split-K (sk) for grids of few column blocks (a down projection: W5's
+   * 128, W2's 256 blocks on 132 SMs), untimed when added: tuner only */
+  static const QmParams alt[] = {{4, 4, 1}, {8, 4, 1}, {4, 6, 1}, {8, 3, 1}, {4, 3, 1}, {16, 2, 1}, {2, 8, 1},
+                                 {8, 6, 1}, {4, 8, 1}, {8, 2, 1}, {8, 4, 2}, {4, 4, 2}, {8, 4, 4}, {4, 4, 4}};
   int n = 0;
   char d[CG_VARIANT_LEN];
   qm_default(f, gm, d);
@@ -177,6 +188,8 @@ static int qm_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
     qm_format(&alt[i], tok);
+    /* a slice of K gives each warp two K blocks at least */
+    if (alt[i].sk > 1 && k_blocks(gm, E) < 2LL * alt[i].sk * alt[i].warps) continue;
     if (strcmp(tok, d) != 0 && smem_bytes(alt[i].warps, alt[i].stages, (int)gm->M, E, staged) <= QM_MAX_SMEM)
       memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
@@ -448,7 +461,7 @@ static void load_x(CuFn *f, const Qm *v, bool packs) {
 static void issue(CuFn *f, const Qm *v, const char *it, const char *slot, const char *ok, bool packs) {
   int W = v->p->warps, SP = stage_packs(v->M, v->q.E), XP = v->q.E / 8;
   cu_open(f, "%s", "");
-  cu_line(f, "const int c = (warp + %d * (%s)) * 4 + t;", W, it);
+  cu_line(f, "const int c = (kb0 + warp + %d * (%s)) * 4 + t;", W, it);
   cu_line(f, "const int cc = c < %lld ? c : %lld;  // past K: a valid address, zero-filled or unused", (long long)v->q.KC,
           (long long)v->q.KC - 1);
   cu_line(f, "#pragma unroll");
@@ -516,8 +529,7 @@ static void stage_scales(CuFn *f, const Qm *v) {
  * so cp.async.wait_group orders it without a barrier). */
 static void stream(CuFn *f, const Qm *v, bool packs) {
   int W = v->p->warps, S = v->p->stages, E = v->q.E;
-  cu_line(f, "const int nit = warp < %lld ? (%lld - warp + %d) / %d : 0;  // this warp's K blocks", (long long)v->NB,
-          (long long)v->NB, W - 1, W);
+  cu_line(f, "const int nit = warp < kbn ? (kbn - warp + %d) / %d : 0;  // this warp's K blocks of the slice", W - 1, W);
   cu_line(f, "smelt_pack<unsigned, 4> *mine = &qs[warp * %d + lane];  // this lane's slot of the warp's first stage", S * stage_packs(v->M, E));
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int s = 0; s < %d; s++)", S - 1);
@@ -532,7 +544,7 @@ static void stream(CuFn *f, const Qm *v, bool packs) {
   cu_line(f, "// K block it has landed (this lane's copies); its stage's buffer was read in the last step, so refill");
   cu_line(f, "// the one of the step before with block it + %d", S - 1);
   issue(f, v, cu_fmt(f, "it + %d", S - 1), "wr", cu_fmt(f, "it + %d < nit", S - 1), packs);
-  cu_line(f, "const int b = warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
+  cu_line(f, "const int b = kb0 + warp + %d * it, c = b * 4 + t;  // the K block, this lane's chunk", W);
   if (v->tail) cu_line(f, "const bool ok = c < %lld;", (long long)v->q.KC);
   cu_line(f, "const int k = (c < %lld ? c : %lld) * %d;", (long long)v->q.KC, (long long)v->q.KC - 1, E);
   cu_line(f, "const smelt_pack<unsigned, 4> *stage = mine + rd * %d - lane;", stage_packs(v->M, E));
@@ -584,14 +596,14 @@ static const char *qm_prefetch(CuFn *f, const Qm *v) {
                   v->q.q0, v->q.q0, (long long)v->q.row_bytes, (long long)gm->N, (long long)gm->N, (long long)v->q.row_bytes);
   return cu_fmt(f,
                 "  {  // the weight is a constant: before the wait, this lane's first chunk of its two columns toward L2\n"
-                "    const long long c = (long long)(threadIdx.x / 32) * 4 + threadIdx.x %% 4;\n"
+                "    const long long c = ((long long)blockIdx.y * %lldLL + threadIdx.x / 32) * 4 + threadIdx.x %% 4;\n"
                 "    #pragma unroll\n"
                 "    for (int j = 0; j < 2; j++) {\n"
                 "      const long long n = (long long)blockIdx.x * 16 + (threadIdx.x %% 32) / 4 + 8 * j;\n"
                 "      if (n < %lldLL && c < %lldLL) smelt_prefetch_l2(reinterpret_cast<const unsigned char *>(a%d) + n * %lldLL + c * 16);\n"
                 "    }\n"
                 "  }\n",
-                (long long)gm->N, (long long)v->q.KC, v->q.q0, (long long)v->q.row_bytes);
+                (long long)v->NBS, (long long)gm->N, (long long)v->q.KC, v->q.q0, (long long)v->q.row_bytes);
 }
 
 static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const int *epi, int nepi, CuLaunch *l) {
@@ -601,6 +613,7 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
   v.NB = k_blocks(gm, v.q.E);
+  v.NBS = (v.NB + p->sk - 1) / p->sk;
   v.tail = v.q.KC % 4 != 0;
   v.block_scaled = v.q.G % (4 * v.q.E) == 0;
   v.qal = f->opt && f->opt->args_aligned ? "true" : "qal";
@@ -619,9 +632,12 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   }
   l->block[0] = (unsigned)(32 * W);
   l->grid[0] = (unsigned)gx;
-  l->grid[1] = 1;
+  l->grid[1] = (unsigned)p->sk;
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  l->workspace = 0;
+  /* split-K: counters [Z][gx] (u32, to 256 bytes), then the slices'
+   * partial sums [Z][sk][M][N] (f32), as gemv.c's */
+  uint64_t Zw = (uint64_t)(gm->Z < 1 ? 1 : gm->Z), part_off = (Zw * (uint64_t)gx * 4 + 255) / 256 * 256;
+  l->workspace = p->sk > 1 ? part_off + Zw * (uint64_t)p->sk * (uint64_t)gm->M * (uint64_t)gm->N * 4 : 0;
   l->pre_wait = qm_prefetch(f, &v);
   if (gm->Z == 0) return;
   cu_line(f, "// variant: quantised GEMV on the tensor cores for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K)", v.M,
@@ -638,6 +654,11 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "__shared__ %s ss[%lld];  // the block's scales [16][K / G]", v.block_scaled ? "float" : "unsigned short",
           (long long)(16 * v.q.ng));
   if (v.q.z0 >= 0) cu_line(f, "__shared__ unsigned char zz[%lld];  // and zero points", (long long)(16 * v.q.ng));
+  if (p->sk > 1)
+    cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // split-K partial sums [Z][%d][M][N]",
+            (unsigned long long)part_off, p->sk);
+  cu_line(f, "const int kb0 = blockIdx.y * %lld, kbn = %lld - kb0 < %lld ? %lld - kb0 : %lld;  // this slice's K blocks",
+          (long long)v.NBS, (long long)v.NB, (long long)v.NBS, (long long)v.NB, (long long)v.NBS);
   v.z = cu_tmp(f);
   cu_open(f, "for (%s %s = blockIdx.z; %s < %lld; %s += gridDim.z)", f->idx, v.z, v.z, (long long)gm->Z, v.z);
   /* ranged dims: a batch past this run's rows is skipped by the whole
@@ -685,10 +706,20 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   cu_line(f, "for (int w = 0; w < %d; w++) s += red[w * 128 + r * 8 + %s]%s;", W, m,
           pairs ? cu_fmt(f, ", s1 += red[w * 128 + (r + 1) * 8 + %s]", m) : "");
   cu_open(f, "if (%s < %lld)", n, (long long)gm->N);
-  if (pairs) cu_gemm_store_pair_at(f, gm, v.z, m, n, "s", "s1", epi, nepi);
-  else cu_gemm_store_at(f, gm, v.z, m, n, "s", epi, nepi);
+  if (p->sk > 1) {
+    /* this slice's sums; the last slice's block adds them (cu_gemm_split_tail) */
+    const char *at = cu_fmt(f, "part[((%s * %dLL + blockIdx.y) * %lldLL + %s) * %lldLL + %s", v.z, p->sk, (long long)gm->M, m,
+                            (long long)gm->N, n);
+    cu_line(f, "%s] = s;", at);
+    if (pairs) cu_line(f, "%s + 1] = s1;", at);
+  } else if (pairs) {
+    cu_gemm_store_pair_at(f, gm, v.z, m, n, "s", "s1", epi, nepi);
+  } else {
+    cu_gemm_store_at(f, gm, v.z, m, n, "s", epi, nepi);
+  }
   cu_close(f);
   cu_close(f);
+  if (p->sk > 1) cu_gemm_split_tail(f, gm, v.z, p->sk, gx, pairs, "n0", 16, 32 * W, epi, nepi);
   cu_line(f, "__syncthreads();  // red, ss and qs are reused by the next matrix");
   cu_close(f); /* z */
 }

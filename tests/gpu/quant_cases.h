@@ -492,6 +492,35 @@ static inline void check_all_forced(Exec *e, const char *arch, char (*toks)[16][
   for (int fam = 0; fam < 2; fam++)
     for (int j = 1; j < ntok[fam]; j++)
       if (!strncmp(toks[fam][j], fam ? "qmma:" : "qgemv:", fam ? 5 : 6)) check_forced(e, toks[fam][j], arch, stats);
+  /* split-K (the tuner offers it only where K holds two blocks a warp and
+   * slice, more than these cases have: forced here, slices of one K block
+   * and empty ones included) */
+  check_forced(e, "qmma:w=2,s=3,sk=2", arch, stats);
+  check_forced(e, "qmma:w=1,s=4,sk=3", arch, stats);
+  check_forced(e, "qmma:w=4,s=4,sk=16", arch, stats);
+}
+
+/* The gated-pair cases with qmma forced to split-K (its tail adds the two
+ * columns of a pair). */
+static inline void check_pairs_split(Exec *e, const char *arch, HStats *stats) {
+  Graph *g = pairs_graph();
+  Kernel *k = NULL;
+  int nk = 0;
+  CHECK_OK(cg_lower(g, &k, &nk));
+  const char **fc = calloc((size_t)nk + 1, sizeof *fc);
+  for (int i = 0; i < nk; i++) {
+    int ci = -1;
+    if (sscanf(g->val[g->node[g->groups[k[i].group].anchor].out[0]].name, "c%d/", &ci) == 1 && ci >= 0 && ci < NPAIRS &&
+        pair_cases[ci].adt == DT_F16)
+      fc[i] = "qmma:w=2,s=3,sk=2";
+  }
+  CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
+  Graph *c = ir_graph_clone(g);
+  CHECK(h_check_graph(e, c, NULL, &fo, 8, false, "gated-pair cases, qmma split-K", stats) == 0);
+  ir_graph_destroy(c);
+  free(fc);
+  cg_kernels_free(k, nk);
+  ir_graph_destroy(g);
 }
 
 #endif

@@ -32,6 +32,7 @@ int main(void) {
   CHECK(ntok[0] >= 4 && ntok[1] >= 4);
   check_all_forced(&e, arch, toks, ntok, &stats);
   check_pairs(&e, arch, &stats);
+  check_pairs_split(&e, arch, &stats);
   check_norms(&e, arch, &stats);
   h_exec_close(&e);
   ir_graph_destroy(g);

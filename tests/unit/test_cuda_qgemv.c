@@ -169,6 +169,7 @@ int main(void) {
     check_all_forced(&e, "sm_90a", toks, ntok, &stats);
     /* gated pairs in the epilogue (pair mode of both families) */
     check_pairs(&e, "sm_90a", &stats);
+    check_pairs_split(&e, "sm_90a", &stats);
     /* rms_norm prologues (norm mode of qgemv) */
     check_norms(&e, "sm_90a", &stats);
     h_exec_close(&e);
