@@ -447,7 +447,7 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
         check_failures++;
       }
   }
-  char what[96];
+  char what[64 + CG_VARIANT_LEN];
   for (size_t off = 0; off <= 8; off += 8) {
     CgCudaOptions opt = {.max_units = 1, .arch = arch};
     snprintf(what, sizeof what, "norm cases (%s), offset %zu", arch, off);
