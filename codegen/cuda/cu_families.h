@@ -66,6 +66,9 @@ void cu_gemv_allreduce(CuFn *f, int P);
  * n + 1) over columns nb0 .. nb0 + NBLK - 1 with `threads` threads. */
 void cu_gemm_split_tail(CuFn *f, const CuGemm *gm, const char *z, int sk, int64_t gx, bool pairs, const char *nb0,
                         int NBLK, int threads, const int *epi, int nepi);
+/* Split-K's workspace of gx column blocks and sk slices: the counters, then
+ * the partial sums at *out_part_off; 0 bytes when sk <= 1. */
+uint64_t cu_gemm_split_workspace(const CuGemm *gm, int64_t gx, int sk, uint64_t *out_part_off);
 
 /* mma.c: matmul with f16/bf16 operands that are kernel arguments, A not
  * transposed, K and N multiples of 8 (16-byte rows), on sm_80+. */
@@ -118,6 +121,11 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm);
 /* Whether gm's A is an rms_norm computed in its loads (fuse's norm
  * prologue of a decode GEMV): only the GEMV can compute such a kernel. */
 bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm);
+/* That rms_norm node (fuse: norm_gemv_consumer), or NULL. */
+const Node *cu_gemv_norm_node(const CuFn *f, const CuGemm *gm);
+/* Whether norm node nm's input and weight are kernel arguments of a float
+ * storage dtype (f32, f16, bf16), as norm mode reads them. */
+bool cu_gemv_norm_args_ok(const CuFn *f, const Node *nm);
 /* Norm mode's prologue (gemv.c, qgemv.c): declares Y and G, the rms_norm
  * node's input and weight, and rs[m] = 1 / rms of Y's row m for the M rows,
  * every lane of the warp taking part; vec_ok: a run-time test under which

@@ -66,16 +66,19 @@
 static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
 
 
-/* The rms_norm node of the group that computes A (fuse: norm_gemv_consumer),
- * or NULL. */
-static const Node *norm_of(const CuFn *f, const CuGemm *gm) {
+const Node *cu_gemv_norm_node(const CuFn *f, const CuGemm *gm) {
   const Value *a = &f->g->val[gm->an->in[0]];
   if (a->kind != VK_NODE || !f->member[a->node]) return NULL;
   const Node *n = &f->g->node[a->node];
   return n->op == OP_RMS_NORM ? n : NULL;
 }
 
-bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm) { return norm_of(f, gm) != NULL; }
+bool cu_gemv_norm_mode(const CuFn *f, const CuGemm *gm) { return cu_gemv_norm_node(f, gm) != NULL; }
+
+bool cu_gemv_norm_args_ok(const CuFn *f, const Node *nm) {
+  return f->arg_of[nm->in[0]] >= 0 && f->arg_of[nm->in[1]] >= 0 && float_storage(f->g->val[nm->in[0]].type.dt) &&
+         float_storage(f->g->val[nm->in[1]].type.dt);
+}
 
 bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   if (gm->an->op != OP_MATMUL || gm->M > 8 || gm->M < 1 || gm->b1 || gm->N < 1 || gm->K < 1) return false;
@@ -87,10 +90,8 @@ bool cu_gemv_eligible(const CuFn *f, const CuGemm *gm) {
   /* pair mode (a gated pair's halves in the epilogue) exists for B [N, K] */
   if (cu_gemm_wants_pairs(f, gm) && (!gm->tb || gm->N % 2)) return false;
   /* norm mode: for B [N, K], Y and G read from memory in the norm's axis order */
-  const Node *nm = norm_of(f, gm);
-  if (nm && (!gm->tb || gm->ta || f->arg_of[nm->in[0]] < 0 || f->arg_of[nm->in[1]] < 0 ||
-             !float_storage(f->g->val[nm->in[0]].type.dt) || !float_storage(f->g->val[nm->in[1]].type.dt)))
-    return false;
+  const Node *nm = cu_gemv_norm_node(f, gm);
+  if (nm && (!gm->tb || gm->ta || !cu_gemv_norm_args_ok(f, nm))) return false;
   return gm->tb ? gm->K % vec == 0 : gm->N % vec == 0;
 }
 
@@ -231,12 +232,16 @@ static void skip_past_batch(CuFn *f, const Gv *v) {
 /* Counters [Z][gx] (u32, rounded up to 256 bytes), then partial sums
  * [Z][sk][M][N] (f32); nothing when sk == 1. */
 static uint64_t workspace_bytes(const CuGemm *gm, const CuGemvParams *p, uint64_t *out_part_off) {
+  return cu_gemm_split_workspace(gm, col_blocks(gm, p), p->splitk, out_part_off);
+}
+
+uint64_t cu_gemm_split_workspace(const CuGemm *gm, int64_t gx, int sk, uint64_t *out_part_off) {
   *out_part_off = 0;
-  if (p->splitk <= 1) return 0;
+  if (sk <= 1) return 0;
   uint64_t Z = (uint64_t)(gm->Z < 1 ? 1 : gm->Z);
-  uint64_t counters = (Z * (uint64_t)col_blocks(gm, p) * 4 + 255) / 256 * 256;
+  uint64_t counters = (Z * (uint64_t)gx * 4 + 255) / 256 * 256;
   *out_part_off = counters;
-  return counters + Z * (uint64_t)p->splitk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
+  return counters + Z * (uint64_t)sk * (uint64_t)gm->M * (uint64_t)gm->N * 4;
 }
 
 /* Stores val at co through the epilogue; with ranged rows only those of
@@ -857,7 +862,7 @@ void cu_emit_gemv(CuFn *f, const CuGemm *gm, const CuGemvParams *given, const in
   /* A is read as packs when it is a plain argument with k contiguous */
   const Value *av = &g->val[an->in[0]];
   v.x_vec = gm->tb && !gm->ta && v.a0 >= 0 && !(av->kind == VK_NODE && f->member[av->node]);
-  v.norm = norm_of(f, gm);
+  v.norm = cu_gemv_norm_node(f, gm);
   if (v.norm) {
     v.y0 = f->arg_of[v.norm->in[0]];
     v.g0 = f->arg_of[v.norm->in[1]];

@@ -111,24 +111,6 @@ bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out) {
   return true;
 }
 
-/* The rms_norm node of A's norm prologue (fuse: norm_gemv_consumer), or
- * NULL; as gemv.c's norm_of. */
-static const Node *norm_node(const CuFn *f, const CuGemm *gm) {
-  const Value *a = &f->g->val[gm->an->in[0]];
-  if (a->kind != VK_NODE || !f->member[a->node]) return NULL;
-  const Node *n = &f->g->node[a->node];
-  return n->op == OP_RMS_NORM ? n : NULL;
-}
-
-static bool float_storage(DType dt) { return dt == DT_F16 || dt == DT_BF16 || dt == DT_F32; }
-
-/* Norm mode: Y and G are kernel arguments of a float storage dtype. */
-static bool norm_ok(const CuFn *f, const CuGemm *gm) {
-  const Node *nm = norm_node(f, gm);
-  return nm && f->arg_of[nm->in[0]] >= 0 && f->arg_of[nm->in[1]] >= 0 && float_storage(f->g->val[nm->in[0]].type.dt) &&
-         float_storage(f->g->val[nm->in[1]].type.dt);
-}
-
 static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   CuQuantB q;
   if (!cu_quant_b(f, gm, &q)) return false;
@@ -138,7 +120,8 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   if (adt != DT_F32 && adt != DT_F16 && adt != DT_BF16) return false;
   int epw = dt_is_packed(q.qdt) ? 8 : 4;
   if (cu_gemm_wants_pairs(f, gm) && gm->N % 2) return false; /* pair mode: columns 2j, 2j + 1 */
-  if (cu_gemv_norm_mode(f, gm) && !norm_ok(f, gm)) return false;
+  const Node *nm = cu_gemv_norm_node(f, gm);
+  if (nm && !cu_gemv_norm_args_ok(f, nm)) return false; /* norm mode: Y and G from memory */
   /* a chunk inside one group, or whole groups of whole 32-bit words */
   return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
@@ -391,7 +374,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   QgParams pp = *tp;
   if (pairs && pp.cols % 2) pp.cols++;
   const QgParams *p = &pp;
-  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M, .norm = norm_node(f, gm)};
+  Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M, .norm = cu_gemv_norm_node(f, gm)};
   cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
   if (v.norm) {
     v.ydt = g->val[v.norm->in[0]].type.dt;

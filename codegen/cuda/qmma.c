@@ -60,9 +60,10 @@
  * SwiGLU's silu(x Wg) * (x Wu)), a thread takes columns 2j and 2j + 1
  * together and stores only their product (pair mode, as the float GEMV).
  * Not taken (qgemv.c or the simple kernel computes these): A not f16,
- * A an rms_norm computed in the loads (qgemv's norm mode), M > 8, zero points of another dtype than the codes (float ones), fp8
- * with zero points, groups smaller than a chunk, groups smaller than a K
- * block with scales that are not f16, a [K, N] weight.
+ * A an rms_norm computed in the loads (qgemv's norm mode), M > 8, zero
+ * points of another dtype than the codes (float ones), fp8 with zero
+ * points, groups smaller than a chunk, groups smaller than a K block with
+ * scales that are not f16, a [K, N] weight.
  * Split-K (",sk=N", N > 1; grid.y = slice): slice y takes the K blocks
  * [y NBS, (y + 1) NBS) with NBS = ceil(NB / N), each block stores its
  * partial sums in the workspace and the last slice's block of a column
@@ -634,10 +635,8 @@ static void qm_emit_kernel(CuFn *f, const CuGemm *gm, const QmParams *p, const i
   l->grid[0] = (unsigned)gx;
   l->grid[1] = (unsigned)p->sk;
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  /* split-K: counters [Z][gx] (u32, to 256 bytes), then the slices'
-   * partial sums [Z][sk][M][N] (f32), as gemv.c's */
-  uint64_t Zw = (uint64_t)(gm->Z < 1 ? 1 : gm->Z), part_off = (Zw * (uint64_t)gx * 4 + 255) / 256 * 256;
-  l->workspace = p->sk > 1 ? part_off + Zw * (uint64_t)p->sk * (uint64_t)gm->M * (uint64_t)gm->N * 4 : 0;
+  uint64_t part_off;
+  l->workspace = cu_gemm_split_workspace(gm, gx, p->sk, &part_off);
   l->pre_wait = qm_prefetch(f, &v);
   if (gm->Z == 0) return;
   cu_line(f, "// variant: quantised GEMV on the tensor cores for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K)", v.M,

@@ -560,6 +560,21 @@ static void emit_block(Gemm *G, int mr, LLVMValueRef r0, LLVMValueRef p0, LLVMVa
   cg_loop_end(f, &lp, false);
 }
 
+/* Whether G's packed weight is large enough for the next chunk's or
+ * slice's prefetch (GEMM_PREFETCH_MIN). */
+static bool prefetch_wanted(const Gemm *G) { return G->np * G->K * G->nr * 4 > GEMM_PREFETCH_MIN; }
+
+/* Each of `calls` micro-kernel calls of klen k's prefetches an equal share
+ * of `bytes` (returned), G->pf_step bytes a k: a line a k at most (a
+ * larger share is left partly to the hardware prefetcher). */
+static LLVMValueRef prefetch_share(Gemm *G, LLVMValueRef bytes, LLVMValueRef calls, int64_t klen) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMValueRef share = LLVMBuildUDiv(f->b, bytes, calls, "");
+  G->pf_step = cg_min(f, LLVMBuildUDiv(f->b, cg_add(f, share, cg_i64(m, klen - 1)), cg_i64(m, klen), ""), cg_i64(m, 64));
+  return share;
+}
+
 /* Rows [rlo, rhi) against panels [plo, phi), the panels in chunks
  * (L2-resident while every row block of the task passes over them), each
  * chunk met by the full MR-row blocks and then by the remaining rows, by
@@ -596,18 +611,19 @@ static void emit_rows(Gemm *G, int64_t per_chunk, int64_t rest_chunk, LLVMValueR
   LLVMValueRef p0 = cg_add(f, plo, cg_mul(f, c, chunk));
   LLVMValueRef p1 = cg_min(f, cg_add(f, p0, chunk), phi);
   LLVMValueRef npc = LLVMBuildNSWSub(B, p1, p0, "");
-  /* the next chunk [p1, pn): share bytes for each of the nfull * npc calls,
-   * a line a k at most (a larger share is left partly to the hardware) */
-  LLVMValueRef pn = cg_min(f, cg_add(f, p1, chunk), phi);
-  LLVMValueRef calls = cg_max(f, cg_mul(f, nfull, npc), cg_i64(m, 1));
-  LLVMValueRef share = LLVMBuildUDiv(B, cg_mul(f, LLVMBuildNSWSub(B, pn, p1, ""), panel_bytes), calls, "");
-  G->pf_step = cg_min(f, LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, G->K - 1)), cg_i64(m, G->K), ""), cg_i64(m, 64));
-  LLVMValueRef next = LLVMBuildGEP2(B, m->t_i8, LLVMBuildBitCast(B, G->packed, m->t_ptr, ""),
-                                    (LLVMValueRef[]){cg_mul(f, p1, panel_bytes)}, 1, "");
+  /* the next chunk [p1, pn): share bytes for each of the nfull * npc calls */
+  LLVMValueRef share = NULL, next = NULL;
+  if (prefetch_wanted(G)) {
+    LLVMValueRef pn = cg_min(f, cg_add(f, p1, chunk), phi);
+    LLVMValueRef calls = cg_max(f, cg_mul(f, nfull, npc), cg_i64(m, 1));
+    share = prefetch_share(G, cg_mul(f, LLVMBuildNSWSub(B, pn, p1, ""), panel_bytes), calls, G->K);
+    next = LLVMBuildGEP2(B, m->t_i8, LLVMBuildBitCast(B, G->packed, m->t_ptr, ""), (LLVMValueRef[]){cg_mul(f, p1, panel_bytes)},
+                         1, "");
+  }
   LLVMValueRef ib = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "rows");
-  LLVMValueRef row_pf = LLVMBuildGEP2(B, m->t_i8, next, (LLVMValueRef[]){cg_mul(f, cg_mul(f, ib, npc), share)}, 1, "");
-  bool prefetch = G->np * G->K * G->nr * 4 > GEMM_PREFETCH_MIN;
-  emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1, prefetch ? row_pf : NULL, share);
+  LLVMValueRef row_pf =
+      next ? LLVMBuildGEP2(B, m->t_i8, next, (LLVMValueRef[]){cg_mul(f, cg_mul(f, ib, npc), share)}, 1, "") : NULL;
+  emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1, row_pf, share);
   cg_loop_end(f, &lb, false);
   /* the remaining rows, fewer than MR: by their binary digits */
   for (int s = 8; s >= 1; s /= 2) {
@@ -1295,7 +1311,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
    * by this slice's row blocks, an equal share each: on a large weight
    * (layer 4 of ResNet-50: 9.4 MB, read once a run) every slice would
    * otherwise come from memory when its first block needs it. */
-  bool prefetch = G->np * G->K * G->nr * 4 > GEMM_PREFETCH_MIN;
+  bool prefetch = prefetch_wanted(G);
   LLVMValueRef share = NULL, slice_next = NULL;
   if (prefetch) {
     LLVMValueRef last = LLVMBuildICmp(B, LLVMIntSGE, cg_add(f, j, cg_i64(m, 1)), jhi, "");
@@ -1303,8 +1319,7 @@ static smelt_status conv_pixels(CgFn *f, Conv *c, int wv, bool *out_done) {
     LLVMValueRef nk0 = LLVMBuildSelect(B, last, cg_add(f, k0, cg_i64(m, kc)), k0, "");
     LLVMValueRef off = cg_mulc(f, cg_add(f, cg_mulc(f, nj, c->K * G->nr), cg_mulc(f, nk0, G->nr)), 4);
     slice_next = LLVMBuildGEP2(B, m->t_i8, LLVMBuildBitCast(B, G->packed, m->t_ptr, ""), &off, 1, "");
-    share = LLVMBuildUDiv(B, cg_i64(m, kc * G->nr * 4), nblk, "");
-    G->pf_step = cg_min(f, LLVMBuildUDiv(B, cg_add(f, share, cg_i64(m, kc - 1)), cg_i64(m, kc), ""), cg_i64(m, 64));
+    share = prefetch_share(G, cg_i64(m, kc * G->nr * 4), nblk, kc);
   }
   b = cg_loop_begin(f, &lb2, cg_i64(m, 0), nblk, "rows");
   pixels_acc(G, cbuf, b, jj, false);
