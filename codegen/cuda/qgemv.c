@@ -54,8 +54,8 @@
  * (merge-matmuls: SwiGLU's silu(x Wg) * (x Wu)), every lane gets every
  * sum and one lane stores each pair's product (pair mode, as gemv.c's).
  * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
- * warp (even in pair mode: an odd C runs as the next even one), U chunks
- * per column in flight.
+ * warp (1, 2, 4 or 8; in pair mode 1 runs as 2), U chunks per column in
+ * flight; ",h=1" asks for half mode.
  * Not taken (the simple kernel dequantises element by element instead):
  * a [K, N] weight, zero points of fp8 weights, scales or zero points
  * that are not kernel arguments, groups that split a 32-bit word, A
@@ -68,6 +68,7 @@
 
 typedef struct {
   int warps, cols, unroll;
+  bool half; /* half mode: f16 pair arithmetic (see the top) */
 } QgParams;
 
 typedef struct {
@@ -81,6 +82,7 @@ typedef struct {
   const char *z;
   const Node *norm; /* A = rms_norm(Y, G) computed in the loads (norm mode), else NULL */
   DType ydt, gdt;
+  int shift; /* half mode: A is taken times 2^-shift (half_shift) */
 } Qg;
 
 bool cu_quant_b(const CuFn *f, const CuGemm *gm, CuQuantB *out) {
@@ -127,15 +129,27 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
 }
 
 static bool qg_parse(const char *tok, QgParams *out) {
-  int w, c, u, used = 0;
-  if (sscanf(tok, "qgemv:w=%d,c=%d,u=%d%n", &w, &c, &u, &used) != 3 || tok[used] != 0) return false;
-  if (w < 1 || w > 32 || c < 1 || c > 8 || u < 1 || u > 8) return false;
-  *out = (QgParams){w, c, u};
+  int w, c, u, h = 0, used = 0, more = 0;
+  if (sscanf(tok, "qgemv:w=%d,c=%d,u=%d%n", &w, &c, &u, &used) != 3) return false;
+  if (tok[used] == ',' && (sscanf(tok + used, ",h=%d%n", &h, &more) != 1 || h != 1)) return false;
+  if (tok[used + more] != 0) return false;
+  /* C a power of two: the lanes' transpose reduction adds C x M' sums, M' a power of two */
+  if (w < 1 || w > 32 || c < 1 || c > 8 || (c & (c - 1)) || u < 1 || u > 8) return false;
+  *out = (QgParams){w, c, u, h == 1};
   return true;
 }
 
 static void qg_format(const QgParams *p, char out[CG_VARIANT_LEN]) {
-  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d", p->warps, p->cols, p->unroll);
+  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d%s", p->warps, p->cols, p->unroll, p->half ? ",h=1" : "");
+}
+
+/* Half mode takes f16 A, codes of 4 or 8 bits or e4m3 (e5m2's 57344
+ * leaves no room in an f16 sum), and integer zero points or none. */
+static bool half_ok(const CuFn *f, const CuGemm *gm) {
+  CuQuantB q;
+  if (gm->at->dt != DT_F16 || !cu_quant_b(f, gm, &q)) return false;
+  if (q.z0 >= 0 && dt_is_float(q.zdt)) return false;
+  return q.qdt == DT_I4 || q.qdt == DT_U4 || q.qdt == DT_I8 || q.qdt == DT_U8 || q.qdt == DT_F8E4M3;
 }
 
 /* 4 warps of 2 columns with 4 chunks per column in flight (128 bytes per
@@ -143,12 +157,15 @@ static void qg_format(const QgParams *p, char out[CG_VARIANT_LEN]) {
  * holds more partial sums in registers. */
 static void qg_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
   (void)f;
-  QgParams p = {4, 2, gm->M > 4 ? 2 : 4};
+  QgParams p = {4, 2, gm->M > 4 ? 2 : 4, false};
   qg_format(&p, out);
 }
 
 static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
-  static const QgParams alt[] = {{4, 2, 4}, {4, 2, 2}, {4, 4, 2}, {8, 2, 4}, {4, 1, 8}, {2, 2, 4}, {4, 2, 8}};
+  static const QgParams alt[] = {{4, 2, 4, false}, {4, 2, 2, false}, {4, 4, 2, false}, {8, 2, 4, false}, {4, 1, 8, false},
+                                 {2, 2, 4, false}, {4, 2, 8, false}, {4, 2, 4, true},  {4, 2, 2, true},  {8, 2, 4, true},
+                                 {4, 4, 4, true},  {4, 2, 8, true},  {2, 2, 4, true}};
+  bool half = half_ok(f, gm);
   /* pair mode runs an odd column count as the next even one: not a candidate of its own */
   bool pairs = cu_gemm_wants_pairs(f, gm);
   int n = 0;
@@ -157,7 +174,7 @@ static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
-    if (pairs && alt[i].cols % 2) continue;
+    if ((pairs && alt[i].cols % 2) || (alt[i].half && !half)) continue;
     qg_format(&alt[i], tok);
     if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
@@ -231,6 +248,112 @@ static bool float_zeros(const Qg *v) { return v->q.z0 >= 0 && dt_is_float(v->q.z
  * the signed codes adds 8 (int4) or 128 (int8). */
 static int code_bias(DType qdt) { return qdt == DT_I4 ? 8 : qdt == DT_I8 ? 128 : 0; }
 
+/* Half mode: A is taken times 2^-shift so that no f16 sum of a word's
+ * products can overflow, whatever A holds: a word holds 4 products a
+ * half of |q - z| <= 8 (int4 without zeros) or 15 (4 bits), 2 of <= 128
+ * (int8 without zeros), 255 (8 bits) or 448 (e4m3).  The f32 sums are
+ * taken times 2^shift at the end (exact). */
+static int half_shift(const Qg *v) {
+  int bound, n = dt_is_packed(v->q.qdt) ? 4 : 2;
+  switch (v->q.qdt) {
+  case DT_I4: bound = v->q.z0 >= 0 ? 15 : 8; break;
+  case DT_U4: bound = 15; break;
+  case DT_I8: bound = v->q.z0 >= 0 ? 255 : 128; break;
+  case DT_U8: bound = 255; break;
+  default: bound = 448; break;
+  }
+  int p = 0;
+  while ((1 << p) < n * bound) p++;
+  return p;
+}
+
+/* xh[0..E/2) = A[m][k .. k + E) as f16 pairs times 2^-shift: 16-byte
+ * packs of A scaled in pairs, or load_x's floats paired. */
+static void load_xh(CuFn *f, const Qg *v, bool packs) {
+  int E = v->q.E;
+  unsigned scale = (unsigned)(15 - v->shift) << 10; /* 2^-shift in f16 */
+  cu_line(f, "unsigned xh[%d];  // A[m][k .. k+%d] in f16 pairs, times 2^-%d", E / 2, E - 1, v->shift);
+  if (v->q.a0 >= 0 && packs && !v->norm) {
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int p = 0; p < %d; p++)", E / 8);
+    cu_line(f, "const smelt_pack<unsigned, 4> xp = *reinterpret_cast<const smelt_pack<unsigned, 4> *>(X + m * %lldLL + k + p * 8);",
+            (long long)v->gm->K);
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int e = 0; e < 4; e++) xh[p * 4 + e] = smelt_h2_mul(xp.v[e], 0x%04x%04xu);", scale, scale);
+    cu_close(f);
+    return;
+  }
+  cu_open(f, "%s", "");
+  cu_line(f, "float xs[%d];", E);
+  load_x(f, v, packs);
+  cu_line(f, "#pragma unroll");
+  cu_line(f, "for (int e = 0; e < %d; e++) xh[e] = smelt_h2_pack(xs[2 * e] * 0x1p-%df, xs[2 * e + 1] * 0x1p-%df);", E / 2,
+          v->shift, v->shift);
+  cu_close(f);
+}
+
+/* chunk_dot in half mode: per 32-bit word of codes, pairs of f16 codes
+ * (2^10 + code in a half: the or of 0x6400), less 2^10 + bias (+ z) by
+ * one f16 subtraction (exact), times A's pair and summed in f16x2 (the
+ * word's 2 or 4 products a half), then in f32. */
+static void chunk_dot_half(CuFn *f, const Qg *v) {
+  int SUB = subgroups(v), WPS = 4 / SUB, MP = pow2_at_least(v->M);
+  unsigned base = 0x6400u + (unsigned)code_bias(v->q.qdt); /* 2^10 + bias in f16: the mantissa's low bits */
+  const char *off = int_zeros(v) ? "zh[j][h]" : cu_fmt(f, "0x%04x%04xu", base, base);
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int h = 0; h < %d; h++)", SUB);
+  cu_line(f, "float part = 0.0f;");
+  cu_line(f, "#pragma unroll");
+  cu_open(f, "for (int e = h * %d; e < (h + 1) * %d; e++)", WPS, WPS);
+  switch (v->q.qdt) {
+  case DT_I4:
+  case DT_U4:
+    if (v->q.qdt == DT_I4) cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
+    else cu_line(f, "const unsigned wd = w.v[e];");
+    cu_line(f, "unsigned hs = 0u;");
+    cu_line(f, "// nibbles s and s + 4 (elements 8 e + s and 8 e + s + 4) in a pair; A's pair to match");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int s = 0; s < 4; s++)");
+    cu_line(f, "const unsigned c2 = smelt_h2_sub(((wd >> (4 * s)) & 0x000f000fu) | 0x64006400u, %s);", off);
+    cu_line(f, "const unsigned lo = xh[4 * e + s / 2], hi = xh[4 * e + 2 + s / 2];");
+    cu_line(f, "hs = smelt_h2_fma(c2, s & 1 ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16), hs);");
+    cu_close(f);
+    cu_line(f, "part += smelt_h2_sum(hs);");
+    break;
+  case DT_I8:
+  case DT_U8:
+    if (v->q.qdt == DT_I8) cu_line(f, "const unsigned wd = w.v[e] ^ 0x80808080u;  // each byte: its i8 value + 128");
+    else cu_line(f, "const unsigned wd = w.v[e];");
+    cu_line(f, "unsigned hs = 0u;");
+    cu_line(f, "// bytes s and s + 2 (elements 4 e + s and 4 e + s + 2) in a pair; A's pair to match");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int s = 0; s < 2; s++)");
+    cu_line(f, "const unsigned c2 = smelt_h2_sub(((wd >> (8 * s)) & 0x00ff00ffu) | 0x64006400u, %s);", off);
+    cu_line(f, "const unsigned lo = xh[2 * e], hi = xh[2 * e + 1];");
+    cu_line(f, "hs = smelt_h2_fma(c2, s ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16), hs);");
+    cu_close(f);
+    cu_line(f, "part += smelt_h2_sum(hs);");
+    break;
+  default: /* e4m3 */
+    cu_line(f, "const unsigned wd = w.v[e];");
+    cu_line(f, "unsigned hs = 0u;");
+    cu_line(f, "#pragma unroll");
+    cu_open(f, "for (int s = 0; s < 2; s++)");
+    cu_line(f, "unsigned c2;  // elements 4 e + 2 s and the next, as A's pair xh[2 e + s]");
+    cu_line(f, "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890");
+    cu_line(f, "asm(\"cvt.rn.f16x2.e4m3x2 %%0, %%1;\" : \"=r\"(c2) : \"h\"((unsigned short)(wd >> (16 * s))));");
+    cu_line(f, "#else");
+    cu_line(f, "c2 = smelt_h2_pack(smelt_f8e4m3((wd >> (16 * s)) & 255u), smelt_f8e4m3((wd >> (16 * s + 8)) & 255u));");
+    cu_line(f, "#endif");
+    cu_line(f, "hs = smelt_h2_fma(c2, xh[2 * e + s], hs);");
+    cu_close(f);
+    cu_line(f, "part += smelt_h2_sum(hs);");
+  }
+  cu_close(f);
+  cu_line(f, "acc[j * %d + m] += part * sc[j][h];", MP);
+  cu_close(f);
+}
+
 /* acc[j * MP + m] += the chunk's dot product with A's row, group by group:
  * part = sum of xs[e] * (q[e] - z) over a group's words of w (four 32-bit
  * words; with float zeros sum of xs[e] q[e] less z xsum[h]), times the
@@ -303,6 +426,16 @@ static void load_zeros(CuFn *f, const Qg *v) {
   const char *z;
   if (dt_is_packed(v->q.zdt)) z = cu_fmt(f, "%s(Z, %s)", v->q.zdt == DT_I4 ? "smelt_i4" : "smelt_u4", idx);
   else z = cu_from_storage(f, v->q.zdt, cu_fmt(f, "Z[%s]", idx));
+  if (v->p->half) {
+    /* 2^10 + bias + z as an f16 pair (exact: 1016 <= it <= 1279) */
+    cu_line(f, "unsigned zh[%d][%d];  // 2^10 + %d + z, twice", C, SUB, code_bias(v->q.qdt));
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int j = 0; j < %d; j++)", C);
+    cu_line(f, "  #pragma unroll");
+    cu_line(f, "  for (int h = 0; h < %d; h++) zh[j][h] = smelt_h2_pack(%d.0f + (float)%s, %d.0f + (float)%s);", SUB,
+            1024 + code_bias(v->q.qdt), z, 1024 + code_bias(v->q.qdt), z);
+    return;
+  }
   if (float_zeros(v)) {
     cu_line(f, "float zf[%d][%d];", C, SUB);
   } else {
@@ -353,13 +486,18 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
   load_zeros(f, v);
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int m = 0; m < %d; m++)", v->M);
-  cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->q.E, v->q.E - 1);
-  load_x(f, v, packs);
-  x_sums(f, v);
+  if (v->p->half) {
+    load_xh(f, v, packs);
+  } else {
+    cu_line(f, "float xs[%d];  // A[m][k .. k+%d]", v->q.E, v->q.E - 1);
+    load_x(f, v, packs);
+    x_sums(f, v);
+  }
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int j = 0; j < %d; j++)", C);
   cu_line(f, "const smelt_pack<unsigned, 4> w = wq[u][j];");
-  chunk_dot(f, v);
+  if (v->p->half) chunk_dot_half(f, v);
+  else chunk_dot(f, v);
   cu_close(f);
   cu_close(f);
   cu_close(f);
@@ -373,9 +511,11 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   bool pairs = cu_gemm_wants_pairs(f, gm);
   QgParams pp = *tp;
   if (pairs && pp.cols % 2) pp.cols++;
+  if (pp.half && !half_ok(f, gm)) pp.half = false; /* a forced token on a kernel half mode does not take */
   const QgParams *p = &pp;
   Qg v = {.gm = gm, .p = p, .epi = epi, .nepi = nepi, .adt = gm->at->dt, .M = (int)gm->M, .norm = cu_gemv_norm_node(f, gm)};
   cu_quant_b(f, gm, &v.q); /* true: qg_eligible */
+  v.shift = p->half ? half_shift(&v) : 0;
   if (v.norm) {
     v.ydt = g->val[v.norm->in[0]].type.dt;
     v.gdt = g->val[v.norm->in[1]].type.dt;
@@ -383,7 +523,9 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   const Node *dq = v.q.dq;
   const Value *av = &g->val[gm->an->in[0]];
   int W = p->warps, C = p->cols, MP = pow2_at_least(v.M), P = C * MP;
-  qg_format(tp, l->variant);
+  QgParams ran = *tp;
+  ran.half = p->half;
+  qg_format(&ran, l->variant);
   l->kind = "matmul";
   int64_t gx = (gm->N + (int64_t)W * C - 1) / ((int64_t)W * C);
   if (gx > 0x7fffffffLL || v.q.KC > 0x3fffffffLL) {
@@ -460,6 +602,10 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     cu_close(f);
   } else {
     stream(f, &v, false);
+  }
+  if (p->half) {
+    cu_line(f, "#pragma unroll");
+    cu_line(f, "for (int i = 0; i < %d; i++) acc[i] *= 0x1p%df;  // A was taken times 2^-%d", P, v.shift, v.shift);
   }
   cu_close(f);
   if (pairs) {

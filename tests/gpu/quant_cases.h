@@ -332,7 +332,7 @@ static inline void check_forced(Exec *e, const char *tok, const char *arch, HSta
  * qgemv's otherwise, run by e and compared with the interpreter with the
  * heuristic's variants, then with every kernel forced to a qgemv token
  * of an odd column count (run as the next even one) and of two, and the
- * f16 cases to another qmma token. */
+ * f16 cases to another qmma token and to qgemv's half mode. */
 static inline void check_pairs(Exec *e, const char *arch, HStats *stats) {
   Graph *g = pairs_graph();
   Kernel *k = NULL;
@@ -360,10 +360,10 @@ static inline void check_pairs(Exec *e, const char *arch, HStats *stats) {
   Graph *c = ir_graph_clone(g);
   CHECK(h_check_graph(e, c, NULL, &opt, 0, false, what, stats) == 0);
   ir_graph_destroy(c);
-  static const char *const forced[] = {"qgemv:w=4,c=1,u=8", "qgemv:w=2,c=2,u=4", "qmma:w=2,s=3"};
-  for (int t = 0; t < 3; t++) {
-    bool qmma = !strncmp(forced[t], "qmma:", 5);
-    for (int i = 0; i < nk; i++) fc[i] = !qmma || f16[i] ? forced[t] : NULL;
+  static const char *const forced[] = {"qgemv:w=4,c=1,u=8", "qgemv:w=2,c=2,u=4", "qmma:w=2,s=3", "qgemv:w=4,c=2,u=4,h=1"};
+  for (int t = 0; t < 4; t++) {
+    bool f16_only = !strncmp(forced[t], "qmma:", 5) || strstr(forced[t], ",h=1");
+    for (int i = 0; i < nk; i++) fc[i] = !f16_only || f16[i] ? forced[t] : NULL;
     CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
     snprintf(what, sizeof what, "gated-pair cases forced to %s", forced[t]);
     c = ir_graph_clone(g);
@@ -467,6 +467,70 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
   free(fc);
   cg_kernels_free(k, nk);
   ir_graph_destroy(g);
+}
+
+/* Half mode (qgemv's h=1: f16 pair arithmetic, f16 x only): every f16
+ * case it takes (int4, u4 and int8 with integer zeros or none, e4m3;
+ * groups of 16 to per channel, M = 1, 3 and 8, x through a prologue)
+ * forced to two h=1 tokens (C = 2 and 1), each kernel checked to have
+ * run the token, element by element; then, compared as whole tensors
+ * (largest error against the largest value, cosine: h_compare_tensor),
+ * an int8 and a u4 case with x in [-600, 600), where a word's f16 sums
+ * would overflow without the shift of x (half_shift), and case 32 (int8
+ * per channel, K = 512: sums near 10, where the rounding of each f16
+ * product, as large as the f16 rounding of the matmul's own result, is
+ * more than the element tolerance leaves after the reference's).  The
+ * f16 gated pairs and norm cases run h=1 in check_pairs (forced) and
+ * check_norms (every candidate). */
+static inline void check_half(Exec *e, const char *arch, HStats *stats) {
+  static const int which[] = {1, 3, 5, 7, 10, 14, 17, 23, 29, 30, 33, 34, 35};
+  static const char *const toks[] = {"qgemv:w=4,c=2,u=4,h=1", "qgemv:w=2,c=1,u=8,h=1"};
+  static const QCase big[] = {
+      {DT_I8, DT_F16, DT_F16, 1, 128, 40, 0, false, false, DT_INVALID},
+      {DT_U4, DT_F16, DT_F16, 3, 256, 40, 128, false, false, DT_U4},
+      {DT_I8, DT_F16, DT_F16, 1, 512, 130, 0, false, false, DT_INVALID}, /* case 32 */
+  };
+  char what[96];
+  for (int t = 0; t < 3; t++) {
+    Graph *c;
+    static OpSuite wide;
+    const OpSuite *ranges = NULL;
+    const char *tok = toks[t % 2];
+    if (t < 2) {
+      c = cases_graph(which, (int)(sizeof which / sizeof *which));
+    } else {
+      c = ir_graph_create("qgemv-half-wide");
+      c->file = "quant_cases";
+      for (int i = 0; i < 3; i++) add_case(c, i, &big[i]);
+      CHECK_OK(ir_verify(c));
+      PassCtx ctx = {.target = "cuda", .arch = "sm_90a"};
+      CHECK_OK(pass_run_pipeline(c, &ctx, "fuse", NULL, NULL));
+      pass_ctx_free(&ctx);
+      wide.nin = c->ninputs;
+      for (int i = 0; i < c->ninputs; i++) wide.in[i] = (OcInput){c->inputs[i], i < 2 ? -600 : -1, i < 2 ? 600 : 1};
+      ranges = &wide;
+    }
+    Kernel *kk = NULL;
+    int n = 0;
+    CHECK_OK(cg_lower(c, &kk, &n));
+    const char **fc = calloc((size_t)n + 1, sizeof *fc);
+    for (int i = 0; i < n; i++)
+      if (is_matmul_kernel(c, &kk[i])) fc[i] = tok;
+    CgCudaOptions opt = {.max_units = 1, .arch = arch, .force = fc};
+    FmtCudaModule *m = NULL;
+    CHECK_OK(cg_cuda_generate(c, kk, n, &opt, &m));
+    for (int i = 0; m && i < m->nkernels && i < n; i++)
+      if (fc[i] && strcmp(m->kernels[i].variant, tok) != 0) {
+        fprintf(stderr, "half mode: kernel %s forced to %s ran %s\n", m->kernels[i].name, tok, m->kernels[i].variant);
+        check_failures++;
+      }
+    fmt_cuda_module_free(m);
+    cg_kernels_free(kk, n);
+    snprintf(what, sizeof what, "%s forced to %s", t < 2 ? "f16 cases" : "f16 cases with x in [-600, 600)", tok);
+    CHECK(h_check_graph(e, c, ranges, &opt, t == 1 ? 8 : 0, t == 2, what, stats) == 0);
+    free(fc);
+    ir_graph_destroy(c);
+  }
 }
 
 /* The candidates of the first kernel of each family in g (0: qgemv, 1:

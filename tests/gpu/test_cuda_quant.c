@@ -5,7 +5,9 @@
  * by dtype, guard bytes intact:
  *   - every case with its heuristic's kernel (qmma for f16 x where it
  *     applies, qgemv otherwise), buffers aligned and 8 bytes off;
- *   - every other tuning candidate of both families forced on four cases.
+ *   - every other tuning candidate of both families forced on four cases;
+ *   - gated pairs, norm prologues, and qgemv's half mode on every f16
+ *     case it takes and on x in [-600, 600) (check_half).
  * Skipped (exit 77) without a GPU.
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
@@ -34,6 +36,7 @@ int main(void) {
   check_pairs(&e, arch, &stats);
   check_pairs_split(&e, arch, &stats);
   check_norms(&e, arch, &stats);
+  check_half(&e, arch, &stats);
   h_exec_close(&e);
   ir_graph_destroy(g);
   printf("quantised matmuls on the GPU: %d values (%d elements) compared with the interpreter, %d failures, %d guard "

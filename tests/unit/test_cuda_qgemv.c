@@ -20,7 +20,9 @@
  *     whole weight slice's bulk L2 prefetch before the launch wait);
  *   - gated pairs (silu(h[:, 0::2]) * h[:, 1::2]) in the matmul's
  *     epilogue, one kernel a case, with each family's pair mode
- *     (check_pairs).
+ *     (check_pairs);
+ *   - qgemv's half mode (h=1): NVRTC for sm_90a and sm_80, then emulated
+ *     on every f16 case it takes and on large x (check_half).
  */
 #define _GNU_SOURCE /* RTLD_NODELETE in harness.h */
 #include <stdlib.h>
@@ -38,10 +40,10 @@
 /* A qgemv or qmma token parses back to itself. */
 static void check_token(const char *tok) {
   char back[CG_VARIANT_LEN];
-  int w, c, u;
+  int w, c, u, h = 0;
   if (!strncmp(tok, "qgemv:", 6)) {
-    CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
-    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d", w, c, u);
+    CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d,h=%d", &w, &c, &u, &h) >= 3);
+    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d%s", w, c, u, h == 1 ? ",h=1" : "");
   } else {
     CHECK(sscanf(tok, "qmma:w=%d,s=%d", &w, &u) == 2);
     snprintf(back, sizeof back, "qmma:w=%d,s=%d", w, u);
@@ -113,6 +115,14 @@ static bool same_token(const char *forced, const char *used, const char *arch) {
   return strcmp(forced, used) == 0;
 }
 
+/* A forced h=1 token ran as itself, or as the float widening where half
+ * mode does not apply. */
+static bool same_or_float(const char *forced, const char *used, const char *arch) {
+  (void)arch;
+  size_t n = strlen(used);
+  return strcmp(forced, used) == 0 || (strncmp(forced, used, n) == 0 && strcmp(forced + n, ",h=1") == 0);
+}
+
 int main(void) {
   char dir[] = "/tmp/smelt-qgemv-cache-XXXXXX";
   bool dir_ok = false;
@@ -141,6 +151,17 @@ int main(void) {
     check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases, whole-slice prefetch", same_token);
   }
   unsetenv("SMELT_CUDA_PREFETCH");
+  /* half mode through NVRTC (its f16x2 asm; e4m3 pairs by cvt on sm_90a,
+   * by the decoders on sm_80), every matmul forced to an h=1 token: the
+   * cases it does not take run the float widening (same_or_float) */
+  for (int a = 0; a < 2; a++) {
+    const char **hf = calloc((size_t)nk + 1, sizeof *hf);
+    for (int i = 0; i < nk; i++)
+      if (is_matmul_kernel(g, &k[i])) hf[i] = "qgemv:w=4,c=2,u=4,h=1";
+    CgCudaOptions opt = {.args_aligned = a == 0, .max_units = 2, .force = hf, .arch = archs[a]};
+    check_failures += h_generate_and_compile(nvrtc, &copts, g, k, nk, &opt, "qgemv cases, half mode", same_or_float);
+    free(hf);
+  }
   /* other parameters: the candidates of the first kernel of each family */
   char toks[2][16][CG_VARIANT_LEN];
   int ntok[2];
@@ -172,6 +193,8 @@ int main(void) {
     check_pairs_split(&e, "sm_90a", &stats);
     /* rms_norm prologues (norm mode of qgemv) */
     check_norms(&e, "sm_90a", &stats);
+    /* qgemv's half mode on every f16 case it takes, and on large x */
+    check_half(&e, "sm_90a", &stats);
     h_exec_close(&e);
     printf("emulated qgemv: %d values (%d elements) compared with the interpreter, %d failures, %d guard failures, "
            "worst %.2f of tolerance\n", stats.values, stats.elements, stats.failures, stats.guard_failures, stats.worst);
