@@ -53,6 +53,23 @@
  * When the epilogue takes the halves of an interleaved gated pair
  * (merge-matmuls: SwiGLU's silu(x Wg) * (x Wu)), every lane gets every
  * sum and one lane stores each pair's product (pair mode, as gemv.c's).
+ * Half mode (",h=1"; f16 A, 4- and 8-bit codes with integer zeros or
+ * none, e4m3): the float widening above costs ~5 instructions an element
+ * (a shift, a LOP3, an FADD, an FFMA and A's conversion), which on Hopper
+ * leaves the int4 GEMV bound by issue, not by memory (it reaches the same
+ * bytes a second on an H100 as on an H200).  Half mode widens two codes
+ * at once into an f16 pair: (word >> 4 s) & 0x000f000f | 0x64006400 holds
+ * 2^10 + nibble s and 2^10 + nibble s + 4, one f16x2 subtraction of
+ * 2^10 + bias (+ z) makes the values exact, one f16x2 FMA multiplies them
+ * by A's matching pair (A is read as f16 pairs and permuted once per
+ * chunk, shared by the C columns) and adds to the word's f16 pair of sums,
+ * which goes to the f32 sum (bytes likewise with 0x00ff00ff; e4m3 by
+ * cvt.rn.f16x2.e4m3x2): ~2.5 instructions an element.  A word adds 4
+ * products a half (4-bit) or 2 (8-bit, e4m3); A is taken times 2^-shift
+ * (half_shift) so that those f16 sums cannot overflow whatever A holds,
+ * and the f32 sums are taken times 2^shift at the end.  Each product is
+ * rounded to f16, which costs about what the f16 rounding of the
+ * matmul's own result does.
  * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
  * warp (1, 2, 4 or 8; in pair mode 1 runs as 2), U chunks per column in
  * flight; ",h=1" asks for half mode.
