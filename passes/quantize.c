@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../format/parallel.h"
 #include "../ir/interp.h"
 #include "passes.h"
 #include "rewrite.h"
@@ -175,14 +176,51 @@ typedef struct {
   int qv, sv;        /* the constants made from them, -1 until then */
   int axis;          /* K's axis in the float weight it was made from */
   int next;          /* another entry of the same weight (the other axis), -1 */
+  int w;             /* the float weight */
+  smelt_status status; /* quantise_weight's, on a thread of its own */
 } QuantWeight;
 
 static double qmax_of(QuantMode m) { return m == QM_INT8 ? 127 : m == QM_INT4 ? 7 : 448; }
 
-/* Element (k, n) of a 2-D tensor with K (or its groups, len of them) along
- * axis and N along the other. */
-static size_t at(int axis, int64_t k, int64_t n, int64_t len, int64_t N) {
-  return (size_t)(axis == 0 ? k * N + n : n * len + k);
+/* out[j] = element i0 + j * stride of base (dtype dt), j < n: f32, f16
+ * and bf16 without dt_load's switch per element. */
+static void load_f64(DType dt, const void *base, size_t i0, size_t stride, int64_t n, double *out) {
+  switch (dt) {
+  case DT_F32:
+    for (int64_t j = 0; j < n; j++) out[j] = ((const float *)base)[i0 + (size_t)j * stride];
+    return;
+  case DT_F16:
+    for (int64_t j = 0; j < n; j++) out[j] = dt_f16_to_f32(((const uint16_t *)base)[i0 + (size_t)j * stride]);
+    return;
+  case DT_BF16:
+    for (int64_t j = 0; j < n; j++) out[j] = dt_bf16_to_f32(((const uint16_t *)base)[i0 + (size_t)j * stride]);
+    return;
+  default:
+    for (int64_t j = 0; j < n; j++) out[j] = dt_load(dt, base, i0 + (size_t)j * stride);
+  }
+}
+
+/* Column n's K weights (along axis) as doubles. */
+static void load_column(const TensorType *wt, const void *wd, int axis, int64_t n, double *out) {
+  int64_t K = wt->dim[axis], N = wt->dim[1 - axis];
+  if (axis == 1) load_f64(wt->dt, wd, (size_t)(n * K), 1, K, out);
+  else load_f64(wt->dt, wd, (size_t)n, (size_t)N, K, out);
+}
+
+/* Column n of dequantize(Wq, S) as doubles: q[n, k] s[n, k / G]. */
+static void dequant_column(const QuantWeight *qw, int64_t n, int64_t G, double *out) {
+  int64_t K = qw->qt.dim[1], ng = qw->st.dim[1];
+  double sc[1];
+  for (int64_t gi = 0; gi < ng; gi++) {
+    load_f64(qw->st.dt, qw->s, (size_t)(n * ng + gi), 1, 1, sc);
+    size_t i0 = (size_t)(n * K + gi * G);
+    double *o = out + gi * G;
+    if (qw->qt.dt == DT_I8) {
+      for (int64_t k = 0; k < G; k++) o[k] = ((const int8_t *)qw->q)[i0 + (size_t)k] * sc[0];
+    } else {
+      for (int64_t k = 0; k < G; k++) o[k] = dt_load(qw->qt.dt, qw->q, i0 + (size_t)k) * sc[0];
+    }
+  }
 }
 
 /* Wq [N, K] and S [N, K/G] whatever the weight's layout: see the top. */
@@ -200,22 +238,26 @@ static smelt_status quantise_weight(const Graph *g, int w, int axis, int64_t gro
   if (!out->q || !out->s) return st_error(ST_NO_MEMORY, "out of memory quantising '%s'", g->val[w].name);
   const void *wd = g->val[w].data;
   double qmax = qmax_of(mode);
-  for (int64_t n = 0; n < N; n++)
+  double *col = malloc(sizeof(double) * (size_t)(K + 1));
+  if (!col) return st_error(ST_NO_MEMORY, "out of memory quantising '%s'", g->val[w].name);
+  for (int64_t n = 0; n < N; n++) {
+    load_column(&wt, wd, axis, n, col);
     for (int64_t gi = 0; gi < ng; gi++) {
+      const double *c = col + gi * G;
       double amax = 0;
-      for (int64_t k = gi * G; k < (gi + 1) * G; k++) {
-        double a = fabs(dt_load(wt.dt, wd, at(axis, k, n, K, N)));
-        if (a > amax) amax = a;
-      }
+      for (int64_t k = 0; k < G; k++) amax = fabs(c[k]) > amax ? fabs(c[k]) : amax;
       size_t si = (size_t)(n * ng + gi);
       dt_store(wt.dt, out->s, si, amax / qmax);
       double sc = dt_load(wt.dt, out->s, si); /* as the kernels read it */
-      for (int64_t k = gi * G; k < (gi + 1) * G; k++) {
-        double v = sc > 0 ? dt_load(wt.dt, wd, at(axis, k, n, K, N)) / sc : 0;
-        if (mode != QM_FP8) v = nearbyint(v);
-        dt_store(out->qt.dt, out->q, (size_t)(n * K + k), v); /* saturates at the dtype's range */
+      size_t q0 = (size_t)(n * K + gi * G);
+      for (int64_t k = 0; k < G; k++) {
+        double v = sc > 0 ? c[k] / sc : 0;
+        if (mode == QM_INT8) ((int8_t *)out->q)[q0 + (size_t)k] = (int8_t)fmin(127, fmax(-128, nearbyint(v)));
+        else dt_store(out->qt.dt, out->q, q0 + (size_t)k, mode == QM_FP8 ? v : nearbyint(v)); /* saturates */
       }
     }
+  }
+  free(col);
   return NULL;
 }
 
@@ -324,46 +366,91 @@ static int64_t calib_rows(const Graph *g, const Node *n, const Interp *it, int64
 }
 
 /* x (rows x K) times the weight w and times dequantize(q, s), both in
- * double; cosine and relative L2 error of the second against the first. */
-static void compare_layer(const Graph *g, int w, const QuantWeight *qw, int axis, int64_t group, const double *x,
+ * double, column by column; cosine and relative L2 error of the second
+ * against the first.  False when out of memory. */
+static bool compare_layer(const Graph *g, int w, const QuantWeight *qw, int axis, int64_t group, const double *x,
                           int64_t rows, double *out_cos, double *out_rel) {
   const TensorType *wt = &g->val[w].type;
-  int64_t K = wt->dim[axis], N = wt->dim[1 - axis], G = group ? group : K, ng = K / G;
-  double *y = calloc((size_t)(rows * N) + 1, sizeof *y), *yq = calloc((size_t)(rows * N) + 1, sizeof *yq);
-  double *wrow = malloc(sizeof(double) * (size_t)(N + 1)), *qrow = malloc(sizeof(double) * (size_t)(N + 1));
-  if (!y || !yq || !wrow || !qrow) {
-    *out_cos = NAN;
-    *out_rel = NAN;
-    goto done;
-  }
-  for (int64_t k = 0; k < K; k++) {
-    for (int64_t n = 0; n < N; n++) {
-      wrow[n] = dt_load(wt->dt, g->val[w].data, at(axis, k, n, K, N));
-      qrow[n] = dt_load(qw->qt.dt, qw->q, (size_t)(n * K + k)) * dt_load(qw->st.dt, qw->s, (size_t)(n * ng + k / G));
-    }
-    for (int64_t r = 0; r < rows; r++) {
-      double xv = x[r * K + k];
-      for (int64_t n = 0; n < N; n++) {
-        y[r * N + n] += xv * wrow[n];
-        yq[r * N + n] += xv * qrow[n];
-      }
-    }
-  }
+  int64_t K = wt->dim[axis], N = wt->dim[1 - axis], G = group ? group : K;
+  double *wcol = malloc(sizeof(double) * (size_t)(K + 1)), *qcol = malloc(sizeof(double) * (size_t)(K + 1));
   double dot = 0, na = 0, nb = 0, nd = 0;
-  for (int64_t i = 0; i < rows * N; i++) {
-    dot += y[i] * yq[i];
-    na += y[i] * y[i];
-    nb += yq[i] * yq[i];
-    nd += (yq[i] - y[i]) * (yq[i] - y[i]);
+  bool ok = wcol && qcol;
+  if (!ok) goto done;
+  for (int64_t n = 0; n < N; n++) {
+    load_column(wt, g->val[w].data, axis, n, wcol);
+    dequant_column(qw, n, G, qcol);
+    for (int64_t r = 0; r < rows; r++) {
+      const double *xr = x + r * K;
+      double y[4] = {0, 0, 0, 0}, yq[4] = {0, 0, 0, 0}; /* four sums each: independent adds */
+      int64_t k = 0;
+      for (; k + 4 <= K; k += 4)
+        for (int i = 0; i < 4; i++) {
+          y[i] += xr[k + i] * wcol[k + i];
+          yq[i] += xr[k + i] * qcol[k + i];
+        }
+      for (; k < K; k++) y[0] += xr[k] * wcol[k], yq[0] += xr[k] * qcol[k];
+      double a = (y[0] + y[1]) + (y[2] + y[3]), b = (yq[0] + yq[1]) + (yq[2] + yq[3]);
+      dot += a * b;
+      na += a * a;
+      nb += b * b;
+      nd += (b - a) * (b - a);
+    }
   }
   /* an all-zero layer is reproduced exactly: cosine 1 */
   *out_cos = na == 0 && nb == 0 ? 1.0 : na == 0 || nb == 0 ? 0.0 : dot / sqrt(na * nb);
   *out_rel = na == 0 ? (nd == 0 ? 0.0 : INFINITY) : sqrt(nd / na);
 done:
-  free(y);
-  free(yq);
-  free(wrow);
-  free(qrow);
+  free(wcol);
+  free(qcol);
+  return ok;
+}
+
+/* ---- the jobs on threads ---- */
+
+typedef struct {
+  double cosine, rel_err;
+  int64_t rows;
+  bool oom;
+} Measure;
+
+typedef struct {
+  const Graph *g;
+  const QuantOptions *o;
+  const Interp *it;
+  const int *cand;
+  QuantWeight *qws;
+  const int *qent;
+  Measure *ms;
+} QuantJobs;
+
+/* Entry e of qws quantised (its status in qws[e].status). */
+static void quantise_task(void *ctx, int e) {
+  QuantJobs *j = ctx;
+  QuantWeight *q = &j->qws[e];
+  int axis = q->axis, next = q->next, w = q->w;
+  q->status = quantise_weight(j->g, w, axis, j->o->group, j->o->mode, q);
+  q->axis = axis, q->next = next, q->w = w;
+}
+
+/* Candidate c measured: its calibration rows (synthetic ones from a
+ * generator seeded by the options' seed and c, so that the threads'
+ * order does not matter) through both products. */
+static void measure_task(void *ctx, int c) {
+  QuantJobs *j = ctx;
+  const Node *n = &j->g->node[j->cand[c]];
+  int w = n->in[1], axis = ir_attr_int(n, "transpose_b") ? 1 : 0;
+  int64_t K = j->g->val[w].type.dim[axis];
+  uint64_t rng = (j->o->seed * 0x2545F4914F6CDD1Dull + 7) ^ ((uint64_t)(c + 1) * 0x9E3779B97F4A7C15ull);
+  if (!rng) rng = 1;
+  double *x = malloc(sizeof(double) * (size_t)(CALIB_ROWS * K + 1));
+  Measure *m = &j->ms[c];
+  if (!x) {
+    m->oom = true;
+    return;
+  }
+  m->rows = calib_rows(j->g, n, j->it, K, &rng, x);
+  m->oom = !compare_layer(j->g, w, &j->qws[j->qent[c]], axis, j->o->group, x, m->rows, &m->cosine, &m->rel_err);
+  free(x);
 }
 
 /* ---- the pass ---- */
@@ -440,44 +527,49 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
   else snprintf(desc, sizeof desc, "16 synthetic rows of normal(0, 1) features per layer (%s)", why);
   rep->calibration = xstrdup(desc);
 
-  int64_t maxK = 1;
-  for (int c = 0; c < ncand; c++) {
-    const Node *n = &g->node[cand[c]];
-    int64_t K = g->val[n->in[1]].type.dim[ir_attr_int(n, "transpose_b") ? 1 : 0];
-    if (K > maxK) maxK = K;
-  }
   int nval0 = g->nval;
-  double *x = st ? NULL : malloc(sizeof(double) * (size_t)(CALIB_ROWS * maxK));
   int *wq = st ? NULL : malloc(sizeof(int) * (size_t)(nval0 + 1)); /* weight -> its entry of qws, -1 */
   QuantWeight *qws = st ? NULL : calloc((size_t)ncand + 1, sizeof *qws);
   bool *keep = st ? NULL : calloc((size_t)ncand + 1, sizeof *keep);
   int *qent = st ? NULL : calloc((size_t)ncand + 1, sizeof *qent); /* candidate -> its entry of qws */
+  Measure *ms = st ? NULL : calloc((size_t)ncand + 1, sizeof *ms);
   int nqw = 0;
-  if (!st && (!x || !wq || !qws || !keep || !qent)) st = st_error(ST_NO_MEMORY, "out of memory");
+  if (!st && (!wq || !qws || !keep || !qent || !ms)) st = st_error(ST_NO_MEMORY, "out of memory");
   for (int v = 0; !st && v < nval0; v++) wq[v] = -1;
-  uint64_t rng = o->seed * 0x2545F4914F6CDD1Dull + 7;
 
-  /* 1: quantise and measure, the graph unchanged (the interpreter reads it) */
+  /* 1: quantise and measure, the graph unchanged (the interpreter reads
+   * it): one quantised form per weight and K axis (a square weight may be
+   * read both ways), the forms made and the layers measured on threads */
+  uint64_t bytes = 0;
   for (int c = 0; c < ncand && !st; c++) {
     const Node *n = &g->node[cand[c]];
     int w = n->in[1], axis = ir_attr_int(n, "transpose_b") ? 1 : 0;
-    const TensorType *wt = &g->val[w].type;
-    /* one quantised form per weight and K axis (a square weight may be
-     * read both ways) */
     int e = wq[w];
     while (e >= 0 && qws[e].axis != axis) e = qws[e].next;
     if (e < 0) {
       e = nqw++;
-      if ((st = quantise_weight(g, w, axis, o->group, o->mode, &qws[e]))) break;
-      qws[e].axis = axis;
-      qws[e].next = wq[w];
+      qws[e] = (QuantWeight){.qv = -1, .sv = -1, .axis = axis, .next = wq[w], .w = w};
       wq[w] = e;
+      bytes += ir_type_bytes(&g->val[w].type);
     }
     qent[c] = e;
-    const QuantWeight *qw = &qws[e];
-    QuantLayer l = {.K = wt->dim[axis], .N = wt->dim[1 - axis], .group = o->group};
-    l.rows = calib_rows(g, n, it, l.K, &rng, x);
-    compare_layer(g, w, qw, axis, o->group, x, l.rows, &l.cosine, &l.rel_err);
+  }
+  QuantJobs jobs = {g, o, it, cand, qws, qent, ms};
+  int threads = fmt_parallel_threads(bytes);
+  if (!st) fmt_parallel_for(threads, nqw, quantise_task, &jobs);
+  for (int e = 0; e < nqw && !st; e++) st = qws[e].status, qws[e].status = NULL;
+  if (!st) fmt_parallel_for(threads, ncand, measure_task, &jobs);
+  for (int c = 0; c < ncand && !st; c++) {
+    const Node *n = &g->node[cand[c]];
+    int w = n->in[1], axis = ir_attr_int(n, "transpose_b") ? 1 : 0;
+    const TensorType *wt = &g->val[w].type;
+    const QuantWeight *qw = &qws[qent[c]];
+    if (ms[c].oom) {
+      st = st_error(ST_NO_MEMORY, "out of memory measuring '%s'", ir_node_name(g, n));
+      break;
+    }
+    QuantLayer l = {.K = wt->dim[axis], .N = wt->dim[1 - axis], .group = o->group, .rows = ms[c].rows,
+                    .cosine = ms[c].cosine, .rel_err = ms[c].rel_err};
     l.flagged = !(l.cosine >= FLAG_COSINE);
     l.kept = keep[c] = o->keep_below > 0 && !(l.cosine >= o->keep_below);
     l.bytes_before = (double)ir_type_bytes(wt);
@@ -528,12 +620,12 @@ smelt_status pass_quantize(Graph *g, PassCtx *ctx, bool *changed) {
                   dt_name(qw->qt.dt), g->val[qw->qv].name, l->cosine, l->rel_err);
     *changed = true;
   }
-  for (int i = 0; qws && i < nqw; i++) quant_weight_free(&qws[i]);
+  for (int i = 0; qws && i < nqw; i++) quant_weight_free(&qws[i]), st_free(qws[i].status);
   free(qws);
   free(wq);
   free(keep);
   free(qent);
-  free(x);
+  free(ms);
   free(cand);
   ir_interp_destroy(it);
   return st;
