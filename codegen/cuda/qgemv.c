@@ -86,6 +86,7 @@
 typedef struct {
   int warps, cols, unroll;
   bool half; /* half mode: f16 pair arithmetic (see the top) */
+  int sk;    /* slices of K (split-K; 1: none) */
 } QgParams;
 
 typedef struct {
@@ -145,19 +146,30 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
 
+/* "qgemv:w=W,c=C,u=U", then ",h=1" (half mode) and ",sk=N" (N > 1
+ * slices of K), each optional, in that order */
 static bool qg_parse(const char *tok, QgParams *out) {
-  int w, c, u, h = 0, used = 0, more = 0;
+  int w, c, u, h = 0, sk = 1, used = 0, more = 0;
   if (sscanf(tok, "qgemv:w=%d,c=%d,u=%d%n", &w, &c, &u, &used) != 3) return false;
-  if (tok[used] == ',' && (sscanf(tok + used, ",h=%d%n", &h, &more) != 1 || h != 1)) return false;
-  if (tok[used + more] != 0) return false;
+  if (!strncmp(tok + used, ",h=", 3)) {
+    if (sscanf(tok + used, ",h=%d%n", &h, &more) != 1 || h != 1) return false;
+    used += more;
+  }
+  if (!strncmp(tok + used, ",sk=", 4)) {
+    if (sscanf(tok + used, ",sk=%d%n", &sk, &more) != 1 || sk < 2 || sk > 16) return false;
+    used += more;
+  }
+  if (tok[used] != 0) return false;
   /* C a power of two: the lanes' transpose reduction adds C x M' sums, M' a power of two */
   if (w < 1 || w > 32 || c < 1 || c > 8 || (c & (c - 1)) || u < 1 || u > 8) return false;
-  *out = (QgParams){w, c, u, h == 1};
+  *out = (QgParams){w, c, u, h == 1, sk};
   return true;
 }
 
 static void qg_format(const QgParams *p, char out[CG_VARIANT_LEN]) {
-  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d%s", p->warps, p->cols, p->unroll, p->half ? ",h=1" : "");
+  char sk[16] = "";
+  if (p->sk > 1) snprintf(sk, sizeof sk, ",sk=%d", p->sk);
+  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d%s%s", p->warps, p->cols, p->unroll, p->half ? ",h=1" : "", sk);
 }
 
 /* Half mode takes f16 A, codes of 4 or 8 bits or e4m3 (e5m2's 57344
@@ -176,15 +188,20 @@ static bool half_ok(const CuFn *f, const CuGemm *gm) {
  * (int4 gate/up 24.4 against 26.8 us, down 17.0 against 18.7; int8 and
  * e4m3 gate/up at 87-89% of the copy bandwidth). */
 static void qg_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
-  QgParams p = {4, 2, gm->M > 4 ? 2 : 4, half_ok(f, gm)};
+  QgParams p = {4, 2, gm->M > 4 ? 2 : 4, half_ok(f, gm), 1};
   qg_format(&p, out);
 }
 
 static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
-  static const QgParams alt[] = {{4, 2, 4, false}, {4, 2, 2, false}, {4, 4, 2, false}, {8, 2, 4, false}, {4, 1, 8, false},
-                                 {2, 2, 4, false}, {4, 2, 8, false}, {4, 2, 4, true},  {4, 2, 2, true},  {8, 2, 4, true},
-                                 {4, 4, 4, true},  {4, 2, 8, true},  {2, 2, 4, true}};
+  static const QgParams alt[] = {
+      {4, 2, 4, false, 1}, {4, 2, 2, false, 1}, {4, 4, 2, false, 1}, {8, 2, 4, false, 1}, {4, 1, 8, false, 1},
+      {2, 2, 4, false, 1}, {4, 2, 8, false, 1}, {4, 2, 4, true, 1},  {4, 2, 2, true, 1},  {8, 2, 4, true, 1},
+      {4, 4, 4, true, 1},  {4, 2, 8, true, 1},  {2, 2, 4, true, 1},
+      /* split-K, for grids of few warps (a down projection) */
+      {4, 2, 4, false, 2}, {4, 2, 2, false, 4}, {4, 2, 4, true, 2}, {4, 2, 2, true, 4}, {4, 2, 2, true, 8}};
   bool half = half_ok(f, gm);
+  CuQuantB q;
+  cu_quant_b(f, gm, &q); /* true: qg_eligible */
   /* pair mode runs an odd column count as the next even one: not a candidate of its own */
   bool pairs = cu_gemm_wants_pairs(f, gm);
   int n = 0;
@@ -193,7 +210,11 @@ static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
   if (n < max) memcpy(out[n++], d, CG_VARIANT_LEN);
   for (size_t i = 0; i < sizeof alt / sizeof *alt && n < max; i++) {
     char tok[CG_VARIANT_LEN];
-    if ((pairs && alt[i].cols % 2) || (alt[i].half && !half)) continue;
+    if ((pairs && alt[i].cols % 2) || alt[i].half != half) continue;
+    /* split-K where the warps are few (under 4096) and each lane still
+     * gets two chunks a column in each slice */
+    int64_t warps = (gm->N + 2 * alt[i].warps - 1) / (2 * alt[i].warps) * alt[i].warps;
+    if (alt[i].sk > 1 && (warps >= 4096 || q.KC < 64LL * alt[i].sk)) continue;
     qg_format(&alt[i], tok);
     if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
@@ -483,16 +504,19 @@ static void x_sums(CuFn *f, const Qg *v) {
 /* The lanes' stream over the K/E chunks of the warp's columns. */
 static void stream(CuFn *f, const Qg *v, bool packs) {
   int U = v->p->unroll, C = v->p->cols;
-  cu_open(f, "for (int c = lane; c < %lld; c += %d)", (long long)v->q.KC, 32 * U);
+  /* the chunks [lo, hi): all, or with split-K slice blockIdx.y's */
+  bool split = v->p->sk > 1;
+  const char *lo = split ? "c_lo" : "0", *hi = split ? "c_hi" : cu_fmt(f, "%lld", (long long)v->q.KC);
+  cu_open(f, "for (int c = %slane; c < %s; c += %d)", split ? "c_lo + " : "", hi, 32 * U);
   cu_line(f, "smelt_pack<unsigned, 4> wq[%d][%d];  // U x C chunks issued before any is used", U, C);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int u = 0; u < %d; u++)", U);
   cu_line(f, "  #pragma unroll");
-  cu_line(f, "  for (int j = 0; j < %d; j++) wq[u][j] = load_q(qr[j] + (c + 32 * u < %lld ? c + 32 * u : %lld));", C,
-          (long long)v->q.KC, (long long)v->q.KC - 1);
+  cu_line(f, "  for (int j = 0; j < %d; j++) wq[u][j] = load_q(qr[j] + (c + 32 * u < %s ? c + 32 * u : %s - 1));", C, hi, hi);
+  (void)lo;
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
-  cu_line(f, "if (c + 32 * u >= %lld) break;", (long long)v->q.KC);
+  cu_line(f, "if (c + 32 * u >= %s) break;", hi);
   cu_line(f, "const %s k = (%s)(c + 32 * u) * %d;", f->idx, f->idx, v->q.E);
   int SUB = subgroups(v);
   cu_line(f, "const %s g = k / %lld;  // the chunk's (first) group", f->idx, (long long)v->q.G);
@@ -523,6 +547,22 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
   cu_close(f);
 }
 
+/* Split-K: "part[(...) * N + n" (the caller closes the bracket), slice
+ * blockIdx.y's sum of row m, column n in the workspace. */
+static const char *split_part(CuFn *f, const Qg *v, const char *m, const char *n) {
+  return cu_fmt(f, "part[((%s * %dLL + blockIdx.y) * %lldLL + %s) * %lldLL + %s", v->z, v->p->sk, (long long)v->gm->M, m,
+                (long long)v->gm->N, n);
+}
+
+/* Split-K: the last slice's block adds the slices' sums of the block's
+ * W x C columns and runs the epilogue (gemv.c's tail). */
+static void split_tail(CuFn *f, const Qg *v, int64_t gx, bool pairs) {
+  if (v->p->sk <= 1) return;
+  int NBLK = v->p->warps * v->p->cols;
+  cu_line(f, "const long long nb0 = (long long)blockIdx.x * %d;  // the block's first column", NBLK);
+  cu_gemm_split_tail(f, v->gm, v->z, v->p->sk, gx, pairs, "nb0", NBLK, 32 * v->p->warps, v->epi, v->nepi);
+}
+
 static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const int *epi, int nepi, CuLaunch *l) {
   const Graph *g = f->g;
   /* pair mode (the halves of a gated pair in the epilogue): both columns
@@ -551,11 +591,13 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     cu_fail(f, ST_UNSUPPORTED, "a %lld x %lld weight exceeds the quantised GEMV's grid", (long long)gm->N, (long long)gm->K);
     return;
   }
+  int sk = p->sk;
+  uint64_t part_off = 0;
   l->block[0] = (unsigned)(32 * W);
   l->grid[0] = (unsigned)gx;
-  l->grid[1] = 1;
+  l->grid[1] = (unsigned)sk;
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
-  l->workspace = 0;
+  l->workspace = cu_gemm_split_workspace(gm, gx, sk, &part_off);
   if (gm->Z == 0) return;
   cu_line(f, "// variant: quantised GEMV for M = %d (decode): %s (%s [N, K], a scale%s per %lld of K) read once with", v.M,
           g->val[dq->in[0]].name, dt_name(v.q.qdt), v.q.z0 >= 0 ? " and a zero point" : "", (long long)v.q.G);
@@ -597,6 +639,13 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.q.sdt), v.q.s0, g->val[dq->in[1]].name);
   if (v.q.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.q.zdt), v.q.z0, g->val[dq->in[2]].name);
   cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
+  if (sk > 1) {
+    int64_t KCS = (v.q.KC + sk - 1) / sk;
+    cu_line(f, "// split-K: slice blockIdx.y takes chunks [c_lo, c_hi) of each column; its sums go to part");
+    cu_line(f, "const int c_lo = (int)blockIdx.y * %lld, c_hi = c_lo + %lld < %lld ? c_lo + %lld : %lld;", (long long)KCS,
+            (long long)KCS, (long long)v.q.KC, (long long)KCS, (long long)v.q.KC);
+    cu_line(f, "float *const part = reinterpret_cast<float *>(ws + %lluULL);  // [Z][%d][M][N]", (unsigned long long)part_off, sk);
+  }
   cu_line(f, "float acc[%d];  // acc[j * %d + m]: column n0 + j, row m", P, MP);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", P);
@@ -636,10 +685,18 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     const char *m = cu_tmp(f), *n = cu_tmp(f);
     cu_line(f, "const %s %s = q %% %d, %s = (%s)(n0 + 2 * (q / %d));", f->idx, m, v.M, n, f->idx, v.M);
     cu_open(f, "if (lane == q && %s < %lld)", n, (long long)gm->N);
-    cu_gemm_store_pair_at(f, gm, v.z, m, n, cu_fmt(f, "acc[2 * (q / %d) * %d + q %% %d]", v.M, MP, v.M),
-                          cu_fmt(f, "acc[(2 * (q / %d) + 1) * %d + q %% %d]", v.M, MP, v.M), v.epi, v.nepi);
+    const char *s0 = cu_fmt(f, "acc[2 * (q / %d) * %d + q %% %d]", v.M, MP, v.M);
+    const char *s1 = cu_fmt(f, "acc[(2 * (q / %d) + 1) * %d + q %% %d]", v.M, MP, v.M);
+    if (sk > 1) {
+      const char *at = split_part(f, &v, m, n);
+      cu_line(f, "%s] = %s;", at, s0);
+      cu_line(f, "%s + 1] = %s;", at, s1);
+    } else {
+      cu_gemm_store_pair_at(f, gm, v.z, m, n, s0, s1, v.epi, v.nepi);
+    }
     cu_close(f);
     cu_close(f);
+    split_tail(f, &v, gx, pairs);
     cu_close(f); /* z */
     return;
   }
@@ -657,10 +714,12 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     const char *m = cu_tmp(f), *n = cu_tmp(f);
     cu_line(f, "const %s %s = i %% %d, %s = (%s)(n0 + i / %d);", f->idx, m, MP, n, f->idx, MP);
     cu_open(f, "if (%s < %d && %s < %lld)", m, v.M, n, (long long)gm->N);
-    cu_gemm_store_at(f, gm, v.z, m, n, "s", v.epi, v.nepi);
+    if (sk > 1) cu_line(f, "%s] = s;", split_part(f, &v, m, n));
+    else cu_gemm_store_at(f, gm, v.z, m, n, "s", v.epi, v.nepi);
     cu_close(f);
     cu_close(f);
   }
+  split_tail(f, &v, gx, pairs);
   cu_close(f); /* z */
 }
 

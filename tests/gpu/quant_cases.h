@@ -472,8 +472,9 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
 /* Half mode (qgemv's h=1: f16 pair arithmetic, f16 x only): every f16
  * case it takes (int4, u4 and int8 with integer zeros or none, e4m3;
  * groups of 16 to per channel, M = 1, 3 and 8, x through a prologue)
- * forced to two h=1 tokens (C = 2 and 1), each kernel checked to have
- * run the token, element by element; then, compared as whole tensors
+ * forced to three h=1 tokens (C = 2 and 1, split-K in 4 slices), each
+ * kernel checked to have run the token, element by element; then,
+ * compared as whole tensors
  * (largest error against the largest value, cosine: h_compare_tensor),
  * an int8 and a u4 case with x in [-600, 600), where a word's f16 sums
  * would overflow without the shift of x (half_shift), and case 32 (int8
@@ -484,19 +485,19 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
  * check_norms (every candidate). */
 static inline void check_half(Exec *e, const char *arch, HStats *stats) {
   static const int which[] = {1, 3, 5, 7, 10, 14, 17, 23, 29, 30, 33, 34, 35};
-  static const char *const toks[] = {"qgemv:w=4,c=2,u=4,h=1", "qgemv:w=2,c=1,u=8,h=1"};
+  static const char *const toks[] = {"qgemv:w=4,c=2,u=4,h=1", "qgemv:w=2,c=1,u=8,h=1", "qgemv:w=4,c=2,u=2,h=1,sk=4"};
   static const QCase big[] = {
       {DT_I8, DT_F16, DT_F16, 1, 128, 40, 0, false, false, DT_INVALID},
       {DT_U4, DT_F16, DT_F16, 3, 256, 40, 128, false, false, DT_U4},
       {DT_I8, DT_F16, DT_F16, 1, 512, 130, 0, false, false, DT_INVALID}, /* case 32 */
   };
   char what[96];
-  for (int t = 0; t < 3; t++) {
+  for (int t = 0; t < 4; t++) {
     Graph *c;
     static OpSuite wide;
     const OpSuite *ranges = NULL;
-    const char *tok = toks[t % 2];
-    if (t < 2) {
+    const char *tok = toks[t % 3];
+    if (t < 3) {
       c = cases_graph(which, (int)(sizeof which / sizeof *which));
     } else {
       c = ir_graph_create("qgemv-half-wide");
@@ -526,8 +527,8 @@ static inline void check_half(Exec *e, const char *arch, HStats *stats) {
       }
     fmt_cuda_module_free(m);
     cg_kernels_free(kk, n);
-    snprintf(what, sizeof what, "%s forced to %s", t < 2 ? "f16 cases" : "f16 cases with x in [-600, 600)", tok);
-    CHECK(h_check_graph(e, c, ranges, &opt, t == 1 ? 8 : 0, t == 2, what, stats) == 0);
+    snprintf(what, sizeof what, "%s forced to %s", t < 3 ? "f16 cases" : "f16 cases with x in [-600, 600)", tok);
+    CHECK(h_check_graph(e, c, ranges, &opt, t == 1 ? 8 : 0, t == 3, what, stats) == 0);
     free(fc);
     ir_graph_destroy(c);
   }
@@ -562,10 +563,14 @@ static inline void check_all_forced(Exec *e, const char *arch, char (*toks)[16][
   check_forced(e, "qmma:w=2,s=3,sk=2", arch, stats);
   check_forced(e, "qmma:w=1,s=4,sk=3", arch, stats);
   check_forced(e, "qmma:w=4,s=4,sk=16", arch, stats);
+  check_forced(e, "qgemv:w=2,c=2,u=2,sk=2", arch, stats);
+  check_forced(e, "qgemv:w=4,c=1,u=1,sk=3", arch, stats);
+  check_forced(e, "qgemv:w=2,c=2,u=1,sk=16", arch, stats);
 }
 
-/* The gated-pair cases with qmma forced to split-K (its tail adds the two
- * columns of a pair). */
+/* The gated-pair cases with qmma (f16 x) and then qgemv (all, half mode
+ * where it applies) forced to split-K (the tail adds the two columns of a
+ * pair). */
 static inline void check_pairs_split(Exec *e, const char *arch, HStats *stats) {
   Graph *g = pairs_graph();
   Kernel *k = NULL;
@@ -581,6 +586,10 @@ static inline void check_pairs_split(Exec *e, const char *arch, HStats *stats) {
   CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
   Graph *c = ir_graph_clone(g);
   CHECK(h_check_graph(e, c, NULL, &fo, 8, false, "gated-pair cases, qmma split-K", stats) == 0);
+  ir_graph_destroy(c);
+  for (int i = 0; i < nk; i++) fc[i] = "qgemv:w=2,c=2,u=1,h=1,sk=3";
+  c = ir_graph_clone(g);
+  CHECK(h_check_graph(e, c, NULL, &fo, 0, false, "gated-pair cases, qgemv split-K", stats) == 0);
   ir_graph_destroy(c);
   free(fc);
   cg_kernels_free(k, nk);

@@ -40,10 +40,15 @@
 /* A qgemv or qmma token parses back to itself. */
 static void check_token(const char *tok) {
   char back[CG_VARIANT_LEN];
-  int w, c, u, h = 0;
+  int w, c, u, h = 0, sk = 1;
   if (!strncmp(tok, "qgemv:", 6)) {
-    CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d,h=%d", &w, &c, &u, &h) >= 3);
-    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d%s", w, c, u, h == 1 ? ",h=1" : "");
+    CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
+    const char *hs = strstr(tok, ",h="), *ss = strstr(tok, ",sk=");
+    if (hs) CHECK(sscanf(hs, ",h=%d", &h) == 1);
+    if (ss) CHECK(sscanf(ss, ",sk=%d", &sk) == 1);
+    char skt[16] = "";
+    if (sk > 1) snprintf(skt, sizeof skt, ",sk=%d", sk);
+    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d%s%s", w, c, u, h == 1 ? ",h=1" : "", skt);
   } else {
     CHECK(sscanf(tok, "qmma:w=%d,s=%d", &w, &u) == 2);
     snprintf(back, sizeof back, "qmma:w=%d,s=%d", w, u);
