@@ -24,6 +24,9 @@
 #   w5_quant    bench/gpu/w5.py --quantize SMELT_DECODE_QUANT (default int4)
 #               --contexts SMELT_DECODE_CONTEXTS (default 512), no peers: the
 #               quantised bundle's decode against f16's, then its kernels
+#   w5_qtune    after w5_quant: smelt tune of W5's decode with --quantize
+#               (budget SMELT_DECODE_TUNE_BUDGET, default 50 s) into a copy
+#               of the table ($LOGS/w5-quant.table), then w5.py with it
 #   w5_sync     the same smelt with SMELT_GENERATE_SYNC=1 (one synchronous
 #               run per decode step instead of the queued loop), no peers
 # The W5 checkpoint is written once into /tmp/w5 (kept while the machine
@@ -102,6 +105,23 @@ if has_step w5_quant && [ -x build-gpu/smelt ]; then
   row "w5 quant" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "bench/gpu/w5.py --quantize $q"
   tail -12 "$LOGS/w5-quant.log"
   grep -E "graph|replay|sum of|kernels" "$LOGS/kernels-quant.log" | head -6
+fi
+if has_step w5_qtune && [ -x build-gpu/smelt ] && [ -f "$W5DIR/w5.yaml" ]; then
+  # after w5_quant: smelt tune of W5's decode (seq 1) with --quantize, into
+  # a copy of the table in use ($LOGS/w5-quant.table), then w5.py --quantize
+  # again with that table (a compile cache of its own)
+  t0=$(date +%s)
+  q="${SMELT_DECODE_QUANT:-int4}"
+  cp "${SMELT_TUNE_TABLE:-tuning/cuda.table}" "$LOGS/w5-quant.table"
+  timeout "${SMELT_DECODE_TUNE_S:-90}" build-gpu/smelt tune "$W5DIR/w5.yaml" --target cuda --quantize "${q%%,*}" --dim seq=1 \
+    --budget "${SMELT_DECODE_TUNE_BUDGET:-50}" -o "$LOGS/w5-quant.table" > "$LOGS/w5-qtune.log" 2>&1
+  rc=$?
+  grep -E "^\[|-> best" "$LOGS/w5-qtune.log" | head -40
+  SMELT_TUNE_TABLE="$LOGS/w5-quant.table" SMELT_CACHE_DIR=/tmp/cache-qtune timeout 300 python3 bench/gpu/w5.py --smelt build-gpu/smelt \
+    --dir "$W5DIR" --steps 64 --no-peer --contexts "${SMELT_DECODE_CONTEXTS:-512}" --quantize "$q" \
+    --json "$LOGS/w5-qtuned.json" > "$LOGS/w5-qtuned.log" 2>&1 || rc=1
+  row "w5 qtune" "$([ $rc = 0 ] && echo ok || echo FAIL)" $(($(date +%s) - t0)) "smelt tune --quantize $q of W5, then w5.py with it"
+  tail -6 "$LOGS/w5-qtuned.log"
 fi
 if has_step w5_sync && [ -x build-gpu/smelt ]; then
   SMELT_GENERATE_SYNC=1 w5_run sync build-gpu/smelt --no-peer
