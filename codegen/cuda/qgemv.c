@@ -72,7 +72,9 @@
  * matmul's own result does.
  * Parameters (token "qgemv:w=4,c=2,u=4"): W warps per block, C columns per
  * warp (1, 2, 4 or 8; in pair mode 1 runs as 2), U chunks per column in
- * flight; ",h=1" asks for half mode.
+ * flight; ",h=1" asks for half mode, ",p=P" for P column groups a warp
+ * (one after another, the grid P times smaller: the warps drift out of
+ * step, so that some load while others compute), ",sk=N" for split-K.
  * Not taken (the simple kernel dequantises element by element instead):
  * a [K, N] weight, zero points of fp8 weights, scales or zero points
  * that are not kernel arguments, groups that split a 32-bit word, A
@@ -86,6 +88,7 @@
 typedef struct {
   int warps, cols, unroll;
   bool half; /* half mode: f16 pair arithmetic (see the top) */
+  int per;   /* column groups a warp takes one after another (1: one) */
   int sk;    /* slices of K (split-K; 1: none) */
 } QgParams;
 
@@ -146,30 +149,37 @@ static bool qg_eligible(const CuFn *f, const CuGemm *gm) {
   return gm->K % q.E == 0 && gm->K % q.G == 0 && (q.G % q.E == 0 || (q.E % q.G == 0 && q.G % epw == 0));
 }
 
-/* "qgemv:w=W,c=C,u=U", then ",h=1" (half mode) and ",sk=N" (N > 1
- * slices of K), each optional, in that order */
+/* "qgemv:w=W,c=C,u=U", then ",h=1" (half mode), ",p=P" (P > 1 column
+ * groups a warp) and ",sk=N" (N > 1 slices of K; not with P), each
+ * optional, in that order */
 static bool qg_parse(const char *tok, QgParams *out) {
-  int w, c, u, h = 0, sk = 1, used = 0, more = 0;
+  int w, c, u, h = 0, per = 1, sk = 1, used = 0, more = 0;
   if (sscanf(tok, "qgemv:w=%d,c=%d,u=%d%n", &w, &c, &u, &used) != 3) return false;
   if (!strncmp(tok + used, ",h=", 3)) {
     if (sscanf(tok + used, ",h=%d%n", &h, &more) != 1 || h != 1) return false;
     used += more;
   }
+  if (!strncmp(tok + used, ",p=", 3)) {
+    if (sscanf(tok + used, ",p=%d%n", &per, &more) != 1 || per < 2 || per > 64) return false;
+    used += more;
+  }
   if (!strncmp(tok + used, ",sk=", 4)) {
+    if (per > 1) return false;
     if (sscanf(tok + used, ",sk=%d%n", &sk, &more) != 1 || sk < 2 || sk > 16) return false;
     used += more;
   }
   if (tok[used] != 0) return false;
   /* C a power of two: the lanes' transpose reduction adds C x M' sums, M' a power of two */
   if (w < 1 || w > 32 || c < 1 || c > 8 || (c & (c - 1)) || u < 1 || u > 8) return false;
-  *out = (QgParams){w, c, u, h == 1, sk};
+  *out = (QgParams){w, c, u, h == 1, per, sk};
   return true;
 }
 
 static void qg_format(const QgParams *p, char out[CG_VARIANT_LEN]) {
-  char sk[16] = "";
+  char per[16] = "", sk[16] = "";
+  if (p->per > 1) snprintf(per, sizeof per, ",p=%d", p->per);
   if (p->sk > 1) snprintf(sk, sizeof sk, ",sk=%d", p->sk);
-  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d%s%s", p->warps, p->cols, p->unroll, p->half ? ",h=1" : "", sk);
+  snprintf(out, CG_VARIANT_LEN, "qgemv:w=%d,c=%d,u=%d%s%s%s", p->warps, p->cols, p->unroll, p->half ? ",h=1" : "", per, sk);
 }
 
 /* Half mode takes f16 A, codes of 4 or 8 bits or e4m3 (e5m2's 57344
@@ -188,17 +198,20 @@ static bool half_ok(const CuFn *f, const CuGemm *gm) {
  * (int4 gate/up 24.4 against 26.8 us, down 17.0 against 18.7; int8 and
  * e4m3 gate/up at 87-89% of the copy bandwidth). */
 static void qg_default(const CuFn *f, const CuGemm *gm, char out[CG_VARIANT_LEN]) {
-  QgParams p = {4, 2, gm->M > 4 ? 2 : 4, half_ok(f, gm), 1};
+  QgParams p = {4, 2, gm->M > 4 ? 2 : 4, half_ok(f, gm), 1, 1};
   qg_format(&p, out);
 }
 
 static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT_LEN], int max) {
   static const QgParams alt[] = {
-      {4, 2, 4, false, 1}, {4, 2, 2, false, 1}, {4, 4, 2, false, 1}, {8, 2, 4, false, 1}, {4, 1, 8, false, 1},
-      {2, 2, 4, false, 1}, {4, 2, 8, false, 1}, {4, 2, 4, true, 1},  {4, 2, 2, true, 1},  {8, 2, 4, true, 1},
-      {4, 4, 4, true, 1},  {4, 2, 8, true, 1},  {2, 2, 4, true, 1},
+      {4, 2, 4, false, 1, 1}, {4, 2, 2, false, 1, 1}, {4, 4, 2, false, 1, 1}, {8, 2, 4, false, 1, 1},
+      {4, 1, 8, false, 1, 1}, {2, 2, 4, false, 1, 1}, {4, 2, 8, false, 1, 1}, {4, 2, 4, true, 1, 1},
+      {4, 2, 2, true, 1, 1},  {8, 2, 4, true, 1, 1},  {4, 4, 4, true, 1, 1},  {4, 2, 8, true, 1, 1},
+      {2, 2, 4, true, 1, 1},
       /* split-K, for grids of few warps (a down projection) */
-      {4, 2, 4, false, 2}, {4, 2, 2, false, 4}, {4, 2, 4, true, 2}, {4, 2, 2, true, 4}, {4, 2, 2, true, 8}};
+      {4, 2, 4, false, 1, 2}, {4, 2, 2, false, 1, 4}, {4, 2, 4, true, 1, 2}, {4, 2, 2, true, 1, 4}, {4, 2, 2, true, 1, 8},
+      /* column groups one after another, for grids of many (gate/up) */
+      {2, 2, 4, true, 2, 1}, {2, 2, 4, true, 4, 1}, {4, 2, 4, true, 4, 1}, {2, 2, 4, false, 4, 1}};
   bool half = half_ok(f, gm);
   CuQuantB q;
   cu_quant_b(f, gm, &q); /* true: qg_eligible */
@@ -215,6 +228,7 @@ static int qg_candidates(const CuFn *f, const CuGemm *gm, char (*out)[CG_VARIANT
      * gets two chunks a column in each slice */
     int64_t warps = (gm->N + 2 * alt[i].warps - 1) / (2 * alt[i].warps) * alt[i].warps;
     if (alt[i].sk > 1 && (warps >= 4096 || q.KC < 64LL * alt[i].sk)) continue;
+    if (alt[i].per > 1 && warps < 4096LL * alt[i].per / 2) continue;
     qg_format(&alt[i], tok);
     if (strcmp(tok, d) != 0) memcpy(out[n++], tok, CG_VARIANT_LEN);
   }
@@ -594,7 +608,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   int sk = p->sk;
   uint64_t part_off = 0;
   l->block[0] = (unsigned)(32 * W);
-  l->grid[0] = (unsigned)gx;
+  l->grid[0] = (unsigned)((gx + p->per - 1) / p->per);
   l->grid[1] = (unsigned)sk;
   l->grid[2] = (unsigned)(gm->Z < 1 ? 1 : gm->Z > 65535 ? 65535 : gm->Z);
   l->workspace = cu_gemm_split_workspace(gm, gx, sk, &part_off);
@@ -638,7 +652,11 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
   if (v.norm) cu_gemv_norm_rows(f, gm, v.z, v.norm, v.M, 16 / (int)dt_size(v.ydt), cu_fmt(f, "smelt_aligned(a%d, 16)", f->arg_of[v.norm->in[0]]));
   cu_line(f, "const %s *S = a%d;  // %s", cu_stype(v.q.sdt), v.q.s0, g->val[dq->in[1]].name);
   if (v.q.z0 >= 0) cu_line(f, "const %s *Z = a%d;  // %s", cu_stype(v.q.zdt), v.q.z0, g->val[dq->in[2]].name);
-  cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
+  if (p->per > 1)
+    cu_open(f, "for (long long n0 = ((long long)blockIdx.x * %d + warp) * %d; n0 < %lldLL; n0 += (long long)gridDim.x * %d)",
+            W, C, (long long)gm->N, W * C);
+  else
+    cu_line(f, "const long long n0 = ((long long)blockIdx.x * %d + warp) * %d;  // this warp's first column", W, C);
   if (sk > 1) {
     int64_t KCS = (v.q.KC + sk - 1) / sk;
     cu_line(f, "// split-K: slice blockIdx.y takes chunks [c_lo, c_hi) of each column; its sums go to part");
@@ -696,6 +714,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     }
     cu_close(f);
     cu_close(f);
+    if (p->per > 1) cu_close(f); /* the column groups */
     split_tail(f, &v, gx, pairs);
     cu_close(f); /* z */
     return;
@@ -719,6 +738,7 @@ static void qg_emit_kernel(CuFn *f, const CuGemm *gm, const QgParams *tp, const 
     cu_close(f);
     cu_close(f);
   }
+  if (p->per > 1) cu_close(f); /* the column groups */
   split_tail(f, &v, gx, pairs);
   cu_close(f); /* z */
 }

@@ -360,8 +360,9 @@ static inline void check_pairs(Exec *e, const char *arch, HStats *stats) {
   Graph *c = ir_graph_clone(g);
   CHECK(h_check_graph(e, c, NULL, &opt, 0, false, what, stats) == 0);
   ir_graph_destroy(c);
-  static const char *const forced[] = {"qgemv:w=4,c=1,u=8", "qgemv:w=2,c=2,u=4", "qmma:w=2,s=3", "qgemv:w=4,c=2,u=4,h=1"};
-  for (int t = 0; t < 4; t++) {
+  static const char *const forced[] = {"qgemv:w=4,c=1,u=8", "qgemv:w=2,c=2,u=4", "qmma:w=2,s=3", "qgemv:w=4,c=2,u=4,h=1",
+                                       "qgemv:w=2,c=2,u=2,p=3"};
+  for (int t = 0; t < 5; t++) {
     bool f16_only = !strncmp(forced[t], "qmma:", 5) || strstr(forced[t], ",h=1");
     for (int i = 0; i < nk; i++) fc[i] = !f16_only || f16[i] ? forced[t] : NULL;
     CgCudaOptions fo = {.max_units = 1, .arch = arch, .force = fc};
@@ -472,7 +473,8 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
 /* Half mode (qgemv's h=1: f16 pair arithmetic, f16 x only): every f16
  * case it takes (int4, u4 and int8 with integer zeros or none, e4m3;
  * groups of 16 to per channel, M = 1, 3 and 8, x through a prologue)
- * forced to three h=1 tokens (C = 2 and 1, split-K in 4 slices), each
+ * forced to four h=1 tokens (C = 2 and 1, split-K in 4 slices, 3
+ * column groups a warp), each
  * kernel checked to have run the token, element by element; then,
  * compared as whole tensors
  * (largest error against the largest value, cosine: h_compare_tensor),
@@ -485,19 +487,20 @@ static inline void check_norms(Exec *e, const char *arch, HStats *stats) {
  * check_norms (every candidate). */
 static inline void check_half(Exec *e, const char *arch, HStats *stats) {
   static const int which[] = {1, 3, 5, 7, 10, 14, 17, 23, 29, 30, 33, 34, 35};
-  static const char *const toks[] = {"qgemv:w=4,c=2,u=4,h=1", "qgemv:w=2,c=1,u=8,h=1", "qgemv:w=4,c=2,u=2,h=1,sk=4"};
+  static const char *const toks[] = {"qgemv:w=4,c=2,u=4,h=1", "qgemv:w=2,c=1,u=8,h=1", "qgemv:w=4,c=2,u=2,h=1,sk=4",
+                                     "qgemv:w=2,c=2,u=2,h=1,p=3"};
   static const QCase big[] = {
       {DT_I8, DT_F16, DT_F16, 1, 128, 40, 0, false, false, DT_INVALID},
       {DT_U4, DT_F16, DT_F16, 3, 256, 40, 128, false, false, DT_U4},
       {DT_I8, DT_F16, DT_F16, 1, 512, 130, 0, false, false, DT_INVALID}, /* case 32 */
   };
   char what[96];
-  for (int t = 0; t < 4; t++) {
+  for (int t = 0; t < 5; t++) {
     Graph *c;
     static OpSuite wide;
     const OpSuite *ranges = NULL;
-    const char *tok = toks[t % 3];
-    if (t < 3) {
+    const char *tok = toks[t % 4];
+    if (t < 4) {
       c = cases_graph(which, (int)(sizeof which / sizeof *which));
     } else {
       c = ir_graph_create("qgemv-half-wide");
@@ -527,8 +530,8 @@ static inline void check_half(Exec *e, const char *arch, HStats *stats) {
       }
     fmt_cuda_module_free(m);
     cg_kernels_free(kk, n);
-    snprintf(what, sizeof what, "%s forced to %s", t < 3 ? "f16 cases" : "f16 cases with x in [-600, 600)", tok);
-    CHECK(h_check_graph(e, c, ranges, &opt, t == 1 ? 8 : 0, t == 3, what, stats) == 0);
+    snprintf(what, sizeof what, "%s forced to %s", t < 4 ? "f16 cases" : "f16 cases with x in [-600, 600)", tok);
+    CHECK(h_check_graph(e, c, ranges, &opt, t == 1 ? 8 : 0, t == 4, what, stats) == 0);
     free(fc);
     ir_graph_destroy(c);
   }
@@ -566,6 +569,7 @@ static inline void check_all_forced(Exec *e, const char *arch, char (*toks)[16][
   check_forced(e, "qgemv:w=2,c=2,u=2,sk=2", arch, stats);
   check_forced(e, "qgemv:w=4,c=1,u=1,sk=3", arch, stats);
   check_forced(e, "qgemv:w=2,c=2,u=1,sk=16", arch, stats);
+  check_forced(e, "qgemv:w=2,c=2,u=1,p=3", arch, stats); /* warps that take 3 column groups, some none */
 }
 
 /* The gated-pair cases with qmma (f16 x) and then qgemv (all, half mode

@@ -40,15 +40,17 @@
 /* A qgemv or qmma token parses back to itself. */
 static void check_token(const char *tok) {
   char back[CG_VARIANT_LEN];
-  int w, c, u, h = 0, sk = 1;
+  int w, c, u, h = 0, per = 1, sk = 1;
   if (!strncmp(tok, "qgemv:", 6)) {
     CHECK(sscanf(tok, "qgemv:w=%d,c=%d,u=%d", &w, &c, &u) == 3);
-    const char *hs = strstr(tok, ",h="), *ss = strstr(tok, ",sk=");
+    const char *hs = strstr(tok, ",h="), *ps = strstr(tok, ",p="), *ss = strstr(tok, ",sk=");
     if (hs) CHECK(sscanf(hs, ",h=%d", &h) == 1);
+    if (ps) CHECK(sscanf(ps, ",p=%d", &per) == 1);
     if (ss) CHECK(sscanf(ss, ",sk=%d", &sk) == 1);
-    char skt[16] = "";
+    char pt[16] = "", skt[16] = "";
+    if (per > 1) snprintf(pt, sizeof pt, ",p=%d", per);
     if (sk > 1) snprintf(skt, sizeof skt, ",sk=%d", sk);
-    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d%s%s", w, c, u, h == 1 ? ",h=1" : "", skt);
+    snprintf(back, sizeof back, "qgemv:w=%d,c=%d,u=%d%s%s%s", w, c, u, h == 1 ? ",h=1" : "", pt, skt);
   } else {
     CHECK(sscanf(tok, "qmma:w=%d,s=%d", &w, &u) == 2);
     snprintf(back, sizeof back, "qmma:w=%d,s=%d", w, u);
