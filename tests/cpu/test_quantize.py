@@ -18,7 +18,8 @@ all 14 matmuls with their cosine and is stored in the bundle (smelt inspect
 --quant); int8 layers are all above 0.9999, int4 below 0.999 is flagged,
 --keep-below keeps flagged layers in float, --quantize-only picks layers;
 bad input: a group that does not divide K (located error, exit 1), options
-without --quantize (exit 2).
+without --quantize (exit 2).  The pass's threads change nothing: one thread
+and the default give the same bundle and report.
 
 Usage: test_quantize.py --smelt PATH
 """
@@ -250,6 +251,50 @@ def test_tiny_llama(smelt, tmp):
     check(r.returncode == 2 and "int8, int4 or fp8" in r.stderr, "--quantize int3: usage error")
 
 
+THREADS_YAML = """smelt: 1
+name: qthreads
+seed: 5
+dtype: f32
+dims: {m: 4, k: 1024, n: 2048}
+inputs:
+  x: {shape: [m, k]}
+params:
+  w1: {shape: [k, n], init: {normal: 0.05}}
+  w2: {shape: [n, k], init: {normal: 0.05}}
+  w3: {shape: [k, n], init: {normal: 0.05}}
+nodes:
+  - {out: h, op: matmul, in: [x, w1]}
+  - {out: y, op: matmul, in: [h, w2]}
+  - {out: z, op: matmul, in: [y, w3]}
+outputs: [z]
+"""
+
+
+def test_threads(smelt, tmp):
+    """The quantize pass quantises weights and measures layers on threads
+    (format/parallel.c: one per 4 MiB of weights, at most one a core; 24 MiB
+    here): one thread and the default give the same bundle, byte for byte,
+    and the same report, whatever the threads' order."""
+    yml = os.path.join(tmp, "qthreads.yaml")
+    with open(yml, "w") as f:
+        f.write(THREADS_YAML)
+    outs = {}
+    for n in ("1", ""):
+        env = dict(os.environ, SMELT_FMT_THREADS=n)
+        for mode, extra in (("int4", ["--group", "64"]), ("int8", []), ("fp8", [])):
+            out = os.path.join(tmp, f"qt_{mode}_{n or 'default'}.smelt")
+            r = run([smelt, "compile", yml, "-o", out, "--no-cache", "--quantize", mode] + extra, env=env)
+            check(r.returncode == 0, f"threads {n or 'default'}, {mode}: compiles ({r.stderr.strip()[:200]})")
+            if r.returncode == 0:
+                with open(out, "rb") as f:
+                    outs[(n, mode)] = (f.read(), r.stdout)
+    for mode in ("int4", "int8", "fp8"):
+        a, b = outs.get(("1", mode)), outs.get(("", mode))
+        check(a is not None and b is not None and a[0] == b[0], f"{mode}: one thread and the default give the same bundle")
+        check(a is not None and b is not None and a[1] == b[1] and "3 of 3 matmuls quantised" in a[1],
+              f"{mode}: and the same report")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smelt", required=True)
@@ -257,6 +302,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         test_numpy_oracle(args.smelt, tmp)
         test_tiny_llama(args.smelt, tmp)
+        test_threads(args.smelt, tmp)
     print(f"test_quantize: {failures} failure(s)")
     return 1 if failures else 0
 
