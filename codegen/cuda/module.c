@@ -180,7 +180,9 @@ static const char prelude_common[] =
 static const char prelude_f16[] =
     "#include <cuda_fp16.h>\n"
     "// An explicit cast to f16 rounds once, so a later cast back sees the rounded value.\n"
-    "__device__ __forceinline__ float smelt_round_f16(float x) { return __half2float(__float2half_rn(x)); }\n"
+    "__device__ __forceinline__ float smelt_round_f16(float x) { return __half2float(__float2half_rn(x)); }\n";
+/* (the CPU emulation's stand-ins go from a product kernel: drop_host_side) */
+static const char prelude_h2[] =
     "// f16 pairs in 32-bit words (the first in the low half), for the quantised GEMV's half mode:\n"
     "// the product, a - b, a * b + c (rounded once), the pair of two floats, the sum of a pair in f32.\n"
     "#ifndef __CUDA_ARCH__\n"
@@ -580,7 +582,14 @@ smelt_status cg_cuda_generate(const Graph *g, const Kernel *k, int nk, const CgC
                     g->name ? g->name : "", u, m->nunits, last > first ? uniq_idx[first] : 0,
                     last > first ? uniq_idx[last - 1] : -1);
       cu_buf_printf(&src, "// Generated code: every kernel's comment names the model nodes it computes.\n");
-      if (h) cu_buf_printf(&src, "%s", prelude_f16);
+      if (h) {
+        CuBuf h2 = {0};
+        cu_buf_printf(&h2, "%s", prelude_h2);
+        if (!opt->emulation) drop_host_side(&h2);
+        cu_buf_printf(&src, "%s", prelude_f16);
+        cu_buf_append_buf(&src, &h2);
+        cu_buf_free(&h2);
+      }
       if (b) cu_buf_printf(&src, "%s", prelude_bf16);
       cu_buf_printf(&src, "%s\n", prelude_common);
       for (int x = first; x < last; x++) {
