@@ -359,36 +359,30 @@ static void chunk_dot_half(CuFn *f, const Qg *v) {
   cu_line(f, "float part = 0.0f;");
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int e = h * %d; e < (h + 1) * %d; e++)", WPS, WPS);
-  switch (v->q.qdt) {
-  case DT_I4:
-  case DT_U4:
-    if (v->q.qdt == DT_I4) cu_line(f, "const unsigned wd = w.v[e] ^ 0x88888888u;  // each nibble: its i4 value + 8");
-    else cu_line(f, "const unsigned wd = w.v[e];");
+  if (!dt_is_f8(v->q.qdt)) {
+    /* NP pairs a word: codes s and s + NP of the word (elements W e + s
+     * and W e + s + NP, W = 2 NP codes a word), A's pair to match */
+    bool four = dt_is_packed(v->q.qdt);
+    int NP = four ? 4 : 2, bits = four ? 4 : 8;
+    const char *name = four ? "nibble" : "byte";
+    if (v->q.qdt == DT_I4 || v->q.qdt == DT_I8)
+      cu_line(f, "const unsigned wd = w.v[e] ^ 0x%su;  // each %s: its value + %d", four ? "88888888" : "80808080", name,
+              code_bias(v->q.qdt));
+    else
+      cu_line(f, "const unsigned wd = w.v[e];");
     cu_line(f, "unsigned hs = 0u;");
-    cu_line(f, "// nibbles s and s + 4 (elements 8 e + s and 8 e + s + 4) in a pair; A's pair to match");
+    cu_line(f, "// %ss s and s + %d (elements %d e + s and %d e + s + %d) in a pair; A's pair to match", name, NP, 2 * NP,
+            2 * NP, NP);
     cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int s = 0; s < 4; s++)");
-    cu_line(f, "const unsigned c2 = smelt_h2_sub(((wd >> (4 * s)) & 0x000f000fu) | 0x64006400u, %s);", off);
-    cu_line(f, "const unsigned lo = xh[4 * e + s / 2], hi = xh[4 * e + 2 + s / 2];");
+    cu_open(f, "for (int s = 0; s < %d; s++)", NP);
+    cu_line(f, "const unsigned c2 = smelt_h2_sub(((wd >> (%d * s)) & 0x%su) | 0x64006400u, %s);", bits,
+            four ? "000f000f" : "00ff00ff", off);
+    cu_line(f, "const unsigned lo = xh[%d * e + s / 2], hi = xh[%d * e + %d + s / 2];", NP, NP, NP / 2);
     cu_line(f, "hs = smelt_h2_fma(c2, s & 1 ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16), hs);");
     cu_close(f);
     cu_line(f, "part += smelt_h2_sum(hs);");
-    break;
-  case DT_I8:
-  case DT_U8:
-    if (v->q.qdt == DT_I8) cu_line(f, "const unsigned wd = w.v[e] ^ 0x80808080u;  // each byte: its i8 value + 128");
-    else cu_line(f, "const unsigned wd = w.v[e];");
-    cu_line(f, "unsigned hs = 0u;");
-    cu_line(f, "// bytes s and s + 2 (elements 4 e + s and 4 e + s + 2) in a pair; A's pair to match");
-    cu_line(f, "#pragma unroll");
-    cu_open(f, "for (int s = 0; s < 2; s++)");
-    cu_line(f, "const unsigned c2 = smelt_h2_sub(((wd >> (8 * s)) & 0x00ff00ffu) | 0x64006400u, %s);", off);
-    cu_line(f, "const unsigned lo = xh[2 * e], hi = xh[2 * e + 1];");
-    cu_line(f, "hs = smelt_h2_fma(c2, s ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16), hs);");
-    cu_close(f);
-    cu_line(f, "part += smelt_h2_sum(hs);");
-    break;
-  default: /* e4m3 */
+  } else {
+    /* e4m3 */
     cu_line(f, "const unsigned wd = w.v[e];");
     cu_line(f, "unsigned hs = 0u;");
     cu_line(f, "#pragma unroll");

@@ -305,13 +305,9 @@ static inline bool takes_qmma(const QCase *c) {
   return c->zdt == DT_INVALID || (c->zdt == c->qdt && !dt_is_f8(c->qdt));
 }
 
-/* qgemv's tokens: cases 0 (int4), 4 (int8), 10 (u4 with u4 zeros) and 11
- * (u4 with f16 zeros); qmma's: cases 1 (int4, f16 scales), 10, 29 (int4,
- * a partial K block) and 30 (u8 zeros, a partial K block); every matmul
- * forced to tok, run by e for arch. */
-static inline void check_forced(Exec *e, const char *tok, const char *arch, HStats *stats) {
-  bool qmma = !strncmp(tok, "qmma:", 5);
-  Graph *c = cases_graph(qmma ? (const int[]){1, 10, 29, 30} : (const int[]){0, 4, 10, 11}, 4);
+/* Every matmul kernel of c forced to tok: the force list for
+ * CgCudaOptions (calloc'd, one entry a kernel as cg_lower makes them). */
+static inline const char **force_matmuls(Graph *c, const char *tok) {
   Kernel *kk = NULL;
   int n = 0;
   CHECK_OK(cg_lower(c, &kk, &n));
@@ -319,6 +315,17 @@ static inline void check_forced(Exec *e, const char *tok, const char *arch, HSta
   for (int i = 0; i < n; i++)
     if (is_matmul_kernel(c, &kk[i])) fc[i] = tok;
   cg_kernels_free(kk, n);
+  return fc;
+}
+
+/* qgemv's tokens: cases 0 (int4), 4 (int8), 10 (u4 with u4 zeros) and 11
+ * (u4 with f16 zeros); qmma's: cases 1 (int4, f16 scales), 10, 29 (int4,
+ * a partial K block) and 30 (u8 zeros, a partial K block); every matmul
+ * forced to tok, run by e for arch. */
+static inline void check_forced(Exec *e, const char *tok, const char *arch, HStats *stats) {
+  bool qmma = !strncmp(tok, "qmma:", 5);
+  Graph *c = cases_graph(qmma ? (const int[]){1, 10, 29, 30} : (const int[]){0, 4, 10, 11}, 4);
+  const char **fc = force_matmuls(c, tok);
   CgCudaOptions opt = {.max_units = 1, .arch = arch, .force = fc};
   char what[96];
   snprintf(what, sizeof what, "qgemv cases forced to %s", tok);
@@ -514,13 +521,11 @@ static inline void check_half(Exec *e, const char *arch, HStats *stats) {
       for (int i = 0; i < c->ninputs; i++) wide.in[i] = (OcInput){c->inputs[i], i < 2 ? -600 : -1, i < 2 ? 600 : 1};
       ranges = &wide;
     }
+    const char **fc = force_matmuls(c, tok);
+    CgCudaOptions opt = {.max_units = 1, .arch = arch, .force = fc};
     Kernel *kk = NULL;
     int n = 0;
     CHECK_OK(cg_lower(c, &kk, &n));
-    const char **fc = calloc((size_t)n + 1, sizeof *fc);
-    for (int i = 0; i < n; i++)
-      if (is_matmul_kernel(c, &kk[i])) fc[i] = tok;
-    CgCudaOptions opt = {.max_units = 1, .arch = arch, .force = fc};
     FmtCudaModule *m = NULL;
     CHECK_OK(cg_cuda_generate(c, kk, n, &opt, &m));
     for (int i = 0; m && i < m->nkernels && i < n; i++)
