@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Imported real models on the CPU (issue 11): BERT-base and ResNet-50
-exported from transformers and torchvision, run by smelt straight from the
+"""Imported real models on the CPU (issue 11): BERT-base, ResNet-50 and
+ViT-B/16 exported from transformers and torchvision, run by smelt straight from the
 .onnx file and by its peers, side by side in one run.
 
 A benchmark, not a test: CI never runs it (it needs torch, torchvision,
@@ -10,8 +10,8 @@ onnx onnxruntime).
   1. The models are built with random weights (seeded), in eval mode:
      BERT-base (transformers BertModel with BertConfig's defaults: 12
      layers, hidden 768, 12 heads) at batch 1, sequence --seq (128), with an
-     all-ones attention mask; ResNet-50 (torchvision, weights=None) at batch
-     1, 224x224.  Each is exported with torch.onnx.export's TorchScript
+     all-ones attention mask; ResNet-50 and ViT-B/16 (torchvision,
+     weights=None; --only vit) at batch 1, 224x224.  Each is exported with torch.onnx.export's TorchScript
      exporter at opset 17 (static shapes), into --keep DIR or a temporary
      directory (an existing file there is reused).
   2. ONNX Runtime (CPUExecutionProvider, --threads intra-op threads, all
@@ -34,7 +34,7 @@ each call, ORT only when its CUDA provider is installed, and smelt compiles
 with --target cuda (its bench replays the CUDA graph).  --dtype f16 runs
 every side in f16 (the check is then against ORT's f32 output, by cosine).
 
-Usage: onnx_models.py [--smelt PATH] [--threads 2] [--only bert,resnet]
+Usage: onnx_models.py [--smelt PATH] [--threads 2] [--only bert,resnet,vit]
                       [--seq 128] [--rounds 3] [--keep DIR] [--no-compile]
                       [--device cpu|cuda] [--dtype f32|f16]
 """
@@ -75,7 +75,10 @@ def build(name, seq):
                "token_type_ids": np.zeros((1, seq), np.int64)}
         return Wrap().eval(), ins, "last_hidden_state"
     import torchvision
-    m = torchvision.models.resnet50(weights=None).eval()
+    m = (torchvision.models.vit_b_16 if name == "vit" else torchvision.models.resnet50)(weights=None).eval()
+    if name == "vit":
+        # torchvision starts ViT's head at zero: logits of 0 would check nothing
+        torch.nn.init.normal_(m.heads.head.weight, std=0.02)
     ins = {"x": np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)}
     return m, ins, "logits"
 
@@ -159,7 +162,7 @@ def main():
     rows, checks, bad = [], [], False
     for name in a.only.split(","):
         module, ins, out_name = build(name, a.seq)
-        label = f"bert-base seq {a.seq}" if name == "bert" else "resnet-50 224x224"
+        label = f"bert-base seq {a.seq}" if name == "bert" else "vit-b-16 224x224" if name == "vit" else "resnet-50 224x224"
         path = os.path.join(tmp, f"{name}{a.seq if name == 'bert' else ''}.onnx")
         export(name, module, ins, out_name, path)
         with torch.inference_mode():

@@ -32,6 +32,193 @@ static LLVMValueRef at_index(CgFn *f, LLVMTypeRef t, LLVMValueRef buf, LLVMValue
   return LLVMBuildInBoundsGEP2(f->b, t, buf, &i, 1, "");
 }
 
+/* f32 attention's vectors: VL lanes (the target's f32 width) over the
+ * head dim; 1 (scalar code only) for other dtypes or a scalar target. */
+typedef struct {
+  int vl;
+  LLVMTypeRef vt;
+} AttVec;
+
+/* The VL elements at buf[i ..] of a stack buffer, as a vector pointer. */
+static LLVMValueRef vec_at(CgFn *f, const AttVec *a, LLVMTypeRef t, LLVMValueRef buf, LLVMValueRef i) {
+  return LLVMBuildBitCast(f->b, at_index(f, t, buf, i), LLVMPointerType(a->vt, 0), "");
+}
+
+static LLVMValueRef vec_load(CgFn *f, const AttVec *a, LLVMValueRef p) {
+  LLVMValueRef v = LLVMBuildLoad2(f->b, a->vt, p, "");
+  LLVMSetAlignment(v, 4);
+  return v;
+}
+
+static void vec_store(CgFn *f, LLVMValueRef v, LLVMValueRef p) { LLVMSetAlignment(LLVMBuildStore(f->b, v, p), 4); }
+
+/* Operand `value` at coords c[0..2] and c[3] = d0 .. d0 + VL - 1, as a
+ * vector: one load from an f32 argument, else VL elements read through
+ * cg_emit (so fused producers work). */
+static LLVMValueRef vec_emit(CgFn *f, const AttVec *a, int value, LLVMValueRef c0, LLVMValueRef c1, LLVMValueRef c2,
+                             LLVMValueRef d0) {
+  const Value *val = &f->g->val[value];
+  int arg = f->arg_of[value];
+  if (arg >= 0 && val->type.dt == DT_F32 && !(val->kind == VK_CONST && ir_type_numel(&val->type) == 1)) {
+    /* an f32 argument (row-major, the head dim last): one vector load */
+    LLVMValueRef c[4] = {c0, c1, c2, d0}, lin = cg_linear(f, &val->type, c);
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, f->m->t_f32, f->base[arg], &lin, 1, "");
+    LLVMValueRef v = vec_load(f, a, LLVMBuildBitCast(f->b, p, LLVMPointerType(a->vt, 0), ""));
+    cg_tag_access(f, v);
+    return v;
+  }
+  LLVMValueRef v = LLVMGetUndef(a->vt);
+  for (int l = 0; l < a->vl; l++) {
+    LLVMValueRef c[4] = {c0, c1, c2, cg_add(f, d0, cg_i64(f->m, l))};
+    v = LLVMBuildInsertElement(f->b, v, cg_emit(f, value, c), cg_i32(f->m, l), "");
+  }
+  return v;
+}
+
+static LLVMValueRef vec_splat(CgFn *f, const AttVec *a, LLVMValueRef x) {
+  LLVMValueRef v = LLVMBuildInsertElement(f->b, LLVMGetUndef(a->vt), x, cg_i32(f->m, 0), "");
+  return LLVMBuildShuffleVector(f->b, v, LLVMGetUndef(a->vt), LLVMConstNull(LLVMVectorType(f->m->t_i32, (unsigned)a->vl)), "");
+}
+
+/* The sum of v's lanes, by halves (log2 VL shuffles and adds). */
+static LLVMValueRef vec_sum(CgFn *f, const AttVec *a, LLVMValueRef v) {
+  for (int w = a->vl / 2; w >= 1; w /= 2) {
+    LLVMValueRef idx[16];
+    for (int l = 0; l < a->vl; l++) idx[l] = cg_i32(f->m, l < w ? l + w : l);
+    v = LLVMBuildFAdd(f->b, v, LLVMBuildShuffleVector(f->b, v, LLVMGetUndef(a->vt), LLVMConstVector(idx, (unsigned)a->vl), ""), "");
+  }
+  return LLVMBuildExtractElement(f->b, v, cg_i32(f->m, 0), "");
+}
+
+/* The keys a block of attention's online softmax takes at once. */
+#define ATT_KEYS 16
+/* Head dims of up to this many whole f32 vectors stay in registers. */
+#define ATT_REG_VECS 8
+
+/* One query row's state in attention's loops. */
+typedef struct {
+  CgFn *f;
+  const AttVec *av;
+  LLVMTypeRef t;
+  LLVMValueRef qbuf, acc;
+  int kv, vv, mv;
+  LLVMValueRef *rc; /* b, h, i */
+  LLVMValueRef hk;  /* the kv head */
+  int64_t D, Dv;
+  DType dt;
+  /* a head dim of at most ATT_REG_VECS whole vectors: q's vectors (values)
+   * and acc's (allocas of one vector each, which mem2reg keeps in
+   * registers across the keys); nq, na 0 otherwise */
+  int nq, na;
+  LLVMValueRef qv[ATT_REG_VECS], accv[ATT_REG_VECS];
+} Att;
+
+/* The score of key j: q (already scaled) . k_j, VL lanes of partial sums
+ * over the head dim (independent adds, not one chain of D) added by
+ * halves, then the rest element by element; plus the mask. */
+static LLVMValueRef att_score(const Att *a, LLVMValueRef j, LLVMValueRef dot, LLVMValueRef vdot) {
+  CgFn *f = a->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  const AttVec *av = a->av;
+  LLVMTypeRef t = a->t;
+  int64_t nvd = av->vl > 1 ? a->D / av->vl : 0;
+  CgLoop lk;
+  if (a->nq > 0) {
+    /* q in registers: one product a vector, added by pairs */
+    LLVMValueRef part[ATT_REG_VECS];
+    for (int i = 0; i < a->nq; i++)
+      part[i] = LLVMBuildFMul(B, a->qv[i], vec_emit(f, av, a->kv, a->rc[0], a->hk, j, cg_i64(m, (int64_t)i * av->vl)), "");
+    for (int w = 1; w < a->nq; w *= 2)
+      for (int i = 0; i + w < a->nq; i += 2 * w) part[i] = LLVMBuildFAdd(B, part[i], part[i + w], "");
+    LLVMBuildStore(B, vec_sum(f, av, part[0]), dot);
+    nvd = a->nq;
+  } else if (nvd > 0) {
+    vec_store(f, LLVMConstNull(av->vt), vdot);
+    LLVMValueRef d = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, nvd), "dv");
+    LLVMValueRef d0 = cg_mulc(f, d, av->vl);
+    LLVMValueRef prod = LLVMBuildFMul(B, vec_load(f, av, vec_at(f, av, t, a->qbuf, d0)), vec_emit(f, av, a->kv, a->rc[0], a->hk, j, d0), "");
+    vec_store(f, LLVMBuildFAdd(B, vec_load(f, av, vdot), prod, ""), vdot);
+    cg_loop_end(f, &lk, false);
+    LLVMBuildStore(B, vec_sum(f, av, vec_load(f, av, vdot)), dot);
+  } else {
+    LLVMBuildStore(B, cg_fconst(t, 0), dot);
+  }
+  if (nvd * av->vl < a->D) {
+    LLVMValueRef d = cg_loop_begin(f, &lk, cg_i64(m, nvd * av->vl), cg_i64(m, a->D), "d");
+    LLVMValueRef kc[4] = {a->rc[0], a->hk, j, d};
+    LLVMValueRef prod = LLVMBuildFMul(B, LLVMBuildLoad2(B, t, at_index(f, t, a->qbuf, d), ""), cg_emit(f, a->kv, kc), "");
+    LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, dot, ""), prod, ""), dot);
+    cg_loop_end(f, &lk, true);
+  }
+  LLVMValueRef s = LLVMBuildLoad2(B, t, dot, "");
+  if (a->mv >= 0) {
+    const TensorType *mt = &f->g->val[a->mv].type;
+    LLVMValueRef full[4] = {a->rc[0], a->rc[1], a->rc[2], j}, mc[IR_MAX_RANK];
+    cg_bcast_coords(f, mt, 4, full, mc);
+    LLVMValueRef mval = cg_emit(f, a->mv, mc);
+    if (mt->dt == DT_BOOL) s = LLVMBuildSelect(B, mval, s, cg_fconst(t, -INFINITY), "");
+    else s = LLVMBuildFAdd(B, s, cg_convert(m, mval, mt->dt, a->dt), "");
+  }
+  return s;
+}
+
+/* acc[d] *= corr over the Dv outputs (VL lanes at a time, then the rest). */
+static void att_scale_acc(const Att *a, LLVMValueRef corr) {
+  CgFn *f = a->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  const AttVec *av = a->av;
+  int64_t nvv = av->vl > 1 ? a->Dv / av->vl : 0;
+  CgLoop ld;
+  if (a->na > 0) {
+    LLVMValueRef vc = vec_splat(f, av, corr);
+    for (int i = 0; i < a->na; i++) LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, av->vt, a->accv[i], ""), vc, ""), a->accv[i]);
+    return;
+  }
+  if (nvv > 0) {
+    LLVMValueRef vc = vec_splat(f, av, corr);
+    LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, nvv), "dv");
+    LLVMValueRef ap = vec_at(f, av, a->t, a->acc, cg_mulc(f, d, av->vl));
+    vec_store(f, LLVMBuildFMul(B, vec_load(f, av, ap), vc, ""), ap);
+    cg_loop_end(f, &ld, false);
+  }
+  LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, nvv * av->vl), cg_i64(m, a->Dv), "d");
+  LLVMValueRef ap = at_index(f, a->t, a->acc, d);
+  LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, a->t, ap, ""), corr, ""), ap);
+  cg_loop_end(f, &ld, false);
+}
+
+/* acc[d] += p v_j[d] over the Dv outputs. */
+static void att_add_v(const Att *a, LLVMValueRef p, LLVMValueRef j) {
+  CgFn *f = a->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  const AttVec *av = a->av;
+  int64_t nvv = av->vl > 1 ? a->Dv / av->vl : 0;
+  CgLoop ld;
+  if (a->na > 0) {
+    LLVMValueRef vp = vec_splat(f, av, p);
+    for (int i = 0; i < a->na; i++) {
+      LLVMValueRef v = vec_emit(f, av, a->vv, a->rc[0], a->hk, j, cg_i64(m, (int64_t)i * av->vl));
+      LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, av->vt, a->accv[i], ""), LLVMBuildFMul(B, vp, v, ""), ""), a->accv[i]);
+    }
+    return;
+  }
+  if (nvv > 0) {
+    LLVMValueRef vp = vec_splat(f, av, p);
+    LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, nvv), "dv");
+    LLVMValueRef d0 = cg_mulc(f, d, av->vl), ap = vec_at(f, av, a->t, a->acc, d0);
+    vec_store(f, LLVMBuildFAdd(B, vec_load(f, av, ap), LLVMBuildFMul(B, vp, vec_emit(f, av, a->vv, a->rc[0], a->hk, j, d0), ""), ""), ap);
+    cg_loop_end(f, &ld, false);
+  }
+  LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, nvv * av->vl), cg_i64(m, a->Dv), "d");
+  LLVMValueRef vc[4] = {a->rc[0], a->hk, j, d};
+  LLVMValueRef ap = at_index(f, a->t, a->acc, d);
+  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, a->t, ap, ""), LLVMBuildFMul(B, p, cg_emit(f, a->vv, vc), ""), ""), ap);
+  cg_loop_end(f, &ld, false);
+}
+
 smelt_status cg_llvm_emit_attention(CgFn *f) {
   CgMod *m = f->m;
   Graph *g = f->g;
@@ -51,13 +238,19 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   LLVMTypeRef t = cg_ctype(m, dt);
   LLVMValueRef qbuf = cg_alloca(f, t, D, "q"), acc = cg_alloca(f, t, Dv, "acc");
   LLVMValueRef mx = cg_alloca(f, t, 1, "m"), sum = cg_alloca(f, t, 1, "l"), dot = cg_alloca(f, t, 1, "s");
+  AttVec av = {dt == DT_F32 && m->f32_lanes > 1 && m->f32_lanes <= 16 ? m->f32_lanes : 1, NULL};
+  av.vt = LLVMVectorType(t, (unsigned)av.vl);
+  LLVMValueRef vdot = av.vl > 1 ? cg_alloca(f, av.vt, 1, "sv") : NULL;
+  LLVMValueRef accv[ATT_REG_VECS] = {0};
+  for (int i = 0; av.vl > 1 && i < ATT_REG_VECS && (i + 1) * av.vl <= Dv; i++)
+    accv[i] = cg_alloca(f, av.vt, 1, "accv");
   LLVMValueRef zero = cg_fconst(t, 0), ninf = cg_fconst(t, -INFINITY);
 
   cg_store_loops(f, f->side, f->nside);
   int64_t rows = qt->dim[0] * Hq * S;
   LLVMValueRef rb, re;
   cg_task_span(f, f->k->ntasks, rows, &rb, &re);
-  CgLoop lrow, ld, lj, lk;
+  CgLoop lrow, ld, lj;
   LLVMValueRef row = cg_loop_begin(f, &lrow, rb, re, "row");
   LLVMValueRef rc[4];
   cg_delinearize(f, row, qt->dim, 3, rc); /* b, h, i */
@@ -81,42 +274,57 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
     LLVMValueRef p = cg_convert(m, cg_emit(f, pv, pc), g->val[pv].type.dt, DT_I64);
     jend = cg_max(f, cg_add(f, cg_min(f, p, cg_i64(m, T - 1)), cg_i64(m, 1)), cg_i64(m, 0));
   } else if (causal) jend = cg_min(f, jend, cg_max(f, cg_add(f, rc[2], cg_i64(m, T - S + 1)), cg_i64(m, 0)));
-  LLVMValueRef j = cg_loop_begin(f, &lj, cg_i64(m, 0), jend, "j");
-  LLVMBuildStore(B, zero, dot);
-  d = cg_loop_begin(f, &lk, cg_i64(m, 0), cg_i64(m, D), "d");
-  LLVMValueRef kc[4] = {rc[0], hk, j, d};
-  LLVMValueRef prod = LLVMBuildFMul(B, LLVMBuildLoad2(B, t, at_index(f, t, qbuf, d), ""), cg_emit(f, kv, kc), "");
-  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, dot, ""), prod, ""), dot);
-  cg_loop_end(f, &lk, true);
-  LLVMValueRef s = LLVMBuildLoad2(B, t, dot, "");
-  if (mv >= 0) {
-    const TensorType *mt = &g->val[mv].type;
-    LLVMValueRef full[4] = {rc[0], rc[1], rc[2], j}, mc[IR_MAX_RANK];
-    cg_bcast_coords(f, mt, 4, full, mc);
-    LLVMValueRef mval = cg_emit(f, mv, mc);
-    if (mt->dt == DT_BOOL) s = LLVMBuildSelect(B, mval, s, ninf, "");
-    else s = LLVMBuildFAdd(B, s, cg_convert(m, mval, mt->dt, dt), "");
+  /* the keys in blocks of ATT_KEYS: each block's scores first (independent
+   * dot products), then one rescale of the running sums by the block's new
+   * maximum, then every key's exp and its row of v added; the online
+   * softmax's serial chain (max, exp, rescale) is one a block, not one a key */
+  Att a = {f, &av, t, qbuf, acc, kv, vv, mv, rc, hk, D, Dv, dt, 0, 0, {0}, {0}};
+  if (av.vl > 1 && D % av.vl == 0 && D / av.vl <= ATT_REG_VECS) {
+    a.nq = (int)(D / av.vl);
+    for (int i = 0; i < a.nq; i++) a.qv[i] = vec_load(f, &av, vec_at(f, &av, t, qbuf, cg_i64(m, (int64_t)i * av.vl)));
   }
-  /* a masked key changes nothing (and exp(-inf - -inf) would be NaN) */
+  if (av.vl > 1 && Dv % av.vl == 0 && Dv / av.vl <= ATT_REG_VECS) {
+    a.na = (int)(Dv / av.vl);
+    for (int i = 0; i < a.na; i++) {
+      a.accv[i] = accv[i];
+      LLVMBuildStore(B, LLVMConstNull(av.vt), accv[i]);
+    }
+  }
+  LLVMValueRef sc = cg_alloca(f, t, ATT_KEYS, "sc"), bmax = cg_alloca(f, t, 1, "bm");
+  LLVMValueRef nblk = LLVMBuildUDiv(B, cg_add(f, jend, cg_i64(m, ATT_KEYS - 1)), cg_i64(m, ATT_KEYS), "");
+  LLVMValueRef blk = cg_loop_begin(f, &lj, cg_i64(m, 0), nblk, "kb");
+  LLVMValueRef j0 = cg_mulc(f, blk, ATT_KEYS), nb = cg_min(f, LLVMBuildNSWSub(B, jend, j0, ""), cg_i64(m, ATT_KEYS));
+  LLVMBuildStore(B, ninf, bmax);
+  CgLoop lq;
+  LLVMValueRef jj = cg_loop_begin(f, &lq, cg_i64(m, 0), nb, "kj");
+  LLVMValueRef s = att_score(&a, cg_add(f, j0, jj), dot, vdot);
+  LLVMBuildStore(B, s, at_index(f, t, sc, jj));
+  LLVMValueRef bm = LLVMBuildLoad2(B, t, bmax, "");
+  LLVMBuildStore(B, LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, s, bm, ""), s, bm, ""), bmax);
+  cg_loop_end(f, &lq, false);
+  /* a block of masked keys only changes nothing (and exp(-inf - -inf) would be NaN) */
   CgIf live;
-  cg_if_begin(f, &live, LLVMBuildFCmp(B, LLVMRealUNE, s, ninf, ""), "live");
+  LLVMValueRef bmv = LLVMBuildLoad2(B, t, bmax, "");
+  cg_if_begin(f, &live, LLVMBuildFCmp(B, LLVMRealUNE, bmv, ninf, ""), "live");
   LLVMValueRef mold = LLVMBuildLoad2(B, t, mx, "");
-  LLVMValueRef mnew = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, s, mold, ""), s, mold, "");
-  LLVMValueRef e1 = LLVMBuildFSub(B, mold, mnew, ""), e2 = LLVMBuildFSub(B, s, mnew, "");
-  LLVMValueRef corr = cg_exp(m, e1);
-  LLVMValueRef p = cg_exp(m, e2);
-  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, sum, ""), corr, ""), p, ""), sum);
+  LLVMValueRef mnew = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, bmv, mold, ""), bmv, mold, "");
+  LLVMValueRef corr = cg_exp(m, LLVMBuildFSub(B, mold, mnew, ""));
+  LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, sum, ""), corr, ""), sum);
   LLVMBuildStore(B, mnew, mx);
-  d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, Dv), "d");
-  LLVMValueRef vc[4] = {rc[0], hk, j, d};
-  LLVMValueRef ap = at_index(f, t, acc, d);
-  LLVMValueRef nv = LLVMBuildFAdd(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, ap, ""), corr, ""),
-                                  LLVMBuildFMul(B, p, cg_emit(f, vv, vc), ""), "");
-  LLVMBuildStore(B, nv, ap);
-  cg_loop_end(f, &ld, false);
+  att_scale_acc(&a, corr);
+  jj = cg_loop_begin(f, &lq, cg_i64(m, 0), nb, "kj");
+  s = LLVMBuildLoad2(B, t, at_index(f, t, sc, jj), "");
+  CgIf key;
+  cg_if_begin(f, &key, LLVMBuildFCmp(B, LLVMRealUNE, s, ninf, ""), "key"); /* a masked key adds nothing */
+  LLVMValueRef pk = cg_exp(m, LLVMBuildFSub(B, s, mnew, ""));
+  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, sum, ""), pk, ""), sum);
+  att_add_v(&a, pk, cg_add(f, j0, jj));
+  cg_if_end(f, &key);
+  cg_loop_end(f, &lq, false);
   cg_if_end(f, &live);
   cg_loop_end(f, &lj, false);
 
+  for (int i = 0; i < a.na; i++) vec_store(f, LLVMBuildLoad2(B, av.vt, a.accv[i], ""), vec_at(f, &av, t, acc, cg_i64(m, (int64_t)i * av.vl)));
   LLVMValueRef l = LLVMBuildLoad2(B, t, sum, "");
   LLVMValueRef inv = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, l, zero, ""),
                                      LLVMBuildFDiv(B, cg_fconst(t, 1), l, ""), zero, "");

@@ -443,6 +443,8 @@ static void test_attention(void) {
       {2, 4, 2, 5, 7, 8, 8, false, false, 0}, {2, 4, 2, 5, 7, 8, 8, true, false, 0},
       {1, 2, 2, 6, 6, 16, 16, true, true, 0}, {1, 4, 1, 1, 9, 8, 8, false, false, 0},
       {2, 2, 2, 5, 7, 8, 6, false, false, 1}, {2, 2, 1, 5, 7, 8, 8, true, false, 2},
+      /* head dims of whole f32 vectors and a rest (the vector dot and update) */
+      {1, 4, 2, 5, 9, 64, 64, false, true, 0}, {1, 2, 2, 4, 6, 40, 24, true, false, 1}, {1, 2, 1, 3, 5, 20, 36, false, false, 2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int d = 0; d < 3; d++) t_attention(FLOATS[d], &cases[i]);
