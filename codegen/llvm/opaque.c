@@ -292,9 +292,13 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   }
   LLVMValueRef sc = cg_alloca(f, t, ATT_KEYS, "sc"), bmax = cg_alloca(f, t, 1, "bm");
   LLVMValueRef nblk = LLVMBuildUDiv(B, cg_add(f, jend, cg_i64(m, ATT_KEYS - 1)), cg_i64(m, ATT_KEYS), "");
+  /* f32: the block's exps as vectors (its scores past the last key -inf) */
+  bool vexp = av.vl > 1 && ATT_KEYS % av.vl == 0;
+  LLVMValueRef pbuf = vexp ? cg_alloca(f, t, ATT_KEYS, "p") : NULL;
   LLVMValueRef blk = cg_loop_begin(f, &lj, cg_i64(m, 0), nblk, "kb");
   LLVMValueRef j0 = cg_mulc(f, blk, ATT_KEYS), nb = cg_min(f, LLVMBuildNSWSub(B, jend, j0, ""), cg_i64(m, ATT_KEYS));
   LLVMBuildStore(B, ninf, bmax);
+  for (int c = 0; vexp && c < ATT_KEYS / av.vl; c++) vec_store(f, vec_splat(f, &av, ninf), vec_at(f, &av, t, sc, cg_i64(m, (int64_t)c * av.vl)));
   CgLoop lq;
   LLVMValueRef jj = cg_loop_begin(f, &lq, cg_i64(m, 0), nb, "kj");
   LLVMValueRef s = att_score(&a, cg_add(f, j0, jj), dot, vdot);
@@ -312,12 +316,25 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, sum, ""), corr, ""), sum);
   LLVMBuildStore(B, mnew, mx);
   att_scale_acc(&a, corr);
+  for (int c = 0; vexp && c < ATT_KEYS / av.vl; c++) {
+    /* p = exp(s - m) of VL keys at once, 0 for a masked one (and past the last) */
+    LLVMValueRef sv = vec_load(f, &av, vec_at(f, &av, t, sc, cg_i64(m, (int64_t)c * av.vl)));
+    LLVMValueRef pe = cg_exp(m, LLVMBuildFSub(B, sv, vec_splat(f, &av, mnew), ""));
+    pe = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, sv, vec_splat(f, &av, ninf), ""), LLVMConstNull(av.vt), pe, "");
+    vec_store(f, pe, vec_at(f, &av, t, pbuf, cg_i64(m, (int64_t)c * av.vl)));
+    LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, sum, ""), vec_sum(f, &av, pe), ""), sum);
+  }
   jj = cg_loop_begin(f, &lq, cg_i64(m, 0), nb, "kj");
   s = LLVMBuildLoad2(B, t, at_index(f, t, sc, jj), "");
   CgIf key;
   cg_if_begin(f, &key, LLVMBuildFCmp(B, LLVMRealUNE, s, ninf, ""), "key"); /* a masked key adds nothing */
-  LLVMValueRef pk = cg_exp(m, LLVMBuildFSub(B, s, mnew, ""));
-  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, sum, ""), pk, ""), sum);
+  LLVMValueRef pk;
+  if (vexp) {
+    pk = LLVMBuildLoad2(B, t, at_index(f, t, pbuf, jj), "");
+  } else {
+    pk = cg_exp(m, LLVMBuildFSub(B, s, mnew, ""));
+    LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, sum, ""), pk, ""), sum);
+  }
   att_add_v(&a, pk, cg_add(f, j0, jj));
   cg_if_end(f, &key);
   cg_loop_end(f, &lq, false);

@@ -311,39 +311,55 @@ static LLVMValueRef fma_(CgMod *m, LLVMValueRef a, LLVMValueRef b, LLVMValueRef 
   return cg_intrinsic(m, "llvm.fmuladd", &t, 1, args, 3);
 }
 
+/* The constant v of type t: a float, or every lane of a float or integer
+ * vector (cg_exp takes f32 vectors too). */
+static LLVMValueRef const_like(LLVMTypeRef t, double v) {
+  bool vec = LLVMGetTypeKind(t) == LLVMVectorTypeKind;
+  LLVMTypeRef e = vec ? LLVMGetElementType(t) : t;
+  LLVMValueRef lane = LLVMGetTypeKind(e) == LLVMIntegerTypeKind ? LLVMConstInt(e, (unsigned long long)(long long)v, 1)
+                                                                  : LLVMConstReal(e, v);
+  if (!vec) return lane;
+  LLVMValueRef lanes[64];
+  unsigned n = LLVMGetVectorSize(t);
+  for (unsigned i = 0; i < n && i < 64; i++) lanes[i] = lane;
+  return LLVMConstVector(lanes, n < 64 ? n : 64);
+}
+
 /* c[0] + x*(c[1] + x*(... c[n-1])) by Horner's rule. */
 static LLVMValueRef horner(CgMod *m, LLVMValueRef x, const double *c, int n) {
   LLVMTypeRef t = LLVMTypeOf(x);
-  LLVMValueRef p = LLVMConstReal(t, c[n - 1]);
-  for (int i = n - 2; i >= 0; i--) p = fma_(m, p, x, LLVMConstReal(t, c[i]));
+  LLVMValueRef p = const_like(t, c[n - 1]);
+  for (int i = n - 2; i >= 0; i--) p = fma_(m, p, x, const_like(t, c[i]));
   return p;
 }
 
 LLVMValueRef cg_exp(CgMod *m, LLVMValueRef x) {
   LLVMBuilderRef B = m->b;
   LLVMTypeRef t = LLVMTypeOf(x);
-  if (t != m->t_f32) return fintr1(m, "llvm.exp", x);
+  /* f32, or a vector of f32 (lane by lane the same arithmetic) */
+  bool vec = LLVMGetTypeKind(t) == LLVMVectorTypeKind && LLVMGetElementType(t) == m->t_f32 && LLVMGetVectorSize(t) <= 64;
+  if (t != m->t_f32 && !vec) return fintr1(m, "llvm.exp", x);
+  LLVMTypeRef it = vec ? LLVMVectorType(m->t_i32, LLVMGetVectorSize(t)) : m->t_i32;
   /* beyond [-104, 89] the result is 0 or inf anyway; NaN is put back at the
    * end (fptosi of NaN would be poison) */
   LLVMValueRef isnan = LLVMBuildFCmp(B, LLVMRealUNO, x, x, "");
-  LLVMValueRef xc = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, LLVMConstReal(t, -104), ""),
-                                    LLVMConstReal(t, -104), x, "");
-  xc = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, xc, LLVMConstReal(t, 89), ""), LLVMConstReal(t, 89), xc, "");
-  xc = LLVMBuildSelect(B, isnan, LLVMConstReal(t, 0), xc, "");
-  LLVMValueRef z = fma_(m, xc, LLVMConstReal(t, 1.44269504088896341), LLVMConstReal(t, 0.5));
+  LLVMValueRef xc = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, x, const_like(t, -104), ""), const_like(t, -104), x, "");
+  xc = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, xc, const_like(t, 89), ""), const_like(t, 89), xc, "");
+  xc = LLVMBuildSelect(B, isnan, const_like(t, 0), xc, "");
+  LLVMValueRef z = fma_(m, xc, const_like(t, 1.44269504088896341), const_like(t, 0.5));
   z = fintr1(m, "llvm.floor", z);
-  LLVMValueRef r = fma_(m, z, LLVMConstReal(t, -0.693359375), xc);
-  r = fma_(m, z, LLVMConstReal(t, 2.12194440e-4), r);
+  LLVMValueRef r = fma_(m, z, const_like(t, -0.693359375), xc);
+  r = fma_(m, z, const_like(t, 2.12194440e-4), r);
   static const double c[] = {5.0000001201E-1, 1.6666665459E-1, 4.1665795894E-2, 8.3334519073E-3, 1.3981999507E-3,
                              1.9875691500E-4};
   LLVMValueRef p = horner(m, r, c, 6);
-  p = fma_(m, p, LLVMBuildFMul(B, r, r, ""), LLVMBuildFAdd(B, r, LLVMConstReal(t, 1), ""));
+  p = fma_(m, p, LLVMBuildFMul(B, r, r, ""), LLVMBuildFAdd(B, r, const_like(t, 1), ""));
   /* times 2^n in two factors, so that n in [-150, 128] never leaves the
    * range of a normal exponent */
-  LLVMValueRef n = LLVMBuildFPToSI(B, z, m->t_i32, "");
-  LLVMValueRef n1 = LLVMBuildAShr(B, n, c32(m, 1), ""), n2 = LLVMBuildSub(B, n, n1, "");
-  LLVMValueRef s1 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n1, c32(m, 127), ""), c32(m, 23), ""), t, "");
-  LLVMValueRef s2 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n2, c32(m, 127), ""), c32(m, 23), ""), t, "");
+  LLVMValueRef n = LLVMBuildFPToSI(B, z, it, "");
+  LLVMValueRef n1 = LLVMBuildAShr(B, n, const_like(it, 1), ""), n2 = LLVMBuildSub(B, n, n1, "");
+  LLVMValueRef s1 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n1, const_like(it, 127), ""), const_like(it, 23), ""), t, "");
+  LLVMValueRef s2 = LLVMBuildBitCast(B, LLVMBuildShl(B, LLVMBuildAdd(B, n2, const_like(it, 127), ""), const_like(it, 23), ""), t, "");
   p = LLVMBuildFMul(B, LLVMBuildFMul(B, p, s1, ""), s2, "");
   return LLVMBuildSelect(B, isnan, x, p, "");
 }
