@@ -115,7 +115,7 @@
 
 #define GEMM_MAX_MR 16
 /* output rows from which a matmul takes blocks of 12 rows with AVX-512 */
-#define GEMM_MR12_ROWS 256
+#define GEMM_MR12_ROWS 192
 #define GEMM_MAX_ACC 32
 /* panels a block of few rows computes at once (panels_for) */
 #define GEMM_MAX_PANELS 4
@@ -716,9 +716,9 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   gemm_regs(&G, m);
   /* many rows (512^3: 256 a thread): blocks of 12 rows (24 accumulators of
    * the 32 registers) read each panel of B from L2 a third fewer times
-   * than blocks of 8, 1.06x on this machine's AVX-512 cores; with fewer
-   * rows the remainder (by 8, 4, 2, 1) costs more than that saves (W2
-   * at M = 128: 0.97x) */
+   * than blocks of 8, 1.03-1.07x on the Intel VM's AVX-512 cores (ViT-B/16's
+   * 197 rows: 1.07x the whole model); with fewer rows the remainder (by 8,
+   * 4, 2, 1) costs more than that saves (W2 at M = 128: 0.97x) */
   if (G.vl == 16 && ir_type_numel(&yt) / N >= GEMM_MR12_ROWS) G.mr = 12;
   G.np = (N + G.nr - 1) / G.nr;
   if ((uint64_t)G.np * (uint64_t)K * (uint64_t)G.nr * 4 > UINT32_MAX) return NULL; /* LLVMConstString's limit */

@@ -4,9 +4,10 @@
  * Shapes are chosen for the edges of the blocking: M, N and K each run over
  * {1, 2, 3, 7, 16, 17, 31, 64, 65, 100, 129} with the other two fixed at
  * ragged sizes, so that row blocks (MR = 8 or 6, then remainders of 4, 2
- * and 1 rows; MR = 12 with AVX-512 from 256 rows, a few shapes of those), column panels (NR = 32 or 16, the last one padded) and the
- * k loop are each cut every way; M = 1 is the decoding case; a long K with
- * a wide N makes several panel chunks.  Then batch dims of A (broadcast
+ * and 1 rows; MR = 12 with AVX-512 from 192 rows, a few shapes of those),
+ * column panels (NR = 32 or 16, the last one padded) and the k loop are
+ * each cut every way; M = 1 is the decoding case; a long K with a wide N
+ * makes several panel chunks.  Then batch dims of A (broadcast
  * against a 2-D or [1,K,N] weight), a 1-D A, transpose_a and transpose_b,
  * f16 and bf16 (the weight widened when packed, A converted as read), an
  * epilogue (bias, gelu, residual, a product with another tensor) fused
@@ -71,7 +72,7 @@ static void test_shapes(void) {
   t_mm(DT_F32, 1, 1000, 256, false, true, &R);
   /* K * NR large enough that the panels are walked in several chunks */
   t_mm(DT_F32, 11, 300, 1024, false, false, &R);
-  /* 256 rows or more: blocks of 12 rows with AVX-512 (GEMM_MR12_ROWS),
+  /* 192 rows or more: blocks of 12 rows with AVX-512 (GEMM_MR12_ROWS),
    * remainders of 8, 4, 2 and 1 in the uneven task ranges */
   t_mm(DT_F32, 267, 45, 37, false, false, &R);
   t_mm(DT_F32, 300, 70, 130, true, true, &R);
