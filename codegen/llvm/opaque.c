@@ -163,59 +163,36 @@ static LLVMValueRef att_score(const Att *a, LLVMValueRef j, LLVMValueRef dot, LL
   return s;
 }
 
-/* acc[d] *= corr over the Dv outputs (VL lanes at a time, then the rest). */
-static void att_scale_acc(const Att *a, LLVMValueRef corr) {
+/* The accumulators over the Dv outputs, VL lanes at a time and then the
+ * rest: acc *= corr (p NULL), or acc += p v_j. */
+static void att_acc(const Att *a, LLVMValueRef corr, LLVMValueRef p, LLVMValueRef j) {
   CgFn *f = a->f;
   CgMod *m = f->m;
   LLVMBuilderRef B = f->b;
   const AttVec *av = a->av;
-  int64_t nvv = av->vl > 1 ? a->Dv / av->vl : 0;
+  int64_t nvv = a->na > 0 ? a->na : av->vl > 1 ? a->Dv / av->vl : 0;
+  LLVMValueRef vs = nvv > 0 ? vec_splat(f, av, p ? p : corr) : NULL;
   CgLoop ld;
-  if (a->na > 0) {
-    LLVMValueRef vc = vec_splat(f, av, corr);
-    for (int i = 0; i < a->na; i++) LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, av->vt, a->accv[i], ""), vc, ""), a->accv[i]);
-    return;
+  for (int i = 0; i < a->na; i++) {
+    /* in registers */
+    LLVMValueRef x = LLVMBuildLoad2(B, av->vt, a->accv[i], "");
+    x = p ? LLVMBuildFAdd(B, x, LLVMBuildFMul(B, vs, vec_emit(f, av, a->vv, a->rc[0], a->hk, j, cg_i64(m, (int64_t)i * av->vl)), ""), "")
+          : LLVMBuildFMul(B, x, vs, "");
+    LLVMBuildStore(B, x, a->accv[i]);
   }
+  if (a->na > 0) return;
   if (nvv > 0) {
-    LLVMValueRef vc = vec_splat(f, av, corr);
     LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, nvv), "dv");
-    LLVMValueRef ap = vec_at(f, av, a->t, a->acc, cg_mulc(f, d, av->vl));
-    vec_store(f, LLVMBuildFMul(B, vec_load(f, av, ap), vc, ""), ap);
-    cg_loop_end(f, &ld, false);
-  }
-  LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, nvv * av->vl), cg_i64(m, a->Dv), "d");
-  LLVMValueRef ap = at_index(f, a->t, a->acc, d);
-  LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, a->t, ap, ""), corr, ""), ap);
-  cg_loop_end(f, &ld, false);
-}
-
-/* acc[d] += p v_j[d] over the Dv outputs. */
-static void att_add_v(const Att *a, LLVMValueRef p, LLVMValueRef j) {
-  CgFn *f = a->f;
-  CgMod *m = f->m;
-  LLVMBuilderRef B = f->b;
-  const AttVec *av = a->av;
-  int64_t nvv = av->vl > 1 ? a->Dv / av->vl : 0;
-  CgLoop ld;
-  if (a->na > 0) {
-    LLVMValueRef vp = vec_splat(f, av, p);
-    for (int i = 0; i < a->na; i++) {
-      LLVMValueRef v = vec_emit(f, av, a->vv, a->rc[0], a->hk, j, cg_i64(m, (int64_t)i * av->vl));
-      LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, av->vt, a->accv[i], ""), LLVMBuildFMul(B, vp, v, ""), ""), a->accv[i]);
-    }
-    return;
-  }
-  if (nvv > 0) {
-    LLVMValueRef vp = vec_splat(f, av, p);
-    LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, nvv), "dv");
-    LLVMValueRef d0 = cg_mulc(f, d, av->vl), ap = vec_at(f, av, a->t, a->acc, d0);
-    vec_store(f, LLVMBuildFAdd(B, vec_load(f, av, ap), LLVMBuildFMul(B, vp, vec_emit(f, av, a->vv, a->rc[0], a->hk, j, d0), ""), ""), ap);
+    LLVMValueRef d0 = cg_mulc(f, d, av->vl), ap = vec_at(f, av, a->t, a->acc, d0), x = vec_load(f, av, ap);
+    x = p ? LLVMBuildFAdd(B, x, LLVMBuildFMul(B, vs, vec_emit(f, av, a->vv, a->rc[0], a->hk, j, d0), ""), "") : LLVMBuildFMul(B, x, vs, "");
+    vec_store(f, x, ap);
     cg_loop_end(f, &ld, false);
   }
   LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, nvv * av->vl), cg_i64(m, a->Dv), "d");
   LLVMValueRef vc[4] = {a->rc[0], a->hk, j, d};
-  LLVMValueRef ap = at_index(f, a->t, a->acc, d);
-  LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, a->t, ap, ""), LLVMBuildFMul(B, p, cg_emit(f, a->vv, vc), ""), ""), ap);
+  LLVMValueRef ap = at_index(f, a->t, a->acc, d), x = LLVMBuildLoad2(B, a->t, ap, "");
+  x = p ? LLVMBuildFAdd(B, x, LLVMBuildFMul(B, p, cg_emit(f, a->vv, vc), ""), "") : LLVMBuildFMul(B, x, corr, "");
+  LLVMBuildStore(B, x, ap);
   cg_loop_end(f, &ld, false);
 }
 
@@ -315,7 +292,7 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   LLVMValueRef corr = cg_exp(m, LLVMBuildFSub(B, mold, mnew, ""));
   LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, sum, ""), corr, ""), sum);
   LLVMBuildStore(B, mnew, mx);
-  att_scale_acc(&a, corr);
+  att_acc(&a, corr, NULL, NULL);
   for (int c = 0; vexp && c < ATT_KEYS / av.vl; c++) {
     /* p = exp(s - m) of VL keys at once, 0 for a masked one (and past the last) */
     LLVMValueRef sv = vec_load(f, &av, vec_at(f, &av, t, sc, cg_i64(m, (int64_t)c * av.vl)));
@@ -335,7 +312,7 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
     pk = cg_exp(m, LLVMBuildFSub(B, s, mnew, ""));
     LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, t, sum, ""), pk, ""), sum);
   }
-  att_add_v(&a, pk, cg_add(f, j0, jj));
+  att_acc(&a, NULL, pk, cg_add(f, j0, jj));
   cg_if_end(f, &key);
   cg_loop_end(f, &lq, false);
   cg_if_end(f, &live);
