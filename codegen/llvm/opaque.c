@@ -280,8 +280,10 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   LLVMValueRef jj = cg_loop_begin(f, &lq, cg_i64(m, 0), nb, "kj");
   LLVMValueRef s = att_score(&a, cg_add(f, j0, jj), dot, vdot);
   LLVMBuildStore(B, s, at_index(f, t, sc, jj));
+  /* the block's maximum, NaN once a score is NaN (which then reaches the output) */
   LLVMValueRef bm = LLVMBuildLoad2(B, t, bmax, "");
-  LLVMBuildStore(B, LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, s, bm, ""), s, bm, ""), bmax);
+  LLVMValueRef take = LLVMBuildAnd(B, LLVMBuildFCmp(B, LLVMRealUGT, s, bm, ""), LLVMBuildFCmp(B, LLVMRealORD, bm, bm, ""), "");
+  LLVMBuildStore(B, LLVMBuildSelect(B, take, s, bm, ""), bmax);
   cg_loop_end(f, &lq, false);
   /* a block of masked keys only changes nothing (and exp(-inf - -inf) would be NaN) */
   CgIf live;
