@@ -1,10 +1,14 @@
 /* Kernels of their own kind: attention, max_pool2d and avg_pool2d.
  *
  * attention: one task per query row (b, h, i).  The row of q, times the
- * scale, is kept on the stack; the keys are visited once with an online
- * softmax (running maximum m, running sum l, and Dv output accumulators
- * rescaled by exp(m_old - m_new) whenever the maximum grows), so the T
- * scores are never stored.  Grouped-query attention reads kv head
+ * scale, is kept on the stack (in f32 vector registers when the head dim
+ * is a few whole vectors); the keys are visited once, in blocks of
+ * ATT_KEYS, with an online softmax: a block's scores (dot products in f32
+ * vectors over the head dim), then one rescale of the running sum l and of
+ * the Dv output accumulators by exp(m_old - m_new) when the block raises
+ * the maximum m, then the block's exps (one vector exp for f32) and each
+ * key's row of v added; so the T scores are never stored, and the
+ * softmax's serial chain is one step a block.  Grouped-query attention reads kv head
  * h / (H / Hkv).  Causal attention stops at key T - S + i (the last query
  * lines up with the last key).  A mask is read broadcast to [B,H,S,T]: a
  * bool mask says which keys may be attended, any other is added to the
