@@ -210,16 +210,10 @@ static void load_column(const TensorType *wt, const void *wd, int axis, int64_t 
 /* Column n of dequantize(Wq, S) as doubles: q[n, k] s[n, k / G]. */
 static void dequant_column(const QuantWeight *qw, int64_t n, int64_t G, double *out) {
   int64_t K = qw->qt.dim[1], ng = qw->st.dim[1];
-  double sc[1];
   for (int64_t gi = 0; gi < ng; gi++) {
-    load_f64(qw->st.dt, qw->s, (size_t)(n * ng + gi), 1, 1, sc);
-    size_t i0 = (size_t)(n * K + gi * G);
-    double *o = out + gi * G;
-    if (qw->qt.dt == DT_I8) {
-      for (int64_t k = 0; k < G; k++) o[k] = ((const int8_t *)qw->q)[i0 + (size_t)k] * sc[0];
-    } else {
-      for (int64_t k = 0; k < G; k++) o[k] = dt_load(qw->qt.dt, qw->q, i0 + (size_t)k) * sc[0];
-    }
+    double sc = dt_load(qw->st.dt, qw->s, (size_t)(n * ng + gi));
+    load_f64(qw->qt.dt, qw->q, (size_t)(n * K + gi * G), 1, G, out + gi * G);
+    for (int64_t k = 0; k < G; k++) out[gi * G + k] *= sc;
   }
 }
 
@@ -252,8 +246,7 @@ static smelt_status quantise_weight(const Graph *g, int w, int axis, int64_t gro
       size_t q0 = (size_t)(n * K + gi * G);
       for (int64_t k = 0; k < G; k++) {
         double v = sc > 0 ? c[k] / sc : 0;
-        if (mode == QM_INT8) ((int8_t *)out->q)[q0 + (size_t)k] = (int8_t)fmin(127, fmax(-128, nearbyint(v)));
-        else dt_store(out->qt.dt, out->q, q0 + (size_t)k, mode == QM_FP8 ? v : nearbyint(v)); /* saturates */
+        dt_store(out->qt.dt, out->q, q0 + (size_t)k, mode == QM_FP8 ? v : nearbyint(v)); /* saturates */
       }
     }
   }
@@ -427,9 +420,7 @@ typedef struct {
 static void quantise_task(void *ctx, int e) {
   QuantJobs *j = ctx;
   QuantWeight *q = &j->qws[e];
-  int axis = q->axis, next = q->next, w = q->w;
-  q->status = quantise_weight(j->g, w, axis, j->o->group, j->o->mode, q);
-  q->axis = axis, q->next = next, q->w = w;
+  q->status = quantise_weight(j->g, q->w, q->axis, j->o->group, j->o->mode, q);
 }
 
 /* Candidate c measured: its calibration rows (synthetic ones from a
