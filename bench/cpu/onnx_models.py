@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Imported real models on the CPU (issue 11): BERT-base, ResNet-50 and
-ViT-B/16 exported from transformers and torchvision, run by smelt straight from the
-.onnx file and by its peers, side by side in one run.
+ViT-B/16 exported from transformers and torchvision, run by smelt straight
+from the .onnx file and by its peers, side by side in one run.
 
 A benchmark, not a test: CI never runs it (it needs torch, torchvision,
 transformers and onnxruntime: pip install torch torchvision transformers
@@ -11,8 +11,8 @@ onnx onnxruntime).
      BERT-base (transformers BertModel with BertConfig's defaults: 12
      layers, hidden 768, 12 heads) at batch 1, sequence --seq (128), with an
      all-ones attention mask; ResNet-50 and ViT-B/16 (torchvision,
-     weights=None; --only vit) at batch 1, 224x224.  Each is exported with torch.onnx.export's TorchScript
-     exporter at opset 17 (static shapes), into --keep DIR or a temporary
+     weights=None; --only vit) at batch 1, 224x224.  Each is exported
+     with torch.onnx.export's TorchScript exporter at opset 17 (static shapes), into --keep DIR or a temporary
      directory (an existing file there is reused).
   2. ONNX Runtime (CPUExecutionProvider, --threads intra-op threads, all
      graph optimisations, I/O bound once with IOBinding) gives the reference

@@ -514,14 +514,13 @@ static void stream(CuFn *f, const Qg *v, bool packs) {
   int U = v->p->unroll, C = v->p->cols;
   /* the chunks [lo, hi): all, or with split-K slice blockIdx.y's */
   bool split = v->p->sk > 1;
-  const char *lo = split ? "c_lo" : "0", *hi = split ? "c_hi" : cu_fmt(f, "%lld", (long long)v->q.KC);
+  const char *hi = split ? "c_hi" : cu_fmt(f, "%lld", (long long)v->q.KC);
   cu_open(f, "for (int c = %slane; c < %s; c += %d)", split ? "c_lo + " : "", hi, 32 * U);
   cu_line(f, "smelt_pack<unsigned, 4> wq[%d][%d];  // U x C chunks issued before any is used", U, C);
   cu_line(f, "#pragma unroll");
   cu_line(f, "for (int u = 0; u < %d; u++)", U);
   cu_line(f, "  #pragma unroll");
   cu_line(f, "  for (int j = 0; j < %d; j++) wq[u][j] = load_q(qr[j] + (c + 32 * u < %s ? c + 32 * u : %s - 1));", C, hi, hi);
-  (void)lo;
   cu_line(f, "#pragma unroll");
   cu_open(f, "for (int u = 0; u < %d; u++)", U);
   cu_line(f, "if (c + 32 * u >= %s) break;", hi);

@@ -63,7 +63,7 @@ static LLVMValueRef vec_emit(CgFn *f, const AttVec *a, int value, LLVMValueRef c
                              LLVMValueRef d0) {
   const Value *val = &f->g->val[value];
   int arg = f->arg_of[value];
-  if (arg >= 0 && val->type.dt == DT_F32 && !(val->kind == VK_CONST && ir_type_numel(&val->type) == 1)) {
+  if (arg >= 0 && val->type.dt == DT_F32) {
     /* an f32 argument (row-major, the head dim last): one vector load */
     LLVMValueRef c[4] = {c0, c1, c2, d0}, lin = cg_linear(f, &val->type, c);
     LLVMValueRef p = LLVMBuildInBoundsGEP2(f->b, f->m->t_f32, f->base[arg], &lin, 1, "");
