@@ -596,15 +596,15 @@ static void place_alone(Fuser *f, int n, GroupKind kind) {
 
 /* ---- quantised weights ----
  * A matmul whose weight is dequantize(constants) with no other user (what
- * the quantize pass makes) takes the dequantize into its kernel when its
- * rows are few (decode): the quantised kernels (codegen/llvm/qmatmul.c,
- * codegen/cuda/qgemv.c) read the packed weight and its scales and never
- * store the float weight (rows: up to 16 on the CPU, up to 8, the GEMV's,
- * when CUDA is a target).  With more rows the dequantize stays a kernel of
- * its own and the matmul runs the float GEMM (tensor cores on CUDA) on its
- * result: there the weight is read once per row block, not once per row,
- * and compute is the bound, not the weight's bytes. */
-enum { QUANT_FUSE_MAX_M = 16, QUANT_FUSE_MAX_M_CUDA = 8 /* the quantised GEMV's, qgemv.c */ };
+ * the quantize pass makes) takes the dequantize into its kernel: the
+ * quantised kernels (codegen/llvm/qmatmul.c, codegen/cuda/qgemv.c) read the
+ * packed weight and its scales and never store the float weight.  On the
+ * CPU at any row count (many rows dequantise a panel of the weight per
+ * block of rows, gemm.c's cg_gemm_panels); when CUDA is a target only up
+ * to 8 rows, the GEMV's: with more the dequantize stays a kernel of its
+ * own and the matmul runs the tensor-core GEMM on its result, the weight
+ * read once per row block, not once per row, compute the bound. */
+enum { QUANT_FUSE_MAX_M_CUDA = 8 /* the quantised GEMV's, qgemv.c */ };
 
 /* The group of the dequantize node that computes n's weight, when it may
  * join n's kernel; else -1. */
@@ -615,7 +615,7 @@ static int quant_weight_group(const Fuser *f, int n) {
   int64_t rows = 1;
   for (int i = 0; i + 1 < a->rank; i++) rows *= a->dim[i];
   bool cuda = f->ctx->target && strstr(f->ctx->target, "cuda");
-  if (rows > (cuda ? QUANT_FUSE_MAX_M_CUDA : QUANT_FUSE_MAX_M)) return -1;
+  if (cuda && rows > QUANT_FUSE_MAX_M_CUDA) return -1;
   int v = nn->in[1], p = producer(f, v);
   if (p < 0 || f->g->node[p].op != OP_DEQUANTIZE || f->is_out[v]) return -1;
   const Node *dq = &f->g->node[p];

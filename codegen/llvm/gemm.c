@@ -695,6 +695,22 @@ static void emit_space(Gemm *G, int64_t rows, int64_t ncb) {
   cg_loop_end(f, &ls, false);
   }
 
+/* G for the matmul anchoring f, of K x N weight: the target's blocking
+ * (gemm_regs) and A's coordinates (row_coords, mm_a_at). */
+static void gemm_matmul_init(Gemm *G, CgFn *f, int64_t K, int64_t N) {
+  const Node *n = &f->g->node[f->anchor];
+  const TensorType *at = &f->g->val[n->in[0]].type, *yt = cg_anchor_type(f);
+  bool ta = ir_attr_int(n, "transpose_a") != 0;
+  *G = (Gemm){.f = f, .av = n->in[0], .at = *at, .yt = *yt, .K = K, .N = N};
+  gemm_regs(G, f->m);
+  G->a1 = at->rank == 1;
+  G->abat = G->a1 ? 0 : at->rank - 2;
+  G->prefix = yt->rank - 1;
+  G->nb = yt->rank - (G->a1 ? 0 : 1) - 1;
+  G->am = ta ? G->abat + 1 : G->abat;
+  G->ak = G->a1 ? 0 : ta ? G->abat : G->abat + 1;
+}
+
 smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   *out_done = false;
   Graph *g = f->g;
@@ -708,12 +724,12 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   if (!ir_is_const(g, bv) || bt.rank < 2 || f->arg_of[bv] < 0) return NULL;
   for (int i = 0; i + 2 < bt.rank; i++)
     if (bt.dim[i] != 1) return NULL; /* batched weights: generic */
-  bool ta = ir_attr_int(n, "transpose_a") != 0, tb = ir_attr_int(n, "transpose_b") != 0;
+  bool tb = ir_attr_int(n, "transpose_b") != 0;
   int64_t K = bt.dim[tb ? bt.rank - 1 : bt.rank - 2], N = bt.dim[tb ? bt.rank - 2 : bt.rank - 1];
   if (K == 0 || N == 0) return NULL;
 
-  Gemm G = {.f = f, .av = av, .at = at, .yt = yt, .K = K, .N = N};
-  gemm_regs(&G, m);
+  Gemm G;
+  gemm_matmul_init(&G, f, K, N);
   /* many rows (512^3: 256 a thread): blocks of 12 rows (24 accumulators of
    * the 32 registers) read each panel of B from L2 a third fewer times
    * than blocks of 8, 1.03-1.07x on the Intel VM's AVX-512 cores (ViT-B/16's
@@ -725,13 +741,6 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   LLVMValueRef gv = packed_weight(f, bv, tb, K, N, G.nr);
   if (!gv) return st_error(ST_NO_MEMORY, "kernel %s: out of memory packing weight '%s'", f->k->name, g->val[bv].name);
   *out_done = true;
-
-  G.a1 = at.rank == 1;
-  G.abat = G.a1 ? 0 : at.rank - 2;
-  G.prefix = yt.rank - 1;
-  G.nb = yt.rank - (G.a1 ? 0 : 1) - 1;
-  G.am = ta ? G.abat + 1 : G.abat;
-  G.ak = G.a1 ? 0 : ta ? G.abat : G.abat + 1;
   G.packed = LLVMBuildBitCast(f->ab, gv, LLVMPointerType(m->t_f32, 0), "packed");
   G.tile = cg_alloca(f, m->t_f32, (int64_t)G.mr * G.nv * G.vl, "tile"); /* mr * npan <= G.mr rows of NR */
   for (int a = 0; a < G.mr * G.nv; a++) G.acc[a] = cg_alloca(f, G.vt, 1, "acc");
@@ -1476,6 +1485,121 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   cg_store_epilogue(f, yc, y);
   cg_loop_end(f, &lw, false);
   cg_loop_end(f, &lseg, false);
+  cg_loop_end(f, &li, false);
+  cg_loop_end(f, &lu, false);
+  return NULL;
+}
+
+/* ---- matmul over weight panels built in the kernel ----
+ *
+ * A quantised weight (qmatmul.c) is not packed at load time: that would
+ * keep a float copy of it, 4-8x its bytes, for the bundle's life.  Instead
+ * each task unit (a chunk of up to PANEL_ROWS output rows and one panel of
+ * NR columns, the rows outer so that two threads split one chunk's panels)
+ * builds its panel KC k's at a time on the stack through the source's fill
+ * (the dequantisation: codes times scales, in f32), and every MR-row block
+ * of the chunk meets it through the micro-kernel, adding into a stack tile
+ * of partial sums, as the convolution above meets its im2col panels.  The
+ * dequantisation of an element is then paid once per chunk of rows, not
+ * once per row as in the GEMV (qmatmul.c's row-at-a-time kernel, which
+ * decode keeps). */
+#define PANEL_ROWS 192               /* rows of a unit: a 24 KiB tile of partial sums at NR = 32 */
+#define PANEL_BYTES (32 * 1024)      /* the KC x NR f32 panel: inside a 32 KiB L1 */
+
+typedef struct {
+  Gemm G;
+  CgPanelSource *src;
+  int64_t kc;
+  LLVMValueRef panel, cbuf, r0;
+} Panels;
+
+/* Rows [r, r + mr) of the unit over k in [k0, k1), added into cbuf (or
+ * stored, when one chunk is all of K). */
+static void panels_block(Panels *P, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMValueRef k1) {
+  Gemm *G = &P->G;
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  LLVMValueRef ac[GEMM_MAX_MR][IR_MAX_RANK], oc[IR_MAX_RANK];
+  for (int i = 0; i < mr; i++) row_coords(G, cg_add(f, r, cg_i64(m, i)), ac[i], oc);
+  LLVMValueRef zero = LLVMConstNull(G->vt);
+  for (int a = 0; a < mr * G->nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
+  micro_kernel(G, mr, 1, 0, k0, k1, P->panel, cg_i64(m, 0), mm_a_at, ac);
+  LLVMValueRef rel = LLVMBuildNSWSub(B, r, P->r0, "");
+  for (int i = 0; i < mr; i++)
+    for (int v = 0; v < G->nv; v++) {
+      LLVMValueRef p = vec_ptr(G, P->cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
+      LLVMValueRef sum = LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], "");
+      if (P->kc < G->K) {
+        LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
+        LLVMSetAlignment(old, 4);
+        sum = LLVMBuildFAdd(B, old, sum, "");
+      }
+      LLVMSetAlignment(LLVMBuildStore(B, sum, p), 4);
+    }
+}
+
+smelt_status cg_gemm_panels(CgFn *f, CgPanelSource *src) {
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  Panels P = {.src = src};
+  Gemm *G = &P.G;
+  gemm_matmul_init(G, f, src->K, src->N);
+  int64_t rows = ir_type_numel(&G->yt) / src->N;
+  if (G->vl == 16 && rows >= GEMM_MR12_ROWS) G->mr = 12;
+  G->np = (src->N + G->nr - 1) / G->nr;
+  P.kc = PANEL_BYTES / (G->nr * 4);
+  if (P.kc > G->K) P.kc = G->K;
+  P.panel = cg_alloca(f, m->t_f32, P.kc * G->nr, "panel");
+  P.cbuf = cg_alloca(f, m->t_f32, (int64_t)PANEL_ROWS * G->nr, "partial");
+  for (int a = 0; a < G->mr * G->nv; a++) G->acc[a] = cg_alloca(f, G->vt, 1, "acc");
+
+  int64_t nrc = (rows + PANEL_ROWS - 1) / PANEL_ROWS, nkc = (G->K + P.kc - 1) / P.kc;
+  cg_store_loops(f, f->side, f->nside);
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, nrc * G->np, &ub, &ue);
+  CgLoop lu, lkc, lb, li, lj;
+  LLVMValueRef unit = cg_loop_begin(f, &lu, ub, ue, "unit");
+  LLVMValueRef p = LLVMBuildURem(B, unit, cg_i64(m, G->np), "panel_i");
+  P.r0 = cg_mulc(f, LLVMBuildUDiv(B, unit, cg_i64(m, G->np), ""), PANEL_ROWS);
+  LLVMValueRef r1 = cg_min(f, cg_add(f, P.r0, cg_i64(m, PANEL_ROWS)), cg_i64(m, rows));
+  LLVMValueRef nrows = LLVMBuildNSWSub(B, r1, P.r0, "");
+  LLVMValueRef c0 = cg_mulc(f, p, G->nr);
+  if (P.kc < G->K) zero_range(f, P.cbuf, cg_i64(m, 0), cg_mulc(f, nrows, G->nr)); /* else panels_block stores */
+
+  LLVMValueRef kci = cg_loop_begin(f, &lkc, cg_i64(m, 0), cg_i64(m, nkc), "kchunk");
+  LLVMValueRef k0 = cg_mulc(f, kci, P.kc);
+  LLVMValueRef k1 = cg_min(f, cg_add(f, k0, cg_i64(m, P.kc)), cg_i64(m, G->K));
+  src->fill(src, f, P.panel, c0, k0, k1, G->nr);
+  LLVMValueRef nfull = LLVMBuildUDiv(B, nrows, cg_i64(m, G->mr), "");
+  LLVMValueRef bi = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "row_block");
+  panels_block(&P, G->mr, cg_add(f, P.r0, cg_mulc(f, bi, G->mr)), k0, k1);
+  cg_loop_end(f, &lb, false);
+  /* the last rows, fewer than MR: by their binary digits */
+  LLVMValueRef r = cg_add(f, P.r0, cg_mulc(f, nfull, G->mr));
+  LLVMValueRef rem = LLVMBuildNSWSub(B, r1, r, "");
+  for (int s = 8; s >= 1; s /= 2) {
+    if (s >= G->mr) continue;
+    CgIf has;
+    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
+    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
+    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
+    panels_block(&P, s, cg_add(f, r, before), k0, k1);
+    cg_if_end(f, &has);
+  }
+  cg_loop_end(f, &lkc, false);
+
+  /* the epilogue, row by row over the panel's valid columns */
+  LLVMValueRef ncols = cg_min(f, cg_i64(m, G->nr), LLVMBuildNSWSub(B, cg_i64(m, G->N), c0, ""));
+  LLVMValueRef i = cg_loop_begin(f, &li, cg_i64(m, 0), nrows, "tile_row");
+  LLVMValueRef a_coords[IR_MAX_RANK], oc[IR_MAX_RANK];
+  row_coords(G, cg_add(f, P.r0, i), a_coords, oc);
+  LLVMValueRef j = cg_loop_begin_parallel(f, &lj, cg_i64(m, 0), ncols, "tile_col");
+  oc[G->yt.rank - 1] = cg_add(f, c0, j);
+  LLVMValueRef y = load_f32(f, P.cbuf, cg_add(f, cg_mulc(f, i, G->nr), j));
+  cg_tag_access(f, y);
+  cg_store_epilogue(f, oc, y);
+  cg_loop_end(f, &lj, false);
   cg_loop_end(f, &li, false);
   cg_loop_end(f, &lu, false);
   return NULL;

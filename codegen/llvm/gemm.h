@@ -19,4 +19,16 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
  * packed at load time as matmul's (see gemm.c). */
 smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) SMELT_MUST_USE;
 
+/* A matmul whose weight is built in the kernel, a panel at a time: fill
+ * writes panel[(k - k0) * nr + j] = B[k][col0 + j] (the weight as a
+ * [K, N] matrix, in f32) for k in [k0, k1) and j < nr, 0 where col0 + j is
+ * N or more.  k0 is a multiple of the chunk, itself a multiple of 64 or
+ * all of K.  (qmatmul.c: a quantised weight dequantised.)  Emits the
+ * kernel body of f, a matmul-anchored group of K x N weight; see gemm.c. */
+typedef struct CgPanelSource CgPanelSource;
+struct CgPanelSource {
+  void (*fill)(CgPanelSource *s, CgFn *f, LLVMValueRef panel, LLVMValueRef col0, LLVMValueRef k0, LLVMValueRef k1, int nr);
+  int64_t K, N;
+};
+smelt_status cg_gemm_panels(CgFn *f, CgPanelSource *src) SMELT_MUST_USE;
 #endif

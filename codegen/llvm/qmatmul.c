@@ -62,12 +62,16 @@
 
 #include <llvm-c/TargetMachine.h>
 
+#include "codegen/llvm/gemm.h"
 #include "codegen/llvm/qmatmul.h"
 
 #define QMM_MAX_K 16384 /* floats of the row buffer: 64 KiB of the worker's stack */
 #define QMM_VECS 4      /* vectors (or columns) of accumulators per pass over K */
 #define QMM_MAX_TILE 256
 #define QMM_MAX_GROUPS (QMM_MAX_K / 8) /* floats of the group sums of x: 8 KiB of stack */
+/* output rows from which the weight is dequantised a panel at a time for
+ * blocks of rows (gemm.c's cg_gemm_panels) instead of once per row */
+#define QMM_PANEL_ROWS 5
 
 typedef struct {
   CgFn *f;
@@ -474,6 +478,125 @@ static void nk_tile(Qmm *q, LLVMValueRef n0, LLVMValueRef n1) {
   cg_loop_end(f, &l, false);
 }
 
+/* ---- many rows: the weight dequantised a panel at a time (gemm.c) ---- */
+
+typedef struct {
+  CgPanelSource src; /* first: fill gets &src */
+  Qmm *q;
+} QPanels;
+
+/* r[0..VL), the rows of a VL x VL matrix, replaced by its columns: log2 VL
+ * rounds of the perfect shuffle (vectors t and t + VL/2 interleaved into
+ * 2t and 2t + 1), each rotating the element index's bits by one. */
+static void transpose_square(Qmm *q, LLVMValueRef *r) {
+  int vl = q->vl, h = vl / 2;
+  LLVMValueRef lo[16], hi[16];
+  for (int i = 0; i < vl; i++) {
+    lo[i] = cg_i32(q->m, i / 2 + (i & 1) * vl);
+    hi[i] = cg_i32(q->m, h + i / 2 + (i & 1) * vl);
+  }
+  LLVMValueRef mlo = LLVMConstVector(lo, (unsigned)vl), mhi = LLVMConstVector(hi, (unsigned)vl);
+  for (int round = 1; round < vl; round *= 2) {
+    LLVMValueRef out[16];
+    for (int t = 0; t < h; t++) {
+      out[2 * t] = LLVMBuildShuffleVector(q->B, r[t], r[t + h], mlo, "");
+      out[2 * t + 1] = LLVMBuildShuffleVector(q->B, r[t], r[t + h], mhi, "");
+    }
+    memcpy(r, out, sizeof(LLVMValueRef) * (size_t)vl);
+  }
+}
+
+/* panel[(k - k0) * nr + j] = B[k][col0 + j] for a panel inside the
+ * weight: per k (or per VL k's of a column for [N, K]) a vector of codes,
+ * less the zero points, times the scales, as the reference's dequantize
+ * computes it in f32.  [N, K]'s vectors run along k, so their lanes are
+ * stored nr floats apart. */
+static void fill_vectors(Qmm *q, LLVMValueRef panel, LLVMValueRef col0, LLVMValueRef k0, LLVMValueRef k1, int nr) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  double f8s = f8_scale(q);
+  CgLoop lk, lj;
+  if (!q->tb) {
+    LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
+    LLVMValueRef g = LLVMBuildUDiv(B, k, cg_i64(m, q->G), "");
+    LLVMValueRef dst = cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), nr);
+    for (int v = 0; v < nr / q->vl; v++) {
+      LLVMValueRef col = cg_add(f, col0, cg_i64(m, (int64_t)v * q->vl));
+      LLVMValueRef w = qvals(q, cg_add(f, cg_mulc(f, k, q->N), col));
+      LLVMValueRef gl = cg_add(f, cg_mulc(f, g, q->N), col);
+      if (q->zarg >= 0) w = LLVMBuildFSub(B, w, zvals(q, gl), "");
+      LLVMValueRef sc = svals(q, gl);
+      if (f8s != 1.0) sc = LLVMBuildFMul(B, sc, vconst_f32(q, f8s), "");
+      LLVMValueRef p = fslot(q, panel, cg_add(f, dst, cg_i64(m, (int64_t)v * q->vl)));
+      LLVMSetAlignment(LLVMBuildStore(B, LLVMBuildFMul(B, w, sc, ""), LLVMBuildBitCast(B, p, LLVMPointerType(q->vf, 0), "")), 4);
+    }
+    cg_loop_end(f, &lk, false);
+    return;
+  }
+  /* [N, K]: VL columns at a time, a vector of VL k's each, transposed in
+   * registers so that the panel's rows are stored as vectors */
+  int vl = q->vl;
+  LLVMValueRef jb = cg_loop_begin(f, &lj, cg_i64(m, 0), cg_i64(m, nr / vl), "pjb");
+  LLVMValueRef nvec = LLVMBuildUDiv(B, LLVMBuildNSWSub(B, k1, k0, ""), cg_i64(m, vl), "");
+  LLVMValueRef kv = cg_loop_begin(f, &lk, cg_i64(m, 0), nvec, "pkv");
+  LLVMValueRef k = cg_add(f, k0, cg_mulc(f, kv, vl));
+  LLVMValueRef g = LLVMBuildUDiv(B, k, cg_i64(m, q->G), "");
+  LLVMValueRef r[16];
+  for (int c = 0; c < vl; c++) {
+    LLVMValueRef col = cg_add(f, col0, cg_add(f, cg_mulc(f, jb, vl), cg_i64(m, c)));
+    LLVMValueRef w = qvals(q, cg_add(f, cg_mulc(f, col, q->K), k));
+    LLVMValueRef gl = cg_add(f, cg_mulc(f, col, q->ng), g);
+    if (q->zarg >= 0) w = LLVMBuildFSub(B, w, splat(q, zero_at(q, gl)), "");
+    LLVMValueRef sc = cg_load_arg(f, q->sarg, gl);
+    if (f8s != 1.0) sc = LLVMBuildFMul(B, sc, LLVMConstReal(m->t_f32, f8s), "");
+    r[c] = LLVMBuildFMul(B, w, splat(q, sc), "");
+  }
+  transpose_square(q, r);
+  LLVMValueRef dst = cg_add(f, cg_mulc(f, cg_mulc(f, kv, vl), nr), cg_mulc(f, jb, vl));
+  for (int i = 0; i < vl; i++) {
+    LLVMValueRef p = fslot(q, panel, cg_add(f, dst, cg_i64(m, (int64_t)i * nr)));
+    LLVMSetAlignment(LLVMBuildStore(B, r[i], LLVMBuildBitCast(B, p, LLVMPointerType(q->vf, 0), "")), 4);
+  }
+  cg_loop_end(f, &lk, false);
+  cg_loop_end(f, &lj, false);
+}
+
+/* The last panel, past N in part: the valid columns element by element
+ * through the dequantize member (cg_emit), the rest 0. */
+static void fill_scalar(Qmm *q, LLVMValueRef panel, LLVMValueRef col0, LLVMValueRef k0, LLVMValueRef k1, int nr) {
+  CgFn *f = q->f;
+  CgMod *m = q->m;
+  LLVMBuilderRef B = q->B;
+  LLVMValueRef ncols = LLVMBuildNSWSub(B, cg_i64(m, q->N), col0, "");
+  CgLoop lk, lj;
+  LLVMValueRef k = cg_loop_begin(f, &lk, k0, k1, "pk");
+  LLVMValueRef dst = cg_mulc(f, LLVMBuildNSWSub(B, k, k0, ""), nr);
+  LLVMValueRef j = cg_loop_begin(f, &lj, cg_i64(m, 0), ncols, "pj");
+  LLVMValueRef col = cg_add(f, col0, j);
+  LLVMValueRef bc[2] = {q->tb ? col : k, q->tb ? k : col};
+  LLVMBuildStore(B, cg_emit(f, q->bv, bc), fslot(q, panel, cg_add(f, dst, j)));
+  cg_loop_end(f, &lj, false);
+  j = cg_loop_begin(f, &lj, ncols, cg_i64(m, nr), "pz");
+  LLVMBuildStore(B, LLVMConstReal(m->t_f32, 0), fslot(q, panel, cg_add(f, dst, j)));
+  cg_loop_end(f, &lj, false);
+  cg_loop_end(f, &lk, false);
+}
+
+static void fill_panel(CgPanelSource *s, CgFn *f, LLVMValueRef panel, LLVMValueRef col0, LLVMValueRef k0, LLVMValueRef k1,
+                       int nr) {
+  Qmm *q = ((QPanels *)s)->q;
+  LLVMBuilderRef B = f->b;
+  CgIf whole, part;
+  LLVMValueRef inside = LLVMBuildICmp(B, LLVMIntSLE, cg_add(f, col0, cg_i64(f->m, nr)), cg_i64(f->m, q->N), "");
+  cg_if_begin(f, &whole, inside, "whole_panel");
+  fill_vectors(q, panel, col0, k0, k1, nr);
+  cg_if_end(f, &whole);
+  cg_if_begin(f, &part, LLVMBuildNot(B, inside, ""), "part_panel");
+  fill_scalar(q, panel, col0, k0, k1, nr);
+  cg_if_end(f, &part);
+}
+
 /* ---- the kernel ---- */
 
 /* Whether this kernel is one qmatmul takes (see the top); fills q. */
@@ -528,6 +651,12 @@ smelt_status cg_qmatmul_try(CgFn *f, bool *out_done) {
   q.vi = LLVMVectorType(m->t_i32, (unsigned)q.vl);
   int64_t rows, ncb;
   cg_matmul_space(f->g, q.mm, &rows, &ncb);
+  if (ir_type_numel(yt) / q.N >= QMM_PANEL_ROWS) {
+    QPanels qp = {{fill_panel, q.K, q.N}, &q};
+    RETURN_IF_ERROR(cg_gemm_panels(f, &qp.src));
+    *out_done = true;
+    return NULL;
+  }
   int64_t tile = ncb > 1 ? CG_MM_COLS : q.N < QMM_MAX_TILE ? q.N : QMM_MAX_TILE, ntiles = (q.N + tile - 1) / tile;
   q.xrow = cg_alloca(f, m->t_f32, q.K, "xrow");
   q.split = q.tb && dt_is_packed(q.qdt) && q.G % (2 * q.vl) == 0;

@@ -161,14 +161,21 @@ static void build(TG *t, const QCase *c) {
   tg_group(t, GK_CONTRACTION, nodes, nn, mm);
 }
 
-/* Whether the quantised GEMV generates the kernel: its row buffer shows in
- * the unoptimised IR. */
-static bool takes_fast_path(const QCase *c) {
+/* Which kernel the quantised matmul takes (qmatmul.c): the GEMV (its row
+ * buffer "xrow" shows in the unoptimised IR), the panels of the weight
+ * dequantised per block of rows (gemm.c's cg_gemm_panels: its "partial"
+ * sums), or neither (the generic loop). */
+enum { PATH_GENERIC, PATH_GEMV, PATH_PANELS };
+static const char *const path_name[] = {"the generic loop", "the quantised GEMV", "the dequantised panels"};
+/* output rows from which the panels take the kernel (QMM_PANEL_ROWS) */
+enum { PANEL_ROWS = 5 };
+
+static int kernel_path(const QCase *c) {
   TG t;
   tg_init(&t, "probe", 1);
   build(&t, c);
   Graph *g = t.g;
-  bool fast = false;
+  int path = PATH_GENERIC;
   smelt_status st = NULL;
   for (int i = 0; i < g->nnode && !st; i++) {
     ir_fill_default_attrs(g, i);
@@ -186,15 +193,15 @@ static bool takes_fast_path(const QCase *c) {
     st_free(st);
     check_failures++;
   } else {
-    fast = strstr(ir, "%xrow") != NULL;
+    path = strstr(ir, "%xrow") ? PATH_GEMV : strstr(ir, "%partial") ? PATH_PANELS : PATH_GENERIC;
   }
   free(ir);
   cg_kernels_free(ks, nk);
   ir_graph_destroy(g);
-  return fast;
+  return path;
 }
 
-static int ncases, nfast;
+static int ncases, nfast, npanels;
 
 static void run_case(QCase c) {
   snprintf(label, sizeof label, "quant %s %s x %s scales %s [%s%s] M=%lld K=%lld N=%lld G=%lld%s%s%s%s%s%s%s",
@@ -202,9 +209,10 @@ static void run_case(QCase c) {
            c.zeros ? dt_name(zero_dtype(&c)) : "", (long long)c.M, (long long)c.K, (long long)c.N, (long long)c.G,
            c.epilogue ? " +bias,silu" : "", c.special ? " special" : "", c.batch ? " batch" : "", c.cpu ? " cpu " : "",
            c.cpu ? c.cpu : "", c.soft_f16 ? " soft f16" : "", c.want_fast ? "" : " (generic)");
-  bool fast = takes_fast_path(&c);
-  if (fast != c.want_fast) {
-    fprintf(stderr, "%s: the quantised GEMV %s the kernel\n", label, fast ? "took" : "did not take");
+  int path = kernel_path(&c);
+  int want = !c.want_fast ? PATH_GENERIC : c.M * (c.batch ? 2 : 1) >= PANEL_ROWS ? PATH_PANELS : PATH_GEMV;
+  if (path != want) {
+    fprintf(stderr, "%s: %s took the kernel, not %s\n", label, path_name[path], path_name[want]);
     check_failures++;
   }
   TG t;
@@ -216,7 +224,8 @@ static void run_case(QCase c) {
   RunOpts ro = {.tol32 = 1e-5, .tol16 = c.adt == DT_BF16 ? 6e-3 : 2e-3, .cpu = c.cpu, .soft_f16 = c.soft_f16};
   tg_run(&t, &ro);
   ncases++;
-  nfast += fast;
+  nfast += path == PATH_GEMV;
+  npanels += path == PATH_PANELS;
 }
 
 static void test_cases(void) {
@@ -354,11 +363,49 @@ static void test_zero_points(void) {
                    .K = 16384, .N = 6, .G = 8, .want_fast = true});
 }
 
+/* Many rows: the weight dequantised a panel at a time (gemm.c's
+ * cg_gemm_panels).  Rows past one block of MR and past one unit of 192
+ * (two row chunks, blocks of 12 with AVX-512), K past one chunk of the
+ * panel (256 k's with AVX-512, so K = 320 is a full and a partial chunk),
+ * N with a partial last panel (the scalar fill), every weight dtype, zero
+ * points of each kind, f16/bf16 activations and scales, a batch dim, an
+ * epilogue, FP8 special codes, and the AVX2 and SSE2 blockings. */
+static void test_panels(void) {
+  const DType qdts[] = {DT_I8, DT_U8, DT_I4, DT_U4, DT_F8E4M3, DT_F8E5M2};
+  for (size_t qi = 0; qi < sizeof qdts / sizeof *qdts; qi++)
+    for (int tb = 0; tb < 2; tb++) {
+      run_case((QCase){.qdt = qdts[qi], .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 5, .K = 320, .N = 72, .G = 64,
+                       .want_fast = true});
+      run_case((QCase){.qdt = qdts[qi], .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 29, .K = 128, .N = 38 - tb,
+                       .G = 0, .epilogue = true, .special = dt_is_f8(qdts[qi]), .want_fast = true});
+    }
+  for (int tb = 0; tb < 2; tb++) {
+    run_case((QCase){.qdt = DT_I4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .M = 200, .K = 320, .N = 200, .G = 32,
+                     .want_fast = true});
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .M = 13, .K = 256, .N = 64,
+                     .G = 128, .batch = true, .epilogue = true, .want_fast = true});
+    run_case((QCase){.qdt = DT_U4, .adt = DT_F16, .sdt = DT_F16, .tb = tb, .zeros = true, .M = 7, .K = 192, .N = 40,
+                     .G = 64, .want_fast = true});
+    run_case((QCase){.qdt = DT_I4, .adt = DT_BF16, .sdt = DT_BF16, .tb = tb, .zeros = true, .zdt = DT_BF16, .M = 9,
+                     .K = 128, .N = 34 - tb, .G = 32, .want_fast = true});
+    run_case((QCase){.qdt = DT_U8, .adt = DT_F32, .sdt = DT_F16, .tb = tb, .zeros = true, .zdt = DT_U8, .M = 17,
+                     .K = 96, .N = 48, .G = 32, .want_fast = true});
+    run_case((QCase){.qdt = DT_F8E4M3, .adt = DT_F16, .sdt = DT_F32, .tb = tb, .M = 6, .K = 64, .N = 33, .G = 0,
+                     .want_fast = true});
+    const char *cpus[] = {"x86-64-v3", "x86-64"};
+    for (int ci = 0; ci < 2; ci++)
+      run_case((QCase){.qdt = DT_U4, .adt = DT_F32, .sdt = DT_F32, .tb = tb, .zeros = true, .M = 11, .K = 576,
+                       .N = 50, .G = 64, .epilogue = true, .cpu = cpus[ci], .want_fast = true});
+  }
+}
+
 int main(void) {
   (void)tg_const; /* the harness's; these weights are made here */
   test_cases();
   test_zero_points();
-  printf("test_llvm_quant: %d cases (%d through the quantised GEMV), %d kernels run\n", ncases, nfast, tg_kernels_run);
+  test_panels();
+  printf("test_llvm_quant: %d cases (%d through the quantised GEMV, %d through dequantised panels), %d kernels run\n",
+         ncases, nfast, npanels, tg_kernels_run);
   return check_done("test_llvm_quant");
 }
 
