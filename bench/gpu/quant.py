@@ -62,6 +62,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import bench as B  # noqa: E402  (bench.py: weights files, commands, timing)
+sys.path.insert(0, os.path.dirname(HERE))
+import nbits_onnx as NB  # noqa: E402  (MatMulNBits weights)
 
 H, I = B.W2_H, B.W2_I
 MODES = (("f16", []), ("int8", ["--quantize", "int8", "--group", "0"]), ("int4", ["--quantize", "int4", "--group", "128"]),
@@ -104,34 +106,11 @@ def quantise(w, mode, group):
 
 def nbits_model(path, w, bits, zp, group=128):
     """An ONNX com.microsoft MatMulNBits model of y = x @ w (w [K, N]), as
-    onnxruntime's MatMulNBitsQuantizer writes one: W^T in groups of `group`
-    along K, rounded to nearest; with zp, asymmetric (scale (max - min) /
-    (2^bits - 1), zero point round(-min / scale), packed uint8), else
-    symmetric (scale amax / (2^(bits-1) - 1), the default zero point)."""
+    onnxruntime's MatMulNBitsQuantizer writes one (bench/nbits_onnx.py)."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
     K, N = w.shape
-    g = w.astype(np.float64).T.reshape(N, K // group, group)
-    top = (1 << bits) - 1
-    if zp:
-        lo, hi = np.minimum(g.min(axis=2), 0), np.maximum(g.max(axis=2), 0)
-        sc = np.maximum((hi - lo) / top, 1e-8)
-        z = np.clip(np.rint(-lo / sc), 0, top)
-    else:
-        sc = np.maximum(np.abs(g).max(axis=2) / ((1 << (bits - 1)) - 1), 1e-8)
-        z = np.full(sc.shape, 1 << (bits - 1))
-    q = np.clip(np.rint(g / sc[:, :, None]) + z[:, :, None], 0, top).astype(np.uint8).reshape(N, K)
-    b = (q[:, 0::2] | (q[:, 1::2] << 4)) if bits == 4 else q
-    inits = [numpy_helper.from_array(b.reshape(N, K // group, -1).astype(np.uint8), "B"),
-             numpy_helper.from_array(sc.astype(np.float32).ravel(), "scales")]
-    if zp:
-        zz = z.astype(np.uint8)
-        if bits == 4:
-            zz = np.pad(zz, ((0, 0), (0, zz.shape[1] % 2)))
-            zz = zz[:, 0::2] | (zz[:, 1::2] << 4)
-        inits.append(numpy_helper.from_array(zz.astype(np.uint8).ravel(), "zp"))
-    node = helper.make_node("MatMulNBits", ["x", "B", "scales"] + (["zp"] if zp else []), ["y"],
-                            domain="com.microsoft", K=K, N=N, bits=bits, block_size=group)
+    node, inits = NB.nbits_node(w, bits, zp, "x", "y", group=group)
     gr = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, K])],
                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, N])], initializer=inits)
     m = helper.make_model(gr, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
