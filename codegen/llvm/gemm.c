@@ -578,6 +578,34 @@ static LLVMValueRef prefetch_share(Gemm *G, LLVMValueRef bytes, LLVMValueRef cal
   return share;
 }
 
+/* The rows [r, r + rem), rem < MR, by rem's binary digits (8, 4, 2, 1
+ * below MR): block(ctx, mr, row) for each. */
+typedef void (*GemmBlockFn)(void *ctx, int mr, LLVMValueRef r);
+static void rest_blocks(Gemm *G, LLVMValueRef r, LLVMValueRef rem, GemmBlockFn block, void *ctx) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  for (int s = 8; s >= 1; s /= 2) {
+    if (s >= G->mr) continue;
+    CgIf has;
+    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
+    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
+    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
+    block(ctx, s, cg_add(f, r, before));
+    cg_if_end(f, &has);
+  }
+}
+
+/* emit_block over panels [p0, p1) without prefetch (rest_blocks' callback) */
+typedef struct {
+  Gemm *G;
+  LLVMValueRef p0, p1;
+} RowsRest;
+static void rows_rest_block(void *ctx, int mr, LLVMValueRef r) {
+  RowsRest *rr = ctx;
+  emit_block(rr->G, mr, r, rr->p0, rr->p1, NULL, NULL);
+}
+
 /* Rows [rlo, rhi) against panels [plo, phi), the panels in chunks
  * (L2-resident while every row block of the task passes over them), each
  * chunk met by the full MR-row blocks and then by the remaining rows, by
@@ -629,15 +657,7 @@ static void emit_rows(Gemm *G, int64_t per_chunk, int64_t rest_chunk, LLVMValueR
   emit_block(G, G->mr, cg_add(f, rlo, cg_mulc(f, ib, G->mr)), p0, p1, row_pf, share);
   cg_loop_end(f, &lb, false);
   /* the remaining rows, fewer than MR: by their binary digits */
-  for (int s = 8; s >= 1; s /= 2) {
-    if (s >= G->mr) continue;
-    CgIf has;
-    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
-    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
-    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    emit_block(G, s, cg_add(f, r, before), p0, p1, NULL, NULL);
-    cg_if_end(f, &has);
-  }
+  rest_blocks(G, r, rem, rows_rest_block, &(RowsRest){G, p0, p1});
   cg_loop_end(f, &lc, false);
 }
 
@@ -750,6 +770,42 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   cg_matmul_space(g, n, &rows, &ncb);
   emit_space(&G, rows, ncb);
   return NULL;
+}
+
+/* ---- shared by the GEMMs over panels built in the kernel ---- */
+
+/* Rows [r0, r1) by blocks of MR, then the rest by rest_blocks. */
+static void by_row_blocks(Gemm *G, LLVMValueRef r0, LLVMValueRef r1, const char *name, GemmBlockFn block, void *ctx) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  CgLoop lb;
+  LLVMValueRef nfull = LLVMBuildUDiv(B, LLVMBuildNSWSub(B, r1, r0, ""), cg_i64(m, G->mr), "");
+  LLVMValueRef bi = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, name);
+  block(ctx, G->mr, cg_add(f, r0, cg_mulc(f, bi, G->mr)));
+  cg_loop_end(f, &lb, false);
+  LLVMValueRef r = cg_add(f, r0, cg_mulc(f, nfull, G->mr));
+  rest_blocks(G, r, LLVMBuildNSWSub(B, r1, r, ""), block, ctx);
+}
+
+/* The accumulators of mr rows into rows [rel, rel + mr) of a tile of
+ * partial sums, NR floats a row: added to them, or stored when add is
+ * false (one chunk of k is all of K). */
+static void acc_to_partial(Gemm *G, int mr, LLVMValueRef cbuf, LLVMValueRef rel, bool add) {
+  CgFn *f = G->f;
+  CgMod *m = f->m;
+  LLVMBuilderRef B = f->b;
+  for (int i = 0; i < mr; i++)
+    for (int v = 0; v < G->nv; v++) {
+      LLVMValueRef p = vec_ptr(G, cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
+      LLVMValueRef sum = LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], "");
+      if (add) {
+        LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
+        LLVMSetAlignment(old, 4);
+        sum = LLVMBuildFAdd(B, old, sum, "");
+      }
+      LLVMSetAlignment(LLVMBuildStore(B, sum, p), 4);
+    }
 }
 
 /* ---- conv2d as an implicit GEMM ---- */
@@ -1105,19 +1161,17 @@ static void conv_block(Conv *c, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMVal
   LLVMValueRef zero = LLVMConstNull(G->vt);
   for (int a = 0; a < mr * G->nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
   micro_kernel(G, mr, 1, 0, k0, k1, c->panel, cg_i64(m, 0), conv_a_at, &wbase);
-  LLVMValueRef rel = LLVMBuildNSWSub(B, r, c->r0, "");
-  for (int i = 0; i < mr; i++)
-    for (int v = 0; v < G->nv; v++) {
-      LLVMValueRef p = vec_ptr(G, c->cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
-      LLVMValueRef sum = LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], "");
-      if (c->kc < c->K) {
-        LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
-        LLVMSetAlignment(old, 4);
-        sum = LLVMBuildFAdd(B, old, sum, "");
-      }
-      LLVMValueRef st = LLVMBuildStore(B, sum, p);
-      LLVMSetAlignment(st, 4);
-    }
+  acc_to_partial(G, mr, c->cbuf, LLVMBuildNSWSub(B, r, c->r0, ""), c->kc < c->K);
+}
+
+/* conv_block over the chunk [k0, k1) (by_row_blocks' callback) */
+typedef struct {
+  Conv *c;
+  LLVMValueRef k0, k1;
+} ConvChunk;
+static void conv_chunk_block(void *ctx, int mr, LLVMValueRef r) {
+  ConvChunk *cc = ctx;
+  conv_block(cc->c, mr, r, cc->k0, cc->k1);
 }
 
 /* Whether a pixel of conv_rows may be addressed (n, col, 0, p) in the
@@ -1431,7 +1485,7 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   cg_store_loops(f, f->side, f->nside);
   LLVMValueRef ub, ue;
   cg_task_span(f, f->k->ntasks, c.N * c.groups * npb * nocc, &ub, &ue);
-  CgLoop lu, lkc, lb, li, lseg, lw;
+  CgLoop lu, lkc, li, lseg, lw;
   LLVMValueRef unit = cg_loop_begin(f, &lu, ub, ue, "unit");
   LLVMValueRef uc[4];
   cg_delinearize(f, unit, udims, 4, uc);
@@ -1449,22 +1503,8 @@ smelt_status cg_gemm_conv_try(CgFn *f, bool *out_done) {
   LLVMValueRef k0 = cg_mulc(f, kci, c.kc);
   LLVMValueRef k1 = cg_min(f, cg_add(f, k0, cg_i64(m, c.kc)), cg_i64(m, c.K));
   pack_panel(&c, k0, k1);
-  LLVMValueRef nfull = LLVMBuildUDiv(B, nrows, cg_i64(m, G->mr), "");
-  LLVMValueRef bi = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "oc_block");
-  conv_block(&c, G->mr, cg_add(f, c.r0, cg_mulc(f, bi, G->mr)), k0, k1);
-  cg_loop_end(f, &lb, false);
-  /* the group's last channels, fewer than MR: by their binary digits */
-  LLVMValueRef r = cg_add(f, c.r0, cg_mulc(f, nfull, G->mr));
-  LLVMValueRef rem = LLVMBuildNSWSub(B, r1, r, "");
-  for (int s = 8; s >= 1; s /= 2) {
-    if (s >= G->mr) continue;
-    CgIf has;
-    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
-    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
-    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    conv_block(&c, s, cg_add(f, r, before), k0, k1);
-    cg_if_end(f, &has);
-  }
+  /* the channels by blocks of MR, the group's last ones by their binary digits */
+  by_row_blocks(G, c.r0, r1, "oc_block", conv_chunk_block, &(ConvChunk){&c, k0, k1});
   cg_loop_end(f, &lkc, false);
 
   /* the epilogue: rows of cbuf are output channels, columns the unit's
@@ -1511,11 +1551,13 @@ typedef struct {
   CgPanelSource *src;
   int64_t kc;
   LLVMValueRef panel, cbuf, r0;
+  LLVMValueRef k0, k1; /* the chunk */
 } Panels;
 
-/* Rows [r, r + mr) of the unit over k in [k0, k1), added into cbuf (or
- * stored, when one chunk is all of K). */
-static void panels_block(Panels *P, int mr, LLVMValueRef r, LLVMValueRef k0, LLVMValueRef k1) {
+/* Rows [r, r + mr) of the unit over the chunk's k's, added into cbuf (or
+ * stored, when one chunk is all of K); by_row_blocks' callback. */
+static void panels_block(void *ctx, int mr, LLVMValueRef r) {
+  Panels *P = ctx;
   Gemm *G = &P->G;
   CgFn *f = G->f;
   CgMod *m = f->m;
@@ -1524,19 +1566,8 @@ static void panels_block(Panels *P, int mr, LLVMValueRef r, LLVMValueRef k0, LLV
   for (int i = 0; i < mr; i++) row_coords(G, cg_add(f, r, cg_i64(m, i)), ac[i], oc);
   LLVMValueRef zero = LLVMConstNull(G->vt);
   for (int a = 0; a < mr * G->nv; a++) LLVMBuildStore(B, zero, G->acc[a]);
-  micro_kernel(G, mr, 1, 0, k0, k1, P->panel, cg_i64(m, 0), mm_a_at, ac);
-  LLVMValueRef rel = LLVMBuildNSWSub(B, r, P->r0, "");
-  for (int i = 0; i < mr; i++)
-    for (int v = 0; v < G->nv; v++) {
-      LLVMValueRef p = vec_ptr(G, P->cbuf, cg_add(f, cg_mulc(f, cg_add(f, rel, cg_i64(m, i)), G->nr), cg_i64(m, v * G->vl)));
-      LLVMValueRef sum = LLVMBuildLoad2(B, G->vt, G->acc[i * G->nv + v], "");
-      if (P->kc < G->K) {
-        LLVMValueRef old = LLVMBuildLoad2(B, G->vt, p, "");
-        LLVMSetAlignment(old, 4);
-        sum = LLVMBuildFAdd(B, old, sum, "");
-      }
-      LLVMSetAlignment(LLVMBuildStore(B, sum, p), 4);
-    }
+  micro_kernel(G, mr, 1, 0, P->k0, P->k1, P->panel, cg_i64(m, 0), mm_a_at, ac);
+  acc_to_partial(G, mr, P->cbuf, LLVMBuildNSWSub(B, r, P->r0, ""), P->kc < G->K);
 }
 
 smelt_status cg_gemm_panels(CgFn *f, CgPanelSource *src) {
@@ -1558,7 +1589,7 @@ smelt_status cg_gemm_panels(CgFn *f, CgPanelSource *src) {
   cg_store_loops(f, f->side, f->nside);
   LLVMValueRef ub, ue;
   cg_task_span(f, f->k->ntasks, nrc * G->np, &ub, &ue);
-  CgLoop lu, lkc, lb, li, lj;
+  CgLoop lu, lkc, li, lj;
   LLVMValueRef unit = cg_loop_begin(f, &lu, ub, ue, "unit");
   LLVMValueRef p = LLVMBuildURem(B, unit, cg_i64(m, G->np), "panel_i");
   P.r0 = cg_mulc(f, LLVMBuildUDiv(B, unit, cg_i64(m, G->np), ""), PANEL_ROWS);
@@ -1568,25 +1599,10 @@ smelt_status cg_gemm_panels(CgFn *f, CgPanelSource *src) {
   if (P.kc < G->K) zero_range(f, P.cbuf, cg_i64(m, 0), cg_mulc(f, nrows, G->nr)); /* else panels_block stores */
 
   LLVMValueRef kci = cg_loop_begin(f, &lkc, cg_i64(m, 0), cg_i64(m, nkc), "kchunk");
-  LLVMValueRef k0 = cg_mulc(f, kci, P.kc);
-  LLVMValueRef k1 = cg_min(f, cg_add(f, k0, cg_i64(m, P.kc)), cg_i64(m, G->K));
-  src->fill(src, f, P.panel, c0, k0, k1, G->nr);
-  LLVMValueRef nfull = LLVMBuildUDiv(B, nrows, cg_i64(m, G->mr), "");
-  LLVMValueRef bi = cg_loop_begin(f, &lb, cg_i64(m, 0), nfull, "row_block");
-  panels_block(&P, G->mr, cg_add(f, P.r0, cg_mulc(f, bi, G->mr)), k0, k1);
-  cg_loop_end(f, &lb, false);
-  /* the last rows, fewer than MR: by their binary digits */
-  LLVMValueRef r = cg_add(f, P.r0, cg_mulc(f, nfull, G->mr));
-  LLVMValueRef rem = LLVMBuildNSWSub(B, r1, r, "");
-  for (int s = 8; s >= 1; s /= 2) {
-    if (s >= G->mr) continue;
-    CgIf has;
-    LLVMValueRef bit = LLVMBuildAnd(B, rem, cg_i64(m, s), "");
-    cg_if_begin(f, &has, LLVMBuildICmp(B, LLVMIntNE, bit, cg_i64(m, 0), ""), "rest");
-    LLVMValueRef before = LLVMBuildAnd(B, rem, cg_i64(m, ~(int64_t)(2 * s - 1)), "");
-    panels_block(&P, s, cg_add(f, r, before), k0, k1);
-    cg_if_end(f, &has);
-  }
+  P.k0 = cg_mulc(f, kci, P.kc);
+  P.k1 = cg_min(f, cg_add(f, P.k0, cg_i64(m, P.kc)), cg_i64(m, G->K));
+  src->fill(src, f, P.panel, c0, P.k0, P.k1, G->nr);
+  by_row_blocks(G, P.r0, r1, "row_block", panels_block, &P);
   cg_loop_end(f, &lkc, false);
 
   /* the epilogue, row by row over the panel's valid columns */
