@@ -115,6 +115,9 @@ LLVMValueRef cg_exp(CgMod *m, LLVMValueRef x);
 LLVMValueRef cg_tanh(CgMod *m, LLVMValueRef x);
 LLVMValueRef cg_erf(CgMod *m, LLVMValueRef x);
 LLVMValueRef cg_fmax_nan(CgMod *m, LLVMValueRef a, LLVMValueRef b); /* numpy maximum: NaN wins */
+/* r[0..n), the rows of an n x n matrix (n lanes each, n a power of two up
+ * to 16), replaced by its columns, in registers. */
+void cg_transpose_square(CgMod *m, LLVMValueRef *r, int n);
 LLVMValueRef cg_fmin_nan(CgMod *m, LLVMValueRef a, LLVMValueRef b);
 LLVMValueRef cg_select(CgMod *m, LLVMValueRef c, LLVMValueRef a, LLVMValueRef b);
 

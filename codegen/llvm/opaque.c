@@ -200,6 +200,218 @@ static void att_acc(const Att *a, LLVMValueRef corr, LLVMValueRef p, LLVMValueRe
   cg_loop_end(f, &ld, false);
 }
 
+/* ---- attention by blocks of queries (f32 prefill) ----
+ * With several queries a head (S > 1) and f32 head dims of whole vectors,
+ * a task takes QB query rows of one head (b, h, i0 .. i0 + QB) and the
+ * keys in blocks of VL (the vector width), so that every instruction of
+ * the inner loops is a full-width multiply-add shared by the block:
+ *   - the block's keys are transposed in registers (VL x VL tiles,
+ *     cg_transpose_square) into kt[D][VL], once for the QB queries;
+ *   - query r's VL scores are one vector, sum over d of q[r][d] (scaled,
+ *     broadcast) times kt[d]: D multiply-adds in two chains, no horizontal
+ *     sum a key;
+ *   - keys past the query's last (causal, cache positions, the last block
+ *     past T) score -inf; a mask is read a lane at a time;
+ *   - the online softmax a block: the block's maximum m_b, m = max(m, m_b),
+ *     corr = exp(m_old - m) (1 while m is -inf), p = exp(s - m) (0 where s
+ *     is -inf), the running sum kept as a vector of lanes l = l corr + p;
+ *   - each key's row of v, loaded once, is added to the QB queries'
+ *     accumulators (QB x Dv/VL vectors, in registers) times its p
+ *     broadcast from the lane.
+ * A key past the last one a query takes meets a weight of exactly 0, as
+ * the reference's dense p @ v; a row of the last, partial block of keys
+ * reads key T - 1 again for the lanes past T, with weight 0.  NaN scores
+ * give NaN weights and so NaN rows, as in the reference. */
+#define ATTB_MAX_ACC 16 /* accumulator vectors of a task: QB x Dv/VL */
+
+typedef struct {
+  CgFn *f;
+  AttVec av;
+  int kv, vv, mv, pv;
+  int64_t Hq, Hkv, S, T, D, Dv;
+  bool causal, cache;
+  double scale;
+  int qb, nd, ndv; /* queries a task, vectors of D and of Dv */
+} AttB;
+
+static bool attb_ok(const CgFn *f, const Node *n, int *out_qb) {
+  const Graph *g = f->g;
+  const TensorType *qt = &g->val[n->in[0]].type, *vt = &g->val[n->in[2]].type;
+  int vl = f->m->f32_lanes;
+  if (qt->dt != DT_F32 || (vl != 8 && vl != 16) || qt->dim[2] < 2) return false;
+  int64_t D = qt->dim[3], Dv = vt->dim[3];
+  if (D % vl || Dv % vl || D / vl > ATT_REG_VECS || Dv / vl > ATT_REG_VECS || D == 0 || Dv == 0) return false;
+  int qb = (int)(ATTB_MAX_ACC / (Dv / vl));
+  *out_qb = qb > 4 ? 4 : qb < 1 ? 1 : qb;
+  return true;
+}
+
+/* The NaN-ignoring maximum of v's lanes (a NaN score makes its own weight
+ * NaN, which reaches the row). */
+static LLVMValueRef attb_hmax(CgFn *f, const AttVec *a, LLVMValueRef v) {
+  LLVMBuilderRef B = f->b;
+  for (int w = a->vl / 2; w >= 1; w /= 2) {
+    LLVMValueRef idx[16];
+    for (int l = 0; l < a->vl; l++) idx[l] = cg_i32(f->m, l < w ? l + w : l);
+    LLVMValueRef o = LLVMBuildShuffleVector(B, v, LLVMGetUndef(a->vt), LLVMConstVector(idx, (unsigned)a->vl), "");
+    v = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, o, v, ""), o, v, "");
+  }
+  return LLVMBuildExtractElement(B, v, cg_i32(f->m, 0), "");
+}
+
+static LLVMValueRef attb_lane_splat(CgFn *f, const AttVec *a, LLVMValueRef v, int lane) {
+  LLVMValueRef idx[16];
+  for (int l = 0; l < a->vl; l++) idx[l] = cg_i32(f->m, lane);
+  return LLVMBuildShuffleVector(f->b, v, LLVMGetUndef(a->vt), LLVMConstVector(idx, (unsigned)a->vl), "");
+}
+
+static void emit_attention_blocked(CgFn *f, AttB *A) {
+  CgMod *m = f->m;
+  Graph *g = f->g;
+  LLVMBuilderRef B = f->b;
+  const Node *n = &g->node[f->anchor];
+  int qv = n->in[0];
+  const TensorType *qt = &g->val[qv].type;
+  const AttVec *av = &A->av;
+  int vl = av->vl, QB = A->qb;
+  LLVMTypeRef t = m->t_f32, vt = av->vt;
+  LLVMValueRef ninf = cg_fconst(t, -INFINITY), vninf = vec_splat(f, av, ninf), vzero = LLVMConstNull(av->vt);
+  LLVMValueRef qs = cg_alloca(f, t, (int64_t)QB * A->D, "qs"), kt = cg_alloca(f, t, A->D * vl, "kt");
+  LLVMValueRef obuf = cg_alloca(f, t, A->Dv, "o");
+  LLVMValueRef acc[ATTB_MAX_ACC], lsum[4], mrow[4];
+  for (int i = 0; i < QB * A->ndv; i++) acc[i] = cg_alloca(f, av->vt, 1, "acc");
+  for (int r = 0; r < QB; r++) {
+    lsum[r] = cg_alloca(f, av->vt, 1, "l");
+    mrow[r] = cg_alloca(f, t, 1, "m");
+  }
+
+  cg_store_loops(f, f->side, f->nside);
+  int64_t nqb = (A->S + QB - 1) / QB, units = qt->dim[0] * A->Hq * nqb;
+  LLVMValueRef ub, ue;
+  cg_task_span(f, f->k->ntasks, units, &ub, &ue);
+  CgLoop lu, lb, ld, lc;
+  LLVMValueRef unit = cg_loop_begin(f, &lu, ub, ue, "unit");
+  int64_t udims[3] = {qt->dim[0], A->Hq, nqb};
+  LLVMValueRef uc[3];
+  cg_delinearize(f, unit, udims, 3, uc);
+  LLVMValueRef b = uc[0], h = uc[1], i0 = cg_mulc(f, uc[2], QB);
+  LLVMValueRef hk = LLVMBuildUDiv(B, h, cg_i64(m, A->Hq / A->Hkv), "");
+  /* query r is row min(i0 + r, S - 1) (rows past S are computed, not stored) */
+  LLVMValueRef qi[4], jend[4], jmax = cg_i64(m, 0);
+  for (int r = 0; r < QB; r++) {
+    qi[r] = cg_min(f, cg_add(f, i0, cg_i64(m, r)), cg_i64(m, A->S - 1));
+    jend[r] = cg_i64(m, A->T);
+    if (A->cache) {
+      LLVMValueRef pc[1] = {qi[r]};
+      LLVMValueRef p = cg_convert(m, cg_emit(f, A->pv, pc), g->val[A->pv].type.dt, DT_I64);
+      jend[r] = cg_max(f, cg_add(f, cg_min(f, p, cg_i64(m, A->T - 1)), cg_i64(m, 1)), cg_i64(m, 0));
+    } else if (A->causal) {
+      jend[r] = cg_min(f, jend[r], cg_max(f, cg_add(f, qi[r], cg_i64(m, A->T - A->S + 1)), cg_i64(m, 0)));
+    }
+    jmax = cg_max(f, jmax, jend[r]);
+    LLVMValueRef d = cg_loop_begin(f, &ld, cg_i64(m, 0), cg_i64(m, A->D), "d");
+    LLVMValueRef qc[4] = {b, h, qi[r], d};
+    LLVMBuildStore(B, LLVMBuildFMul(B, cg_emit(f, qv, qc), cg_fconst(t, A->scale), ""),
+                   at_index(f, t, qs, cg_add(f, d, cg_i64(m, (int64_t)r * A->D))));
+    cg_loop_end(f, &ld, false);
+    LLVMBuildStore(B, ninf, mrow[r]);
+    LLVMBuildStore(B, vzero, lsum[r]);
+    for (int v = 0; v < A->ndv; v++) LLVMBuildStore(B, vzero, acc[r * A->ndv + v]);
+  }
+  LLVMValueRef lanes[16];
+  for (int l = 0; l < vl; l++) lanes[l] = LLVMConstInt(m->t_i64, (unsigned long long)l, 0);
+  LLVMValueRef lane_iota = LLVMConstVector(lanes, (unsigned)vl);
+  LLVMTypeRef vi64 = LLVMVectorType(m->t_i64, (unsigned)vl);
+
+  LLVMValueRef nblk = LLVMBuildUDiv(B, cg_add(f, jmax, cg_i64(m, vl - 1)), cg_i64(m, vl), "");
+  LLVMValueRef blk = cg_loop_begin(f, &lb, cg_i64(m, 0), nblk, "kb");
+  LLVMValueRef j0 = cg_mulc(f, blk, vl);
+  LLVMValueRef key[16];
+  for (int c = 0; c < vl; c++) key[c] = cg_min(f, cg_add(f, j0, cg_i64(m, c)), cg_i64(m, A->T - 1));
+  /* kt: the block's keys by d, a VL x VL tile at a time */
+  for (int tile = 0; tile < A->nd; tile++) {
+    LLVMValueRef rows[16];
+    for (int c = 0; c < vl; c++) rows[c] = vec_emit(f, av, A->kv, b, hk, key[c], cg_i64(m, (int64_t)tile * vl));
+    cg_transpose_square(m, rows, vl);
+    for (int i = 0; i < vl; i++) vec_store(f, rows[i], vec_at(f, av, t, kt, cg_i64(m, (int64_t)(tile * vl + i) * vl)));
+  }
+  LLVMValueRef keys = LLVMBuildAdd(B, LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), j0, cg_i32(m, 0), ""),
+                                                             LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), ""),
+                                   lane_iota, "");
+  LLVMValueRef p[4];
+  for (int r = 0; r < QB; r++) {
+    LLVMValueRef s2[2] = {vzero, vzero};
+    for (int d = 0; d < A->D; d++) {
+      LLVMValueRef qd = vec_splat(f, av, LLVMBuildLoad2(B, t, at_index(f, t, qs, cg_i64(m, (int64_t)r * A->D + d)), ""));
+      LLVMValueRef kd = vec_load(f, av, vec_at(f, av, t, kt, cg_i64(m, (int64_t)d * vl)));
+      LLVMValueRef args[3] = {qd, kd, s2[d & 1]};
+      s2[d & 1] = cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3);
+    }
+    LLVMValueRef s = LLVMBuildFAdd(B, s2[0], s2[1], "");
+    if (A->mv >= 0) {
+      const TensorType *mt = &g->val[A->mv].type;
+      LLVMValueRef mvec = LLVMGetUndef(mt->dt == DT_BOOL ? LLVMVectorType(m->t_i1, (unsigned)vl) : av->vt);
+      for (int c = 0; c < vl; c++) {
+        LLVMValueRef full[4] = {b, h, qi[r], key[c]}, mc[IR_MAX_RANK];
+        cg_bcast_coords(f, mt, 4, full, mc);
+        LLVMValueRef mval = cg_emit(f, A->mv, mc);
+        if (mt->dt != DT_BOOL) mval = cg_convert(m, mval, mt->dt, DT_F32);
+        mvec = LLVMBuildInsertElement(B, mvec, mval, cg_i32(m, c), "");
+      }
+      s = mt->dt == DT_BOOL ? LLVMBuildSelect(B, mvec, s, vninf, "") : LLVMBuildFAdd(B, s, mvec, "");
+    }
+    /* keys past the row's last: -inf */
+    LLVMValueRef je = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), jend[r], cg_i32(m, 0), ""),
+                                             LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), "");
+    s = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, keys, je, ""), s, vninf, "");
+    /* the online softmax's step */
+    LLVMValueRef mold = LLVMBuildLoad2(B, t, mrow[r], "");
+    LLVMValueRef bm = attb_hmax(f, av, s);
+    LLVMValueRef mnew = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, bm, mold, ""), bm, mold, "");
+    LLVMValueRef dead = LLVMBuildFCmp(B, LLVMRealOEQ, mnew, ninf, "");
+    LLVMValueRef corr = LLVMBuildSelect(B, dead, cg_fconst(t, 1), cg_exp(m, LLVMBuildFSub(B, mold, mnew, "")), "");
+    LLVMBuildStore(B, mnew, mrow[r]);
+    LLVMValueRef pe = cg_exp(m, LLVMBuildFSub(B, s, vec_splat(f, av, mnew), ""));
+    p[r] = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, s, vninf, ""), vzero, pe, "");
+    LLVMValueRef vcorr = vec_splat(f, av, corr);
+    LLVMValueRef args[3] = {LLVMBuildLoad2(B, av->vt, lsum[r], ""), vcorr, p[r]};
+    LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3), lsum[r]);
+    for (int v = 0; v < A->ndv; v++)
+      LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, av->vt, acc[r * A->ndv + v], ""), vcorr, ""), acc[r * A->ndv + v]);
+  }
+  /* p @ v: each key's row once, for the QB queries */
+  for (int c = 0; c < vl; c++) {
+    LLVMValueRef vrow[ATT_REG_VECS];
+    for (int v = 0; v < A->ndv; v++) vrow[v] = vec_emit(f, av, A->vv, b, hk, key[c], cg_i64(m, (int64_t)v * vl));
+    for (int r = 0; r < QB; r++) {
+      LLVMValueRef pc = attb_lane_splat(f, av, p[r], c);
+      for (int v = 0; v < A->ndv; v++) {
+        LLVMValueRef slot = acc[r * A->ndv + v];
+        LLVMValueRef args[3] = {pc, vrow[v], LLVMBuildLoad2(B, av->vt, slot, "")};
+        LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3), slot);
+      }
+    }
+  }
+  cg_loop_end(f, &lb, false);
+
+  /* the rows: acc / l, the valid ones through the epilogue */
+  for (int r = 0; r < QB; r++) {
+    CgIf valid;
+    cg_if_begin(f, &valid, LLVMBuildICmp(B, LLVMIntSLT, cg_add(f, i0, cg_i64(m, r)), cg_i64(m, A->S), ""), "row");
+    LLVMValueRef l = vec_sum(f, av, LLVMBuildLoad2(B, av->vt, lsum[r], ""));
+    LLVMValueRef inv = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, l, cg_fconst(t, 0), ""),
+                                       LLVMBuildFDiv(B, cg_fconst(t, 1), l, ""), cg_fconst(t, 0), "");
+    for (int v = 0; v < A->ndv; v++)
+      vec_store(f, LLVMBuildLoad2(B, av->vt, acc[r * A->ndv + v], ""), vec_at(f, av, t, obuf, cg_i64(m, (int64_t)v * vl)));
+    LLVMValueRef d = cg_loop_begin(f, &lc, cg_i64(m, 0), cg_i64(m, A->Dv), "d");
+    LLVMValueRef oc[4] = {b, h, qi[r], d};
+    cg_store_epilogue(f, oc, LLVMBuildFMul(B, LLVMBuildLoad2(B, t, at_index(f, t, obuf, d), ""), inv, ""));
+    cg_loop_end(f, &lc, false);
+    cg_if_end(f, &valid);
+  }
+  cg_loop_end(f, &lu, false);
+}
+
 smelt_status cg_llvm_emit_attention(CgFn *f) {
   CgMod *m = f->m;
   Graph *g = f->g;
@@ -216,6 +428,13 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   double scale = sa ? sa->f : 1.0 / sqrt((double)D);
   bool causal = ir_attr_int(n, "causal") != 0;
   DType dt = qt->dt;
+  int qb;
+  if (attb_ok(f, n, &qb)) {
+    AttB A = {f, {m->f32_lanes, LLVMVectorType(m->t_f32, (unsigned)m->f32_lanes)}, kv, vv, mv, pv, Hq, Hkv, S, T, D, Dv, causal,
+              cache, scale, qb, (int)(D / m->f32_lanes), (int)(Dv / m->f32_lanes)};
+    emit_attention_blocked(f, &A);
+    return NULL;
+  }
   LLVMTypeRef t = cg_ctype(m, dt);
   LLVMValueRef qbuf = cg_alloca(f, t, D, "q"), acc = cg_alloca(f, t, Dv, "acc");
   LLVMValueRef mx = cg_alloca(f, t, 1, "m"), sum = cg_alloca(f, t, 1, "l"), dot = cg_alloca(f, t, 1, "s");

@@ -485,27 +485,6 @@ typedef struct {
   Qmm *q;
 } QPanels;
 
-/* r[0..VL), the rows of a VL x VL matrix, replaced by its columns: log2 VL
- * rounds of the perfect shuffle (vectors t and t + VL/2 interleaved into
- * 2t and 2t + 1), each rotating the element index's bits by one. */
-static void transpose_square(Qmm *q, LLVMValueRef *r) {
-  int vl = q->vl, h = vl / 2;
-  LLVMValueRef lo[16], hi[16];
-  for (int i = 0; i < vl; i++) {
-    lo[i] = cg_i32(q->m, i / 2 + (i & 1) * vl);
-    hi[i] = cg_i32(q->m, h + i / 2 + (i & 1) * vl);
-  }
-  LLVMValueRef mlo = LLVMConstVector(lo, (unsigned)vl), mhi = LLVMConstVector(hi, (unsigned)vl);
-  for (int round = 1; round < vl; round *= 2) {
-    LLVMValueRef out[16];
-    for (int t = 0; t < h; t++) {
-      out[2 * t] = LLVMBuildShuffleVector(q->B, r[t], r[t + h], mlo, "");
-      out[2 * t + 1] = LLVMBuildShuffleVector(q->B, r[t], r[t + h], mhi, "");
-    }
-    memcpy(r, out, sizeof(LLVMValueRef) * (size_t)vl);
-  }
-}
-
 /* panel[(k - k0) * nr + j] = B[k][col0 + j] for a panel inside the
  * weight: per k (or per VL k's of a column for [N, K]) a vector of codes,
  * less the zero points, times the scales, as the reference's dequantize
@@ -552,7 +531,7 @@ static void fill_vectors(Qmm *q, LLVMValueRef panel, LLVMValueRef col0, LLVMValu
     if (f8s != 1.0) sc = LLVMBuildFMul(B, sc, LLVMConstReal(m->t_f32, f8s), "");
     r[c] = LLVMBuildFMul(B, w, splat(q, sc), "");
   }
-  transpose_square(q, r);
+  cg_transpose_square(q->m, r, vl);
   LLVMValueRef dst = cg_add(f, cg_mulc(f, cg_mulc(f, kv, vl), nr), cg_mulc(f, jb, vl));
   for (int i = 0; i < vl; i++) {
     LLVMValueRef p = fslot(q, panel, cg_add(f, dst, cg_i64(m, (int64_t)i * nr)));

@@ -589,3 +589,23 @@ LLVMValueRef cg_binary(CgMod *m, Op op, DType dt, LLVMValueRef a, LLVMValueRef b
     return a;
   }
 }
+
+/* log2 n rounds of the perfect shuffle (vectors t and t + n/2 interleaved
+ * into 2t and 2t + 1), each rotating the element index's bits by one. */
+void cg_transpose_square(CgMod *m, LLVMValueRef *r, int n) {
+  int h = n / 2;
+  LLVMValueRef lo[16], hi[16];
+  for (int i = 0; i < n; i++) {
+    lo[i] = cg_i32(m, i / 2 + (i & 1) * n);
+    hi[i] = cg_i32(m, h + i / 2 + (i & 1) * n);
+  }
+  LLVMValueRef mlo = LLVMConstVector(lo, (unsigned)n), mhi = LLVMConstVector(hi, (unsigned)n);
+  for (int round = 1; round < n; round *= 2) {
+    LLVMValueRef out[16];
+    for (int t = 0; t < h; t++) {
+      out[2 * t] = LLVMBuildShuffleVector(m->b, r[t], r[t + h], mlo, "");
+      out[2 * t + 1] = LLVMBuildShuffleVector(m->b, r[t], r[t + h], mhi, "");
+    }
+    memcpy(r, out, sizeof(LLVMValueRef) * (size_t)n);
+  }
+}

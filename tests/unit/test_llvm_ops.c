@@ -445,6 +445,13 @@ static void test_attention(void) {
       {2, 2, 2, 5, 7, 8, 6, false, false, 1}, {2, 2, 1, 5, 7, 8, 8, true, false, 2},
       /* head dims of whole f32 vectors and a rest (the vector dot and update) */
       {1, 4, 2, 5, 9, 64, 64, false, true, 0}, {1, 2, 2, 4, 6, 40, 24, true, false, 1}, {1, 2, 1, 3, 5, 20, 36, false, false, 2},
+      /* f32 blocks of queries (opaque.c's emit_attention_blocked, head dims of
+       * whole vectors and S > 1): keys over several blocks and a partial
+       * last one, S not a multiple of the block, masks, GQA, Dv of 128
+       * (two queries a block) */
+      {1, 4, 2, 37, 37, 64, 64, true, false, 0}, {2, 2, 1, 7, 40, 32, 32, false, true, 1},
+      {1, 2, 2, 5, 20, 16, 128, true, false, 2}, {1, 3, 3, 67, 67, 64, 64, false, false, 0},
+      {1, 2, 1, 9, 33, 48, 16, true, false, 1},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int d = 0; d < 3; d++) t_attention(FLOATS[d], &cases[i]);
