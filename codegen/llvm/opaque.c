@@ -212,9 +212,11 @@ static void att_acc(const Att *a, LLVMValueRef corr, LLVMValueRef p, LLVMValueRe
  *     sum a key;
  *   - keys past the query's last (causal, cache positions, the last block
  *     past T) score -inf; a mask is read a lane at a time;
- *   - the online softmax a block: the block's maximum m_b, m = max(m, m_b),
- *     corr = exp(m_old - m) (1 while m is -inf), p = exp(s - m) (0 where s
- *     is -inf), the running sum kept as a vector of lanes l = l corr + p;
+ *   - the online softmax a block: the block's maximum m_b; when it raises
+ *     m, the running sums are rescaled by exp(m - m_b) and m = m_b (a
+ *     branch: after the first blocks the maximum rarely moves); then
+ *     p = exp(s - m) (0 where s is -inf), the running sum kept as a vector
+ *     of lanes, l += p;
  *   - each key's row of v, loaded once, is added to the QB queries'
  *     accumulators (QB x Dv/VL vectors, in registers) times its p
  *     broadcast from the lane.
@@ -259,12 +261,6 @@ static LLVMValueRef attb_hmax(CgFn *f, const AttVec *a, LLVMValueRef v) {
   return LLVMBuildExtractElement(B, v, cg_i32(f->m, 0), "");
 }
 
-static LLVMValueRef attb_lane_splat(CgFn *f, const AttVec *a, LLVMValueRef v, int lane) {
-  LLVMValueRef idx[16];
-  for (int l = 0; l < a->vl; l++) idx[l] = cg_i32(f->m, lane);
-  return LLVMBuildShuffleVector(f->b, v, LLVMGetUndef(a->vt), LLVMConstVector(idx, (unsigned)a->vl), "");
-}
-
 static void emit_attention_blocked(CgFn *f, AttB *A) {
   CgMod *m = f->m;
   Graph *g = f->g;
@@ -277,7 +273,7 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
   LLVMTypeRef t = m->t_f32, vt = av->vt;
   LLVMValueRef ninf = cg_fconst(t, -INFINITY), vninf = vec_splat(f, av, ninf), vzero = LLVMConstNull(av->vt);
   LLVMValueRef qs = cg_alloca(f, t, (int64_t)QB * A->D, "qs"), kt = cg_alloca(f, t, A->D * vl, "kt");
-  LLVMValueRef obuf = cg_alloca(f, t, A->Dv, "o");
+  LLVMValueRef obuf = cg_alloca(f, t, A->Dv, "o"), pbuf = cg_alloca(f, t, (int64_t)QB * vl, "p");
   LLVMValueRef acc[ATTB_MAX_ACC], lsum[4], mrow[4];
   for (int i = 0; i < QB * A->ndv; i++) acc[i] = cg_alloca(f, av->vt, 1, "acc");
   for (int r = 0; r < QB; r++) {
@@ -338,16 +334,19 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
   LLVMValueRef keys = LLVMBuildAdd(B, LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), j0, cg_i32(m, 0), ""),
                                                              LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), ""),
                                    lane_iota, "");
-  LLVMValueRef p[4];
-  for (int r = 0; r < QB; r++) {
-    LLVMValueRef s2[2] = {vzero, vzero};
-    for (int d = 0; d < A->D; d++) {
+  /* the scores: each kt[d] loaded once for the QB queries, two chains a query */
+  LLVMValueRef p[4], s2[4][2];
+  for (int r = 0; r < QB; r++) s2[r][0] = s2[r][1] = vzero;
+  for (int d = 0; d < A->D; d++) {
+    LLVMValueRef kd = vec_load(f, av, vec_at(f, av, t, kt, cg_i64(m, (int64_t)d * vl)));
+    for (int r = 0; r < QB; r++) {
       LLVMValueRef qd = vec_splat(f, av, LLVMBuildLoad2(B, t, at_index(f, t, qs, cg_i64(m, (int64_t)r * A->D + d)), ""));
-      LLVMValueRef kd = vec_load(f, av, vec_at(f, av, t, kt, cg_i64(m, (int64_t)d * vl)));
-      LLVMValueRef args[3] = {qd, kd, s2[d & 1]};
-      s2[d & 1] = cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3);
+      LLVMValueRef args[3] = {qd, kd, s2[r][d & 1]};
+      s2[r][d & 1] = cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3);
     }
-    LLVMValueRef s = LLVMBuildFAdd(B, s2[0], s2[1], "");
+  }
+  for (int r = 0; r < QB; r++) {
+    LLVMValueRef s = LLVMBuildFAdd(B, s2[r][0], s2[r][1], "");
     if (A->mv >= 0) {
       const TensorType *mt = &g->val[A->mv].type;
       LLVMValueRef mvec = LLVMGetUndef(mt->dt == DT_BOOL ? LLVMVectorType(m->t_i1, (unsigned)vl) : av->vt);
@@ -364,27 +363,32 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
     LLVMValueRef je = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), jend[r], cg_i32(m, 0), ""),
                                              LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), "");
     s = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, keys, je, ""), s, vninf, "");
-    /* the online softmax's step */
+    /* the online softmax's step; the running sums are rescaled only when
+     * the block raises the maximum (after the first blocks, rarely) */
     LLVMValueRef mold = LLVMBuildLoad2(B, t, mrow[r], "");
     LLVMValueRef bm = attb_hmax(f, av, s);
-    LLVMValueRef mnew = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, bm, mold, ""), bm, mold, "");
-    LLVMValueRef dead = LLVMBuildFCmp(B, LLVMRealOEQ, mnew, ninf, "");
-    LLVMValueRef corr = LLVMBuildSelect(B, dead, cg_fconst(t, 1), cg_exp(m, LLVMBuildFSub(B, mold, mnew, "")), "");
-    LLVMBuildStore(B, mnew, mrow[r]);
+    CgIf raise;
+    cg_if_begin(f, &raise, LLVMBuildFCmp(B, LLVMRealOGT, bm, mold, ""), "raise");
+    LLVMValueRef vcorr = vec_splat(f, av, cg_exp(m, LLVMBuildFSub(B, mold, bm, "")));
+    LLVMBuildStore(B, bm, mrow[r]);
+    LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, vt, lsum[r], ""), vcorr, ""), lsum[r]);
+    for (int v = 0; v < A->ndv; v++)
+      LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, vt, acc[r * A->ndv + v], ""), vcorr, ""), acc[r * A->ndv + v]);
+    cg_if_end(f, &raise);
+    /* p = exp(s - m), exactly 0 for a key scored -inf (m may still be -inf) */
+    LLVMValueRef mnew = LLVMBuildLoad2(B, t, mrow[r], "");
     LLVMValueRef pe = cg_exp(m, LLVMBuildFSub(B, s, vec_splat(f, av, mnew), ""));
     p[r] = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOEQ, s, vninf, ""), vzero, pe, "");
-    LLVMValueRef vcorr = vec_splat(f, av, corr);
-    LLVMValueRef args[3] = {LLVMBuildLoad2(B, av->vt, lsum[r], ""), vcorr, p[r]};
-    LLVMBuildStore(B, cg_intrinsic(m, "llvm.fmuladd", &vt, 1, args, 3), lsum[r]);
-    for (int v = 0; v < A->ndv; v++)
-      LLVMBuildStore(B, LLVMBuildFMul(B, LLVMBuildLoad2(B, av->vt, acc[r * A->ndv + v], ""), vcorr, ""), acc[r * A->ndv + v]);
+    LLVMBuildStore(B, LLVMBuildFAdd(B, LLVMBuildLoad2(B, vt, lsum[r], ""), p[r], ""), lsum[r]);
   }
+  for (int r = 0; r < QB; r++) vec_store(f, p[r], vec_at(f, av, t, pbuf, cg_i64(m, (int64_t)r * vl)));
   /* p @ v: each key's row once, for the QB queries */
   for (int c = 0; c < vl; c++) {
     LLVMValueRef vrow[ATT_REG_VECS];
     for (int v = 0; v < A->ndv; v++) vrow[v] = vec_emit(f, av, A->vv, b, hk, key[c], cg_i64(m, (int64_t)v * vl));
     for (int r = 0; r < QB; r++) {
-      LLVMValueRef pc = attb_lane_splat(f, av, p[r], c);
+      /* a broadcast load (an operand of the multiply-add), not a shuffle */
+      LLVMValueRef pc = vec_splat(f, av, LLVMBuildLoad2(B, t, at_index(f, t, pbuf, cg_i64(m, (int64_t)r * vl + c)), ""));
       for (int v = 0; v < A->ndv; v++) {
         LLVMValueRef slot = acc[r * A->ndv + v];
         LLVMValueRef args[3] = {pc, vrow[v], LLVMBuildLoad2(B, av->vt, slot, "")};
