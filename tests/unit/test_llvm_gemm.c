@@ -7,7 +7,8 @@
  * and 1 rows; MR = 12 with AVX-512 from 192 rows, a few shapes of those),
  * column panels (NR = 32 or 16, the last one padded) and the k loop are
  * each cut every way; M = 1 is the decoding case; a long K with a wide N
- * makes several panel chunks.  Then batch dims of A (broadcast
+ * makes several panel chunks, and a K of 2048 or more with 128 rows or more
+ * is blocked along K too.  Then batch dims of A (broadcast
  * against a 2-D or [1,K,N] weight), a 1-D A, transpose_a and transpose_b,
  * f16 and bf16 (the weight widened when packed, A converted as read), an
  * epilogue (bias, gelu, residual, a product with another tensor) fused
@@ -76,6 +77,12 @@ static void test_shapes(void) {
    * remainders of 8, 4, 2 and 1 in the uneven task ranges */
   t_mm(DT_F32, 267, 45, 37, false, false, &R);
   t_mm(DT_F32, 300, 70, 130, true, true, &R);
+  /* K of 2048 or more with 128 rows or more: K blocked too (gemm_long_k),
+   * units of an even split of the rows, K past a whole number of chunks,
+   * a partial last panel */
+  t_mm(DT_F32, 197, 70, 2100, false, false, &R);
+  t_mm(DT_F32, 130, 33, 2048, true, true, &R);
+  t_mm(DT_F32, 300, 40, 2304, false, true, &(RunOpts){.tol32 = 1e-5, .tol16 = 2e-3, .cpu = "x86-64-v3"});
 }
 
 static void test_half(void) {
@@ -86,6 +93,7 @@ static void test_half(void) {
     t_mm(half[d], 65, 7, 129, true, false, &R);
     t_mm(half[d], 64, 64, 64, true, true, &R);
     t_mm(half[d], 259, 33, 40, false, true, &R);
+    t_mm(half[d], 140, 50, 2080, false, false, &R);
   }
 }
 
