@@ -18,6 +18,13 @@
  *       value of x's dtype is representable in A), since then the direct
  *       cast sees the same value the second cast did
  *   expand(x) to x's shape        -> x
+ *   x * 0.5 * (1 + erf(x / sqrt 2)) -> gelu(x) (approximate none), the erf
+ *       GELU as exporters spell it: (x * (1 + erf(x / c))) * 0.5 or
+ *       (x * 0.5) * (1 + erf(x / c)), x / c or x * (1 / c), c within 1e-6
+ *       of sqrt 2; one node computes what five did (the kernels' gelu, so a
+ *       matmul takes it as its epilogue: x is used twice in the spelled-out
+ *       form, which no epilogue absorbs); the result is the same function,
+ *       rounded once less
  *
  * A result that is a graph output is never forwarded to a value of another
  * name (see pass_forward): the model's outputs keep their names.
@@ -25,6 +32,7 @@
  * Requires: canonicalize has made transpose perms explicit (an absent perm
  * is read as reversed anyway).
  */
+#include <math.h>
 #include <string.h>
 
 #include "passes.h"
@@ -82,6 +90,48 @@ static bool cast_is_exact(DType from, DType to) {
   }
 }
 
+/* Whether v is a uniform constant within rel of want. */
+static bool const_near(const Graph *g, int v, double want, double rel) {
+  double c;
+  return pass_const_uniform(g, v, &c) && fabs(c - want) <= rel * fabs(want);
+}
+
+/* The operand of a live binary node `op` other than a uniform constant
+ * near want (canonicalize puts constants second), or -1. */
+static int with_const(Graph *g, int v, Op op, double want) {
+  Node *p = pass_producer(g, v);
+  return p && p->op == op && p->nin == 2 && const_near(g, p->in[1], want, 1e-6) ? p->in[0] : -1;
+}
+
+/* a = 1 + erf(x / sqrt 2) for the given x: true when it is. */
+static bool erf_term(Graph *g, int a, int x) {
+  int e = with_const(g, a, OP_ADD, 1.0);
+  Node *pe = e >= 0 ? pass_producer(g, e) : NULL;
+  if (!pe || pe->op != OP_ERF) return false;
+  int d = pe->in[0];
+  return with_const(g, d, OP_DIV, sqrt(2.0)) == x || with_const(g, d, OP_MUL, sqrt(0.5)) == x;
+}
+
+/* x when node n computes x * 0.5 * (1 + erf(x / sqrt 2)) (see the top), else -1. */
+static int erf_gelu_input(Graph *g, const Node *n) {
+  if (n->op != OP_MUL || n->nin != 2) return -1;
+  int out = n->out[0];
+  /* (x * (1 + erf)) * 0.5 */
+  if (const_near(g, n->in[1], 0.5, 0)) {
+    Node *pm = pass_producer(g, n->in[0]);
+    if (pm && pm->op == OP_MUL && pm->nin == 2)
+      for (int i = 0; i < 2; i++)
+        if (erf_term(g, pm->in[1 - i], pm->in[i]) && same_type(g, pm->in[i], out)) return pm->in[i];
+    return -1;
+  }
+  /* (x * 0.5) * (1 + erf) */
+  for (int i = 0; i < 2; i++) {
+    int x = with_const(g, n->in[i], OP_MUL, 0.5);
+    if (x >= 0 && erf_term(g, n->in[1 - i], x) && same_type(g, x, out)) return x;
+  }
+  return -1;
+}
+
 /* One rule application on node id; returns true when the graph changed. */
 static bool simplify_node(Graph *g, int id) {
   Node *n = &g->node[id];
@@ -93,7 +143,15 @@ static bool simplify_node(Graph *g, int id) {
   case OP_SUB:
   case OP_DIV: {
     int keep = binary_identity(g, n);
-    return keep >= 0 && pass_forward(g, out, keep);
+    if (keep >= 0) return pass_forward(g, out, keep);
+    int gx = dt_is_float(g->val[out].type.dt) ? erf_gelu_input(g, n) : -1;
+    if (gx < 0) return false;
+    n->op = OP_GELU;
+    n->nin = 1;
+    n->in[0] = gx;
+    n->nattr = 0;
+    ir_set_attr_enum(g, id, "approximate", "none");
+    return true;
   }
   case OP_NEG:
     return p && p->op == OP_NEG && pass_forward(g, out, p->in[0]);
