@@ -13,10 +13,11 @@
  *     result as epilogue: GK_REDUCTION;
  *   - matmul and conv2d take an elementwise epilogue chain: GK_CONTRACTION;
  *   - everything else is one node alone, GK_OPAQUE: attention, pools, split,
- *     gather, concat, reductions over several axes, batch_norm that
- *     const-fold could not fold.  Pools are reductions in ops.def, and
- *     gather/concat/split injective, but their results are not computed one
- *     element from one position of one input, which the chains assume.
+ *     gather by computed indices, concat, reductions over several axes,
+ *     batch_norm that const-fold could not fold.  Pools are reductions in
+ *     ops.def, and gather/concat/split injective, but their results are not
+ *     computed one element from one position of one input, which the chains
+ *     assume; a gather by constant indices is (a slice), and chains.
  * A producer joins a consumer's group only when every use of its result is
  * that consumer (no recomputation, no duplication), so every group has one
  * result that leaves it; the one exception is a reduction's prologue, whose
@@ -186,8 +187,9 @@ static Role node_role(const Graph *g, const Node *n) {
   /* not one output element from one position of each input: see above */
   case OP_BATCH_NORM:
   case OP_SPLIT:
-  case OP_GATHER:
   case OP_CONCAT: return ROLE_OPAQUE;
+  /* by constant indices it is: a slice (exporters' q, k, v = qkv[0], [1], [2]) */
+  case OP_GATHER: return g->val[n->in[1]].kind == VK_CONST ? ROLE_INJ : ROLE_OPAQUE;
   case OP_EXPAND: return ROLE_INJ; /* a broadcast that changes the shape moves elements */
   default: break;
   }
