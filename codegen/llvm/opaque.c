@@ -1,6 +1,8 @@
 /* Kernels of their own kind: attention, max_pool2d and avg_pool2d.
  *
- * attention: one task per query row (b, h, i).  The row of q, times the
+ * attention: f32 with several queries (S > 1) and head dims of whole
+ * vectors goes by blocks of queries (emit_attention_blocked, below); else
+ * one task per query row (b, h, i).  The row of q, times the
  * scale, is kept on the stack (in f32 vector registers when the head dim
  * is a few whole vectors); the keys are visited once, in blocks of
  * ATT_KEYS, with an online softmax: a block's scores (dot products in f32

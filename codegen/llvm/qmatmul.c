@@ -1,6 +1,16 @@
-/* The quantised GEMV of the CPU backend: y = x @ dequantize(Wq, S[, Z])
+/* The quantised matmuls of the CPU backend: y = x @ dequantize(Wq, S[, Z])
  * with the weight read packed (int8/uint8, int4/uint4 two per byte, fp8)
- * and dequantised in registers, never stored in float.
+ * and dequantised in registers, never stored in float whole.
+ *
+ * From QMM_PANEL_ROWS output rows (prefill) the weight is dequantised a
+ * panel at a time (NR columns by a chunk of k, on the stack) and the f32
+ * GEMM's micro-kernel runs on it for a unit of up to 192 rows (gemm.c's
+ * cg_gemm_panels; fill_panel below writes the panel): the dequantisation
+ * is paid once per unit, not once per row.  [K, N] weights fill a panel
+ * row (VL columns) per vector; [N, K] ones read VL k's of a column per
+ * vector and transpose VL x VL tiles in registers.  Below that row count
+ * (decode), the GEMV that follows, which reads each weight byte once per
+ * row and no more:
  *
  * At decode (a few rows of x) a matmul is bound by the bytes of its weight;
  * int4 with groups of 128 reads ~1/7 of f32's.  The kernel:
