@@ -774,7 +774,7 @@ smelt_status cg_gemm_try(CgFn *f, bool *out_done) {
   /* the task space (lower.h): column block t / rows, row t % rows */
   int64_t rows, ncb;
   cg_matmul_space(g, n, &rows, &ncb);
-  if (ncb == 1 && K >= GEMM_KBLOCK_K && rows >= GEMM_KBLOCK_ROWS) {
+  if (ncb == 1 && K >= GEMM_KBLOCK_K && rows >= GEMM_KBLOCK_ROWS && !f->k->rg.range) {
     gemm_long_k(&G, rows);
     return NULL;
   }

@@ -435,7 +435,9 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   bool causal = ir_attr_int(n, "causal") != 0;
   DType dt = qt->dt;
   int qb;
-  if (attb_ok(f, n, &qb)) {
+  /* with a ranged dim the runtime runs a subset of the per-row tasks
+   * (codegen/ranges.c), which the blocked kernel's units do not follow */
+  if (!f->k->rg.range && attb_ok(f, n, &qb)) {
     AttB A = {f, {m->f32_lanes, LLVMVectorType(m->t_f32, (unsigned)m->f32_lanes)}, kv, vv, mv, pv, Hq, Hkv, S, T, D, Dv, causal,
               cache, scale, qb, (int)(D / m->f32_lanes), (int)(Dv / m->f32_lanes)};
     emit_attention_blocked(f, &A);

@@ -640,7 +640,9 @@ smelt_status cg_qmatmul_try(CgFn *f, bool *out_done) {
   q.vi = LLVMVectorType(m->t_i32, (unsigned)q.vl);
   int64_t rows, ncb;
   cg_matmul_space(f->g, q.mm, &rows, &ncb);
-  if (ir_type_numel(yt) / q.N >= QMM_PANEL_ROWS) {
+  /* (not with a ranged dim: the runtime then runs a subset of the per-row
+   * tasks, codegen/ranges.c, which the panels' units do not follow) */
+  if (ir_type_numel(yt) / q.N >= QMM_PANEL_ROWS && !f->k->rg.range) {
     QPanels qp = {{fill_panel, q.K, q.N}, &q};
     RETURN_IF_ERROR(cg_gemm_panels(f, &qp.src));
     *out_done = true;
