@@ -229,7 +229,6 @@ static void att_acc(const Att *a, LLVMValueRef corr, LLVMValueRef p, LLVMValueRe
 #define ATTB_MAX_ACC 16 /* accumulator vectors of a task: QB x Dv/VL */
 
 typedef struct {
-  CgFn *f;
   AttVec av;
   int kv, vv, mv, pv;
   int64_t Hq, Hkv, S, T, D, Dv;
@@ -261,6 +260,13 @@ static LLVMValueRef attb_hmax(CgFn *f, const AttVec *a, LLVMValueRef v) {
     v = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, o, v, ""), o, v, "");
   }
   return LLVMBuildExtractElement(B, v, cg_i32(f->m, 0), "");
+}
+
+/* <vl x i64> of x in every lane. */
+static LLVMValueRef i64_splat(CgFn *f, int vl, LLVMValueRef x) {
+  LLVMTypeRef vi = LLVMVectorType(f->m->t_i64, (unsigned)vl);
+  LLVMValueRef v = LLVMBuildInsertElement(f->b, LLVMGetUndef(vi), x, cg_i32(f->m, 0), "");
+  return LLVMBuildShuffleVector(f->b, v, LLVMGetUndef(vi), LLVMConstNull(LLVMVectorType(f->m->t_i32, (unsigned)vl)), "");
 }
 
 static void emit_attention_blocked(CgFn *f, AttB *A) {
@@ -319,7 +325,6 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
   LLVMValueRef lanes[16];
   for (int l = 0; l < vl; l++) lanes[l] = LLVMConstInt(m->t_i64, (unsigned long long)l, 0);
   LLVMValueRef lane_iota = LLVMConstVector(lanes, (unsigned)vl);
-  LLVMTypeRef vi64 = LLVMVectorType(m->t_i64, (unsigned)vl);
 
   LLVMValueRef nblk = LLVMBuildUDiv(B, cg_add(f, jmax, cg_i64(m, vl - 1)), cg_i64(m, vl), "");
   LLVMValueRef blk = cg_loop_begin(f, &lb, cg_i64(m, 0), nblk, "kb");
@@ -333,9 +338,7 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
     cg_transpose_square(m, rows, vl);
     for (int i = 0; i < vl; i++) vec_store(f, rows[i], vec_at(f, av, t, kt, cg_i64(m, (int64_t)(tile * vl + i) * vl)));
   }
-  LLVMValueRef keys = LLVMBuildAdd(B, LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), j0, cg_i32(m, 0), ""),
-                                                             LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), ""),
-                                   lane_iota, "");
+  LLVMValueRef keys = LLVMBuildAdd(B, i64_splat(f, vl, j0), lane_iota, "");
   /* the scores: each kt[d] loaded once for the QB queries, two chains a query */
   LLVMValueRef p[4], s2[4][2];
   for (int r = 0; r < QB; r++) s2[r][0] = s2[r][1] = vzero;
@@ -362,9 +365,7 @@ static void emit_attention_blocked(CgFn *f, AttB *A) {
       s = mt->dt == DT_BOOL ? LLVMBuildSelect(B, mvec, s, vninf, "") : LLVMBuildFAdd(B, s, mvec, "");
     }
     /* keys past the row's last: -inf */
-    LLVMValueRef je = LLVMBuildShuffleVector(B, LLVMBuildInsertElement(B, LLVMGetUndef(vi64), jend[r], cg_i32(m, 0), ""),
-                                             LLVMGetUndef(vi64), LLVMConstNull(LLVMVectorType(m->t_i32, (unsigned)vl)), "");
-    s = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, keys, je, ""), s, vninf, "");
+    s = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, keys, i64_splat(f, vl, jend[r]), ""), s, vninf, "");
     /* the online softmax's step; the running sums are rescaled only when
      * the block raises the maximum (after the first blocks, rarely) */
     LLVMValueRef mold = LLVMBuildLoad2(B, t, mrow[r], "");
@@ -438,7 +439,7 @@ smelt_status cg_llvm_emit_attention(CgFn *f) {
   /* with a ranged dim the runtime runs a subset of the per-row tasks
    * (codegen/ranges.c), which the blocked kernel's units do not follow */
   if (!f->k->rg.range && attb_ok(f, n, &qb)) {
-    AttB A = {f, {m->f32_lanes, LLVMVectorType(m->t_f32, (unsigned)m->f32_lanes)}, kv, vv, mv, pv, Hq, Hkv, S, T, D, Dv, causal,
+    AttB A = {{m->f32_lanes, LLVMVectorType(m->t_f32, (unsigned)m->f32_lanes)}, kv, vv, mv, pv, Hq, Hkv, S, T, D, Dv, causal,
               cache, scale, qb, (int)(D / m->f32_lanes), (int)(Dv / m->f32_lanes)};
     emit_attention_blocked(f, &A);
     return NULL;
